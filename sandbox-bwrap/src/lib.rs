@@ -1,0 +1,1 @@
+//! The `bwrap` backend: built in its own issue.

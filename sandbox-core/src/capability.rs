@@ -1,0 +1,89 @@
+//! What a backend can enforce, as data.
+//!
+//! The lane policy, the conformance suite and `doctor` all read a [`Capability`]; nothing
+//! branches on a backend's name. `Default` claims nothing, so a backend that forgets a field
+//! under-claims and gets refused, never the other way round.
+
+use serde::Serialize;
+
+/// How precisely a backend enforces one grant.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "detail")]
+pub enum Enforcement {
+    /// The backend cannot provide this at all.
+    #[default]
+    Unsupported,
+    /// Enforced exactly as asked.
+    Exact,
+    /// The backend can only give more than was asked; the text says what the command gets
+    /// instead (for example "the host's whole network"). Only a lane that accepts
+    /// over-grants runs such a request.
+    OverGrant(&'static str),
+}
+
+impl Enforcement {
+    /// True when the grant is enforced exactly.
+    pub fn is_exact(self) -> bool {
+        matches!(self, Self::Exact)
+    }
+}
+
+/// What a backend can enforce on this host.
+///
+/// Computed once when the backend is constructed (some answers depend on the host: whether
+/// cgroups can be created, whether user namespaces work), cheap to copy.
+/// Not `#[non_exhaustive]`: backends outside this workspace build one with
+/// `..Capability::default()`, which keeps a new field unclaimed for them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Capability {
+    /// Writes outside the workspace and the named writable paths are refused.
+    pub confine_writes: bool,
+    /// Reads outside the system directories, the workspace and the named paths are refused
+    /// (the caller's home, SSH keys and cloud credentials stay unreadable).
+    pub confine_reads: bool,
+    /// Paths inside the workspace can be kept read-only (`.git/hooks`, `.git/config`).
+    pub readonly_carveouts: bool,
+    /// Network mode `none`.
+    pub network_none: Enforcement,
+    /// Network mode `loopback`: a private loopback, nothing of the host's.
+    pub network_loopback: Enforcement,
+    /// Network mode `full`.
+    pub network_full: Enforcement,
+    /// Every descendant dies with the command, including ones that double-fork and call
+    /// `setsid`.
+    pub tree_kill: bool,
+    /// The command cannot see or signal the host's other processes.
+    pub process_isolation: bool,
+    /// When the host runs as root, the command does not hold root's power over host files
+    /// (no reading root-only files it was not granted, no setuid-root files left behind).
+    pub drops_host_root: bool,
+    /// A memory limit can be enforced for the whole command.
+    pub memory_limit: bool,
+    /// A CPU-time limit can be enforced.
+    pub cpu_limit: bool,
+    /// A cap on the number of processes can be enforced.
+    pub process_limit: bool,
+    /// A cap on open files per process can be enforced.
+    pub open_files_limit: bool,
+    /// "Killed by signal N" is reported apart from "exited with 128+N".
+    pub signal_status: bool,
+    /// A kill by the out-of-memory killer is reported as such.
+    pub oom_status: bool,
+    /// The command can run against a throwaway copy of the workspace.
+    pub snapshot: bool,
+    /// The command sees the host's programs at their host paths, so `argv[0]` is resolved
+    /// on the host's `PATH` before anything runs. False for a container with its own root
+    /// filesystem, where `argv[0]` is resolved inside.
+    pub host_programs: bool,
+}
+
+impl Capability {
+    /// How this backend enforces `mode`.
+    pub fn network(&self, mode: crate::NetworkMode) -> Enforcement {
+        match mode {
+            crate::NetworkMode::None => self.network_none,
+            crate::NetworkMode::Loopback => self.network_loopback,
+            crate::NetworkMode::Full => self.network_full,
+        }
+    }
+}

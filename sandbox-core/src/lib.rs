@@ -1,0 +1,63 @@
+//! The contract of the sandbox workspace, and the machinery every process-based backend
+//! shares.
+//!
+//! A host program (an AI coding agent, a plugin host, a CI runner) holds a
+//! [`Sandbox`] chosen at run time and runs one untrusted command in it: [`Sandbox::run`],
+//! then [`Sandbox::wait`] for a [`SandboxOutcome`], with [`Sandbox::kill`] from any task.
+//!
+//! # Guarantees
+//!
+//! - **Fail closed.** Everything [`SandboxOpts`] asks for is a hard requirement. A backend
+//!   that cannot enforce it on the chosen [`Lane`] refuses before anything runs, naming
+//!   what is missing; it never falls back to weaker confinement on its own. What was
+//!   enforced, and how, is in every outcome's [`EffectivePolicy`].
+//! - **Bad input is refused before anything runs** ([`Plan::new`]).
+//! - **Nothing outlives `wait` or `kill`**: no process (including ones that double-fork and
+//!   call `setsid`), cgroup, temp dir or descriptor.
+//! - **Safe defaults**: no network, a scrubbed environment, an output cap, a process cap,
+//!   the `strict` lane.
+//!
+//! # Shape
+//!
+//! - [`Sandbox`]: the trait; [`SandboxExt`]: conveniences on it.
+//! - [`SandboxOpts`] → [`Plan`]: options, checked and resolved.
+//! - [`Capability`]: what a backend can enforce, as data; [`policy`]: lanes and network
+//!   modes, pure decisions over capabilities.
+//! - [`process`]: spawn, limits, cgroups, output capture, timeouts, tree kill; a backend
+//!   that runs a process implements [`process::Launcher`] and gets a whole [`Sandbox`] from
+//!   [`process::ProcessSandbox`].
+//! - [`run`]: the one-run state machine, shared with backends that are not processes.
+//!
+//! # Dependencies
+//!
+//! `tokio` (process, timers, channels), `async-trait` (an object-safe async trait),
+//! `thiserror` (the typed error), `serde` (outcomes and policies as JSON), `nix` and `libc`
+//! (signals, credentials, the raw calls between fork and exec), `which` (resolving
+//! `argv[0]` as a shell would), `tempfile` (snapshot copies), `tracing` (diagnostics),
+//! and, behind the `seccomp` feature, `seccompiler` (the shared system-call filter).
+
+pub mod capability;
+mod error;
+mod options;
+mod outcome;
+mod plan;
+pub mod policy;
+pub mod process;
+pub mod run;
+mod sandbox;
+#[cfg(feature = "seccomp")]
+pub mod seccomp;
+
+pub use capability::{Capability, Enforcement};
+pub use error::{Result, SandboxError};
+pub use options::{
+    EnvPolicy, OutputSink, ResourceLimits, SandboxOpts, Stdin, StreamKind, DEFAULT_MAX_PROCESSES,
+    DEFAULT_OUTPUT_LIMIT,
+};
+pub use outcome::{
+    Captured, EffectivePolicy, Grant, LimitMechanism, LimitRecord, Logs, SandboxOutcome, Status,
+    TreeKill,
+};
+pub use plan::{Plan, DEFAULT_PATH};
+pub use policy::{Lane, NetworkMode};
+pub use sandbox::{Backend, DynSandbox, Preflight, Sandbox, SandboxExt};

@@ -1,0 +1,541 @@
+//! Options checked and resolved into a [`Plan`]: the single place where bad input is turned
+//! into a clear error before anything runs.
+
+use std::ffi::{OsStr, OsString};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
+
+use crate::capability::Capability;
+use crate::options::{OutputSink, ResourceLimits, SandboxOpts, Stdin};
+use crate::outcome::{EffectivePolicy, Grant};
+use crate::policy::{check_lane, LaneRequest};
+use crate::{Lane, NetworkMode, SandboxError};
+
+/// The `PATH` a sandboxed command gets unless the caller sets one: the system directories,
+/// never the caller's own (which may point into writable or untrusted places).
+pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Validated, canonical options: every path absolute and resolved, the environment built,
+/// the lane's grants decided. Backends turn a plan into a command line or a container spec.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct Plan {
+    /// The argv as given (`argv[0]` unchanged, so a program sees the name it was called by).
+    pub argv: Vec<OsString>,
+    /// The program to execute: canonical and absolute when the backend runs host programs,
+    /// otherwise `argv[0]` as given (resolved inside the container).
+    pub program: PathBuf,
+    /// The canonical workspace.
+    pub workspace: PathBuf,
+    /// The canonical working directory, inside the workspace.
+    pub cwd: PathBuf,
+    /// Canonical read-only carve-outs, inside the workspace.
+    pub readonly_carveouts: Vec<PathBuf>,
+    /// Canonical extra readable paths.
+    pub read_only_paths: Vec<PathBuf>,
+    /// Canonical extra writable paths.
+    pub writable_paths: Vec<PathBuf>,
+    /// The complete environment of the command, in order.
+    pub env: Vec<(OsString, OsString)>,
+    /// The network mode.
+    pub network: NetworkMode,
+    /// The lane.
+    pub lane: Lane,
+    /// The wall-clock limit.
+    pub timeout: Option<Duration>,
+    /// Per-stream output cap.
+    pub output_limit: usize,
+    /// Resource limits.
+    pub limits: ResourceLimits,
+    /// Standard input.
+    pub stdin: Stdin,
+    /// Files to read into the outcome, relative to the workspace.
+    pub capture_files: Vec<PathBuf>,
+    /// Whether to run against a throwaway copy.
+    pub snapshot: bool,
+    /// Output callback.
+    pub output_sink: Option<OutputSink>,
+    /// The lane's grants.
+    pub grants: Vec<Grant>,
+    /// Whether the host process is root.
+    pub host_is_root: bool,
+}
+
+fn canonical_dir(field: &'static str, path: &Path) -> Result<PathBuf, SandboxError> {
+    if !path.is_absolute() {
+        return Err(SandboxError::invalid(
+            field,
+            format!("{} is relative; an absolute path is needed", path.display()),
+        ));
+    }
+    path.canonicalize().map_err(|e| {
+        SandboxError::invalid(field, format!("{} does not exist: {e}", path.display()))
+    })
+}
+
+/// Resolve `p` against the workspace and check it stays inside it.
+fn inside(field: &'static str, workspace: &Path, p: &Path) -> Result<PathBuf, SandboxError> {
+    let joined = if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        workspace.join(p)
+    };
+    let canon = joined.canonicalize().map_err(|e| {
+        SandboxError::invalid(field, format!("{} does not exist: {e}", joined.display()))
+    })?;
+    if !canon.starts_with(workspace) {
+        return Err(SandboxError::invalid(
+            field,
+            format!(
+                "{} is outside the workspace {}",
+                p.display(),
+                workspace.display()
+            ),
+        ));
+    }
+    Ok(canon)
+}
+
+fn valid_env_name(name: &str) -> bool {
+    !name.is_empty() && !name.contains('=') && !name.contains('\0')
+}
+
+fn has_nul(s: &OsStr) -> bool {
+    s.as_bytes().contains(&0)
+}
+
+/// Resolve `argv[0]` the way a shell would, on `path_var`, relative names against `cwd`;
+/// the result is canonical so that a symlinked interpreter still works where only its
+/// target is visible.
+fn resolve_program(argv0: &OsStr, path_var: &OsStr, cwd: &Path) -> Result<PathBuf, SandboxError> {
+    let found = which::which_in(argv0, Some(path_var), cwd).map_err(|_| {
+        let shown = Path::new(argv0).display().to_string();
+        let p = Path::new(argv0);
+        let candidate = if p.is_absolute() {
+            Some(p.to_path_buf())
+        } else if shown.contains('/') {
+            Some(cwd.join(p))
+        } else {
+            None
+        };
+        match candidate {
+            Some(c) if c.exists() => {
+                SandboxError::invalid("argv", format!("program {shown} is not executable"))
+            }
+            _ => SandboxError::invalid(
+                "argv",
+                format!(
+                    "program {shown} not found on PATH {}",
+                    path_var.to_string_lossy()
+                ),
+            ),
+        }
+    })?;
+    found
+        .canonicalize()
+        .map_err(|e| SandboxError::invalid("argv", format!("program {}: {e}", found.display())))
+}
+
+impl Plan {
+    /// Check `opts` for a backend named `backend` with capability `cap`; resolve every path;
+    /// build the environment; ask the lane. Touches nothing but reads of the filesystem.
+    pub fn new(
+        opts: &SandboxOpts,
+        backend: &'static str,
+        cap: &Capability,
+    ) -> Result<Self, SandboxError> {
+        if opts.argv.is_empty() {
+            return Err(SandboxError::invalid(
+                "argv",
+                "is empty: name a program to run",
+            ));
+        }
+        if let Some(a) = opts.argv.iter().find(|a| has_nul(a)) {
+            return Err(SandboxError::invalid(
+                "argv",
+                format!("argument {a:?} contains a NUL byte"),
+            ));
+        }
+        if opts.argv[0].is_empty() {
+            return Err(SandboxError::invalid("argv", "argv[0] is empty"));
+        }
+        let workspace = canonical_dir("workspace", &opts.workspace)?;
+        if !workspace.is_dir() {
+            return Err(SandboxError::invalid(
+                "workspace",
+                format!("{} is not a directory", workspace.display()),
+            ));
+        }
+        let cwd = match &opts.cwd {
+            Some(c) => inside("cwd", &workspace, c)?,
+            None => workspace.clone(),
+        };
+        if !cwd.is_dir() {
+            return Err(SandboxError::invalid(
+                "cwd",
+                format!("{} is not a directory", cwd.display()),
+            ));
+        }
+        let readonly_carveouts = opts
+            .readonly_carveouts
+            .iter()
+            .map(|p| inside("readonly_carveouts", &workspace, p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let read_only_paths = opts
+            .read_only_paths
+            .iter()
+            .map(|p| canonical_dir("read_only_paths", p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let writable_paths = opts
+            .writable_paths
+            .iter()
+            .map(|p| canonical_dir("writable_paths", p))
+            .collect::<Result<Vec<_>, _>>()?;
+        for p in &opts.capture_files {
+            if p.is_absolute()
+                || p.components()
+                    .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+            {
+                return Err(SandboxError::invalid(
+                    "capture_files",
+                    format!(
+                        "{} must be a relative path inside the workspace, without `..`",
+                        p.display()
+                    ),
+                ));
+            }
+        }
+        if opts.timeout == Some(Duration::ZERO) {
+            return Err(SandboxError::invalid("timeout", "must be more than zero"));
+        }
+        if opts.output_limit == 0 {
+            return Err(SandboxError::invalid(
+                "output_limit",
+                "must be more than zero bytes",
+            ));
+        }
+        let l = &opts.limits;
+        for (name, v) in [
+            ("limits.memory_bytes", l.memory_bytes),
+            ("limits.cpu_seconds", l.cpu_seconds),
+            ("limits.max_processes", l.max_processes),
+            ("limits.open_files", l.open_files),
+        ] {
+            if v == Some(0) {
+                return Err(SandboxError::invalid(name, "must be more than zero"));
+            }
+        }
+
+        let env = build_env(opts, &workspace)?;
+        let path_var = env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.clone())
+            .unwrap_or_else(|| DEFAULT_PATH.into());
+        let program = if cap.host_programs {
+            resolve_program(&opts.argv[0], &path_var, &cwd)?
+        } else {
+            PathBuf::from(&opts.argv[0])
+        };
+
+        let host_is_root = nix::unistd::geteuid().is_root();
+        let grants = check_lane(
+            opts.lane,
+            backend,
+            cap,
+            &LaneRequest {
+                network: opts.network,
+                carveouts: !readonly_carveouts.is_empty(),
+                limits: &opts.limits,
+                snapshot: opts.snapshot,
+                host_is_root,
+            },
+        )?;
+
+        Ok(Self {
+            argv: opts.argv.clone(),
+            program,
+            workspace,
+            cwd,
+            readonly_carveouts,
+            read_only_paths,
+            writable_paths,
+            env,
+            network: opts.network,
+            lane: opts.lane,
+            timeout: opts.timeout,
+            output_limit: opts.output_limit,
+            limits: opts.limits.clone(),
+            stdin: opts.stdin.clone(),
+            capture_files: opts.capture_files.clone(),
+            snapshot: opts.snapshot,
+            output_sink: opts.output_sink.clone(),
+            grants,
+            host_is_root,
+        })
+    }
+
+    /// The environment value of `name`, if the command gets one.
+    pub fn env_var(&self, name: &str) -> Option<&OsStr> {
+        self.env
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_os_str())
+    }
+
+    /// The effective policy for this plan on `backend`, before the run adds how limits and
+    /// tree kill were enforced.
+    pub fn effective_policy(&self, backend: &'static str) -> EffectivePolicy {
+        EffectivePolicy {
+            backend,
+            lane: self.lane,
+            grants: self.grants.clone(),
+            network: self.network,
+            workspace: self.workspace.clone(),
+            readonly_carveouts: self.readonly_carveouts.clone(),
+            read_only_paths: self.read_only_paths.clone(),
+            writable_paths: self.writable_paths.clone(),
+            env_names: self
+                .env
+                .iter()
+                .map(|(k, _)| k.to_string_lossy().into_owned())
+                .collect(),
+            limits: Vec::new(),
+            tree_kill: None,
+            notes: Vec::new(),
+        }
+    }
+
+    /// Move the plan onto a copy of its workspace at `copy`: the workspace, cwd and
+    /// carve-outs are rewritten to the same places inside the copy.
+    pub fn rebase_workspace(&mut self, copy: &Path) {
+        let old = self.workspace.clone();
+        let map = |p: &Path| copy.join(p.strip_prefix(&old).unwrap_or(Path::new("")));
+        self.cwd = map(&self.cwd);
+        self.readonly_carveouts = self.readonly_carveouts.iter().map(|p| map(p)).collect();
+        for (k, v) in self.env.iter_mut() {
+            if k == "HOME" && Path::new(v.as_os_str()) == old {
+                *v = copy.as_os_str().to_owned();
+            }
+        }
+        if self.program.starts_with(&old) {
+            self.program = map(&self.program);
+        }
+        self.workspace = copy.to_path_buf();
+    }
+}
+
+/// The minimal base (`PATH`, `HOME`, `LANG`), then the named pass-throughs, then the pairs.
+fn build_env(
+    opts: &SandboxOpts,
+    workspace: &Path,
+) -> Result<Vec<(OsString, OsString)>, SandboxError> {
+    let mut env: Vec<(OsString, OsString)> = vec![
+        ("PATH".into(), DEFAULT_PATH.into()),
+        ("HOME".into(), workspace.as_os_str().to_owned()),
+        (
+            "LANG".into(),
+            std::env::var_os("LANG").unwrap_or_else(|| "C.UTF-8".into()),
+        ),
+    ];
+    let mut put = |k: &str, v: OsString| {
+        if let Some(slot) = env.iter_mut().find(|(name, _)| name == k) {
+            slot.1 = v;
+        } else {
+            env.push((k.into(), v));
+        }
+    };
+    for name in &opts.env.pass {
+        if !valid_env_name(name) {
+            return Err(SandboxError::invalid(
+                "env.pass",
+                format!("`{name}` is not a valid variable name"),
+            ));
+        }
+        if let Some(v) = std::env::var_os(name) {
+            put(name, v);
+        }
+    }
+    for (name, value) in &opts.env.set {
+        if !valid_env_name(name) {
+            return Err(SandboxError::invalid(
+                "env.set",
+                format!("`{name}` is not a valid variable name"),
+            ));
+        }
+        if has_nul(value) {
+            return Err(SandboxError::invalid(
+                "env.set",
+                format!("the value of `{name}` contains a NUL byte"),
+            ));
+        }
+        put(name, value.clone());
+    }
+    Ok(env)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::capability::Enforcement;
+
+    fn cap() -> Capability {
+        Capability {
+            confine_writes: true,
+            confine_reads: true,
+            readonly_carveouts: true,
+            network_none: Enforcement::Exact,
+            network_loopback: Enforcement::Exact,
+            network_full: Enforcement::Exact,
+            tree_kill: true,
+            process_isolation: true,
+            drops_host_root: true,
+            memory_limit: true,
+            cpu_limit: true,
+            process_limit: true,
+            open_files_limit: true,
+            signal_status: true,
+            oom_status: true,
+            snapshot: true,
+            host_programs: true,
+        }
+    }
+
+    fn ws() -> tempfile::TempDir {
+        tempfile::tempdir().unwrap()
+    }
+
+    #[test]
+    fn empty_argv_is_refused() {
+        let d = ws();
+        let opts = SandboxOpts::new(d.path(), Vec::<String>::new());
+        let e = Plan::new(&opts, "t", &cap()).unwrap_err();
+        assert!(
+            matches!(e, SandboxError::InvalidConfig { field: "argv", .. }),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn missing_and_relative_workspace_are_refused() {
+        let opts = SandboxOpts::new("/nonexistent/ws", ["true"]);
+        let e = Plan::new(&opts, "t", &cap()).unwrap_err();
+        assert!(matches!(
+            e,
+            SandboxError::InvalidConfig {
+                field: "workspace",
+                ..
+            }
+        ));
+        let opts = SandboxOpts::new("relative/ws", ["true"]);
+        let e = Plan::new(&opts, "t", &cap()).unwrap_err();
+        assert!(e.to_string().contains("relative"), "{e}");
+    }
+
+    #[test]
+    fn cwd_outside_the_workspace_is_refused_even_through_dotdot() {
+        let d = ws();
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.cwd = Some("..".into());
+        let e = Plan::new(&opts, "t", &cap()).unwrap_err();
+        assert!(
+            matches!(e, SandboxError::InvalidConfig { field: "cwd", .. }),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn program_is_resolved_to_a_canonical_absolute_path() {
+        let d = ws();
+        let opts = SandboxOpts::new(d.path(), ["true"]);
+        let p = Plan::new(&opts, "t", &cap()).unwrap();
+        assert!(p.program.is_absolute());
+        assert_eq!(p.program, p.program.canonicalize().unwrap());
+        assert_eq!(p.argv[0], "true");
+    }
+
+    #[test]
+    fn unknown_program_is_not_found() {
+        let d = ws();
+        let opts = SandboxOpts::new(d.path(), ["definitely-not-a-program-xyz"]);
+        let e = Plan::new(&opts, "t", &cap()).unwrap_err();
+        assert!(e.is_not_found(), "{e}");
+    }
+
+    #[test]
+    fn environment_is_the_base_plus_what_is_named() {
+        let d = ws();
+        std::env::set_var("SANDBOX_PLAN_TEST_SECRET", "s3cret");
+        std::env::set_var("SANDBOX_PLAN_TEST_PASSED", "ok");
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.env.pass.push("SANDBOX_PLAN_TEST_PASSED".into());
+        opts.env.set.push(("FOO".into(), "bar baz".into()));
+        let p = Plan::new(&opts, "t", &cap()).unwrap();
+        let names: Vec<_> = p.env.iter().map(|(k, _)| k.to_str().unwrap()).collect();
+        assert_eq!(
+            names,
+            ["PATH", "HOME", "LANG", "SANDBOX_PLAN_TEST_PASSED", "FOO"]
+        );
+        assert!(p.env_var("SANDBOX_PLAN_TEST_SECRET").is_none());
+    }
+
+    #[test]
+    fn bad_env_names_are_refused() {
+        let d = ws();
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.env.set.push(("A=B".into(), "x".into()));
+        assert!(Plan::new(&opts, "t", &cap()).is_err());
+    }
+
+    #[test]
+    fn carveouts_must_be_inside_and_exist() {
+        let d = ws();
+        std::fs::create_dir(d.path().join(".git")).unwrap();
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.readonly_carveouts.push(".git".into());
+        let p = Plan::new(&opts, "t", &cap()).unwrap();
+        assert_eq!(
+            p.readonly_carveouts,
+            [d.path().canonicalize().unwrap().join(".git")]
+        );
+        opts.readonly_carveouts = vec!["/etc".into()];
+        assert!(Plan::new(&opts, "t", &cap()).is_err());
+        opts.readonly_carveouts = vec!["missing".into()];
+        assert!(Plan::new(&opts, "t", &cap()).is_err());
+    }
+
+    #[test]
+    fn capture_files_cannot_escape() {
+        let d = ws();
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.capture_files.push("../x".into());
+        assert!(Plan::new(&opts, "t", &cap()).is_err());
+        opts.capture_files = vec!["/etc/passwd".into()];
+        assert!(Plan::new(&opts, "t", &cap()).is_err());
+    }
+
+    #[test]
+    fn zero_limits_and_timeout_are_refused() {
+        let d = ws();
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.timeout = Some(Duration::ZERO);
+        assert!(Plan::new(&opts, "t", &cap()).is_err());
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.limits.max_processes = Some(0);
+        assert!(Plan::new(&opts, "t", &cap()).is_err());
+    }
+
+    #[test]
+    fn rebase_moves_every_workspace_path() {
+        let d = ws();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.cwd = Some("sub".into());
+        let mut p = Plan::new(&opts, "t", &cap()).unwrap();
+        p.rebase_workspace(Path::new("/copy"));
+        assert_eq!(p.workspace, Path::new("/copy"));
+        assert_eq!(p.cwd, Path::new("/copy/sub"));
+        assert_eq!(p.env_var("HOME"), Some(OsStr::new("/copy")));
+    }
+}

@@ -1,0 +1,334 @@
+//! Cgroups for one run: what binds a whole process tree, and binds root.
+//!
+//! `RLIMIT_NPROC` does not bind root and `RLIMIT_AS` binds one process, not a tree; a
+//! cgroup does both, and gives a kill that reaches descendants that left the process group.
+//! Both layouts are supported: cgroup v2 (one hierarchy; `cgroup.kill` ends a tree in one
+//! write, kernel 5.14+) and cgroup v1 (a hierarchy per controller), including the hybrid
+//! layout where v1 holds the controllers and a v2 mount holds only `cgroup.kill`.
+//!
+//! A run's cgroups are created below the host process's own cgroup in each hierarchy, so
+//! whatever limits the host is under still apply, and so a user whose session systemd
+//! delegated a subtree to can use them without root. Where none can be created the caller
+//! falls back to rlimits and the process group, and the outcome records which.
+//!
+//! Hand-written rather than a crate: joining happens between fork and exec, which needs
+//! paths prepared as C strings before the fork and nothing but `open`/`write`/`close` after
+//! it; the cgroup crates allocate on every call.
+
+use std::ffi::CString;
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::outcome::{LimitMechanism, TreeKill};
+
+/// Where this host process may create cgroups.
+#[derive(Clone, Debug, Default)]
+pub struct CgroupSupport {
+    /// A writable cgroup v2 directory (ours) and whether `cgroup.kill` exists below it.
+    v2: Option<PathBuf>,
+    /// v2 controllers usable below `v2`.
+    v2_memory: bool,
+    v2_pids: bool,
+    /// Writable cgroup v1 directories (ours) for these controllers.
+    v1_pids: Option<PathBuf>,
+    v1_memory: Option<PathBuf>,
+}
+
+impl CgroupSupport {
+    /// What this host offers, found once per process.
+    pub fn get() -> &'static CgroupSupport {
+        static SUPPORT: OnceLock<CgroupSupport> = OnceLock::new();
+        SUPPORT.get_or_init(detect)
+    }
+
+    /// How a whole tree is killed, if a cgroup can do it.
+    pub fn tree_kill(&self) -> Option<TreeKill> {
+        if self.v2.is_some() {
+            Some(TreeKill::CgroupV2Kill)
+        } else if self.v1_pids.is_some() {
+            Some(TreeKill::CgroupV1Procs)
+        } else {
+            None
+        }
+    }
+
+    /// How a memory limit for the whole tree is enforced, if a cgroup can.
+    pub fn memory(&self) -> Option<LimitMechanism> {
+        if self.v2_memory {
+            Some(LimitMechanism::CgroupV2)
+        } else if self.v1_memory.is_some() {
+            Some(LimitMechanism::CgroupV1)
+        } else {
+            None
+        }
+    }
+
+    /// How a process-count limit for the whole tree is enforced, if a cgroup can.
+    pub fn pids(&self) -> Option<LimitMechanism> {
+        if self.v2_pids {
+            Some(LimitMechanism::CgroupV2)
+        } else if self.v1_pids.is_some() {
+            Some(LimitMechanism::CgroupV1)
+        } else {
+            None
+        }
+    }
+}
+
+fn writable(dir: &Path) -> bool {
+    nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK).is_ok()
+}
+
+fn detect() -> CgroupSupport {
+    let mut s = CgroupSupport::default();
+    let Ok(mountinfo) = fs::read_to_string("/proc/self/mountinfo") else {
+        return s;
+    };
+    let Ok(own) = fs::read_to_string("/proc/self/cgroup") else {
+        return s;
+    };
+    for line in mountinfo.lines() {
+        // id parent maj:min root mountpoint opts [optional...] - fstype source superopts
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let fields: Vec<&str> = left.split(' ').collect();
+        let rfields: Vec<&str> = right.split(' ').collect();
+        let (Some(mnt), Some(fstype), Some(superopts)) =
+            (fields.get(4), rfields.first(), rfields.get(2))
+        else {
+            continue;
+        };
+        let root = fields.get(3).copied().unwrap_or("/");
+        let own_path = |key: &dyn Fn(&str) -> bool| -> Option<PathBuf> {
+            own.lines().find_map(|l| {
+                let mut parts = l.splitn(3, ':');
+                let (_, ctrls, path) = (parts.next()?, parts.next()?, parts.next()?);
+                if !key(ctrls) {
+                    return None;
+                }
+                // The mount may show a subtree (in a container): strip its root.
+                let rel = path.strip_prefix(root).unwrap_or(path);
+                Some(Path::new(mnt).join(rel.trim_start_matches('/')))
+            })
+        };
+        if *fstype == "cgroup2" && s.v2.is_none() {
+            if let Some(dir) = own_path(&|c: &str| c.is_empty()) {
+                if dir.is_dir() && writable(&dir) {
+                    let sub =
+                        fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+                    s.v2_memory = sub.split_whitespace().any(|c| c == "memory");
+                    s.v2_pids = sub.split_whitespace().any(|c| c == "pids");
+                    s.v2 = Some(dir);
+                }
+            }
+        } else if *fstype == "cgroup" {
+            for (ctrl, slot) in [("pids", &mut s.v1_pids), ("memory", &mut s.v1_memory)] {
+                if slot.is_none() && superopts.split(',').any(|o| o == ctrl) {
+                    if let Some(dir) = own_path(&|c: &str| c.split(',').any(|x| x == ctrl)) {
+                        if dir.is_dir() && writable(&dir) {
+                            *slot = Some(dir);
+                        }
+                    }
+                }
+            }
+        }
+    }
+    // The v2 kill needs `cgroup.kill` in the children we create; its presence in any
+    // non-root cgroup shows the kernel has it. Without it, v2 gives no tree kill.
+    if let Some(dir) = &s.v2 {
+        if !kernel_has_cgroup_kill(dir) {
+            s.v2 = None;
+            s.v2_memory = false;
+            s.v2_pids = false;
+        }
+    }
+    s
+}
+
+fn kernel_has_cgroup_kill(dir: &Path) -> bool {
+    if dir.join("cgroup.kill").exists() {
+        return true;
+    }
+    // The root cgroup has no cgroup.kill: make a probe child to see.
+    let probe = dir.join(format!("sandbox-probe-{}", std::process::id()));
+    if fs::create_dir(&probe).is_err() {
+        return false;
+    }
+    let has = probe.join("cgroup.kill").exists();
+    let _ = fs::remove_dir(&probe);
+    has
+}
+
+/// The cgroups of one run, removed when dropped (after the tree is dead).
+#[derive(Debug)]
+pub struct RunCgroups {
+    v2: Option<PathBuf>,
+    v1_pids: Option<PathBuf>,
+    v1_memory: Option<PathBuf>,
+    procs_files: Vec<CString>,
+}
+
+impl RunCgroups {
+    /// Create this run's cgroups and set the limits that a cgroup enforces. Returns `None`
+    /// when the host offers none.
+    pub fn create(
+        support: &CgroupSupport,
+        memory_bytes: Option<u64>,
+        max_processes: Option<u64>,
+    ) -> io::Result<Option<Self>> {
+        if support.v2.is_none() && support.v1_pids.is_none() && support.v1_memory.is_none() {
+            return Ok(None);
+        }
+        static COUNTER: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "sandbox-{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut run = RunCgroups {
+            v2: None,
+            v1_pids: None,
+            v1_memory: None,
+            procs_files: Vec::new(),
+        };
+        // On error, `run` is dropped and removes what was made so far.
+        if let Some(base) = &support.v2 {
+            let dir = base.join(&name);
+            fs::create_dir(&dir)?;
+            run.v2 = Some(dir.clone());
+            if support.v2_pids {
+                if let Some(n) = max_processes {
+                    fs::write(dir.join("pids.max"), n.to_string())?;
+                }
+            }
+            if support.v2_memory {
+                if let Some(b) = memory_bytes {
+                    fs::write(dir.join("memory.max"), b.to_string())?;
+                    let _ = fs::write(dir.join("memory.swap.max"), "0");
+                }
+            }
+        }
+        if let Some(base) = &support.v1_pids {
+            let dir = base.join(&name);
+            fs::create_dir(&dir)?;
+            run.v1_pids = Some(dir.clone());
+            if !support.v2_pids {
+                if let Some(n) = max_processes {
+                    fs::write(dir.join("pids.max"), n.to_string())?;
+                }
+            }
+        }
+        if let Some(base) = &support.v1_memory {
+            let dir = base.join(&name);
+            fs::create_dir(&dir)?;
+            run.v1_memory = Some(dir.clone());
+            if !support.v2_memory {
+                if let Some(b) = memory_bytes {
+                    fs::write(dir.join("memory.limit_in_bytes"), b.to_string())?;
+                    // Without this, a limited tree swaps instead of being killed.
+                    let _ = fs::write(dir.join("memory.memsw.limit_in_bytes"), b.to_string());
+                    let _ = fs::write(dir.join("memory.swappiness"), "0");
+                }
+            }
+        }
+        for dir in [&run.v2, &run.v1_pids, &run.v1_memory]
+            .into_iter()
+            .flatten()
+        {
+            let f = dir.join("cgroup.procs");
+            let c = CString::new(f.as_os_str().as_bytes())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            run.procs_files.push(c);
+        }
+        Ok(Some(run))
+    }
+
+    /// The `cgroup.procs` files the child writes itself into between fork and exec.
+    pub fn procs_files(&self) -> &[CString] {
+        &self.procs_files
+    }
+
+    fn pids_dir(&self) -> Option<&Path> {
+        self.v2.as_deref().or(self.v1_pids.as_deref())
+    }
+
+    fn members(&self) -> Vec<i32> {
+        self.pids_dir()
+            .and_then(|d| fs::read_to_string(d.join("cgroup.procs")).ok())
+            .map(|s| s.lines().filter_map(|l| l.trim().parse().ok()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Kill every process in the run's cgroup and wait (up to `limit`) until none is left.
+    pub fn kill_all(&self, limit: Duration) {
+        if let Some(v2) = &self.v2 {
+            let _ = fs::write(v2.join("cgroup.kill"), "1");
+        }
+        let deadline = Instant::now() + limit;
+        loop {
+            let members = self.members();
+            if members.is_empty() || Instant::now() > deadline {
+                return;
+            }
+            // v1 has no cgroup.kill: kill what is listed, again until the list is empty
+            // (the pids limit bounds how many a fork loop can add meanwhile).
+            for pid in members {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// Whether the kernel's OOM killer killed something in this run's memory cgroup.
+    pub fn oom_killed(&self) -> bool {
+        let count = |path: PathBuf, key: &str| -> u64 {
+            fs::read_to_string(path)
+                .ok()
+                .and_then(|s| {
+                    s.lines().find_map(|l| {
+                        let (k, v) = l.split_once(' ')?;
+                        (k == key).then(|| v.trim().parse().ok()).flatten()
+                    })
+                })
+                .unwrap_or(0)
+        };
+        let v2 = self
+            .v2
+            .as_ref()
+            .map(|d| count(d.join("memory.events"), "oom_kill"))
+            .unwrap_or(0);
+        let v1 = self
+            .v1_memory
+            .as_ref()
+            .map(|d| count(d.join("memory.oom_control"), "oom_kill"))
+            .unwrap_or(0);
+        v2 + v1 > 0
+    }
+}
+
+impl Drop for RunCgroups {
+    fn drop(&mut self) {
+        for dir in [&self.v2, &self.v1_pids, &self.v1_memory]
+            .into_iter()
+            .flatten()
+        {
+            // A cgroup is removable once its last process is reaped; give that a moment.
+            for _ in 0..200 {
+                match fs::remove_dir(dir) {
+                    Ok(()) => break,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => break,
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        }
+    }
+}

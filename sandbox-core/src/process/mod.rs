@@ -1,0 +1,257 @@
+//! The machinery every process-based backend shares: spawn with the scrubbed environment
+//! and the limits, capture output, enforce the timeout, kill the whole tree, decode the
+//! exit status.
+//!
+//! A backend implements [`Launcher`]: it turns a [`Plan`] into a [`Launch`] (which program,
+//! which argv, which steps between fork and exec). [`ProcessSandbox`] does everything else,
+//! identically for every backend.
+//!
+//! # Process lifetime
+//!
+//! The command starts in a new process group, in cgroups of its own where the host allows
+//! (see [`cgroup`]), with `PR_SET_PDEATHSIG` so it dies with the host thread that spawned
+//! it. When it ends, times out or is killed, the whole tree is killed: the cgroup (which
+//! reaches descendants that called `setsid`) and the process group; then the pipes are
+//! drained to their end and the cgroups removed. `wait` returns only after all of that.
+
+pub mod cgroup;
+mod child;
+pub mod files;
+pub mod output;
+mod supervise;
+
+use std::any::Any;
+use std::ffi::OsString;
+use std::fmt;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+use async_trait::async_trait;
+
+pub use child::PreExec;
+
+use crate::outcome::{LimitMechanism, TreeKill};
+use crate::run::RunSlot;
+use crate::{
+    Capability, Logs, Plan, Preflight, Sandbox, SandboxError, SandboxOpts, SandboxOutcome,
+};
+
+/// What to spawn for one run: the result of a backend's pure policy function plus the
+/// resources (descriptors, temp dirs) it needs alive while the command runs.
+#[non_exhaustive]
+pub struct Launch {
+    /// The program to execute, absolute.
+    pub program: PathBuf,
+    /// `argv[0]` as the program sees it.
+    pub arg0: OsString,
+    /// The arguments after `argv[0]`.
+    pub args: Vec<OsString>,
+    /// The complete environment of the spawned program.
+    pub env: Vec<(OsString, OsString)>,
+    /// The working directory of the spawned program.
+    pub cwd: PathBuf,
+    /// Descriptors handed to the spawned program at their current numbers (bwrap reads its
+    /// seccomp program from one). Nothing else but stdio crosses.
+    pub pass_fds: Vec<OwnedFd>,
+    /// Run the program as this uid and gid (with no supplementary groups).
+    pub credentials: Option<(u32, u32)>,
+    /// Backend steps between fork and exec, after ours (cgroups, rlimits, descriptors,
+    /// credentials). Must be async-signal-safe.
+    pub pre_exec: Vec<Box<dyn PreExec>>,
+    /// How the backend itself guarantees the tree dies (a pid namespace, or a process group
+    /// that seccomp keeps everything in). Core adds a cgroup kill where it can; a run with
+    /// neither is refused.
+    pub tree_kill: Option<TreeKill>,
+    /// Kept alive until the run is over, then dropped (temp dirs, descriptors).
+    pub keep_alive: Vec<Box<dyn Any + Send + Sync>>,
+    /// Facts for the outcome's effective policy.
+    pub notes: Vec<String>,
+}
+
+impl fmt::Debug for Launch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Launch")
+            .field("program", &self.program)
+            .field("arg0", &self.arg0)
+            .field("args", &self.args)
+            .field("env", &self.env)
+            .field("cwd", &self.cwd)
+            .field("pass_fds", &self.pass_fds)
+            .field("credentials", &self.credentials)
+            .field("pre_exec", &self.pre_exec.len())
+            .field("tree_kill", &self.tree_kill)
+            .field("notes", &self.notes)
+            .finish()
+    }
+}
+
+impl Launch {
+    /// Run the plan's program itself, with the plan's argv, environment and cwd.
+    pub fn direct(plan: &Plan) -> Self {
+        Self {
+            program: plan.program.clone(),
+            arg0: plan.argv[0].clone(),
+            args: plan.argv[1..].to_vec(),
+            env: plan.env.clone(),
+            cwd: plan.cwd.clone(),
+            pass_fds: Vec::new(),
+            credentials: None,
+            pre_exec: Vec::new(),
+            tree_kill: None,
+            keep_alive: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// Run `program` (a launcher such as bwrap) with `args`, in the plan's cwd, with `env`.
+    pub fn wrapped(
+        program: PathBuf,
+        args: Vec<OsString>,
+        env: Vec<(OsString, OsString)>,
+        plan: &Plan,
+    ) -> Self {
+        Self {
+            arg0: program.as_os_str().to_owned(),
+            program,
+            args,
+            env,
+            cwd: plan.cwd.clone(),
+            pass_fds: Vec::new(),
+            credentials: None,
+            pre_exec: Vec::new(),
+            tree_kill: None,
+            keep_alive: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+}
+
+/// What a process-based backend implements: its name, what it can enforce, how to check
+/// the host, and the pure turn of a plan into a launch.
+#[async_trait]
+pub trait Launcher: Send + Sync + fmt::Debug + 'static {
+    /// The backend's name.
+    fn name(&self) -> &'static str;
+    /// What it can enforce here.
+    fn capability(&self) -> Capability;
+    /// See [`Sandbox::preflight`].
+    async fn preflight(&self) -> Result<Preflight, SandboxError>;
+    /// Turn a checked plan into what to spawn. Called once per run, before anything runs;
+    /// an error here starts nothing.
+    fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError>;
+}
+
+/// How the host enforces limits and tree kill for process-based backends: the part of a
+/// capability that core decides.
+#[derive(Clone, Copy, Debug)]
+pub struct HostSupport {
+    /// Tree kill by a cgroup, if one can be made.
+    pub cgroup_kill: Option<TreeKill>,
+    /// How a memory limit is enforced (a cgroup, else `RLIMIT_AS`).
+    pub memory: LimitMechanism,
+    /// How a process cap is enforced: a cgroup; else `RLIMIT_NPROC`, which binds only a
+    /// command that does not run as root.
+    pub processes: Option<LimitMechanism>,
+    /// Whether the host process runs as root.
+    pub is_root: bool,
+}
+
+impl HostSupport {
+    /// This host, for a command that runs as root exactly when the host does (`drops_uid`
+    /// false) or as an unprivileged uid (`drops_uid` true).
+    pub fn detect(drops_uid: bool) -> Self {
+        let cg = cgroup::CgroupSupport::get();
+        let is_root = nix::unistd::geteuid().is_root();
+        let command_is_root = is_root && !drops_uid;
+        Self {
+            cgroup_kill: cg.tree_kill(),
+            memory: cg.memory().unwrap_or(LimitMechanism::Rlimit),
+            processes: cg
+                .pids()
+                .or((!command_is_root).then_some(LimitMechanism::Rlimit)),
+            is_root,
+        }
+    }
+
+    /// Fill in the limit fields of `cap` from this host.
+    pub fn apply(&self, cap: &mut Capability) {
+        cap.memory_limit = true;
+        cap.cpu_limit = true;
+        cap.open_files_limit = true;
+        cap.process_limit = self.processes.is_some();
+        cap.oom_status = matches!(
+            self.memory,
+            LimitMechanism::CgroupV1 | LimitMechanism::CgroupV2
+        );
+        cap.snapshot = true;
+    }
+}
+
+/// A [`Sandbox`] for any [`Launcher`]: the whole run, kill and wait logic, once.
+#[derive(Debug)]
+pub struct ProcessSandbox<L: Launcher> {
+    launcher: L,
+    slot: RunSlot,
+}
+
+impl<L: Launcher> ProcessSandbox<L> {
+    /// A sandbox for one command, run by `launcher`.
+    pub fn new(launcher: L) -> Self {
+        Self {
+            launcher,
+            slot: RunSlot::default(),
+        }
+    }
+
+    /// The launcher.
+    pub fn launcher(&self) -> &L {
+        &self.launcher
+    }
+}
+
+#[async_trait]
+impl<L: Launcher> Sandbox for ProcessSandbox<L> {
+    fn backend(&self) -> &'static str {
+        self.launcher.name()
+    }
+
+    fn capability(&self) -> Capability {
+        self.launcher.capability()
+    }
+
+    async fn preflight(&self) -> Result<Preflight, SandboxError> {
+        self.launcher.preflight().await
+    }
+
+    async fn run(&self, opts: SandboxOpts) -> Result<(), SandboxError> {
+        let guard = self.slot.begin()?;
+        let name = self.launcher.name();
+        let mut plan = Plan::new(&opts, name, &self.launcher.capability())?;
+        let snapshot = if plan.snapshot {
+            let copy = files::snapshot_copy(&plan.workspace)?;
+            plan.rebase_workspace(copy.path());
+            Some(copy)
+        } else {
+            None
+        };
+        let mut launch = self.launcher.prepare(&plan)?;
+        if let Some(copy) = snapshot {
+            launch.keep_alive.push(Box::new(copy));
+        }
+        let handle = supervise::start(name, plan, launch)?;
+        guard.started(handle);
+        Ok(())
+    }
+
+    async fn wait(&self) -> Result<SandboxOutcome, SandboxError> {
+        self.slot.handle("wait")?.wait().await
+    }
+
+    async fn kill(&self) -> Result<(), SandboxError> {
+        self.slot.handle("kill")?.kill().await
+    }
+
+    async fn logs(&self) -> Result<Logs, SandboxError> {
+        Ok(self.slot.handle("logs")?.logs())
+    }
+}

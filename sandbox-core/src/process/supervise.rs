@@ -1,0 +1,300 @@
+//! Spawn one launch and supervise it to its end.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::process::ExitStatusExt;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::AsyncWriteExt;
+
+use super::cgroup::{CgroupSupport, RunCgroups};
+use super::child::ChildSetup;
+use super::output::{drain, snapshot};
+use super::{files, HostSupport, Launch};
+use crate::outcome::{LimitMechanism, LimitRecord};
+use crate::run::{run_channel, RunControl, RunHandle};
+use crate::{Plan, SandboxError, SandboxOutcome, Status, StreamKind};
+
+/// How long to wait for the tree to be gone and the pipes to close after a kill.
+const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
+
+/// Spawn `launch` for `plan`; returns once the program runs.
+pub(super) fn start(
+    backend: &'static str,
+    plan: Plan,
+    mut launch: Launch,
+) -> Result<RunHandle, SandboxError> {
+    let drops_uid = launch.credentials.is_some_and(|(uid, _)| uid != 0);
+    let host = HostSupport::detect(drops_uid);
+    let mut policy = plan.effective_policy(backend);
+    policy.notes.append(&mut launch.notes);
+
+    // Decide each limit's mechanism; a cgroup where the host gives one.
+    let limits = &plan.limits;
+    let cg_memory = limits
+        .memory_bytes
+        .filter(|_| host.memory != LimitMechanism::Rlimit);
+    let cg_pids = limits
+        .max_processes
+        .filter(|_| host.processes.is_some_and(|m| m != LimitMechanism::Rlimit));
+    let cgroups = RunCgroups::create(CgroupSupport::get(), cg_memory, cg_pids)
+        .map_err(|e| SandboxError::io("creating the run's cgroups", e))?
+        .map(Arc::new);
+
+    let mut rlimits = Vec::new();
+    if let Some(b) = limits.memory_bytes {
+        policy.limits.push(LimitRecord {
+            limit: "memory",
+            value: b,
+            mechanism: host.memory,
+        });
+        if host.memory == LimitMechanism::Rlimit {
+            rlimits.push((libc::RLIMIT_AS, b));
+        }
+    }
+    if let Some(n) = limits.max_processes {
+        let mechanism = host.processes.ok_or_else(|| SandboxError::NotSupported {
+            backend,
+            feature: "a process-count limit for a command running as root without a cgroup".into(),
+            remedy: "run the host as an ordinary user, or give it a writable cgroup".into(),
+        })?;
+        policy.limits.push(LimitRecord {
+            limit: "processes",
+            value: n,
+            mechanism,
+        });
+        if mechanism == LimitMechanism::Rlimit {
+            rlimits.push((libc::RLIMIT_NPROC, n));
+        }
+    }
+    if let Some(s) = limits.cpu_seconds {
+        policy.limits.push(LimitRecord {
+            limit: "cpu",
+            value: s,
+            mechanism: LimitMechanism::Rlimit,
+        });
+        rlimits.push((libc::RLIMIT_CPU, s));
+    }
+    if let Some(n) = limits.open_files {
+        policy.limits.push(LimitRecord {
+            limit: "open_files",
+            value: n,
+            mechanism: LimitMechanism::Rlimit,
+        });
+        rlimits.push((libc::RLIMIT_NOFILE, n));
+    }
+
+    // The tree kill: the backend's own guarantee, or a cgroup; neither is refused.
+    policy.tree_kill = match (launch.tree_kill, cgroups.as_ref().and(host.cgroup_kill)) {
+        (Some(own), _) => Some(own),
+        (None, Some(cg)) => Some(cg),
+        (None, None) => {
+            return Err(SandboxError::NotSupported {
+                backend,
+                feature: "killing every descendant of the command".into(),
+                remedy: "give the host a writable cgroup (cgroup v2 delegation, or root), or \
+                         use a backend that confines the process tree (bwrap, landlock)"
+                    .into(),
+            })
+        }
+    };
+
+    let setup = ChildSetup {
+        parent: std::process::id() as libc::pid_t,
+        cgroup_procs: cgroups
+            .as_ref()
+            .map(|c| c.procs_files().to_vec())
+            .unwrap_or_default(),
+        rlimits: rlimits
+            .into_iter()
+            .map(|(r, v)| (r, v as libc::rlim_t))
+            .collect(),
+        pass_fds: launch.pass_fds.iter().map(|f| f.as_raw_fd()).collect(),
+        credentials: launch.credentials,
+        steps: std::mem::take(&mut launch.pre_exec),
+    };
+
+    let mut cmd = std::process::Command::new(&launch.program);
+    {
+        use std::os::unix::process::CommandExt;
+        cmd.arg0(&launch.arg0)
+            .args(&launch.args)
+            .env_clear()
+            .envs(launch.env.iter().map(|(k, v)| (k, v)))
+            .current_dir(&launch.cwd)
+            .process_group(0);
+        // SAFETY: `ChildSetup::run` makes only async-signal-safe system calls on data
+        // prepared above (see `child.rs`).
+        unsafe {
+            cmd.pre_exec(move || setup.run());
+        }
+    }
+    let mut cmd = tokio::process::Command::from(cmd);
+    cmd.stdin(match plan.stdin {
+        crate::Stdin::Null => Stdio::null(),
+        crate::Stdin::Bytes(_) => Stdio::piped(),
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .kill_on_drop(true);
+
+    let started = Instant::now();
+    let mut child = cmd.spawn().map_err(|source| SandboxError::Spawn {
+        program: launch.program.clone(),
+        source,
+    })?;
+    // The descriptors were handed over; ours can go.
+    launch.pass_fds.clear();
+    let pgid = child.id().map(|p| Pid::from_raw(p as i32));
+
+    let (handle, control) = run_channel(plan.output_limit);
+    let out = child.stdout.take().map(|r| {
+        tokio::spawn(drain(
+            r,
+            control.stdout.clone(),
+            StreamKind::Stdout,
+            plan.output_sink.clone(),
+        ))
+    });
+    let err = child.stderr.take().map(|r| {
+        tokio::spawn(drain(
+            r,
+            control.stderr.clone(),
+            StreamKind::Stderr,
+            plan.output_sink.clone(),
+        ))
+    });
+    if let (Some(mut stdin), crate::Stdin::Bytes(bytes)) = (child.stdin.take(), &plan.stdin) {
+        let bytes = bytes.clone();
+        tokio::spawn(async move {
+            // A command that does not read its input closes the pipe: not an error.
+            let _ = stdin.write_all(&bytes).await;
+            let _ = stdin.shutdown().await;
+        });
+    }
+
+    let run = Supervised {
+        backend,
+        plan,
+        launch,
+        cgroups,
+        pgid,
+        started,
+        policy,
+    };
+    tokio::spawn(run.supervise(child, control, [out, err]));
+    Ok(handle)
+}
+
+struct Supervised {
+    backend: &'static str,
+    plan: Plan,
+    launch: Launch,
+    cgroups: Option<Arc<RunCgroups>>,
+    pgid: Option<Pid>,
+    started: Instant,
+    policy: crate::EffectivePolicy,
+}
+
+enum End {
+    Exited(std::process::ExitStatus),
+    TimedOut,
+    Killed,
+}
+
+impl Supervised {
+    async fn supervise(
+        self,
+        mut child: tokio::process::Child,
+        mut control: RunControl,
+        drains: [Option<tokio::task::JoinHandle<()>>; 2],
+    ) {
+        let deadline = self.plan.timeout.map(|t| tokio::time::Instant::now() + t);
+        let timer = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(timer);
+        let end = tokio::select! {
+            status = child.wait() => match status {
+                Ok(s) => End::Exited(s),
+                Err(_) => End::Killed,
+            },
+            _ = &mut timer => End::TimedOut,
+            _ = control.kill_rx.wait_for(|k| *k) => End::Killed,
+        };
+        // Whatever ended it, nothing of the tree may outlive the run.
+        self.kill_tree().await;
+        let exit = match end {
+            End::Exited(s) => Some(s),
+            _ => child.wait().await.ok(),
+        };
+        let wall_time = self.started.elapsed();
+        // The pipes close once the last writer is dead; bound the wait in case something
+        // outside our reach holds them.
+        for d in drains.into_iter().flatten() {
+            let abort = d.abort_handle();
+            if tokio::time::timeout(TEARDOWN_LIMIT, d).await.is_err() {
+                abort.abort();
+            }
+        }
+        let oom = self.cgroups.as_ref().is_some_and(|c| c.oom_killed());
+        let status = match end {
+            End::TimedOut => Status::TimedOut,
+            End::Killed => Status::Killed,
+            End::Exited(_) => decode(exit, oom),
+        };
+        let files = files::capture_files(
+            &self.plan.workspace,
+            &self.plan.capture_files,
+            self.plan.output_limit,
+        );
+        let outcome = SandboxOutcome {
+            status,
+            stdout: snapshot(&control.stdout),
+            stderr: snapshot(&control.stderr),
+            wall_time,
+            backend: self.backend,
+            files,
+            policy: self.policy.clone(),
+        };
+        // Remove the cgroups and the launch's resources (temp dirs, the snapshot copy)
+        // before reporting, so that `wait` returning means nothing is left behind.
+        let Supervised {
+            cgroups, launch, ..
+        } = self;
+        let _ = tokio::task::spawn_blocking(move || {
+            drop(cgroups);
+            drop(launch);
+        })
+        .await;
+        control.finish(Ok(outcome));
+    }
+
+    async fn kill_tree(&self) {
+        if let Some(pgid) = self.pgid {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+        if let Some(cg) = self.cgroups.clone() {
+            // cgroup.kill, or the v1 kill loop: both may sleep briefly.
+            let _ = tokio::task::spawn_blocking(move || cg.kill_all(TEARDOWN_LIMIT)).await;
+        }
+    }
+}
+
+fn decode(exit: Option<std::process::ExitStatus>, oom: bool) -> Status {
+    match exit {
+        Some(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => Status::Exited { code },
+            (None, Some(sig)) if oom && sig == libc::SIGKILL => Status::OutOfMemory,
+            (None, Some(signal)) => Status::Signaled { signal },
+            (None, None) => Status::Killed,
+        },
+        None => Status::Killed,
+    }
+}

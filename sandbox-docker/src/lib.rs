@@ -1,0 +1,1 @@
+//! The `docker` backend: built in its own issue.

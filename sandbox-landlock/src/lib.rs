@@ -1,0 +1,1 @@
+//! The `landlock` backend: built in its own issue.

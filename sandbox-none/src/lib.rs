@@ -1,0 +1,98 @@
+//! The unconfined backend.
+//!
+//! **It confines nothing.** The command reads and writes everything the host user can,
+//! reaches the host's whole network, and sees and signals the host's processes. What it
+//! does get is everything core gives every backend: the scrubbed environment, resource
+//! limits, the timeout, output caps, and the whole process tree killed at the end (by a
+//! cgroup; a host where none can be created cannot run it, since descendants that call
+//! `setsid` would escape).
+//!
+//! Its capability says so, so the lane policy runs it only on the `trusted` lane, with
+//! every over-grant recorded in the outcome. It is for commands the host already trusts,
+//! for tests, and as the worked example in `docs/adding-a-backend.md`.
+//!
+//! Dependencies: `sandbox-core` (everything), `async-trait` (the launcher trait).
+
+use async_trait::async_trait;
+use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_core::{Capability, Enforcement, Plan, Preflight, SandboxError};
+
+/// The backend's name.
+pub const NAME: &str = "none";
+
+/// A sandbox that runs its command unconfined.
+pub type NoneSandbox = ProcessSandbox<NoneBackend>;
+
+/// The launcher: runs the plan's program as it is.
+#[derive(Clone, Debug)]
+pub struct NoneBackend {
+    capability: Capability,
+}
+
+impl NoneBackend {
+    /// The launcher, with its capability on this host.
+    pub fn new() -> Self {
+        Self {
+            capability: capability(),
+        }
+    }
+}
+
+impl Default for NoneBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A new unconfined sandbox.
+pub fn sandbox() -> NoneSandbox {
+    ProcessSandbox::new(NoneBackend::new())
+}
+
+/// What `none` enforces on this host: no confinement; limits and tree kill from core.
+pub fn capability() -> Capability {
+    let host = HostSupport::detect(false);
+    let mut cap = Capability {
+        network_none: Enforcement::OverGrant("the host's whole network"),
+        network_loopback: Enforcement::OverGrant("the host's whole network"),
+        network_full: Enforcement::Exact,
+        tree_kill: host.cgroup_kill.is_some(),
+        signal_status: true,
+        host_programs: true,
+        ..Capability::default()
+    };
+    host.apply(&mut cap);
+    cap
+}
+
+#[async_trait]
+impl Launcher for NoneBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capability(&self) -> Capability {
+        self.capability.clone()
+    }
+
+    async fn preflight(&self) -> Result<Preflight, SandboxError> {
+        if !self.capability.tree_kill {
+            return Err(SandboxError::unavailable(
+                NAME,
+                "no cgroup can be created here, so descendants that call setsid could \
+                 outlive the run",
+                "run with a writable cgroup (as root, or in a systemd-delegated cgroup v2 \
+                 subtree, e.g. under `systemd-run --user --scope`)",
+            ));
+        }
+        Ok(Preflight::new(
+            NAME,
+            None,
+            vec!["no confinement: runs only on the `trusted` lane".into()],
+        ))
+    }
+
+    fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
+        Ok(Launch::direct(plan))
+    }
+}

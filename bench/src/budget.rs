@@ -1,0 +1,120 @@
+//! How many runs each measurement takes, and the targets from issue 7.
+
+use crate::measure::Rounds;
+
+/// Iteration counts and sizes for one bench run.
+#[derive(Clone, Copy, Debug)]
+pub struct Budget {
+    /// Whether this is a `--quick` run.
+    pub quick: bool,
+    /// Start-up: warm-up and measured runs per variant.
+    pub startup: Rounds,
+    /// Start-up for backends whose one run costs hundreds of milliseconds (docker).
+    pub startup_slow: Rounds,
+    /// Bytes written by the flood.
+    pub flood_bytes: u64,
+    /// Flood: warm-up and measured runs per variant.
+    pub flood: Rounds,
+    /// Sandboxes started at once.
+    pub concurrent: usize,
+    /// Concurrent-vs-sequential rounds (each round runs both).
+    pub concurrency_rounds: usize,
+}
+
+impl Budget {
+    /// The full bench: enough runs for a stable median and p95 on a noisy 2-core host.
+    pub fn full() -> Self {
+        Self {
+            quick: false,
+            startup: Rounds {
+                warmup: 20,
+                runs: 200,
+            },
+            startup_slow: Rounds {
+                warmup: 3,
+                runs: 30,
+            },
+            flood_bytes: 1 << 30,
+            flood: Rounds { warmup: 1, runs: 7 },
+            concurrent: 64,
+            concurrency_rounds: 5,
+        }
+    }
+
+    /// A handful of runs, only to prove every path still works.
+    pub fn quick() -> Self {
+        Self {
+            quick: true,
+            startup: Rounds { warmup: 1, runs: 5 },
+            startup_slow: Rounds { warmup: 0, runs: 2 },
+            flood_bytes: 64 << 20,
+            flood: Rounds { warmup: 0, runs: 1 },
+            concurrent: 64,
+            concurrency_rounds: 1,
+        }
+    }
+}
+
+/// A target on a ratio.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Target {
+    /// The ratio must be at most this.
+    AtMost(f64),
+    /// The ratio must be at least this.
+    AtLeast(f64),
+}
+
+impl Target {
+    /// Whether `ratio` meets it.
+    pub fn met(self, ratio: f64) -> bool {
+        match self {
+            Self::AtMost(t) => ratio <= t,
+            Self::AtLeast(t) => ratio >= t,
+        }
+    }
+
+    /// As shown in the table.
+    pub fn cell(self) -> String {
+        match self {
+            Self::AtMost(t) => format!("≤ {t:.2}×"),
+            Self::AtLeast(t) => format!("≥ {t:.2}×"),
+        }
+    }
+}
+
+/// Issue 7's start-up target against a bare spawn: only landlock has one (it is the
+/// backend meant to cost next to nothing).
+pub fn startup_vs_bare(backend: &str) -> Option<Target> {
+    (backend == "landlock").then_some(Target::AtMost(1.3))
+}
+
+/// Issue 7's start-up target against the backend's own tool run directly.
+pub fn startup_vs_direct(backend: &str) -> Option<Target> {
+    match backend {
+        "bwrap" => Some(Target::AtMost(1.05)),
+        "docker" => Some(Target::AtMost(0.9)),
+        _ => None,
+    }
+}
+
+/// 1 GiB of stdout with capture on: at least 0.8 of a bare pipe's throughput.
+pub const FLOOD: Target = Target::AtLeast(0.8);
+
+/// 64 at once: at least 1.6 times the sequential completion rate.
+pub const CONCURRENCY: Target = Target::AtLeast(1.6);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_compare_in_the_right_direction() {
+        assert!(Target::AtMost(1.3).met(1.3));
+        assert!(!Target::AtMost(1.3).met(1.31));
+        assert!(FLOOD.met(0.8));
+        assert!(!FLOOD.met(0.79));
+        assert_eq!(Target::AtMost(1.05).cell(), "≤ 1.05×");
+        assert_eq!(startup_vs_bare("none"), None);
+        assert_eq!(startup_vs_direct("bwrap"), Some(Target::AtMost(1.05)));
+    }
+}

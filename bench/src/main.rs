@@ -1,0 +1,232 @@
+//! `sandbox-bench`: what each sandbox backend costs, as ratios against baselines measured
+//! in the same run (issue 7). `cargo xtask bench` builds it in release, runs it and keeps
+//! its table in `bench/RESULTS.md`.
+//!
+//! # What it measures, per backend
+//!
+//! - Start-up to outcome of `/bin/true` through the library (`run` + `wait`), median and
+//!   p95 after a warm-up, against a bare `tokio::process` spawn of the same program from
+//!   this process; for bwrap also against bwrap run directly with the launch the backend
+//!   builds (same argv, environment, descriptors), for docker against `docker run --rm`
+//!   with the same image and flags.
+//! - Throughput of a flood of standard output through the sandbox with capture on,
+//!   against a bare pipe.
+//! - 64 sandboxes at once on the multi-threaded runtime against 64 one after another.
+//! - Start-up through the `sandbox` command as a whole process.
+//!
+//! # Honesty
+//!
+//! Each comparison runs its variants interleaved in one loop (see [`measure`]), so both
+//! sides see the same machine. A run only counts if it did what is measured (exit 0,
+//! every byte read); otherwise the row says FAILED and the bench exits non-zero. A backend
+//! that cannot run here is a row saying why, never a number. `--quick` runs a handful of
+//! iterations to prove the paths work and judges no target.
+//!
+//! # Dependencies
+//!
+//! `sandbox-core` and the backend crates (what is measured), `tokio` (the runtime the
+//! library runs on, and the bare baselines), `clap` (arguments), `tempfile` (the
+//! workspace), `thiserror` (the error), `libc` (`fcntl` between fork and exec for the
+//! direct launch, `geteuid` for the header).
+
+mod budget;
+mod cli;
+mod concurrency;
+mod error;
+mod flood;
+mod machine;
+mod measure;
+mod runs;
+mod startup;
+mod stats;
+mod subject;
+mod table;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use crate::budget::Budget;
+use crate::error::BenchError;
+use crate::machine::Machine;
+use crate::subject::{Host, Subject};
+use crate::table::{Report, Row};
+
+/// Measure sandbox start-up, throughput and concurrency per backend; prints a markdown
+/// table on standard output (progress goes to standard error).
+#[derive(Debug, Parser)]
+#[command(name = "sandbox-bench")]
+struct Args {
+    /// A backend to measure (repeatable; default: none, bwrap, landlock, docker). A named
+    /// backend that cannot be measured makes the exit status non-zero.
+    #[arg(long = "backend", value_name = "NAME")]
+    backends: Vec<String>,
+    /// A handful of iterations and a 64 MiB flood: proves the bench runs, judges nothing.
+    #[arg(long)]
+    quick: bool,
+    /// The `sandbox` command to measure as a whole process.
+    #[arg(long, value_name = "PATH")]
+    sandbox_bin: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Write BYTES zero bytes to standard output (the flood program run in sandboxes).
+    #[command(hide = true)]
+    Flood {
+        /// How many bytes.
+        bytes: u64,
+    },
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(Cmd::Flood { bytes }) = args.cmd {
+        return match flood::flood(bytes) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(_) => ExitCode::FAILURE,
+        };
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("sandbox-bench: cannot start the tokio runtime: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    runtime.block_on(bench(args))
+}
+
+/// How every figure was taken, under the table.
+fn notes(budget: &Budget) -> Vec<String> {
+    vec![
+        "Every comparison is measured interleaved: the variants run in one loop, in a \
+         rotating order, in the same process, so a baseline and a sandbox see the same \
+         machine. Ratios are median over median."
+            .into(),
+        format!(
+            "Start-up: {} warm-up + {} measured runs per variant ({} + {} for container \
+             backends). Bare spawn = `tokio::process::Command` of `/bin/true` with its \
+             outputs piped and read.",
+            budget.startup.warmup,
+            budget.startup.runs,
+            budget.startup_slow.warmup,
+            budget.startup_slow.runs
+        ),
+        "bwrap direct = the exact launch the backend prepares for the same options (its \
+         program, argv, environment, working directory, the descriptors it hands over, \
+         credentials), spawned by this process without the library (no plan, no cgroup, no \
+         supervisor); preparing it is not timed. The ratio is what our wrapper adds on top \
+         of bwrap itself."
+            .into(),
+        "Flood: the program is this binary (`sandbox-bench flood BYTES`, 1 MiB writes) \
+         copied into the workspace; the bare pipe reads it in 64 KiB reads, as the library's \
+         capture does. Ratio = bare time / sandbox time (throughput ratio)."
+            .into(),
+        "Lane: the strictest lane the library accepts for these options on that backend \
+         (decided by the library's own checks). All runs use the library's defaults \
+         otherwise: network none, 8 MiB output cap, 512-process cap."
+            .into(),
+    ]
+}
+
+/// Add a measurement's rows, or a FAILED row; true when it failed.
+fn record(rows: &mut Vec<Row>, backend: &str, what: &str, r: Result<Vec<Row>, BenchError>) -> bool {
+    match r {
+        Ok(mut ok) => {
+            rows.append(&mut ok);
+            false
+        }
+        Err(e) => {
+            eprintln!("sandbox-bench: {backend}: {what}: {e}");
+            rows.push(Row::failed(backend, what, &e.to_string()));
+            true
+        }
+    }
+}
+
+async fn bench(args: Args) -> ExitCode {
+    let budget = if args.quick {
+        Budget::quick()
+    } else {
+        Budget::full()
+    };
+    let host = match Host::new() {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("sandbox-bench: cannot set up the workspace under TMPDIR: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let explicit = !args.backends.is_empty();
+    let names: Vec<String> = if explicit {
+        args.backends.clone()
+    } else {
+        subject::ALL.iter().map(|s| s.to_string()).collect()
+    };
+    let mut report = Report {
+        machine: Machine::detect(),
+        quick: budget.quick,
+        rows: Vec::new(),
+        notes: notes(&budget),
+    };
+    let mut failed = false;
+    for name in &names {
+        eprintln!("sandbox-bench: {name}: preflight");
+        let s = match Subject::open(name, &host).await {
+            Ok(s) => s,
+            Err(reason) => {
+                eprintln!("sandbox-bench: {name}: not measured: {reason}");
+                report
+                    .rows
+                    .push(Row::not_measured(name, "all measurements", &reason));
+                failed |= explicit;
+                continue;
+            }
+        };
+        eprintln!("sandbox-bench: {name}: start-up (lane {})", s.lane);
+        let r = startup::measure(&s, &host.true_program, &budget).await;
+        failed |= record(&mut report.rows, name, "start-up", r);
+        eprintln!("sandbox-bench: {name}: flood");
+        let r = flood::measure(&s, &host, &budget).await.map(|r| vec![r]);
+        failed |= record(&mut report.rows, name, "stdout throughput", r);
+        eprintln!("sandbox-bench: {name}: concurrency");
+        let r = concurrency::measure(&s, &budget).await.map(|r| vec![r]);
+        failed |= record(&mut report.rows, name, "concurrency", r);
+        let what = "start-up through the `sandbox` command";
+        match &args.sandbox_bin {
+            Some(bin) if bin.is_file() => {
+                eprintln!("sandbox-bench: {name}: the `sandbox` command");
+                let r = cli::measure(&s, bin, &host.true_program, &budget)
+                    .await
+                    .map(|r| vec![r]);
+                failed |= record(&mut report.rows, name, what, r);
+            }
+            Some(bin) => report.rows.push(Row::not_measured(
+                name,
+                what,
+                &format!(
+                    "{} does not exist (build the `sandbox` package)",
+                    bin.display()
+                ),
+            )),
+            None => report.rows.push(Row::not_measured(
+                name,
+                what,
+                "no `sandbox` command given (--sandbox-bin PATH; `cargo xtask bench` passes it)",
+            )),
+        }
+    }
+    print!("{}", report.markdown());
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}

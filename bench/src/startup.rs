@@ -1,0 +1,108 @@
+//! Start-up to outcome of `/bin/true`: through the library, against a bare spawn from this
+//! same process and (bwrap, docker) against the backend's own tool run directly with what
+//! the backend would give it, all interleaved in one loop.
+
+use std::ffi::OsString;
+use std::path::Path;
+
+use crate::budget::{self, Budget};
+use crate::error::BenchError;
+use crate::measure::{interleaved, Probe, Rounds};
+use crate::runs;
+use crate::stats::{fmt_duration, fmt_ratio, Samples};
+use crate::subject::{Direct, Subject};
+use crate::table::{Row, Verdict};
+
+fn ratio(a: &Samples, b: &Samples) -> f64 {
+    a.median().as_secs_f64() / b.median().as_secs_f64()
+}
+
+fn row(
+    s: &Subject,
+    what: String,
+    ours: &Samples,
+    base: &Samples,
+    base_label: &str,
+    target: Option<budget::Target>,
+    quick: bool,
+) -> Row {
+    let r = ratio(ours, base);
+    Row {
+        backend: s.name.into(),
+        what,
+        median: fmt_duration(ours.median()),
+        p95: fmt_duration(ours.p95()),
+        ratio: fmt_ratio(r),
+        baseline: format!(
+            "{base_label}: {} (p95 {})",
+            fmt_duration(base.median()),
+            fmt_duration(base.p95())
+        ),
+        target: target.map_or("—".into(), |t| t.cell()),
+        verdict: target.map_or(Verdict::NoTarget, |t| Verdict::judge(t.met(r), quick)),
+    }
+}
+
+/// The start-up rows for `s`.
+pub async fn measure(
+    s: &Subject,
+    host_true: &Path,
+    budget: &Budget,
+) -> Result<Vec<Row>, BenchError> {
+    let rounds: Rounds = if s.slow {
+        budget.startup_slow
+    } else {
+        budget.startup
+    };
+    let bare_argv: Vec<OsString> = vec![host_true.as_os_str().to_owned()];
+    let opts = s.opts(vec![s.true_program.clone()]);
+
+    let mut probes: Vec<Probe<'_>> = vec![
+        Box::new(|| Box::pin(runs::bare_spawn(&bare_argv))),
+        Box::new(|| {
+            let opts = opts.clone();
+            Box::pin(async move { runs::library_run(&s.backend, opts).await.map(|(d, _)| d) })
+        }),
+    ];
+    let direct_label = match &s.direct {
+        Some(Direct::Launch { label, prepare }) => {
+            let prepare = prepare.clone();
+            let opts = &opts;
+            probes.push(Box::new(move || {
+                let prepare = prepare.clone();
+                Box::pin(async move { runs::direct_launch(&*prepare, opts).await })
+            }));
+            Some(label.clone())
+        }
+        None => None,
+    };
+    let samples = interleaved(&probes, rounds).await?;
+    let (bare, ours) = (&samples[0], &samples[1]);
+
+    let what = format!(
+        "start-up of `/bin/true` to outcome: `run` + `wait` (lane {}), {} runs",
+        s.lane,
+        ours.len()
+    );
+    let mut rows = vec![row(
+        s,
+        what,
+        ours,
+        bare,
+        "bare spawn (tokio::process)",
+        budget::startup_vs_bare(s.name),
+        budget.quick,
+    )];
+    if let (Some(label), Some(direct)) = (direct_label, samples.get(2)) {
+        rows.push(row(
+            s,
+            format!("start-up against {label}, interleaved"),
+            ours,
+            direct,
+            &label,
+            budget::startup_vs_direct(s.name),
+            budget.quick,
+        ));
+    }
+    Ok(rows)
+}

@@ -68,8 +68,24 @@ struct Args {
     /// The `sandbox` command to measure as a whole process.
     #[arg(long, value_name = "PATH")]
     sandbox_bin: Option<PathBuf>,
+    /// Only these measurements (repeatable; default all): for profiling one of them.
+    #[arg(long, value_enum, value_name = "WHAT")]
+    only: Vec<Only>,
     #[command(subcommand)]
     cmd: Option<Cmd>,
+}
+
+/// One measurement, for `--only`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Only {
+    /// Start-up through the library.
+    Startup,
+    /// Standard output throughput.
+    Flood,
+    /// Many sandboxes at once.
+    Concurrency,
+    /// Start-up through the `sandbox` command.
+    Cli,
 }
 
 #[derive(Debug, Subcommand)]
@@ -190,15 +206,25 @@ async fn bench(args: Args) -> ExitCode {
                 continue;
             }
         };
-        eprintln!("sandbox-bench: {name}: start-up (lane {})", s.lane);
-        let r = startup::measure(&s, &host.true_program, &budget).await;
-        failed |= record(&mut report.rows, name, "start-up", r);
-        eprintln!("sandbox-bench: {name}: flood");
-        let r = flood::measure(&s, &host, &budget).await.map(|r| vec![r]);
-        failed |= record(&mut report.rows, name, "stdout throughput", r);
-        eprintln!("sandbox-bench: {name}: concurrency");
-        let r = concurrency::measure(&s, &budget).await.map(|r| vec![r]);
-        failed |= record(&mut report.rows, name, "concurrency", r);
+        let wanted = |w: Only| args.only.is_empty() || args.only.contains(&w);
+        if wanted(Only::Startup) {
+            eprintln!("sandbox-bench: {name}: start-up (lane {})", s.lane);
+            let r = startup::measure(&s, &host.true_program, &budget).await;
+            failed |= record(&mut report.rows, name, "start-up", r);
+        }
+        if wanted(Only::Flood) {
+            eprintln!("sandbox-bench: {name}: flood");
+            let r = flood::measure(&s, &host, &budget).await.map(|r| vec![r]);
+            failed |= record(&mut report.rows, name, "stdout throughput", r);
+        }
+        if wanted(Only::Concurrency) {
+            eprintln!("sandbox-bench: {name}: concurrency");
+            let r = concurrency::measure(&s, &budget).await.map(|r| vec![r]);
+            failed |= record(&mut report.rows, name, "concurrency", r);
+        }
+        if !wanted(Only::Cli) {
+            continue;
+        }
         let what = "start-up through the `sandbox` command";
         match &args.sandbox_bin {
             Some(bin) if bin.is_file() => {

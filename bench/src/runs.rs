@@ -183,17 +183,28 @@ pub async fn bare_pipe(argv: &[OsString], bytes: u64) -> Result<Duration, BenchE
         .kill_on_drop(true)
         .spawn()
         .map_err(|e| BenchError::io(&what, e))?;
-    let mut total = 0u64;
-    if let Some(mut out) = child.stdout.take() {
-        let mut buf = vec![0u8; READ_CHUNK];
-        loop {
-            match out.read(&mut buf).await {
-                Ok(0) => break,
-                Ok(n) => total += n as u64,
-                Err(e) => return Err(BenchError::io(&what, e)),
+    // Read on a task of its own, as the library's capture does, so the two differ only in
+    // what the sandbox adds, not in which thread reads.
+    let reader = child.stdout.take().map(|mut out| {
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; READ_CHUNK];
+            let mut total = 0u64;
+            loop {
+                match out.read(&mut buf).await {
+                    Ok(0) => return Ok(total),
+                    Ok(n) => total += n as u64,
+                    Err(e) => return Err(e),
+                }
             }
-        }
-    }
+        })
+    });
+    let total = match reader {
+        Some(task) => task
+            .await
+            .map_err(|e| BenchError::io(&what, std::io::Error::other(e)))?
+            .map_err(|e| BenchError::io(&what, e))?,
+        None => 0,
+    };
     let status = child.wait().await.map_err(|e| BenchError::io(&what, e))?;
     let took = start.elapsed();
     if !status.success() || total != bytes {

@@ -35,7 +35,10 @@ impl Budget {
                 runs: 30,
             },
             flood_bytes: 1 << 30,
-            flood: Rounds { warmup: 1, runs: 7 },
+            flood: Rounds {
+                warmup: 1,
+                runs: 11,
+            },
             concurrent: 64,
             concurrency_rounds: 5,
         }

@@ -104,8 +104,13 @@ pub struct Forbidden {
 impl Forbidden {
     /// Checks for a case running in `ctx`.
     pub fn new(ctx: &Context) -> Self {
+        Self::with_mode(ctx.mode())
+    }
+
+    /// Checks judged for `mode`.
+    pub fn with_mode(mode: Mode) -> Self {
         Self {
-            mode: ctx.mode(),
+            mode,
             results: Vec::new(),
         }
     }
@@ -440,4 +445,88 @@ pub fn describe(o: &SandboxOutcome) -> String {
         clip(o.stdout.text()),
         clip(o.stderr.text())
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_core::Enforcement;
+
+    #[test]
+    fn the_report_is_the_last_json_object_line() {
+        let out = b"noise\n{\"ok\":false}\nmore noise\n{\"ok\":true,\"n\":3}\n\n";
+        let r = parse_report(out).unwrap();
+        assert_eq!(r["n"], 3);
+        assert!(parse_report(b"no json here\n[1,2]\n").is_none());
+    }
+
+    #[test]
+    fn forbidden_fails_on_any_violation_when_conforming() {
+        let mut f = Forbidden::with_mode(Mode::Conform);
+        f.check("a", false, || "unused".into());
+        assert_eq!(f.finish(), Ok(()));
+        let mut f = Forbidden::with_mode(Mode::Conform);
+        f.check("a", false, || "unused".into());
+        f.check("b", true, || "leaked".into());
+        assert_eq!(f.finish(), Err(Failure::Violation("b: leaked".into())));
+    }
+
+    #[test]
+    fn forbidden_validates_only_when_every_check_fails() {
+        let mut f = Forbidden::with_mode(Mode::Validate);
+        f.check("a", true, || "x".into());
+        f.check("b", true, || "y".into());
+        assert!(matches!(f.finish(), Err(Failure::Violation(_))));
+        let mut f = Forbidden::with_mode(Mode::Validate);
+        f.check("a", true, || "x".into());
+        f.check("b", false, || "y".into());
+        match f.finish() {
+            Err(Failure::Broken(m)) => assert!(m.contains('b'), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            Forbidden::with_mode(Mode::Validate).finish(),
+            Err(Failure::Broken(_))
+        ));
+    }
+
+    fn everything() -> Capability {
+        Capability {
+            confine_writes: true,
+            confine_reads: true,
+            readonly_carveouts: true,
+            network_none: Enforcement::Exact,
+            network_loopback: Enforcement::Exact,
+            network_full: Enforcement::Exact,
+            tree_kill: true,
+            process_isolation: true,
+            drops_host_root: true,
+            memory_limit: true,
+            cpu_limit: true,
+            process_limit: true,
+            open_files_limit: true,
+            signal_status: true,
+            oom_status: true,
+            snapshot: true,
+            host_programs: true,
+        }
+    }
+
+    #[test]
+    fn the_lane_is_the_strictest_the_capability_allows() {
+        assert_eq!(strictest_lane("x", &everything()), Some(Lane::Strict));
+        let fast = Capability {
+            process_isolation: false,
+            ..everything()
+        };
+        assert_eq!(strictest_lane("x", &fast), Some(Lane::Fast));
+        let unconfined = Capability {
+            tree_kill: true,
+            process_limit: true,
+            network_full: Enforcement::Exact,
+            ..Capability::default()
+        };
+        assert_eq!(strictest_lane("x", &unconfined), Some(Lane::Trusted));
+        assert_eq!(strictest_lane("x", &Capability::default()), None);
+    }
 }

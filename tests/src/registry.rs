@@ -289,3 +289,64 @@ pub async fn run_case(case: Case, ctx: Arc<Context>) -> Verdict {
         )),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_core::Enforcement;
+
+    #[test]
+    fn names_are_unique_and_well_formed() {
+        let all = cases();
+        let mut names: Vec<String> = all.iter().map(Case::full_name).collect();
+        for n in &names {
+            let parts: Vec<&str> = n.split("::").collect();
+            assert_eq!(parts.len(), 3, "{n}");
+            assert_eq!(parts[0], "conformance");
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), all.len());
+    }
+
+    /// What `none` claims: no confinement at all.
+    fn unconfined() -> Capability {
+        Capability {
+            network_none: Enforcement::OverGrant("the host's whole network"),
+            network_loopback: Enforcement::OverGrant("the host's whole network"),
+            network_full: Enforcement::Exact,
+            tree_kill: true,
+            memory_limit: true,
+            cpu_limit: true,
+            process_limit: true,
+            open_files_limit: true,
+            signal_status: true,
+            snapshot: true,
+            host_programs: true,
+            ..Capability::default()
+        }
+    }
+
+    #[test]
+    fn confinement_cases_are_exactly_those_an_unconfined_backend_skips() {
+        for case in cases() {
+            let skipped = (case.requires)(&unconfined()).is_err();
+            assert_eq!(
+                skipped,
+                case.confinement,
+                "{}: skipped for an unconfined backend: {skipped}, marked confinement: {}",
+                case.full_name(),
+                case.confinement
+            );
+        }
+    }
+
+    #[test]
+    fn every_skip_has_a_reason() {
+        for case in cases() {
+            if let Err(reason) = (case.requires)(&Capability::default()) {
+                assert!(reason.len() > 10, "{}: {reason:?}", case.full_name());
+            }
+        }
+    }
+}

@@ -378,3 +378,83 @@ pub fn run(args: &[String]) -> Result<()> {
         Err(format!("conformance failed: {}", list.join("; ")).into())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn defaults_to_every_backend() {
+        let o = parse(&[]).unwrap();
+        assert_eq!(o.backends, ALL_BACKENDS);
+        assert!(!o.validate && o.require.is_empty());
+    }
+
+    #[test]
+    fn validate_alone_runs_only_the_validation() {
+        let o = parse(&args(&["--validate"])).unwrap();
+        assert!(o.validate && o.backends.is_empty());
+    }
+
+    #[test]
+    fn a_required_backend_is_run_and_harness_args_pass_through() {
+        let o = parse(&args(&[
+            "--backend",
+            "none",
+            "--require",
+            "bwrap,docker",
+            "--as-user",
+            "65534",
+            "--",
+            "fs::",
+            "--exact",
+        ]))
+        .unwrap();
+        assert_eq!(o.backends, ["none", "bwrap", "docker"]);
+        assert_eq!(o.as_user, Some(65534));
+        assert_eq!(o.test_args, ["fs::", "--exact"]);
+        assert!(parse(&args(&["--as-user", "nobody"])).is_err());
+        assert!(parse(&args(&["--frobnicate"])).is_err());
+    }
+
+    #[test]
+    fn the_matrix_shows_fail_skip_reasons_and_unavailable() {
+        let ran = Column {
+            label: "none".into(),
+            backend: "none".into(),
+            validate: false,
+            unavailable: None,
+            crashed: None,
+            results: vec![
+                ("a::one".into(), "pass".into(), None),
+                ("a::two".into(), "fail".into(), Some("broke | badly".into())),
+                ("a::three".into(), "skip".into(), Some("not claimed".into())),
+            ],
+        };
+        let gone = Column {
+            label: "bwrap".into(),
+            backend: "bwrap".into(),
+            validate: false,
+            unavailable: Some("bwrap missing".into()),
+            crashed: None,
+            results: Vec::new(),
+        };
+        let o = Options {
+            require: vec!["bwrap".into()],
+            ..Options::default()
+        };
+        let md = render(&[ran, gone], &o);
+        assert!(md.contains("| a::one | pass | unavailable |"), "{md}");
+        assert!(md.contains("| a::two | **FAIL** | unavailable |"), "{md}");
+        assert!(md.contains("skip (not claimed)"), "{md}");
+        assert!(md.contains("broke \\| badly"), "{md}");
+        assert!(
+            md.contains("**bwrap** (required): UNAVAILABLE: bwrap missing"),
+            "{md}"
+        );
+    }
+}

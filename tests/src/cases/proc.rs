@@ -87,12 +87,22 @@ async fn daemon(ctx: Arc<Context>, end: End) -> CaseResult {
         describe(&out)
     );
     let left = wait_gone(&mark, GONE_LIMIT).await;
+    // Survivors are reported, then ended, so a failing backend does not litter the host.
+    kill_all(&left);
     ensure!(
         left.is_empty(),
         "processes of the run outlived {end:?} (daemon reported `{}`): {left:?}",
         daemon_line.trim()
     );
     Ok(())
+}
+
+/// SIGKILL each listed process (found by its unique mark, so nothing else is hit).
+fn kill_all(procs: &[(i32, String)]) {
+    for &(pid, _) in procs {
+        // SAFETY: a signal to a process whose command line carries this case's mark.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
 }
 
 /// No process survives `wait`, not even a double-forked `setsid` daemon.

@@ -9,7 +9,7 @@
 //!
 //! fn backend_by_name(name: &str) -> Option<Arc<dyn Backend>> {
 //!     match name {
-//!         "none" => None, // e.g. Some(Arc::new(my_backend::MyBackend::new()))
+//!         // "mine" => Some(Arc::new(my_backend::MyBackend::new())),
 //!         _ => None,
 //!     }
 //! }

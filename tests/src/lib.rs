@@ -10,7 +10,8 @@
 //!   name (`conformance::<area>::<case>`), a [`Requirement`] over the backend's
 //!   [`Capability`](sandbox_core::Capability), and a `confinement` flag. A case that does
 //!   not apply is *skipped with its reason*, never passed. Cases select themselves by what
-//!   a backend claims, never by its name. The list is [`cases()`].
+//!   a backend claims, never by its name. The list is [`cases()`]; the functions are in
+//!   [`cases`](mod@cases), callable one by one from a backend's own tests.
 //! - [`Context`]: the backend under test, the probe's path as argv\[0\] sees it, a scratch
 //!   directory, the capability, and the lane to use (the strictest the capability
 //!   allows, decided from capability data by [`strictest_lane`]).
@@ -71,7 +72,7 @@ macro_rules! forbid {
     };
 }
 
-mod cases;
+pub mod cases;
 mod context;
 pub mod harness;
 pub mod host;

@@ -146,11 +146,20 @@ impl Column {
 /// Where a run as `uid` keeps its temp files, the binaries it runs and its report: a
 /// directory it owns (created here), so nothing depends on the target dir being readable.
 fn user_dir(uid: u32) -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("sandbox-conformance-uid-{uid}"));
+    let dir = user_dir_path(uid);
     std::fs::create_dir_all(&dir)?;
-    std::os::unix::fs::chown(&dir, Some(uid), Some(uid))?;
+    std::os::unix::fs::chown(&dir, Some(uid), Some(uid)).map_err(|e| {
+        format!(
+            "cannot hand {} to uid {uid} ({e}); --as-user needs root",
+            dir.display()
+        )
+    })?;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
     Ok(dir)
+}
+
+fn user_dir_path(uid: u32) -> PathBuf {
+    std::env::temp_dir().join(format!("sandbox-conformance-uid-{uid}"))
 }
 
 fn copy_for(uid: u32, from: &Path, dir: &Path, name: &str) -> Result<PathBuf> {
@@ -348,6 +357,10 @@ pub fn run(args: &[String]) -> Result<()> {
     }
     if opts.validate {
         columns.push(run_one(&built, "none", true, &opts)?);
+    }
+    if let Some(uid) = opts.as_user {
+        // The copies of the binaries and the temp dirs of the unprivileged runs.
+        let _ = std::fs::remove_dir_all(user_dir_path(uid));
     }
     let md = render(&columns, &opts);
     println!("\n{md}");

@@ -9,6 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use serde_json::Value;
+
+use crate::{cargo, project_root, Result};
+
 /// The help text for the task.
 pub const HELP: &str = "\
 cargo xtask bench [--backend NAME]... [--quick]
@@ -31,7 +35,7 @@ struct Opts {
     help: bool,
 }
 
-fn parse(args: &[String]) -> Result<Opts, String> {
+fn parse(args: &[String]) -> Result<Opts> {
     let mut opts = Opts::default();
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -44,57 +48,42 @@ fn parse(args: &[String]) -> Result<Opts, String> {
             },
             other => match other.strip_prefix("--backend=") {
                 Some(name) => opts.backends.push(name.to_string()),
-                None => return Err(format!("unknown argument `{other}`\n\n{HELP}")),
+                None => return Err(format!("unknown argument `{other}`\n\n{HELP}").into()),
             },
         }
     }
     Ok(opts)
 }
 
-/// The workspace root: xtask lives one level below it.
-fn project_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest.parent().unwrap_or(manifest).to_path_buf()
-}
-
-/// The `"executable"` paths in cargo's JSON messages (a string scan: xtask keeps no JSON
-/// dependency, and cargo escapes only `\` and `"` in paths we can build in).
-fn executables(json: &str) -> Vec<PathBuf> {
-    const KEY: &str = "\"executable\":\"";
+/// The binaries cargo built, by target name, from its JSON messages.
+fn executables(json: &str) -> Vec<(String, PathBuf)> {
     json.lines()
-        .filter_map(|line| {
-            let rest = &line[line.find(KEY)? + KEY.len()..];
-            let mut path = String::new();
-            let mut chars = rest.chars();
-            while let Some(c) = chars.next() {
-                match c {
-                    '"' => return Some(PathBuf::from(path)),
-                    '\\' => path.push(chars.next()?),
-                    c => path.push(c),
-                }
-            }
-            None
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|msg| msg["reason"] == "compiler-artifact")
+        .filter_map(|msg| {
+            let exe = msg["executable"].as_str()?;
+            let name = msg["target"]["name"].as_str()?;
+            Some((name.to_string(), PathBuf::from(exe)))
         })
         .collect()
 }
 
-fn find<'a>(exes: &'a [PathBuf], name: &str) -> Option<&'a PathBuf> {
-    exes.iter()
-        .find(|p| p.file_name().is_some_and(|f| f == name))
+fn find<'a>(exes: &'a [(String, PathBuf)], name: &str) -> Option<&'a PathBuf> {
+    exes.iter().find(|(n, _)| n == name).map(|(_, p)| p)
 }
 
 /// Run the task.
-pub fn run(args: &[String]) -> Result<(), String> {
+pub fn run(args: &[String]) -> Result<()> {
     let opts = parse(args)?;
     if opts.help {
         println!("{HELP}");
         return Ok(());
     }
     let root = project_root();
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
 
     // One release build of everything measured; diagnostics go to the terminal.
-    let build = Command::new(&cargo)
+    eprintln!("xtask: building sandbox-bench and the `sandbox` command in release");
+    let build = Command::new(cargo())
         .current_dir(&root)
         .args([
             "build",
@@ -106,10 +95,13 @@ pub fn run(args: &[String]) -> Result<(), String> {
             "sandbox",
         ])
         .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run cargo: {e}"))?;
+        .output()?;
     if !build.status.success() {
-        return Err("building sandbox-bench in release failed (see above)".into());
+        return Err(format!(
+            "building sandbox-bench in release failed ({})",
+            build.status
+        )
+        .into());
     }
     let exes = executables(&String::from_utf8_lossy(&build.stdout));
     let bench = find(&exes, "sandbox-bench")
@@ -153,7 +145,8 @@ pub fn run(args: &[String]) -> Result<(), String> {
         return Err(format!(
             "the bench reported a failure or an unmeasurable named backend ({})",
             out.status
-        ));
+        )
+        .into());
     }
     Ok(())
 }
@@ -168,10 +161,10 @@ mod tests {
 
     #[test]
     fn backends_and_quick_are_parsed_and_anything_else_refused() {
-        let o = parse(&s(&["--backend", "bwrap", "--backend=none", "--quick"]));
+        let o = parse(&s(&["--backend", "bwrap", "--backend=none", "--quick"])).ok();
         assert_eq!(
             o,
-            Ok(Opts {
+            Some(Opts {
                 backends: s(&["bwrap", "none"]),
                 quick: true,
                 help: false
@@ -180,31 +173,30 @@ mod tests {
         assert!(parse(&s(&["--backend"])).is_err());
         assert!(parse(&s(&["--fast"]))
             .err()
-            .is_some_and(|e| e.contains("--fast")));
+            .is_some_and(|e| e.to_string().contains("--fast")));
     }
 
     #[test]
-    fn executables_are_found_in_cargo_json() {
+    fn executables_are_found_by_target_name_in_cargo_json() {
         let json = concat!(
-            r#"{"reason":"compiler-artifact","target":{"name":"x"},"executable":null}"#,
+            r#"{"reason":"compiler-artifact","target":{"name":"sandbox_core","kind":["lib"]},"executable":null}"#,
             "\n",
-            r#"{"reason":"compiler-artifact","executable":"/t/release/sandbox-bench","fresh":true}"#,
+            r#"{"reason":"compiler-artifact","target":{"name":"sandbox-bench","kind":["bin"]},"executable":"/t/release/sandbox-bench"}"#,
             "\n",
-            r#"{"reason":"compiler-artifact","executable":"/t/we\"ird\\dir/sandbox"}"#,
+            r#"{"reason":"compiler-artifact","target":{"name":"sandbox","kind":["bin"]},"executable":"/t/we\"ird/sandbox"}"#,
             "\n",
             r#"{"reason":"build-finished","success":true}"#,
         );
         let exes = executables(json);
+        assert_eq!(exes.len(), 2, "{exes:?}");
         assert_eq!(
-            exes,
-            vec![
-                PathBuf::from("/t/release/sandbox-bench"),
-                PathBuf::from("/t/we\"ird\\dir/sandbox")
-            ]
+            find(&exes, "sandbox-bench"),
+            Some(&PathBuf::from("/t/release/sandbox-bench"))
         );
         assert_eq!(
             find(&exes, "sandbox"),
-            Some(&PathBuf::from("/t/we\"ird\\dir/sandbox"))
+            Some(&PathBuf::from("/t/we\"ird/sandbox"))
         );
+        assert_eq!(find(&exes, "sandbox-probe"), None);
     }
 }

@@ -1,28 +1,79 @@
-//! Workspace tasks: `cargo xtask <task>`. One module per task; this file only dispatches.
+//! Project automation, run as `cargo xtask <task>` (the alias is in `.cargo/config.toml`).
+//!
+//! Boring on purpose: std and `serde_json` (to read cargo's build messages and the
+//! suite's reports), one module per task, `main` only dispatches.
 
 mod bench;
+mod conformance;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Errors are messages for a person at a terminal.
+type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
 
 const HELP: &str = "\
-cargo xtask <task>
+Usage: cargo xtask <task> [options]
 
 Tasks:
-  bench    measure start-up, throughput and concurrency per backend (bench/RESULTS.md)";
+  conformance [--backend NAME]... [--require NAME,...] [--validate] [--as-user UID]
+              [-- <test harness args>]
+      Build the conformance suite once, run it for each backend (default: none, bwrap,
+      landlock, docker), print a backend-by-case matrix (pass / FAIL / skip (reason)) and
+      write it to target/conformance.md. Fails on any failing case and on any --require'd
+      backend that is unavailable; other unavailable backends are shown, not fatal.
+        --validate      run the confinement cases against `none`; each must fail there
+                        (the proof that it can fail)
+        --as-user UID   run the suite as UID (setpriv, no groups, a TMPDIR it owns), for
+                        the unprivileged run
+        -- ARGS         passed to the test harness (e.g. `-- fs::` to run one area)
+  bench [--backend NAME]... [--quick]
+      Build sandbox-bench (and the `sandbox` command) in release once, measure each
+      backend (start-up, 1 GiB of stdout, 64 at once, the command as a whole process) as
+      ratios against baselines taken in the same run, print the markdown table and write
+      it to bench/RESULTS.md (--quick: a handful of runs, written to
+      <target>/bench-quick.md; proves the bench runs, judges no target).
+  help
+      This text.
+";
 
-fn main() -> std::process::ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("bench") => bench::run(&args[1..]),
-        Some("-h" | "--help") | None => {
-            println!("{HELP}");
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let task = args.next();
+    let rest: Vec<String> = args.collect();
+    let result = match task.as_deref() {
+        Some("conformance") => conformance::run(&rest),
+        Some("bench") => bench::run(&rest),
+        None | Some("help" | "--help" | "-h") => {
+            print!("{HELP}");
             Ok(())
         }
-        Some(other) => Err(format!("unknown task `{other}`\n\n{HELP}")),
+        Some(other) => Err(format!("unknown task `{other}`\n\n{HELP}").into()),
     };
     match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
+        Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("xtask: {e}");
-            std::process::ExitCode::FAILURE
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
         }
+    }
+}
+
+/// The workspace root: xtask lives one level below it.
+fn project_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// The cargo that runs us (so the same toolchain builds everything).
+fn cargo() -> std::ffi::OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// Cargo's target directory, where results are written.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => project_root().join(d),
+        None => project_root().join("target"),
     }
 }

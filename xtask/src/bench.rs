@@ -6,12 +6,12 @@
 //! Boring on purpose: all measuring lives in the `sandbox-bench` crate; this only builds,
 //! runs and files the result.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::{cargo, project_root, Result};
+use crate::{cargo, project_root, target_dir, Result};
 
 /// The help text for the task.
 pub const HELP: &str = "\
@@ -127,12 +127,7 @@ pub fn run(args: &[String]) -> Result<()> {
     print!("{table}");
 
     let file = if opts.quick {
-        // <target>/release/sandbox-bench -> <target>/bench-quick.md
-        bench
-            .parent()
-            .and_then(Path::parent)
-            .unwrap_or(&root)
-            .join("bench-quick.md")
+        target_dir().join("bench-quick.md")
     } else {
         root.join("bench").join("RESULTS.md")
     };

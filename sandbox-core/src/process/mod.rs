@@ -66,6 +66,12 @@ pub struct Launch {
     pub keep_alive: Vec<Box<dyn Any + Send + Sync>>,
     /// Facts for the outcome's effective policy.
     pub notes: Vec<String>,
+    /// The read end of a pipe on which the backend's own helper inside the sandbox writes
+    /// the command's raw `wait` status (4 bytes, native endian) once the command has ended.
+    /// For launchers such as bwrap that fold "killed by signal N" into exit code 128+N:
+    /// this keeps the two apart. No report (the helper was itself killed) means the
+    /// launcher's own status is used.
+    pub exit_status_pipe: Option<OwnedFd>,
 }
 
 impl fmt::Debug for Launch {
@@ -81,6 +87,7 @@ impl fmt::Debug for Launch {
             .field("pre_exec", &self.pre_exec.len())
             .field("tree_kill", &self.tree_kill)
             .field("notes", &self.notes)
+            .field("exit_status_pipe", &self.exit_status_pipe)
             .finish()
     }
 }
@@ -100,6 +107,7 @@ impl Launch {
             tree_kill: None,
             keep_alive: Vec::new(),
             notes: Vec::new(),
+            exit_status_pipe: None,
         }
     }
 
@@ -122,6 +130,7 @@ impl Launch {
             tree_kill: None,
             keep_alive: Vec::new(),
             notes: Vec::new(),
+            exit_status_pipe: None,
         }
     }
 }

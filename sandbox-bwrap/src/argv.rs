@@ -20,8 +20,8 @@
 //! whichever list it came from. A path named more than once gets one mount, the one the
 //! caller meant: a carve-out (a restriction) over a writable grant over a read-only grant.
 //! A caller's path replaces a system mount at the same place (naming `/tmp` writable gives
-//! the host's `/tmp`). The host root, `/proc` and `/dev` cannot be named: the sandbox
-//! builds its own.
+//! the host's `/tmp`). The host root, `/proc` (and anything in it) and `/dev` itself cannot
+//! be named: the sandbox builds its own.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -161,9 +161,10 @@ impl Table {
 
     /// Whether `path` shows the host's own file inside.
     fn shows_host(&self, path: &Path) -> bool {
-        let hidden = self.mounts.iter().any(|(dest, m)| {
-            matches!(m.op, Op::HideFile | Op::HideDir) && path.starts_with(dest)
-        });
+        let hidden = self
+            .mounts
+            .iter()
+            .any(|(dest, m)| matches!(m.op, Op::HideFile | Op::HideDir) && path.starts_with(dest));
         !hidden
             && matches!(
                 self.covering(path),
@@ -199,11 +200,14 @@ fn check_user_path(field: &'static str, p: &Path) -> Result<(), BwrapError> {
             why: "the host root is never bound wholesale; name the directories you need",
         });
     }
-    if reserved("/proc") || reserved("/dev") {
+    // The host's /proc would show the host's processes; the host's /dev in place of the
+    // sandbox's would leave it without usable devices (binds are `nodev`). Paths under
+    // /dev (a workspace in /dev/shm) are fine: `nodev` keeps device nodes unusable.
+    if reserved("/proc") || p == Path::new("/dev") {
         return Err(BwrapError::Path {
             field,
             path: p.to_path_buf(),
-            why: "the sandbox has its own /proc and /dev; host entries there cannot be granted",
+            why: "the sandbox has its own /proc and /dev; the host's cannot be granted",
         });
     }
     if reserved("/.sandbox-bwrap") {
@@ -274,7 +278,10 @@ pub(crate) fn build(
             Some((_, m)) if m.origin == Origin::System && m.op == Op::RoBind
         );
         if covered_by_system && !t.mounts.contains_key(&h.path) {
-            t.system(h.path.clone(), if h.dir { Op::HideDir } else { Op::HideFile });
+            t.system(
+                h.path.clone(),
+                if h.dir { Op::HideDir } else { Op::HideFile },
+            );
         }
     }
 

@@ -209,7 +209,8 @@ mod tests {
 
     #[test]
     fn features_are_read_from_the_help_text() {
-        let help = "usage: bwrap\n    --args FD   Parse\n    --clearenv  Unset\n    --disable-userns  x\n";
+        let help =
+            "usage: bwrap\n    --args FD   Parse\n    --clearenv  Unset\n    --disable-userns  x\n";
         let f = Features::from_help(help);
         assert!(f.disable_userns);
         assert!(!f.overlay);

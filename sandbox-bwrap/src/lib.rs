@@ -159,9 +159,7 @@ impl BwrapBackend {
             .system
             .iter()
             .filter(|(p, e)| {
-                *e == SystemEntry::Dir
-                    && p.as_os_str() != "/etc"
-                    && p.as_os_str() != "/nix/store"
+                *e == SystemEntry::Dir && p.as_os_str() != "/etc" && p.as_os_str() != "/nix/store"
             })
             .map(|(p, _)| p.clone())
             .collect();

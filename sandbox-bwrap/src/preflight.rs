@@ -169,7 +169,10 @@ mod tests {
                 "bwrap: prctl(PR_SET_SECCOMP): Invalid argument",
                 SetupFailure::Seccomp,
             ),
-            ("bwrap: Can't mount proc on /newroot/proc", SetupFailure::Other),
+            (
+                "bwrap: Can't mount proc on /newroot/proc",
+                SetupFailure::Other,
+            ),
         ] {
             assert_eq!(classify(msg), want, "{msg}");
         }

@@ -112,8 +112,7 @@ fn args_of(plan: &Plan, sys: &[(PathBuf, SystemEntry)]) -> BwrapArgs {
 /// The options as (flag, its arguments), by bwrap's arity of each flag.
 fn parse(args: &BwrapArgs) -> Vec<(String, Vec<String>)> {
     let arity = |f: &str| match f {
-        "--setenv" | "--ro-bind" | "--bind" | "--ro-bind-try" | "--symlink"
-        | "--ro-bind-data" => 2,
+        "--setenv" | "--ro-bind" | "--bind" | "--ro-bind-try" | "--symlink" | "--ro-bind-data" => 2,
         "--cap-drop" | "--seccomp" | "--tmpfs" | "--proc" | "--dev" | "--dir" | "--perms"
         | "--remount-ro" | "--chdir" => 1,
         f if f.starts_with("--unshare-")
@@ -280,7 +279,16 @@ fn merged_usr_is_recreated_as_the_hosts_symlinks() {
 fn unmerged_system_directories_are_bound_read_only() {
     let ws = Ws::new();
     let ops = parse(&args_of(&plan(&ws.opts()), &unmerged()));
-    for d in ["/usr", "/etc", "/opt", "/nix/store", "/bin", "/sbin", "/lib", "/lib64"] {
+    for d in [
+        "/usr",
+        "/etc",
+        "/opt",
+        "/nix/store",
+        "/bin",
+        "/sbin",
+        "/lib",
+        "/lib64",
+    ] {
         assert!(has(&ops, "--ro-bind", &[d, d]), "{d}");
     }
     assert!(dests(&ops, "--symlink").is_empty());
@@ -299,7 +307,11 @@ fn fresh_proc_dev_and_private_tmpfs() {
     let proc = position(&ops, "--proc", &["/proc"]).unwrap();
     let sys = position(&ops, "--ro-bind-try", &["/proc/sys", "/proc/sys"]).unwrap();
     assert!(proc < sys);
-    assert!(has(&ops, "--ro-bind-try", &["/proc/sysrq-trigger", "/proc/sysrq-trigger"]));
+    assert!(has(
+        &ops,
+        "--ro-bind-try",
+        &["/proc/sysrq-trigger", "/proc/sysrq-trigger"]
+    ));
     assert!(has(&ops, "--ro-bind", &["/dev/null", "/proc/keys"]));
 }
 
@@ -317,7 +329,10 @@ fn the_workspace_is_the_only_writable_bind_unless_more_are_named() {
     let ops2 = parse(&args_of(&plan(&o), &merged()));
     let mut binds = dests(&ops2, "--bind");
     binds.sort();
-    let mut want = vec![ws.path().display().to_string(), extra.path().display().to_string()];
+    let mut want = vec![
+        ws.path().display().to_string(),
+        extra.path().display().to_string(),
+    ];
     want.sort();
     assert_eq!(binds, want);
     assert!(has(&ops2, "--ro-bind", &[s(&ro.path()), s(&ro.path())]));
@@ -406,6 +421,13 @@ fn proc_and_dev_cannot_be_granted() {
         let e = build(&plan(&o), &layout(&merged()), &[], FDS).unwrap_err();
         assert!(matches!(e, BwrapError::Path { .. }), "{p}: {e}");
     }
+    // A path under /dev is a plain grant, mounted over the fresh /dev.
+    let mut o = ws.opts();
+    o.writable_paths = vec!["/dev/shm".into()];
+    let ops = parse(&args_of(&plan(&o), &merged()));
+    let dev = position(&ops, "--dev", &["/dev"]).unwrap();
+    let shm = position(&ops, "--bind", &["/dev/shm", "/dev/shm"]).unwrap();
+    assert!(dev < shm);
 }
 
 #[test]
@@ -470,7 +492,10 @@ fn root_only_entries_are_hidden_unless_a_named_path_covers_them() {
         .iter()
         .rposition(|(f, _)| f.contains("bind") || f == "--tmpfs" || f == "--symlink")
         .unwrap();
-    assert!(ro > last_mount, "hidden directories are made read-only at the end");
+    assert!(
+        ro > last_mount,
+        "hidden directories are made read-only at the end"
+    );
     // The workspace is the caller's own grant.
     let own = ws.path().join("own");
     assert!(!dests(&ops, "--ro-bind").contains(&own.display().to_string()));
@@ -516,7 +541,13 @@ fn the_waiter_runs_the_canonical_program_with_the_argv_as_given() {
     let ops = parse(&args);
     assert!(has(&ops, "--seccomp", &["10"]));
     let perms = position(&ops, "--perms", &["0555"]).unwrap();
-    assert_eq!(ops[perms + 1], ("--ro-bind-data".into(), vec!["11".into(), WAITER_PATH.into()]));
+    assert_eq!(
+        ops[perms + 1],
+        (
+            "--ro-bind-data".into(),
+            vec!["11".into(), WAITER_PATH.into()]
+        )
+    );
 }
 
 #[test]
@@ -564,6 +595,10 @@ fn resolv_conf_in_run_is_bound_with_the_full_network_only() {
         let mut o = ws.opts();
         o.network = mode;
         let ops = parse(&build(&plan(&o), &l, &[], FDS).unwrap());
-        assert_eq!(has(&ops, "--ro-bind", &[s(&target), s(&target)]), want, "{mode}");
+        assert_eq!(
+            has(&ops, "--ro-bind", &[s(&target), s(&target)]),
+            want,
+            "{mode}"
+        );
     }
 }

@@ -12,8 +12,10 @@
 //!   a fresh `/dev`;
 //! - private empty tmpfs on `/tmp`, `/home`, `/root` and `/run`;
 //! - the caller's paths: extra read-only paths, the workspace and extra writable paths
-//!   writable, the carve-outs read-only;
-//! - on a root host, the system's root-only entries hidden (see `rootview`);
+//!   writable, the carve-outs read-only; the program's own file read-only when nothing
+//!   else shows it;
+//! - on a root host, the root-only entries of the system directories and of the named
+//!   paths hidden (see `rootview`), so a grant shows what anyone may read there;
 //! - finally the root tmpfs and the hiding tmpfs are remounted read-only.
 //!
 //! Mounts are applied shallowest first, so a path under another bind lands on top of it
@@ -100,8 +102,11 @@ enum Op {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Origin {
     System,
+    /// The program itself, when nothing else shows it.
+    Program,
     ReadOnlyPath,
     Writable,
+    Workspace,
     Carveout,
 }
 
@@ -137,7 +142,7 @@ impl Table {
     /// A caller's path: replaces a system mount, and another caller's mount of less weight.
     fn user(&mut self, dest: &Path, origin: Origin) {
         let op = match origin {
-            Origin::Writable => Op::Bind,
+            Origin::Writable | Origin::Workspace => Op::Bind,
             _ => Op::RoBind,
         };
         match self.mounts.get(dest) {
@@ -221,7 +226,8 @@ fn check_user_path(field: &'static str, p: &Path) -> Result<(), BwrapError> {
 }
 
 /// Build bwrap's arguments for `plan` on a host laid out as `layout`, hiding `hidden`
-/// (root-only entries of the system directories; empty when the host is not root).
+/// (root-only entries of the system directories and named paths; empty when the host is
+/// not root).
 pub(crate) fn build(
     plan: &Plan,
     layout: &Layout<'_>,
@@ -266,18 +272,21 @@ pub(crate) fn build(
         t.user(p, Origin::Writable);
     }
     check_user_path("workspace", &plan.workspace)?;
-    t.user(&plan.workspace, Origin::Writable);
+    t.user(&plan.workspace, Origin::Workspace);
     for p in &plan.readonly_carveouts {
         t.user(p, Origin::Carveout);
     }
 
-    // Root-only system entries, unless a caller's path (their own grant) covers them.
+    // Root-only entries of the system directories and of the named paths: a granted
+    // directory shows what anyone may read in it, never what only root's power opens. Not
+    // in the workspace (the command's own, as for any caller), nor a path named itself.
     for h in hidden {
-        let covered_by_system = matches!(
+        let applies = matches!(
             t.covering(&h.path),
-            Some((_, m)) if m.origin == Origin::System && m.op == Op::RoBind
+            Some((_, m)) if matches!(m.op, Op::RoBind | Op::Bind)
+                && matches!(m.origin, Origin::System | Origin::ReadOnlyPath | Origin::Writable)
         );
-        if covered_by_system && !t.mounts.contains_key(&h.path) {
+        if applies && !t.mounts.contains_key(&h.path) {
             t.system(
                 h.path.clone(),
                 if h.dir { Op::HideDir } else { Op::HideFile },
@@ -307,9 +316,17 @@ pub(crate) fn build(
 
     t.system(WAITER_PATH, Op::Waiter(fds.waiter));
 
-    // The program must be visible inside at the path it was resolved to on the host.
+    // The program runs at the path it was resolved to on the host. Outside everything
+    // granted (a tool in the caller's home, a test binary in a build directory), naming it
+    // to run grants it: the file alone, read-only, not its directory.
     if !t.shows_host(&plan.program) {
-        return Err(BwrapError::ProgramNotVisible(plan.program.clone()));
+        t.mounts.insert(
+            plan.program.clone(),
+            Mount {
+                op: Op::RoBind,
+                origin: Origin::Program,
+            },
+        );
     }
 
     let mut o: Vec<OsString> = Vec::new();
@@ -398,11 +415,18 @@ pub(crate) fn build(
     if flags.is_empty() {
         flags.push('-');
     }
+    // The process cap is set by the waiter inside the user namespace, where it counts this
+    // sandbox's processes only (see `Launch::process_rlimit_inside`).
+    let nproc = plan
+        .limits
+        .max_processes
+        .map_or_else(|| "-".to_string(), |n| n.to_string());
     let mut command: Vec<OsString> = vec![
         "--".into(),
         WAITER_PATH.into(),
         fds.status.to_string().into(),
         flags.into(),
+        nproc.into(),
         plan.program.clone().into(),
     ];
     command.extend(plan.argv.iter().cloned());

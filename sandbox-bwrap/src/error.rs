@@ -19,12 +19,6 @@ pub(crate) enum BwrapError {
         /// Why not.
         why: &'static str,
     },
-    /// The program resolves to a path the sandbox does not show.
-    #[error(
-        "program {0} is not visible inside the sandbox (only the system directories, the \
-         workspace and the named paths are); add its directory to read_only_paths"
-    )]
-    ProgramNotVisible(PathBuf),
     /// Full network as host root, where abstract unix sockets cannot be confined.
     #[error(
         "the full network for a command running as host root: it would share the host's \
@@ -54,7 +48,6 @@ impl From<BwrapError> for SandboxError {
         let text = e.to_string();
         match e {
             BwrapError::Path { field, .. } => SandboxError::invalid(field, text),
-            BwrapError::ProgramNotVisible(_) => SandboxError::invalid("argv", text),
             BwrapError::RootFullNetwork { lane } => SandboxError::PolicyRefused {
                 lane: lane.to_string(),
                 backend: NAME,

@@ -37,8 +37,9 @@
 //!
 //! - every capability dropped (`--cap-drop ALL`: bwrap would otherwise leave a root
 //!   caller's command all of them), with `no_new_privs`;
-//! - the system directories shown as any user sees them: root-only entries (`/etc/shadow`,
-//!   host keys, TLS private keys) hidden (see `rootview.rs`);
+//! - the system directories and the named paths shown as any user sees them: root-only
+//!   entries (`/etc/shadow`, host keys, TLS private keys) hidden (see `rootview.rs`). The
+//!   workspace is not filtered: it is the command's own, as for any caller;
 //! - `/proc/sys` and other global `/proc` entries read-only: bwrap's own cover skips
 //!   `/proc/sys` for a root caller, and kuid 0 may write global sysctls
 //!   (`kernel.core_pattern`) without any capability;
@@ -149,8 +150,9 @@ impl BwrapBackend {
         Ok(path)
     }
 
-    /// Root-only system entries to hide for one run (none when the host is not root).
-    fn hidden(&self) -> Vec<rootview::Hidden> {
+    /// Root-only entries to hide for one run (none when the host is not root): of the
+    /// system directories, and of the paths `plan` names (if any).
+    fn hidden(&self, plan: Option<&Plan>) -> Vec<rootview::Hidden> {
         if !self.facts.is_root {
             return Vec::new();
         }
@@ -164,7 +166,14 @@ impl BwrapBackend {
             .map(|(p, _)| p.clone())
             .collect();
         let mut hidden = rootview::root_only_cached(&trees).to_vec();
-        hidden.extend(rootview::root_only(&[std::path::Path::new("/etc")]));
+        let mut roots = vec![std::path::Path::new("/etc")];
+        let mut skip = Vec::new();
+        if let Some(plan) = plan {
+            roots.extend(plan.read_only_paths.iter().map(PathBuf::as_path));
+            roots.extend(plan.writable_paths.iter().map(PathBuf::as_path));
+            skip.push(plan.workspace.as_path());
+        }
+        hidden.extend(rootview::root_only(&roots, &skip));
         hidden
     }
 }
@@ -221,7 +230,7 @@ impl Launcher for BwrapBackend {
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
             preflight::probe(&bwrap)?;
-            me.hidden();
+            me.hidden(None);
             Ok::<_, SandboxError>(())
         })
         .await
@@ -269,14 +278,14 @@ impl Launcher for BwrapBackend {
             disable_userns: facts.features.disable_userns,
             scope_abstract_unix: facts.can_scope_abstract_unix(),
         };
-        let hidden = self.hidden();
+        let hidden = self.hidden(Some(plan));
         let mut notes = vec![format!(
             "bwrap {}",
             facts.version.as_deref().unwrap_or("(unknown version)")
         )];
         if !hidden.is_empty() {
             notes.push(format!(
-                "host is root: {} root-only system entries hidden",
+                "host is root: {} root-only entries of the system and named paths hidden",
                 hidden.len()
             ));
         }

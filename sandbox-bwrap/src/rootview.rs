@@ -1,5 +1,5 @@
-//! What host root must not see: the entries of the system directories that only root (or
-//! the root group) can read.
+//! What host root must not see: the entries of the system directories and of the
+//! caller's named paths that only root (or the root group) can read.
 //!
 //! bwrap maps the sandbox to the caller's uid, so under a root host the command's files
 //! are owned by kuid 0 and it passes every owner check on root's files even with every
@@ -10,8 +10,10 @@
 //! Directories the world may traverse but not list (`0711`) are walked into, since the
 //! world can reach what is inside by name.
 //!
-//! `/etc` is walked for every run (a thousand entries, a few milliseconds; secrets such as
-//! host keys appear there at run time). The larger, package-managed trees (`/usr`, `/opt`,
+//! `/etc` and the named paths are walked for every run (`/etc` is a thousand entries, a
+//! few milliseconds; secrets such as host keys appear there at run time; the cost of a
+//! named path is its size). The workspace is not: it is the command's own, as it is for
+//! any caller. The larger, package-managed trees (`/usr`, `/opt`,
 //! the unmerged `/bin`, `/lib*`, `/sbin`) are walked once per process. `/nix/store` is not
 //! walked: the store is world-readable by construction. Not walked at all when the host is
 //! not root: an ordinary user cannot read root-only files to begin with.
@@ -39,10 +41,11 @@ fn world_readable(mode: u32, dir: bool) -> bool {
     }
 }
 
-/// Append to `out` every entry under `dir` (not `dir` itself) that the world cannot read.
-/// Symlinks are not followed (their target is judged where it lives). A directory that
-/// cannot be listed is hidden whole: what cannot be checked is not shown.
-fn walk(dir: &Path, out: &mut Vec<Hidden>) {
+/// Append to `out` every entry under `dir` (not `dir` itself) that the world cannot read,
+/// not descending into `skip`. Symlinks are not followed (their target is judged where it
+/// lives). A directory that cannot be listed is hidden whole: what cannot be checked is
+/// not shown.
+fn walk(dir: &Path, skip: &[&Path], out: &mut Vec<Hidden>) {
     let Ok(entries) = fs::read_dir(dir) else {
         out.push(Hidden {
             path: dir.to_path_buf(),
@@ -52,6 +55,9 @@ fn walk(dir: &Path, out: &mut Vec<Hidden>) {
     };
     for entry in entries.flatten() {
         let path = entry.path();
+        if skip.iter().any(|s| path == *s) {
+            continue;
+        }
         let Ok(meta) = fs::symlink_metadata(&path) else {
             continue;
         };
@@ -63,10 +69,10 @@ fn walk(dir: &Path, out: &mut Vec<Hidden>) {
         let is_dir = ft.is_dir();
         if is_dir {
             if world_readable(mode, true) {
-                walk(&path, out);
+                walk(&path, skip, out);
             } else if mode & 0o001 != 0 {
                 // Traversable by anyone, not listable: what is inside is reachable by name.
-                walk(&path, out);
+                walk(&path, skip, out);
             } else {
                 out.push(Hidden { path, dir: true });
             }
@@ -78,12 +84,16 @@ fn walk(dir: &Path, out: &mut Vec<Hidden>) {
     }
 }
 
-/// Root-only entries under `roots` (each a directory; others are skipped).
-pub(crate) fn root_only(roots: &[&Path]) -> Vec<Hidden> {
+/// Root-only entries under `roots` (each a directory; others are skipped), not looking
+/// inside `skip` (the workspace: the command's own, and possibly large).
+pub(crate) fn root_only(roots: &[&Path], skip: &[&Path]) -> Vec<Hidden> {
     let mut out = Vec::new();
     for root in roots {
+        if skip.iter().any(|s| root.starts_with(s)) {
+            continue;
+        }
         if fs::symlink_metadata(root).is_ok_and(|m| m.is_dir()) {
-            walk(root, &mut out);
+            walk(root, skip, &mut out);
         }
     }
     out
@@ -94,7 +104,7 @@ pub(crate) fn root_only_cached(roots: &[PathBuf]) -> &'static [Hidden] {
     static CACHE: OnceLock<Vec<Hidden>> = OnceLock::new();
     CACHE.get_or_init(|| {
         let roots: Vec<&Path> = roots.iter().map(PathBuf::as_path).collect();
-        root_only(&roots)
+        root_only(&roots, &[])
     })
 }
 
@@ -123,7 +133,7 @@ mod tests {
         mode(&r.join("traverse"), 0o711);
         std::os::unix::fs::symlink("/etc/shadow", r.join("link")).unwrap();
 
-        let mut got = root_only(&[r]);
+        let mut got = root_only(&[r], &[]);
         got.sort_by(|a, b| a.path.cmp(&b.path));
         assert_eq!(
             got,
@@ -142,6 +152,10 @@ mod tests {
                 },
             ]
         );
+        // Nothing is looked for inside a skipped directory.
+        let got = root_only(&[r], &[&r.join("traverse")]);
+        assert!(!got.iter().any(|h| h.path.starts_with(r.join("traverse"))));
+        assert!(root_only(&[&r.join("traverse")], &[r]).is_empty());
         mode(&r.join("private"), 0o755);
         mode(&r.join("traverse"), 0o755);
     }

@@ -89,6 +89,7 @@ pub(crate) fn launch(
     let mut launch = Launch::wrapped(bwrap.to_path_buf(), args, Vec::new(), plan);
     launch.pass_fds = vec![opts_fd, seccomp, waiter, status_w];
     launch.exit_status_pipe = Some(status_r);
+    launch.process_rlimit_inside = true;
     launch.tree_kill = Some(TreeKill::PidNamespace);
     launch.notes = notes;
     Ok(launch)

@@ -552,26 +552,48 @@ async fn the_command_holds_no_root_power_over_the_host() {
 #[tokio::test]
 async fn bad_input_is_refused_before_anything_runs() {
     let ws = workspace();
-    let elsewhere = workspace();
-    let prog = canon(elsewhere.path()).join("tool");
-    std::fs::write(&prog, "#!/bin/sh\ntouch /tmp/ran\n").unwrap();
-    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let mut o = SandboxOpts::new(ws.path(), ["true"]);
+    o.read_only_paths = vec!["/".into()];
     let sb = sandbox();
-    let e = sb
-        .run(SandboxOpts::new(ws.path(), [prog.as_os_str()]))
-        .await
-        .unwrap_err();
+    let e = sb.run(o).await.unwrap_err();
     assert!(
-        matches!(e, SandboxError::InvalidConfig { field: "argv", .. }),
+        matches!(
+            e,
+            SandboxError::InvalidConfig {
+                field: "read_only_paths",
+                ..
+            }
+        ),
         "{e}"
     );
     // Nothing started: the sandbox has no run to wait for.
     assert!(matches!(sb.wait().await, Err(SandboxError::State { .. })));
 
     let mut o = SandboxOpts::new(ws.path(), ["true"]);
-    o.read_only_paths = vec!["/".into()];
+    o.writable_paths = vec!["/proc/self".into()];
     let e = sandbox().run(o).await.unwrap_err();
     assert!(matches!(e, SandboxError::InvalidConfig { .. }), "{e}");
+}
+
+#[tokio::test]
+async fn a_program_outside_the_grants_runs_but_its_directory_stays_hidden() {
+    let ws = workspace();
+    let elsewhere = workspace();
+    let dir = canon(elsewhere.path());
+    std::fs::write(dir.join("secret"), "sibling secret").unwrap();
+    let prog = dir.join("tool");
+    std::fs::write(
+        &prog,
+        format!(
+            "#!/bin/sh\necho ran\ncat '{}'\n",
+            dir.join("secret").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = run(SandboxOpts::new(ws.path(), [prog.as_os_str()])).await;
+    assert_eq!(out.stdout.text(), "ran\n", "{}", out.stderr.text());
+    assert!(!out.status.success());
 }
 
 #[tokio::test]
@@ -589,4 +611,30 @@ async fn snapshot_runs_against_a_copy() {
         "original"
     );
     assert!(!ws.path().join("g").exists());
+}
+
+#[tokio::test]
+async fn the_process_cap_counts_this_sandbox_alone() {
+    // Threads of this test process count towards the caller's own processes on the host;
+    // inside the sandbox's user namespace only the sandbox's processes count, so the cap
+    // is reached by the command's forks, not before the first one.
+    let ws = workspace();
+    let script = r#"my $n = 0; my @kids;
+for (1..40) { my $p = fork(); last unless defined $p; if ($p == 0) { sleep 30; exit 0 } push @kids, $p; $n++ }
+kill 'KILL', @kids; waitpid($_, 0) for @kids; print "$n\n"; exit 0;"#;
+    let mut o = SandboxOpts::new(ws.path(), [PERL, "-e", script]);
+    o.limits.max_processes = Some(12);
+    let out = run(o).await;
+    assert!(
+        out.status.success(),
+        "{:?} {}",
+        out.status,
+        out.stderr.text()
+    );
+    let n: u32 = out.stdout.text().trim().parse().unwrap();
+    // The cap counts bwrap's init, the waiter and perl itself.
+    assert!(
+        (5..12).contains(&n),
+        "forked {n} children under a cap of 12"
+    );
 }

@@ -10,7 +10,7 @@
 //! library, and handed to bwrap on a descriptor (`--ro-bind-data`), so it exists only inside
 //! the sandbox and needs nothing installed on the host.
 //!
-//! Usage: `waiter STATUS_FD FLAGS PROGRAM ARGV0 [ARGS...]`
+//! Usage: `waiter STATUS_FD FLAGS NPROC PROGRAM ARGV0 [ARGS...]`
 //!
 //! - `STATUS_FD`: where to write the status (4 bytes, native endian); closed on exec so the
 //!   command never holds it.
@@ -18,6 +18,9 @@
 //!   sharing the host's network namespace cannot reach the host's abstract sockets); `p`
 //!   removes `PWD` from the environment (bwrap always sets it; the command gets only the
 //!   variables the caller named).
+//! - `NPROC`: `-`, or the process cap: `RLIMIT_NPROC` set here, inside the sandbox's user
+//!   namespace, counts the processes of this sandbox alone (bwrap's init and the waiter
+//!   included), where on the host it would count every process of the user.
 //! - `PROGRAM`: absolute path to execute; `ARGV0` and `ARGS` its argv.
 //!
 //! Exit: the command's exit code, or 128+N when it was killed by signal N (what bwrap would
@@ -32,12 +35,21 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, ExitCode};
 
 // The few libc functions std does not wrap; std links libc, so declaring them is enough.
-// The constants are the same on every Linux architecture.
+// The constants are those of the generic Linux ABI, shared by every architecture the
+// seccomp program supports (x86_64, aarch64, riscv64).
 extern "C" {
     fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
     fn fcntl(fd: i32, cmd: i32, arg: i32) -> i32;
     fn syscall(nr: i64, a: u64, b: u64, c: u64) -> i64;
+    fn setrlimit(resource: i32, rlim: *const Rlimit) -> i32;
 }
+/// `struct rlimit`: two `rlim_t` (64-bit on every 64-bit Linux target).
+#[repr(C)]
+struct Rlimit {
+    cur: u64,
+    max: u64,
+}
+const RLIMIT_NPROC: i32 = 6;
 const PR_SET_DUMPABLE: i32 = 4;
 const F_SETFD: i32 = 2;
 const FD_CLOEXEC: i32 = 1;
@@ -92,8 +104,8 @@ fn scope_abstract_unix() -> std::io::Result<()> {
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
-    if args.len() < 5 {
-        return fail("usage: waiter STATUS_FD FLAGS PROGRAM ARGV0 [ARGS...]");
+    if args.len() < 6 {
+        return fail("usage: waiter STATUS_FD FLAGS NPROC PROGRAM ARGV0 [ARGS...]");
     }
     let Some(status_fd) = std::str::from_utf8(args[1].as_bytes())
         .ok()
@@ -119,16 +131,32 @@ fn main() -> ExitCode {
             return fail(&format!("cannot confine abstract unix sockets: {e}"));
         }
     }
+    if args[3] != "-" {
+        let Some(n) = std::str::from_utf8(args[3].as_bytes())
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+        else {
+            return fail("NPROC is not a number");
+        };
+        let lim = Rlimit { cur: n, max: n };
+        // SAFETY: a plain system call on a struct that lives across it.
+        if unsafe { setrlimit(RLIMIT_NPROC, &lim) } != 0 {
+            return fail(&format!(
+                "cannot set the process cap: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
     // SAFETY: the descriptor was checked open above and is owned here alone.
     let mut status_out = unsafe { File::from_raw_fd(status_fd) };
 
-    let mut cmd = Command::new(&args[3]);
+    let mut cmd = Command::new(&args[4]);
     if flags.contains(&b'p') {
         cmd.env_remove("PWD");
     }
     // Its own process group: a command that signals its group (`kill 0`) does not take the
     // waiter, and so its report, down with it.
-    cmd.arg0(&args[4]).args(&args[5..]).process_group(0);
+    cmd.arg0(&args[5]).args(&args[6..]).process_group(0);
     let raw = match cmd.spawn() {
         Ok(mut child) => match child.wait() {
             Ok(status) => status.into_raw(),
@@ -137,7 +165,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!(
                 "sandbox: cannot execute {}: {e}",
-                std::path::Path::new(&args[3]).display()
+                std::path::Path::new(&args[4]).display()
             );
             // As shells report it: 127 not found, 126 found but not executable.
             let code = if e.kind() == std::io::ErrorKind::NotFound {

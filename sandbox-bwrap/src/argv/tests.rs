@@ -431,23 +431,34 @@ fn proc_and_dev_cannot_be_granted() {
 }
 
 #[test]
-fn a_program_the_sandbox_does_not_show_is_refused_before_running() {
+fn a_program_outside_the_grants_is_bound_alone_read_only() {
     let ws = Ws::new();
     let elsewhere = Ws::new();
     let prog = elsewhere.path().join("tool");
     std::fs::write(&prog, "#!/bin/sh\n").unwrap();
     std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let mut o = SandboxOpts::new(ws.path(), [prog.as_os_str()]);
-    let e = build(&plan(&o), &layout(&merged()), &[], FDS).unwrap_err();
-    assert!(matches!(e, BwrapError::ProgramNotVisible(_)), "{e}");
-    assert!(e.to_string().contains("read_only_paths"), "{e}");
-    o.read_only_paths = vec![elsewhere.path()];
-    assert!(build(&plan(&o), &layout(&merged()), &[], FDS).is_ok());
-    // In the workspace it is visible.
+    let o = SandboxOpts::new(ws.path(), [prog.as_os_str()]);
+    let ops = parse(&args_of(&plan(&o), &merged()));
+    assert!(has(&ops, "--ro-bind", &[s(&prog), s(&prog)]));
+    assert!(!dests(&ops, "--ro-bind").contains(&elsewhere.path().display().to_string()));
+    assert!(!dests(&ops, "--bind").contains(&prog.display().to_string()));
+    // After the private /tmp it lives in.
+    if prog.starts_with("/tmp") {
+        assert!(
+            position(&ops, "--tmpfs", &["/tmp"]).unwrap()
+                < position(&ops, "--ro-bind", &[s(&prog), s(&prog)]).unwrap()
+        );
+    }
+    // Shown by a grant already: no extra mount.
     let inside = ws.path().join("tool");
     std::fs::copy(&prog, &inside).unwrap();
     let o = SandboxOpts::new(ws.path(), [inside.as_os_str()]);
-    assert!(build(&plan(&o), &layout(&merged()), &[], FDS).is_ok());
+    let ops = parse(&args_of(&plan(&o), &merged()));
+    assert!(!dests(&ops, "--ro-bind").contains(&inside.display().to_string()));
+    let ops = parse(&args_of(&plan(&ws.opts()), &merged()));
+    assert!(!ops
+        .iter()
+        .any(|(_, a)| a.iter().any(|x| x.ends_with("/dash") || x.ends_with("/sh"))));
 }
 
 #[test]
@@ -465,9 +476,14 @@ fn home_inside_a_private_tmpfs_is_created_there() {
 }
 
 #[test]
-fn root_only_entries_are_hidden_unless_a_named_path_covers_them() {
+fn root_only_entries_are_hidden_in_system_and_named_paths_but_not_the_workspace() {
     let ws = Ws::new();
-    let p = plan(&ws.opts());
+    let data = Ws::new();
+    let named_file = Ws::new();
+    let mut o = ws.opts();
+    o.read_only_paths = vec![data.path(), named_file.path().join("key")];
+    std::fs::write(named_file.path().join("key"), "k").unwrap();
+    let p = plan(&o);
     let hidden = [
         Hidden {
             path: "/etc/shadow".into(),
@@ -478,7 +494,16 @@ fn root_only_entries_are_hidden_unless_a_named_path_covers_them() {
             dir: true,
         },
         Hidden {
+            path: data.path().join("private.txt"),
+            dir: false,
+        },
+        Hidden {
             path: ws.path().join("own"),
+            dir: false,
+        },
+        // Named itself: granted as named.
+        Hidden {
+            path: named_file.path().join("key"),
             dir: false,
         },
     ];
@@ -487,6 +512,11 @@ fn root_only_entries_are_hidden_unless_a_named_path_covers_them() {
     let shadow = position(&ops, "--ro-bind", &["/dev/null", "/etc/shadow"]).unwrap();
     let private = position(&ops, "--tmpfs", &["/etc/ssl/private"]).unwrap();
     assert!(etc < shadow && etc < private);
+    let d = data.path();
+    let in_data = d.join("private.txt");
+    let data_pos = position(&ops, "--ro-bind", &[s(&d), s(&d)]).unwrap();
+    let hide_pos = position(&ops, "--ro-bind", &["/dev/null", s(&in_data)]).unwrap();
+    assert!(data_pos < hide_pos);
     let ro = position(&ops, "--remount-ro", &["/etc/ssl/private"]).unwrap();
     let last_mount = ops
         .iter()
@@ -496,9 +526,12 @@ fn root_only_entries_are_hidden_unless_a_named_path_covers_them() {
         ro > last_mount,
         "hidden directories are made read-only at the end"
     );
-    // The workspace is the caller's own grant.
+    // The workspace is the command's own; a path named itself is granted as named.
     let own = ws.path().join("own");
-    assert!(!dests(&ops, "--ro-bind").contains(&own.display().to_string()));
+    let key = named_file.path().join("key");
+    assert!(!has(&ops, "--ro-bind", &["/dev/null", s(&own)]));
+    assert!(!has(&ops, "--ro-bind", &["/dev/null", s(&key)]));
+    assert!(has(&ops, "--ro-bind", &[s(&key), s(&key)]));
 }
 
 #[test]
@@ -531,6 +564,7 @@ fn the_waiter_runs_the_canonical_program_with_the_argv_as_given() {
             WAITER_PATH,
             "12",
             "p",
+            "512",
             s(&p.program),
             "sh",
             "-c",
@@ -548,6 +582,16 @@ fn the_waiter_runs_the_canonical_program_with_the_argv_as_given() {
             vec!["11".into(), WAITER_PATH.into()]
         )
     );
+}
+
+#[test]
+fn the_process_cap_goes_to_the_waiter() {
+    let ws = Ws::new();
+    let mut o = ws.opts();
+    o.limits.max_processes = Some(32);
+    assert_eq!(args_of(&plan(&o), &merged()).command[4], "32");
+    o.limits.max_processes = None;
+    assert_eq!(args_of(&plan(&o), &merged()).command[4], "-");
 }
 
 #[test]

@@ -72,6 +72,11 @@ pub struct Launch {
     /// this keeps the two apart. No report (the helper was itself killed) means the
     /// launcher's own status is used.
     pub exit_status_pipe: Option<OwnedFd>,
+    /// The backend sets `RLIMIT_NPROC` itself, inside its own user namespace, where it
+    /// counts the sandbox's processes alone (on the launcher it would count every process
+    /// of the user on the host, and refuse the launcher's own namespace set-up). Core then
+    /// leaves it off the launcher; the limit is still recorded.
+    pub process_rlimit_inside: bool,
 }
 
 impl fmt::Debug for Launch {
@@ -88,6 +93,7 @@ impl fmt::Debug for Launch {
             .field("tree_kill", &self.tree_kill)
             .field("notes", &self.notes)
             .field("exit_status_pipe", &self.exit_status_pipe)
+            .field("process_rlimit_inside", &self.process_rlimit_inside)
             .finish()
     }
 }
@@ -108,6 +114,7 @@ impl Launch {
             keep_alive: Vec::new(),
             notes: Vec::new(),
             exit_status_pipe: None,
+            process_rlimit_inside: false,
         }
     }
 
@@ -131,6 +138,7 @@ impl Launch {
             keep_alive: Vec::new(),
             notes: Vec::new(),
             exit_status_pipe: None,
+            process_rlimit_inside: false,
         }
     }
 }

@@ -66,7 +66,7 @@ pub(super) fn start(
             value: n,
             mechanism,
         });
-        if mechanism == LimitMechanism::Rlimit {
+        if mechanism == LimitMechanism::Rlimit && !launch.process_rlimit_inside {
             rlimits.push((libc::RLIMIT_NPROC, n));
         }
     }

@@ -13,8 +13,11 @@
 //!   host's symlinks, asked of the host), a fresh `/proc` (with `/proc/sys` read-only) and
 //!   `/dev`, private empty tmpfs on `/tmp`, `/home`, `/root`, `/run`; the workspace and the
 //!   named writable paths are the only writable host places, carve-outs and named
-//!   read-only paths read-only; everything else of the host is absent. Paths nested in
-//!   others, or named twice, do what the caller meant (see `argv.rs`).
+//!   read-only paths read-only; everything else of the host is absent (no `/sys`, no
+//!   `/var`). Paths nested in others, or named twice, do what the caller meant (see
+//!   `argv.rs`). A program outside all of that (a tool in the caller's home, a test binary
+//!   in a build directory) gets its own file bound read-only: naming it to run grants it,
+//!   not its directory.
 //! - **Environment**: `--clearenv`, then exactly the plan's variables. The options travel
 //!   to bwrap on a descriptor (`--args`), so values never show in the host's process list.
 //! - **Network**: `none` and `loopback` get a network namespace of their own with only a
@@ -28,6 +31,10 @@
 //! - **Process tree**: bwrap's pid namespace and `--die-with-parent`: killing bwrap ends
 //!   every process in the namespace, including ones that double-forked and called
 //!   `setsid`; core adds a cgroup where it can create one.
+//! - **Process cap**: a cgroup where core can make one; and always `RLIMIT_NPROC`, set by
+//!   the waiter inside the sandbox's user namespace, where it counts this sandbox's
+//!   processes alone (bwrap's init and the waiter among them) rather than every process
+//!   of the user on the host.
 //!
 //! # Host root
 //!
@@ -61,8 +68,16 @@
 //!
 //! - Snapshots use core's copy: the overlay support of newer bwrap is not used.
 //! - Root-only files added to `/usr` or `/opt` after the first run of a process are not
-//!   hidden until the next process (those trees are walked once); `/etc` is walked per run.
-//! - With the full network the command reaches everything the host does over IP.
+//!   hidden until the next process (those trees are walked once); `/etc` and the named
+//!   paths are walked per run, and a file created between that walk and bwrap's mounts
+//!   is not hidden.
+//! - With the full network the command reaches everything the host does over IP; on
+//!   kernels before 6.12 (no landlock ABI 6) also the host's abstract unix sockets (for a
+//!   root host, an over-grant only the `trusted` lane accepts).
+//! - When bwrap cannot set a sandbox up for one run (a named path removed after the plan
+//!   was made), the outcome is bwrap's exit code 1 with its message on stderr: the command
+//!   did not run. Host-wide failures (user namespaces refused) are caught before the first
+//!   run by a set-up probe (`preflight.rs`).
 //!
 //! # What it needs
 //!
@@ -293,5 +308,74 @@ impl Launcher for BwrapBackend {
             notes.push("abstract unix sockets confined (landlock)".into());
         }
         seam::launch(bwrap, plan, &layout, &hidden, notes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_core::Sandbox;
+
+    fn with_facts(edit: impl FnOnce(&mut HostFacts)) -> BwrapBackend {
+        let mut facts = HostFacts::detect();
+        edit(&mut facts);
+        BwrapBackend {
+            capability: capability(&facts),
+            facts: Arc::new(facts),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_bwrap_fails_preflight_and_runs_with_the_install_remedy() {
+        let b = with_facts(|f| f.bwrap = Err("cannot find binary path".into()));
+        let e = ProcessSandbox::new(b.clone())
+            .preflight()
+            .await
+            .unwrap_err();
+        assert!(matches!(e, SandboxError::Unavailable { .. }), "{e}");
+        assert!(e.to_string().contains("apt-get install bubblewrap"), "{e}");
+        let ws = tempfile::tempdir().unwrap();
+        let sb = ProcessSandbox::new(b);
+        let e = sb
+            .run(SandboxOpts::new(ws.path(), ["true"]))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, SandboxError::Unavailable { .. }), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_bwrap_without_the_needed_options_is_unavailable() {
+        let b = with_facts(|f| {
+            f.version = Some("0.3.1".into());
+            f.features = host::Features::from_help("    --bind SRC DEST\n");
+        });
+        let e = ProcessSandbox::new(b).preflight().await.unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("0.3.1") && text.contains("--clearenv"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn full_network_as_root_is_an_over_grant_where_abstract_sockets_cannot_be_scoped() {
+        let b = with_facts(|f| {
+            f.is_root = true;
+            f.landlock_abi = 5;
+        });
+        assert!(matches!(
+            b.capability.network_full,
+            Enforcement::OverGrant(_)
+        ));
+        let b = with_facts(|f| {
+            f.is_root = true;
+            f.landlock_abi = 6;
+        });
+        assert_eq!(b.capability.network_full, Enforcement::Exact);
+        let b = with_facts(|f| {
+            f.is_root = false;
+            f.landlock_abi = 0;
+        });
+        assert_eq!(b.capability.network_full, Enforcement::Exact);
     }
 }

@@ -269,6 +269,11 @@ impl Launcher for BwrapBackend {
             )));
         }
         let mut details = vec![format!("bwrap at {}", self.bwrap()?.display())];
+        details.push(if self.facts.features.overlay {
+            "snapshots: core's copy (this bwrap's overlay support is not used)".into()
+        } else {
+            "snapshots: core's copy".into()
+        });
         if self.facts.can_scope_abstract_unix() {
             details.push("abstract unix sockets confined with the full network (landlock)".into());
         }

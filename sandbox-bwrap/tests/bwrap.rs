@@ -638,3 +638,38 @@ kill 'KILL', @kids; waitpid($_, 0) for @kids; print "$n\n"; exit 0;"#;
         "forked {n} children under a cap of 12"
     );
 }
+
+#[tokio::test]
+async fn nested_and_repeated_paths_do_what_was_meant() {
+    // A project directory granted read-only, the workspace inside it, a vendored tree
+    // inside the workspace granted read-only, and a cache named both read-only and
+    // writable.
+    let outer = workspace();
+    let root = canon(outer.path());
+    let ws = root.join("proj");
+    let vendor = ws.join("vendor");
+    let cache = root.join("cache");
+    for d in [&vendor, &cache] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let script = "echo a > ../outside; echo b > inside; echo c > vendor/planted; \
+                  echo d > ../cache/entry; cat ../cache/entry";
+    let mut o = SandboxOpts::new(&ws, ["sh", "-c", script]);
+    o.read_only_paths = vec![root.clone(), vendor.clone(), cache.clone()];
+    o.writable_paths = vec![cache.clone()];
+    let out = run(o).await;
+    assert_eq!(out.stdout.text(), "d\n", "{}", out.stderr.text());
+    assert!(
+        !root.join("outside").exists(),
+        "the read-only parent was written"
+    );
+    assert!(
+        ws.join("inside").exists(),
+        "the workspace inside it is not writable"
+    );
+    assert!(
+        !vendor.join("planted").exists(),
+        "the read-only tree inside was written"
+    );
+    assert_eq!(std::fs::read_to_string(cache.join("entry")).unwrap(), "d\n");
+}

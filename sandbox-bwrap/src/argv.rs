@@ -164,17 +164,15 @@ impl Table {
             .map(|(d, m)| (d.as_path(), m))
     }
 
-    /// Whether `path` shows the host's own file inside.
+    /// Whether `path` shows the host's own file inside: the deepest mount over it, hides
+    /// included, is a bind.
     fn shows_host(&self, path: &Path) -> bool {
-        let hidden = self
+        let deepest = self
             .mounts
             .iter()
-            .any(|(dest, m)| matches!(m.op, Op::HideFile | Op::HideDir) && path.starts_with(dest));
-        !hidden
-            && matches!(
-                self.covering(path),
-                Some((_, m)) if matches!(m.op, Op::RoBind | Op::Bind)
-            )
+            .filter(|(dest, _)| path.starts_with(dest))
+            .max_by_key(|(dest, _)| depth(dest));
+        matches!(deepest, Some((_, m)) if matches!(m.op, Op::RoBind | Op::Bind))
     }
 
     /// In mount order: shallowest first; at one depth, system mounts before the caller's.

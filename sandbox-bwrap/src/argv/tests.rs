@@ -646,3 +646,22 @@ fn resolv_conf_in_run_is_bound_with_the_full_network_only() {
         );
     }
 }
+
+#[test]
+fn a_program_hidden_as_root_only_is_bound_when_named_to_run() {
+    // The caller (root) names a root-only program: running it grants that file.
+    let ws = Ws::new();
+    let dir = Ws::new();
+    let prog = dir.path().join("tool");
+    std::fs::write(&prog, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mut o = SandboxOpts::new(ws.path(), [prog.as_os_str()]);
+    o.read_only_paths = vec![dir.path()];
+    let hidden = [Hidden {
+        path: prog.clone(),
+        dir: false,
+    }];
+    let ops = parse(&build(&plan(&o), &layout(&merged()), &hidden, FDS).unwrap());
+    assert!(has(&ops, "--ro-bind", &[s(&prog), s(&prog)]));
+    assert!(!has(&ops, "--ro-bind", &["/dev/null", s(&prog)]));
+}

@@ -244,7 +244,7 @@ impl Launcher for BwrapBackend {
         // of the system trees is done here too, so the first run does not pay for it.
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
-            preflight::probe(&bwrap)?;
+            preflight::probe(&bwrap, true)?;
             me.hidden(None);
             Ok::<_, SandboxError>(())
         })
@@ -289,7 +289,7 @@ impl Launcher for BwrapBackend {
 
     fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
         let bwrap = self.bwrap()?;
-        preflight::probe_once(bwrap)?;
+        preflight::probe_once(bwrap, plan.network != NetworkMode::Full)?;
         let facts = &self.facts;
         let layout = argv::Layout {
             system: &facts.system,

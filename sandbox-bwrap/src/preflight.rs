@@ -88,16 +88,22 @@ pub(crate) fn setup_error(stderr: &str) -> SandboxError {
     SandboxError::unavailable(NAME, reason, remedy)
 }
 
-/// The setup probe (see the module docs). Ok when bwrap got as far as executing.
-pub(crate) fn probe(bwrap: &Path) -> Result<(), SandboxError> {
-    let out = Command::new(bwrap)
+/// The setup probe (see the module docs), with a network namespace of its own when
+/// `own_network`. Ok when bwrap got as far as executing.
+pub(crate) fn probe(bwrap: &Path, own_network: bool) -> Result<(), SandboxError> {
+    let mut cmd = Command::new(bwrap);
+    cmd.args([
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]);
+    if own_network {
+        cmd.arg("--unshare-net");
+    }
+    let out = cmd
         .args([
-            "--unshare-user",
-            "--unshare-pid",
-            "--unshare-ipc",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-            "--unshare-net",
             "--die-with-parent",
             "--new-session",
             "--cap-drop",
@@ -128,15 +134,18 @@ pub(crate) fn probe(bwrap: &Path) -> Result<(), SandboxError> {
     }
 }
 
-/// The probe, once per process: a success is remembered, a failure is not (the host may
-/// be fixed while the process runs).
-pub(crate) fn probe_once(bwrap: &Path) -> Result<(), SandboxError> {
-    static VERIFIED: OnceLock<()> = OnceLock::new();
-    if VERIFIED.get().is_some() {
+/// The probe, once per process and network shape: a success is remembered, a failure is
+/// not (the host may be fixed while the process runs). A host that cannot set up a
+/// loopback still runs commands that share its network.
+pub(crate) fn probe_once(bwrap: &Path, own_network: bool) -> Result<(), SandboxError> {
+    static WITH_NET: OnceLock<()> = OnceLock::new();
+    static WITHOUT_NET: OnceLock<()> = OnceLock::new();
+    let verified = if own_network { &WITH_NET } else { &WITHOUT_NET };
+    if verified.get().is_some() {
         return Ok(());
     }
-    probe(bwrap)?;
-    let _ = VERIFIED.set(());
+    probe(bwrap, own_network)?;
+    let _ = verified.set(());
     Ok(())
 }
 
@@ -196,12 +205,13 @@ mod tests {
     fn the_probe_passes_on_this_host() {
         // CI installs bwrap and requires the backend: a missing bwrap is a failure here.
         let bwrap = which::which("bwrap").expect("bwrap is installed on test hosts");
-        probe(&bwrap).unwrap();
+        probe(&bwrap, true).unwrap();
+        probe(&bwrap, false).unwrap();
     }
 
     #[test]
     fn a_missing_bwrap_is_unavailable_with_the_install_remedy() {
-        let e = probe(Path::new("/nonexistent/bwrap")).unwrap_err();
+        let e = probe(Path::new("/nonexistent/bwrap"), true).unwrap_err();
         assert!(matches!(e, SandboxError::Unavailable { .. }), "{e}");
         assert!(e.to_string().contains("apt-get install bubblewrap"), "{e}");
     }

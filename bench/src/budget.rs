@@ -1,6 +1,11 @@
 //! How many runs each measurement takes, and the targets from issue 7.
 
+use std::time::Duration;
+
 use crate::measure::Rounds;
+
+/// The idle time before each run of the "after idle" start-up figure.
+pub const IDLE: Duration = Duration::from_millis(50);
 
 /// Iteration counts and sizes for one bench run.
 #[derive(Clone, Copy, Debug)]
@@ -11,6 +16,8 @@ pub struct Budget {
     pub startup: Rounds,
     /// Start-up for backends whose one run costs hundreds of milliseconds (docker).
     pub startup_slow: Rounds,
+    /// Start-up with [`IDLE`] before each run.
+    pub startup_idle: Rounds,
     /// Bytes written by the flood.
     pub flood_bytes: u64,
     /// Flood: warm-up and measured runs per variant.
@@ -29,15 +36,23 @@ impl Budget {
             startup: Rounds {
                 warmup: 20,
                 runs: 200,
+                idle: Duration::ZERO,
             },
             startup_slow: Rounds {
                 warmup: 3,
                 runs: 30,
+                idle: Duration::ZERO,
+            },
+            startup_idle: Rounds {
+                warmup: 2,
+                runs: 40,
+                idle: IDLE,
             },
             flood_bytes: 1 << 30,
             flood: Rounds {
                 warmup: 1,
                 runs: 11,
+                idle: Duration::ZERO,
             },
             concurrent: 64,
             concurrency_rounds: 5,
@@ -48,10 +63,27 @@ impl Budget {
     pub fn quick() -> Self {
         Self {
             quick: true,
-            startup: Rounds { warmup: 1, runs: 5 },
-            startup_slow: Rounds { warmup: 0, runs: 2 },
+            startup: Rounds {
+                warmup: 1,
+                runs: 5,
+                idle: Duration::ZERO,
+            },
+            startup_slow: Rounds {
+                warmup: 0,
+                runs: 2,
+                idle: Duration::ZERO,
+            },
+            startup_idle: Rounds {
+                warmup: 0,
+                runs: 2,
+                idle: IDLE,
+            },
             flood_bytes: 64 << 20,
-            flood: Rounds { warmup: 0, runs: 1 },
+            flood: Rounds {
+                warmup: 0,
+                runs: 1,
+                idle: Duration::ZERO,
+            },
             concurrent: 64,
             concurrency_rounds: 1,
         }

@@ -127,13 +127,18 @@ fn notes(budget: &Budget) -> Vec<String> {
          machine. Ratios are median over median."
             .into(),
         format!(
-            "Start-up: {} warm-up + {} measured runs per variant ({} + {} for container \
-             backends). Bare spawn = `tokio::process::Command` of `/bin/true` with its \
-             outputs piped and read.",
+            "Start-up: {} warm-up + {} measured runs per variant back to back ({} + {} for \
+             container backends), then {} + {} with {} ms of idle before each run (untimed), \
+             because a command that follows a quiet spell can pay costs back-to-back runs \
+             hide. Bare spawn = `tokio::process::Command` of `/bin/true` with its outputs \
+             piped and read.",
             budget.startup.warmup,
             budget.startup.runs,
             budget.startup_slow.warmup,
-            budget.startup_slow.runs
+            budget.startup_slow.runs,
+            budget.startup_idle.warmup,
+            budget.startup_idle.runs,
+            budget.startup_idle.idle.as_millis()
         ),
         "bwrap direct = the exact launch the backend prepares for the same options (its \
          program, argv, environment, working directory, the descriptors it hands over, \

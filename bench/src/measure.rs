@@ -24,6 +24,10 @@ pub struct Rounds {
     pub warmup: usize,
     /// Measured runs of each variant.
     pub runs: usize,
+    /// Idle time before each run, not timed: zero for back-to-back runs. An agent's
+    /// commands come seconds apart, and some kernel paths (an RCU grace period on the
+    /// first cgroup move after a quiet spell) cost only then.
+    pub idle: Duration,
 }
 
 /// Run every probe `warmup + runs` times, interleaved; iteration `i` starts at probe
@@ -35,6 +39,9 @@ pub async fn interleaved(probes: &[Probe<'_>], rounds: Rounds) -> Result<Vec<Sam
     for i in 0..rounds.warmup + rounds.runs {
         for j in 0..n {
             let k = (i + j) % n;
+            if !rounds.idle.is_zero() {
+                tokio::time::sleep(rounds.idle).await;
+            }
             let took = probes[k]().await?;
             if i >= rounds.warmup {
                 samples[k].push(took);
@@ -65,9 +72,16 @@ mod tests {
             })
         };
         let probes = vec![probe(1), probe(2), probe(3)];
-        let samples = interleaved(&probes, Rounds { warmup: 1, runs: 2 })
-            .await
-            .unwrap_or_default();
+        let samples = interleaved(
+            &probes,
+            Rounds {
+                warmup: 1,
+                runs: 2,
+                idle: Duration::from_millis(1),
+            },
+        )
+        .await
+        .unwrap_or_default();
         assert_eq!(samples.len(), 3);
         assert!(samples.iter().all(|s| s.len() == 2));
         assert_eq!(samples[1].median(), Duration::from_millis(2));
@@ -80,7 +94,15 @@ mod tests {
         let probes: Vec<Probe<'static>> = vec![Box::new(|| {
             Box::pin(async { Err(BenchError::wrong("x", "exit 1")) })
         })];
-        let r = interleaved(&probes, Rounds { warmup: 0, runs: 3 }).await;
+        let r = interleaved(
+            &probes,
+            Rounds {
+                warmup: 0,
+                runs: 3,
+                idle: Duration::ZERO,
+            },
+        )
+        .await;
         assert!(matches!(r, Err(BenchError::Wrong { .. })));
     }
 }

@@ -76,33 +76,45 @@ pub async fn measure(
         }
         None => None,
     };
-    let samples = interleaved(&probes, rounds).await?;
-    let (bare, ours) = (&samples[0], &samples[1]);
-
-    let what = format!(
-        "start-up of `/bin/true` to outcome: `run` + `wait` (lane {}), {} runs",
-        s.lane,
-        ours.len()
-    );
-    let mut rows = vec![row(
-        s,
-        what,
-        ours,
-        bare,
-        "bare spawn (tokio::process)",
-        budget::startup_vs_bare(s.name),
-        budget.quick,
-    )];
-    if let (Some(label), Some(direct)) = (direct_label, samples.get(2)) {
+    let mut rows = Vec::new();
+    let idle = budget.startup_idle;
+    for (rounds, how) in [
+        (rounds, "back to back".to_string()),
+        (
+            idle,
+            format!(
+                "after {} ms idle before each run (as between an agent's commands)",
+                idle.idle.as_millis()
+            ),
+        ),
+    ] {
+        let samples = interleaved(&probes, rounds).await?;
+        let (bare, ours) = (&samples[0], &samples[1]);
+        let what = format!(
+            "start-up of `/bin/true` to outcome: `run` + `wait` (lane {}), {how}, {} runs",
+            s.lane,
+            ours.len()
+        );
         rows.push(row(
             s,
-            format!("start-up against {label}, interleaved"),
+            what,
             ours,
-            direct,
-            &label,
-            budget::startup_vs_direct(s.name),
+            bare,
+            "bare spawn (tokio::process)",
+            budget::startup_vs_bare(s.name),
             budget.quick,
         ));
+        if let (Some(label), Some(direct)) = (&direct_label, samples.get(2)) {
+            rows.push(row(
+                s,
+                format!("start-up against {label}, {how}"),
+                ours,
+                direct,
+                label,
+                budget::startup_vs_direct(s.name),
+                budget.quick,
+            ));
+        }
     }
     Ok(rows)
 }

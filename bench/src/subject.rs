@@ -124,7 +124,15 @@ impl Subject {
                 let direct = own_launch(&b, "its own launch spawned without the library");
                 (sandbox_none::NAME, Arc::new(b), Some(direct))
             }
-            "bwrap" | "landlock" | "docker" => {
+            "bwrap" => {
+                let b = sandbox_bwrap::BwrapBackend::new();
+                let direct = own_launch(
+                    &b,
+                    "bwrap run directly with the identical argv, environment and descriptors",
+                );
+                (sandbox_bwrap::NAME, Arc::new(b), Some(direct))
+            }
+            "landlock" | "docker" => {
                 return Err(format!(
                     "the `{name}` backend is not wired into the bench yet"
                 ))

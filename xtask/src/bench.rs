@@ -1,12 +1,15 @@
-//! `cargo xtask bench [--backend NAME]... [--quick]`: build `sandbox-bench` (and the
-//! `sandbox` command it measures) in release once, run it, print its markdown table and
-//! keep it: `bench/RESULTS.md` for a full run, `<target>/bench-quick.md` for `--quick`
-//! (a smoke run must never replace the published figures).
+//! `cargo xtask bench [--backend NAME]... [--quick] [--as-user UID]`: build
+//! `sandbox-bench` (and the `sandbox` command it measures) in release once, run it, print
+//! its markdown table and keep it: `bench/RESULTS.md` for a full run, `<target>/bench-quick.md`
+//! for `--quick` (a smoke run must never replace the published figures); with `--as-user`
+//! the file names carry the uid, since root and an ordinary user take different code paths
+//! (cgroups, root-only files to hide) and cost differently.
 //!
 //! Boring on purpose: all measuring lives in the `sandbox-bench` crate; this only builds,
 //! runs and files the result.
 
-use std::path::PathBuf;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
@@ -15,7 +18,7 @@ use crate::{cargo, project_root, target_dir, Result};
 
 /// The help text for the task.
 pub const HELP: &str = "\
-cargo xtask bench [--backend NAME]... [--quick]
+cargo xtask bench [--backend NAME]... [--quick] [--as-user UID]
 
 Measure each sandbox backend (start-up of /bin/true, 1 GiB of stdout, 64 sandboxes at
 once, the `sandbox` command as a whole process) as ratios against baselines taken in the
@@ -24,14 +27,17 @@ same run, and print a markdown table.
   --backend NAME   measure only this backend (repeatable: none, bwrap, landlock, docker);
                    a named backend that cannot be measured fails the task
   --quick          a handful of iterations, only to prove the bench runs (judges nothing)
+  --as-user UID    run the bench as UID (setpriv, no groups, a TMPDIR it owns; needs root)
 
-A full run writes bench/RESULTS.md; --quick writes <target>/bench-quick.md.";
+A full run writes bench/RESULTS.md (bench/RESULTS.uid-UID.md with --as-user); --quick
+writes <target>/bench-quick.md (<target>/bench-quick.uid-UID.md).";
 
 /// What the command line asked for.
 #[derive(Debug, Default, PartialEq, Eq)]
 struct Opts {
     backends: Vec<String>,
     quick: bool,
+    as_user: Option<u32>,
     help: bool,
 }
 
@@ -42,6 +48,10 @@ fn parse(args: &[String]) -> Result<Opts> {
         match a.as_str() {
             "--quick" => opts.quick = true,
             "-h" | "--help" => opts.help = true,
+            "--as-user" => match it.next().map(|u| u.parse::<u32>()) {
+                Some(Ok(uid)) => opts.as_user = Some(uid),
+                _ => return Err("--as-user needs a numeric UID".into()),
+            },
             "--backend" => match it.next() {
                 Some(name) => opts.backends.push(name.clone()),
                 None => return Err("--backend needs a NAME".into()),
@@ -108,7 +118,33 @@ pub fn run(args: &[String]) -> Result<()> {
         .ok_or("cargo built no `sandbox-bench` executable")?
         .clone();
 
-    let mut cmd = Command::new(&bench);
+    let sandbox = find(&exes, "sandbox").cloned();
+    // As another uid: copies of the binaries in a directory that uid owns (ours may sit
+    // where it cannot read), its own TMPDIR for the bench's workspace.
+    let user_dir = match opts.as_user {
+        Some(uid) => Some(UserDir::new(uid)?),
+        None => None,
+    };
+    let (bench, sandbox) = match &user_dir {
+        Some(d) => (
+            d.copy(&bench, "sandbox-bench")?,
+            sandbox.map(|s| d.copy(&s, "sandbox")).transpose()?,
+        ),
+        None => (bench, sandbox),
+    };
+    let mut cmd = match &user_dir {
+        Some(d) => {
+            let uid = d.uid.to_string();
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid", &uid, "--regid", &uid, "--clear-groups", "--"])
+                .arg(&bench)
+                .current_dir(&d.dir)
+                .env("TMPDIR", d.tmp())
+                .env("HOME", &d.dir);
+            c
+        }
+        None => Command::new(&bench),
+    };
     for b in &opts.backends {
         cmd.args(["--backend", b]);
     }
@@ -116,20 +152,24 @@ pub fn run(args: &[String]) -> Result<()> {
         cmd.arg("--quick");
     }
     // Without the command (a facade built without its binary) the bench says so in a row.
-    if let Some(sandbox) = find(&exes, "sandbox") {
+    if let Some(sandbox) = &sandbox {
         cmd.arg("--sandbox-bin").arg(sandbox);
     }
     let out = cmd
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("cannot run {}: {e}", bench.display()))?;
+    drop(user_dir);
     let table = String::from_utf8_lossy(&out.stdout);
     print!("{table}");
 
+    let suffix = opts
+        .as_user
+        .map_or(String::new(), |uid| format!(".uid-{uid}"));
     let file = if opts.quick {
-        target_dir().join("bench-quick.md")
+        target_dir().join(format!("bench-quick{suffix}.md"))
     } else {
-        root.join("bench").join("RESULTS.md")
+        root.join("bench").join(format!("RESULTS{suffix}.md"))
     };
     if !table.trim().is_empty() {
         std::fs::write(&file, table.as_bytes())
@@ -144,6 +184,49 @@ pub fn run(args: &[String]) -> Result<()> {
         .into());
     }
     Ok(())
+}
+
+/// A directory owned by `uid` for one bench run as that uid, removed afterwards.
+struct UserDir {
+    uid: u32,
+    dir: PathBuf,
+}
+
+impl UserDir {
+    fn new(uid: u32) -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!("sandbox-bench-uid-{uid}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("tmp"))?;
+        let made = Self { uid, dir };
+        for d in [made.dir.as_path(), &made.tmp()] {
+            std::os::unix::fs::chown(d, Some(uid), Some(uid)).map_err(|e| {
+                format!(
+                    "cannot hand {} to uid {uid} ({e}); --as-user needs root",
+                    d.display()
+                )
+            })?;
+        }
+        std::fs::set_permissions(&made.dir, std::fs::Permissions::from_mode(0o700))?;
+        Ok(made)
+    }
+
+    fn tmp(&self) -> PathBuf {
+        self.dir.join("tmp")
+    }
+
+    fn copy(&self, from: &Path, name: &str) -> Result<PathBuf> {
+        let to = self.dir.join(name);
+        std::fs::copy(from, &to)?;
+        std::os::unix::fs::chown(&to, Some(self.uid), Some(self.uid))?;
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))?;
+        Ok(to)
+    }
+}
+
+impl Drop for UserDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 #[cfg(test)]
@@ -162,9 +245,13 @@ mod tests {
             Some(Opts {
                 backends: s(&["bwrap", "none"]),
                 quick: true,
+                as_user: None,
                 help: false
             })
         );
+        let o = parse(&s(&["--as-user", "65534"])).ok();
+        assert_eq!(o.and_then(|o| o.as_user), Some(65534));
+        assert!(parse(&s(&["--as-user", "nobody"])).is_err());
         assert!(parse(&s(&["--backend"])).is_err());
         assert!(parse(&s(&["--fast"]))
             .err()

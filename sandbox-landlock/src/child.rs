@@ -1,0 +1,415 @@
+//! The steps this backend runs in the child, between fork and exec.
+//!
+//! # Why each call is safe there
+//!
+//! The host is a multi-threaded async program. After `fork` only the forking thread exists
+//! in the child, and any lock another thread held at that instant (the allocator's, stdio's,
+//! a `Mutex` in our caches) stays locked forever; so between fork and exec the child may
+//! only make calls that take no user-space lock: raw system calls. Everything these steps
+//! use is prepared in the parent by [`crate::LandlockBackend`]'s `prepare`: the ruleset
+//! descriptor, the compiled filters, the uid/gid map lines, the C strings of the `/proc`
+//! paths. The steps then make only these calls, each a plain system call with no
+//! user-space state (the libc wrappers only set `errno`, which is per thread):
+//!
+//! - `unshare`, `open`, `write`, `close`, `socket`, `ioctl` (the network namespace and its
+//!   loopback);
+//! - `prctl` (bounding set, ambient set, securebits, `no_new_privs`), `capset`, `capget`;
+//! - `landlock_restrict_self` (through `syscall`);
+//! - `seccomp` (through `syscall`, in [`crate::filter`] and core's shared filter).
+//!
+//! Errors are built with [`io::Error::last_os_error`] or [`io::Error::from_raw_os_error`],
+//! which store the number inline: no allocation. Nothing allocated is dropped in the child.
+//!
+//! # Order
+//!
+//! Core has already joined the cgroups, set the rlimits and marked every descriptor but
+//! stdio close-on-exec. Then, in the order [`crate::LandlockBackend`] lists them:
+//!
+//! 1. [`EnterNetns`] (loopback only): needs `CAP_SYS_ADMIN` (root's, or the new user
+//!    namespace's), so it comes before the capabilities go.
+//! 2. [`DropCapabilities`] (root host, or a new user namespace): no capability survives.
+//! 3. [`RestrictSelf`]: `no_new_privs`, then landlock; works without capabilities because
+//!    `no_new_privs` is set.
+//! 4. The filters, last: they deny `unshare` and `socket` calls the steps above make.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use sandbox_core::process::PreExec;
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// `write(2)` the whole of `data` to `path`, then close it.
+///
+/// # Safety
+///
+/// Only system calls; callable between fork and exec.
+unsafe fn write_file(path: &CStr, data: &[u8]) -> io::Result<()> {
+    // SAFETY: a NUL-terminated path and a live buffer.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = libc::write(fd, data.as_ptr().cast(), data.len());
+        let err = io::Error::last_os_error();
+        libc::close(fd);
+        if n != data.len() as isize {
+            return Err(if n < 0 {
+                err
+            } else {
+                io::Error::from_raw_os_error(libc::EIO)
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The uid and gid maps of a new user namespace: the caller's own ids, mapped to
+/// themselves, so files keep their owners and nothing else is gained.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct IdMaps {
+    pub uid_map: Vec<u8>,
+    pub gid_map: Vec<u8>,
+}
+
+impl IdMaps {
+    /// The maps for a process running as `uid`:`gid`.
+    pub fn identity(uid: u32, gid: u32) -> Self {
+        Self {
+            uid_map: format!("{uid} {uid} 1").into_bytes(),
+            gid_map: format!("{gid} {gid} 1").into_bytes(),
+        }
+    }
+}
+
+/// A private network namespace with its loopback up: the command serves and connects on
+/// its own `127.0.0.1` and reaches nothing of the host's, not even the host's loopback.
+///
+/// As root a network namespace needs nothing more; otherwise it comes with a user namespace
+/// (which is what lets an unprivileged process create it).
+#[derive(Debug, Clone)]
+pub(crate) struct EnterNetns {
+    /// `Some` to create a user namespace too, with these maps.
+    pub userns: Option<IdMaps>,
+}
+
+impl EnterNetns {
+    /// Bring `lo` up in the current network namespace.
+    ///
+    /// # Safety
+    ///
+    /// Only system calls; callable between fork and exec.
+    unsafe fn loopback_up() -> io::Result<()> {
+        // SAFETY: a zeroed `ifreq` is valid; the ioctls read and write only it.
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let mut ifr: libc::ifreq = std::mem::zeroed();
+            ifr.ifr_name[0] = b'l' as libc::c_char;
+            ifr.ifr_name[1] = b'o' as libc::c_char;
+            let mut r = libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut ifr);
+            if r == 0 {
+                ifr.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+                r = libc::ioctl(fd, libc::SIOCSIFFLAGS, &ifr);
+            }
+            let err = io::Error::last_os_error();
+            libc::close(fd);
+            if r != 0 {
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
+}
+
+impl PreExec for EnterNetns {
+    fn pre_exec(&self) -> io::Result<()> {
+        // SAFETY: system calls on data prepared before the fork (module docs).
+        unsafe {
+            match &self.userns {
+                Some(maps) => {
+                    check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET))?;
+                    // `setgroups` must be denied before an unprivileged gid map is accepted.
+                    write_file(c"/proc/self/setgroups", b"deny")?;
+                    write_file(c"/proc/self/uid_map", &maps.uid_map)?;
+                    write_file(c"/proc/self/gid_map", &maps.gid_map)?;
+                }
+                None => check(libc::unshare(libc::CLONE_NEWNET))?,
+            }
+            Self::loopback_up()
+        }
+    }
+}
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+/// uid 0 gets no capability back on exec, and none of this can be undone: `SECBIT_NOROOT`
+/// and the lock bits for it, for keep-caps and for ambient raising.
+const SECUREBITS: libc::c_ulong = (1 << 0) // NOROOT
+    | (1 << 1) // NOROOT_LOCKED
+    | (1 << 5) // KEEP_CAPS_LOCKED (keep-caps stays off)
+    | (1 << 6) // NO_CAP_AMBIENT_RAISE
+    | (1 << 7); // NO_CAP_AMBIENT_RAISE_LOCKED
+
+/// Every capability gone, in all five sets: the bounding set (so no exec can give any
+/// back, even to uid 0), the ambient set, and the effective, permitted and inheritable
+/// sets. Checked afterwards with `capget`.
+#[derive(Debug, Clone)]
+pub(crate) struct DropCapabilities {
+    /// `/proc/sys/kernel/cap_last_cap`, read in the parent.
+    pub last_cap: u32,
+    /// Whether the process holds `CAP_SETPCAP` (root, or a new user namespace), which
+    /// dropping the bounding set and setting securebits need. Without it the bounding set
+    /// cannot matter: only uid 0 is handed the bounding set on exec.
+    pub bounding: bool,
+}
+
+impl PreExec for DropCapabilities {
+    fn pre_exec(&self) -> io::Result<()> {
+        // SAFETY: prctl/capset/capget on stack values (module docs).
+        unsafe {
+            if self.bounding {
+                for cap in 0..=self.last_cap {
+                    if libc::prctl(libc::PR_CAPBSET_DROP, cap as libc::c_ulong, 0, 0, 0) != 0 {
+                        let e = io::Error::last_os_error();
+                        // A number this kernel does not know is not in its bounding set.
+                        if e.raw_os_error() != Some(libc::EINVAL) {
+                            return Err(e);
+                        }
+                    }
+                }
+                check(libc::prctl(libc::PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0))?;
+            }
+            check(libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ))?;
+            let mut header = CapHeader {
+                version: LINUX_CAPABILITY_VERSION_3,
+                pid: 0,
+            };
+            let mut data = [CapData::default(); 2];
+            if libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let left = data
+                .iter()
+                .any(|d| d.effective | d.permitted | d.inheritable != 0);
+            if left {
+                return Err(io::Error::from_raw_os_error(libc::EPERM));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `no_new_privs`, then the landlock domain from the ruleset prepared in the parent.
+#[derive(Debug)]
+pub(crate) struct RestrictSelf {
+    /// The ruleset; close-on-exec, closed in the parent when the spawn is done.
+    pub ruleset: OwnedFd,
+}
+
+impl PreExec for RestrictSelf {
+    fn pre_exec(&self) -> io::Result<()> {
+        // SAFETY: two system calls on a descriptor opened before the fork.
+        unsafe {
+            // Needed by landlock without CAP_SYS_ADMIN; also stops setuid and file
+            // capabilities from raising privilege on exec.
+            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            if libc::syscall(
+                libc::SYS_landlock_restrict_self,
+                self.ruleset.as_raw_fd(),
+                0 as libc::c_uint,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn identity_maps_map_the_caller_to_itself() {
+        let m = IdMaps::identity(1000, 100);
+        assert_eq!(m.uid_map, b"1000 1000 1");
+        assert_eq!(m.gid_map, b"100 100 1");
+    }
+
+    /// Runs `step` in a forked child and returns its exit code: 0 when the step and the
+    /// `check` after it succeed.
+    fn in_child(step: &dyn PreExec, check: fn() -> i32) -> i32 {
+        // SAFETY: the child makes only system calls and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = match step.pre_exec() {
+                Ok(()) => check(),
+                Err(e) => 100 + e.raw_os_error().unwrap_or(0).min(100),
+            };
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child died: {status}");
+        libc::WEXITSTATUS(status)
+    }
+
+    fn caps_all_zero() -> i32 {
+        let mut header = CapHeader {
+            version: LINUX_CAPABILITY_VERSION_3,
+            pid: 0,
+        };
+        let mut data = [CapData::default(); 2];
+        unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+        let sets = data
+            .iter()
+            .any(|d| d.effective | d.permitted | d.inheritable != 0);
+        let ambient = unsafe {
+            libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                libc::PR_CAP_AMBIENT_IS_SET as libc::c_ulong,
+                21, // CAP_SYS_ADMIN
+                0,
+                0,
+            )
+        };
+        let bounding = unsafe { libc::prctl(libc::PR_CAPBSET_READ, 21, 0, 0, 0) };
+        i32::from(sets) | (i32::from(ambient == 1) << 1) | (i32::from(bounding == 1) << 2)
+    }
+
+    fn last_cap() -> u32 {
+        std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    #[test]
+    fn dropping_capabilities_leaves_none_in_any_set_as_root() {
+        if unsafe { libc::geteuid() } != 0 {
+            // The unprivileged half of this test is the next one; this one needs root's
+            // capabilities to have something to drop.
+            assert_eq!(
+                in_child(
+                    &DropCapabilities {
+                        last_cap: last_cap(),
+                        bounding: false
+                    },
+                    caps_all_zero
+                ) & 1,
+                0
+            );
+            return;
+        }
+        let step = DropCapabilities {
+            last_cap: last_cap(),
+            bounding: true,
+        };
+        assert_eq!(in_child(&step, caps_all_zero), 0);
+    }
+
+    #[test]
+    fn dropping_capabilities_in_a_new_user_namespace_drops_that_namespaces_caps() {
+        // A new user namespace gives a full set; the step takes all of it away.
+        let netns = EnterNetns {
+            userns: Some(IdMaps::identity(unsafe { libc::getuid() }, unsafe {
+                libc::getgid()
+            })),
+        };
+        struct Both(EnterNetns, DropCapabilities);
+        impl PreExec for Both {
+            fn pre_exec(&self) -> io::Result<()> {
+                self.0.pre_exec()?;
+                self.1.pre_exec()
+            }
+        }
+        let step = Both(
+            netns,
+            DropCapabilities {
+                last_cap: last_cap(),
+                bounding: true,
+            },
+        );
+        assert_eq!(in_child(&step, caps_all_zero), 0);
+    }
+
+    #[test]
+    fn a_private_netns_has_loopback_up_and_no_other_interface() {
+        let step = EnterNetns {
+            userns: if unsafe { libc::geteuid() } == 0 {
+                None
+            } else {
+                Some(IdMaps::identity(unsafe { libc::getuid() }, unsafe {
+                    libc::getgid()
+                }))
+            },
+        };
+        fn check() -> i32 {
+            // Serve on 127.0.0.1 and connect to it: loopback works.
+            unsafe {
+                let s = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+                let mut addr: libc::sockaddr_in = std::mem::zeroed();
+                addr.sin_family = libc::AF_INET as u16;
+                addr.sin_addr.s_addr = u32::from_be_bytes([127, 0, 0, 1]).to_be();
+                let len = std::mem::size_of::<libc::sockaddr_in>() as u32;
+                if libc::bind(s, (&addr as *const libc::sockaddr_in).cast(), len) != 0 {
+                    return 1;
+                }
+                if libc::listen(s, 1) != 0 {
+                    return 2;
+                }
+                let mut bound: libc::sockaddr_in = std::mem::zeroed();
+                let mut blen = len;
+                libc::getsockname(s, (&mut bound as *mut libc::sockaddr_in).cast(), &mut blen);
+                let c = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+                if libc::connect(c, (&bound as *const libc::sockaddr_in).cast(), len) != 0 {
+                    return 3;
+                }
+                // Only `lo` exists: index 2 (the host's first real interface) does not.
+                let mut name = [0 as libc::c_char; libc::IFNAMSIZ];
+                if !libc::if_indextoname(2, name.as_mut_ptr()).is_null() {
+                    return 4;
+                }
+                0
+            }
+        }
+        assert_eq!(in_child(&step, check), 0);
+    }
+}

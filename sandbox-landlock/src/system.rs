@@ -1,0 +1,431 @@
+//! The system paths every command may read, and what "read" means when the host is root.
+//!
+//! # The list, and why each entry is there
+//!
+//! | path | access | why |
+//! |---|---|---|
+//! | `/usr` | read, execute | programs, libraries and their data; on merged-`/usr` systems also what `/bin`, `/sbin` and `/lib*` point to |
+//! | `/bin`, `/sbin` | read, execute | programs, on systems without merged `/usr` |
+//! | `/lib`, `/lib32`, `/lib64`, `/libx32` | read, execute | the dynamic loader and the C library |
+//! | `/etc` | read | `ld.so.cache`, `passwd`/`group` (user names), `nsswitch.conf`, `hosts`, `resolv.conf`, `localtime`, CA certificates, `alternatives` |
+//! | `/proc` | read, no write, no execute | `/proc/self/*` (`exe`, `maps`, `fd`, `status`) and `cpuinfo`/`meminfo`; `/proc/self` is a different directory in every process, so only `/proc` as a whole can be granted. Host processes' `environ`, `mem` and `fd` stay closed: the kernel checks ptrace access for them, and landlock denies ptrace out of the sandbox. Never writable: `/proc/sys` and `/proc/sysrq-trigger` are guarded only by file modes, which a root command would pass |
+//! | `/dev/null`, `/dev/zero`, `/dev/full` | read, write | the sinks and sources of shell redirections |
+//! | `/dev/random`, `/dev/urandom` | read | randomness for programs that do not use `getrandom(2)` |
+//!
+//! Not granted, on purpose: `/home` and `/root` (keys, credentials), `/tmp` and `/dev/shm`
+//! (shared with every other process: a side channel, and writes outside the workspace),
+//! `/run` and `/var` (service sockets and state), `/sys`, `/dev/tty` (the host's
+//! terminal), `/opt`. A caller who needs one names it in `read_only_paths` or
+//! `writable_paths`.
+//!
+//! # When the host is root
+//!
+//! The command keeps uid 0 (so that a root-owned workspace stays writable) but loses every
+//! capability. A file mode still lets uid 0 read what root owns (`/etc/shadow`,
+//! `/etc/ssl/private/*.key`, `/etc/docker/key.json`): the owner bits apply to it. So for a
+//! root host the system directories are granted *as an unprivileged user would see them*:
+//! [`public_view`] walks them and grants only what every user may read (the `o+r` files,
+//! and whole directories when everything beneath is public), so a root-only file in `/etc`
+//! is denied by landlock even though uid 0 owns it.
+//!
+//! The walk is cached: `/usr`, `/bin`, `/lib*` (package-managed, ~100k entries) once per
+//! process; `/etc` (where secrets are added at run time) again when the last walk is older
+//! than [`ETC_REFRESH`]. A root-only file created under a public directory of `/usr` while
+//! the process runs is therefore readable until the process restarts; under `/etc`, for at
+//! most [`ETC_REFRESH`].
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::fsview::{FsView, Kind, Meta};
+
+/// How a system path is granted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum SysAccess {
+    /// Read files, list directories, execute.
+    Read,
+    /// Read files and list directories; no execute (`/proc`).
+    ReadNoExec,
+    /// Read and write a device (`/dev/null`).
+    Device,
+    /// Read a device (`/dev/urandom`).
+    DeviceRead,
+}
+
+/// One entry of the list in the module docs.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct SystemPath {
+    pub path: &'static str,
+    pub access: SysAccess,
+    /// Re-walked for a root host when older than [`ETC_REFRESH`].
+    pub volatile: bool,
+}
+
+const fn read(path: &'static str) -> SystemPath {
+    SystemPath {
+        path,
+        access: SysAccess::Read,
+        volatile: false,
+    }
+}
+
+/// The list in the module docs.
+pub(crate) const SYSTEM_PATHS: &[SystemPath] = &[
+    read("/usr"),
+    read("/bin"),
+    read("/sbin"),
+    read("/lib"),
+    read("/lib32"),
+    read("/lib64"),
+    read("/libx32"),
+    SystemPath {
+        path: "/etc",
+        access: SysAccess::Read,
+        volatile: true,
+    },
+    SystemPath {
+        path: "/proc",
+        access: SysAccess::ReadNoExec,
+        volatile: false,
+    },
+    SystemPath {
+        path: "/dev/null",
+        access: SysAccess::Device,
+        volatile: false,
+    },
+    SystemPath {
+        path: "/dev/zero",
+        access: SysAccess::Device,
+        volatile: false,
+    },
+    SystemPath {
+        path: "/dev/full",
+        access: SysAccess::Device,
+        volatile: false,
+    },
+    SystemPath {
+        path: "/dev/random",
+        access: SysAccess::DeviceRead,
+        volatile: false,
+    },
+    SystemPath {
+        path: "/dev/urandom",
+        access: SysAccess::DeviceRead,
+        volatile: false,
+    },
+];
+
+/// How long a root host's view of `/etc` is reused before it is walked again.
+pub(crate) const ETC_REFRESH: Duration = Duration::from_secs(2);
+
+/// One system grant on this host: a canonical path, what it is, how it is granted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SystemGrant {
+    pub path: PathBuf,
+    pub kind: Kind,
+    pub access: SysAccess,
+}
+
+/// The entries of `list` that exist here, canonical, without those already beneath another
+/// granted directory with the same access (`/bin` -> `/usr/bin` is inside `/usr`).
+pub(crate) fn resolve(fs: &dyn FsView, list: &[SystemPath]) -> Vec<SystemGrant> {
+    let mut out: Vec<SystemGrant> = Vec::new();
+    for sp in list {
+        let Ok(path) = fs.canonical(Path::new(sp.path)) else {
+            continue;
+        };
+        let Ok(meta) = fs.stat(&path) else {
+            continue;
+        };
+        let covered = out.iter().any(|g| {
+            g.kind == Kind::Dir && g.access == sp.access && path.starts_with(&g.path)
+        });
+        if !covered {
+            out.push(SystemGrant {
+                path,
+                kind: meta.kind,
+                access: sp.access,
+            });
+        }
+    }
+    out
+}
+
+/// Readable by every user: `o+r` (and `o+x` for a directory, to reach inside).
+fn public(meta: &Meta) -> bool {
+    match meta.kind {
+        Kind::Dir => meta.mode & 0o005 == 0o005,
+        Kind::Symlink => true,
+        Kind::File | Kind::Special => meta.mode & 0o004 != 0,
+    }
+}
+
+/// The grants an unprivileged user's view of `path` needs: `path` itself when everything
+/// beneath is public, else the public parts beneath. Symlinks need nothing (the kernel
+/// judges where they lead); a directory that cannot be read is fail-closed: nothing.
+fn walk(fs: &dyn FsView, path: &Path, meta: Meta, out: &mut Vec<(PathBuf, Kind)>) -> bool {
+    match meta.kind {
+        Kind::Symlink => true,
+        Kind::File | Kind::Special => {
+            if public(&meta) {
+                out.push((path.to_path_buf(), meta.kind));
+                true
+            } else {
+                false
+            }
+        }
+        Kind::Dir => {
+            // Without o+x an ordinary user reaches nothing beneath.
+            if meta.mode & 0o001 == 0 {
+                return false;
+            }
+            let Ok(entries) = fs.list(path) else {
+                return false;
+            };
+            let mark = out.len();
+            let mut all = public(&meta);
+            for e in entries {
+                all &= walk(fs, &path.join(&e.name), e.meta, out);
+            }
+            if all {
+                // Everything beneath is public: one rule for the directory instead.
+                out.truncate(mark);
+                out.push((path.to_path_buf(), Kind::Dir));
+            }
+            all
+        }
+    }
+}
+
+/// `grants` as an unprivileged user would see them: each readable directory split into its
+/// public parts (see the module docs). `/proc` is kept whole: its per-process files are
+/// guarded by ptrace checks, not modes, and a walk would race with every process.
+pub(crate) fn public_view(fs: &dyn FsView, grants: &[SystemGrant]) -> Vec<SystemGrant> {
+    let mut out = Vec::new();
+    for g in grants {
+        match g.access {
+            SysAccess::ReadNoExec => out.push(g.clone()),
+            SysAccess::Read | SysAccess::Device | SysAccess::DeviceRead => {
+                let Ok(meta) = fs.stat(&g.path) else {
+                    continue;
+                };
+                let mut parts = Vec::new();
+                walk(fs, &g.path, meta, &mut parts);
+                out.extend(parts.into_iter().map(|(path, kind)| SystemGrant {
+                    path,
+                    kind,
+                    access: g.access,
+                }));
+            }
+        }
+    }
+    out
+}
+
+/// The system grants for one run, shared between runs.
+#[derive(Clone, Debug)]
+pub(crate) struct SystemView {
+    parts: Vec<Arc<Vec<SystemGrant>>>,
+}
+
+impl SystemView {
+    /// Every grant.
+    pub fn iter(&self) -> impl Iterator<Item = &SystemGrant> {
+        self.parts.iter().flat_map(|p| p.iter())
+    }
+
+    /// A view made of these grants.
+    #[cfg(test)]
+    pub fn from_grants(grants: Vec<SystemGrant>) -> Self {
+        Self {
+            parts: vec![Arc::new(grants)],
+        }
+    }
+}
+
+/// The host's system grants for a command that is not root: found once per process (which
+/// of the paths exist and what they are does not change under a running program).
+pub(crate) fn host_view() -> SystemView {
+    static PLAIN: OnceLock<Arc<Vec<SystemGrant>>> = OnceLock::new();
+    let p = PLAIN.get_or_init(|| Arc::new(resolve(&crate::fsview::HostFs, SYSTEM_PATHS)));
+    SystemView {
+        parts: vec![p.clone()],
+    }
+}
+
+/// The host's system grants for a root command: the public view, cached as the module docs
+/// describe.
+pub(crate) fn host_public_view() -> SystemView {
+    let fs = crate::fsview::HostFs;
+    static STABLE: OnceLock<Arc<Vec<SystemGrant>>> = OnceLock::new();
+    static VOLATILE: Mutex<Option<(Instant, Arc<Vec<SystemGrant>>)>> = Mutex::new(None);
+    let split = |volatile: bool| -> Vec<SystemPath> {
+        SYSTEM_PATHS
+            .iter()
+            .filter(|s| s.volatile == volatile)
+            .copied()
+            .collect()
+    };
+    let stable = STABLE
+        .get_or_init(|| Arc::new(public_view(&fs, &resolve(&fs, &split(false)))))
+        .clone();
+    let fresh = || Arc::new(public_view(&fs, &resolve(&fs, &split(true))));
+    let volatile = match VOLATILE.lock() {
+        Ok(mut slot) => match &*slot {
+            Some((at, v)) if at.elapsed() < ETC_REFRESH => v.clone(),
+            _ => {
+                let v = fresh();
+                *slot = Some((Instant::now(), v.clone()));
+                v
+            }
+        },
+        // A panic elsewhere poisoned the cache: walk without it.
+        Err(_) => fresh(),
+    };
+    SystemView {
+        parts: vec![stable, volatile],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fsview::fake::FakeFs;
+
+    fn paths(v: &[SystemGrant]) -> Vec<String> {
+        v.iter().map(|g| g.path.display().to_string()).collect()
+    }
+
+    #[test]
+    fn resolve_drops_missing_paths_and_those_inside_another() {
+        let mut fs = FakeFs::new();
+        fs.dir("/usr/bin", 0o755)
+            .dir("/usr/lib", 0o755)
+            .symlink("/bin", "/usr/bin")
+            .symlink("/lib", "/usr/lib")
+            .dir("/etc", 0o755)
+            .dir("/proc", 0o555)
+            .special("/dev/null", 0o666);
+        let g = resolve(&fs, SYSTEM_PATHS);
+        assert_eq!(paths(&g), ["/usr", "/etc", "/proc", "/dev/null"]);
+        assert_eq!(g[3].kind, Kind::Special);
+        assert_eq!(g[2].access, SysAccess::ReadNoExec);
+    }
+
+    #[test]
+    fn public_view_keeps_a_fully_public_tree_whole() {
+        let mut fs = FakeFs::new();
+        fs.file("/usr/bin/ls", 0o755).file("/usr/lib/libc.so", 0o644);
+        let g = resolve(&fs, &[read("/usr")]);
+        assert_eq!(paths(&public_view(&fs, &g)), ["/usr"]);
+    }
+
+    #[test]
+    fn public_view_splits_around_root_only_files() {
+        let mut fs = FakeFs::new();
+        fs.file("/etc/passwd", 0o644)
+            .file("/etc/shadow", 0o640)
+            .file("/etc/hosts", 0o644)
+            .dir("/etc/ssl/private", 0o700)
+            .file("/etc/ssl/private/host.key", 0o600)
+            .file("/etc/ssl/certs/ca.pem", 0o644)
+            .dir("/etc/apt", 0o755)
+            .file("/etc/apt/sources.list", 0o644)
+            .symlink("/etc/localtime", "/usr/share/zoneinfo/UTC")
+            .file("/usr/share/zoneinfo/UTC", 0o644);
+        let g = resolve(&fs, &[read("/etc")]);
+        let mut v = paths(&public_view(&fs, &g));
+        v.sort();
+        assert_eq!(
+            v,
+            [
+                "/etc/apt",
+                "/etc/hosts",
+                "/etc/passwd",
+                "/etc/ssl/certs",
+                // No rule for /etc, /etc/ssl, the private dir, the key or the shadow file.
+            ]
+        );
+    }
+
+    #[test]
+    fn public_view_does_not_enter_untraversable_directories() {
+        let mut fs = FakeFs::new();
+        fs.dir("/etc/secret", 0o700)
+            .file("/etc/secret/visible-mode", 0o644)
+            .dir("/etc/listless", 0o711)
+            .file("/etc/listless/known", 0o644);
+        let g = resolve(&fs, &[read("/etc")]);
+        let mut v = paths(&public_view(&fs, &g));
+        v.sort();
+        // o+x but no o+r: the file can be opened by name, the directory not listed.
+        assert_eq!(v, ["/etc/listless/known"]);
+    }
+
+    #[test]
+    fn public_view_keeps_proc_whole_and_filters_devices() {
+        let mut fs = FakeFs::new();
+        fs.dir("/proc/1", 0o555)
+            .file("/proc/1/environ", 0o400)
+            .special("/dev/null", 0o666)
+            .special("/dev/secretdev", 0o600);
+        let list = [
+            SystemPath {
+                path: "/proc",
+                access: SysAccess::ReadNoExec,
+                volatile: false,
+            },
+            SystemPath {
+                path: "/dev/null",
+                access: SysAccess::Device,
+                volatile: false,
+            },
+            SystemPath {
+                path: "/dev/secretdev",
+                access: SysAccess::Device,
+                volatile: false,
+            },
+        ];
+        let g = resolve(&fs, &list);
+        assert_eq!(paths(&public_view(&fs, &g)), ["/proc", "/dev/null"]);
+    }
+
+    #[test]
+    fn the_list_grants_no_home_tmp_run_or_sys() {
+        for p in SYSTEM_PATHS {
+            for banned in ["/home", "/root", "/tmp", "/run", "/var", "/sys", "/dev/shm"] {
+                assert!(!Path::new(p.path).starts_with(banned), "{}", p.path);
+            }
+            if p.access == SysAccess::Device {
+                assert!(p.path.starts_with("/dev/"), "{}", p.path);
+            }
+        }
+    }
+
+    #[test]
+    fn the_host_public_view_hides_root_only_files_here() {
+        // On this host: whatever root-only file exists under /etc is absent from the view,
+        // and nothing in the view is beneath it.
+        let view = host_public_view();
+        let mut secret = None;
+        let fs = crate::fsview::HostFs;
+        if let Ok(entries) = fs.list(Path::new("/etc")) {
+            for e in entries {
+                if e.meta.kind == Kind::File && e.meta.mode & 0o004 == 0 {
+                    secret = Some(Path::new("/etc").join(e.name));
+                    break;
+                }
+            }
+        }
+        let secret = secret.expect("a Debian host has a root-only file in /etc (shadow)");
+        assert!(
+            !view.iter().any(|g| secret.starts_with(&g.path)),
+            "{} is granted",
+            secret.display()
+        );
+        assert!(view
+            .iter()
+            .any(|g| Path::new("/etc/passwd").starts_with(&g.path)));
+    }
+}

@@ -35,6 +35,7 @@
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
 
 use sandbox_core::process::PreExec;
 
@@ -233,27 +234,32 @@ impl PreExec for DropCapabilities {
     }
 }
 
-/// `no_new_privs`, then the landlock domain from the ruleset prepared in the parent.
+/// `no_new_privs`, then one landlock layer per ruleset prepared in the parent (two for a
+/// root host, see [`crate::compile`]); the kernel intersects them.
 #[derive(Debug)]
 pub(crate) struct RestrictSelf {
-    /// The ruleset; close-on-exec, closed in the parent when the spawn is done.
-    pub ruleset: OwnedFd,
+    /// The rulesets; close-on-exec. Shared (a root host's first layer serves every run),
+    /// and closed in the parent when the last holder is done.
+    pub layers: Vec<Arc<OwnedFd>>,
 }
 
 impl PreExec for RestrictSelf {
     fn pre_exec(&self) -> io::Result<()> {
-        // SAFETY: two system calls on a descriptor opened before the fork.
+        // SAFETY: system calls on descriptors opened before the fork; iterating a slice
+        // allocated before the fork allocates nothing.
         unsafe {
             // Needed by landlock without CAP_SYS_ADMIN; also stops setuid and file
             // capabilities from raising privilege on exec.
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
-            if libc::syscall(
-                libc::SYS_landlock_restrict_self,
-                self.ruleset.as_raw_fd(),
-                0 as libc::c_uint,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
+            for layer in &self.layers {
+                if libc::syscall(
+                    libc::SYS_landlock_restrict_self,
+                    layer.as_raw_fd(),
+                    0 as libc::c_uint,
+                ) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
             }
         }
         Ok(())

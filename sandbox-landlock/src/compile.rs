@@ -1,18 +1,42 @@
-//! A [`Spec`] made into a kernel ruleset, in the parent, before the fork.
+//! A [`Spec`] made into a kernel ruleset, in the parent, before the fork; and the cached
+//! first layer of a root host.
 //!
-//! The `landlock` crate builds it in hard-requirement mode: a right, scope or rule the
-//! kernel cannot take is an error, never a silent best effort. What is handed to the child
-//! is only the ruleset's descriptor (`Option<OwnedFd>::from(RulesetCreated)`); the child
-//! applies it with one `landlock_restrict_self` call (see [`crate::child`]).
+//! The `landlock` crate builds each ruleset in hard-requirement mode: a right, scope or
+//! rule the kernel cannot take is an error, never a silent best effort. What is handed to
+//! the child is only the ruleset's descriptor (`Option<OwnedFd>::from(RulesetCreated)`);
+//! the child applies it with one `landlock_restrict_self` call (see [`crate::child`]).
+//!
+//! # The two layers of a root host
+//!
+//! A root host's command keeps uid 0, which file modes let read every root-owned file (see
+//! [`crate::system`]). It therefore gets two landlock layers, which the kernel intersects:
+//!
+//! 1. [`RootLayer`]: read rights only, granted as an unprivileged user sees the system
+//!    (every top-level directory whole, but `/usr`, `/etc` and the other system
+//!    directories only in their world-readable parts). Some 200 rules, since `/etc` is
+//!    split around `shadow` and the like; built once and reused by every run for
+//!    [`ETC_REFRESH`](crate::system::ETC_REFRESH) (a ruleset descriptor can restrict any
+//!    number of processes), so a run pays one extra `landlock_restrict_self`, not 200
+//!    rules.
+//! 2. The run's own layer, the same as for an unprivileged host: a dozen rules.
+//!
+//! A run whose own grants reach beyond layer 1 (a workspace in a top-level directory made
+//! after the layer was built, a named path inside `/etc`) gets a fresh layer 1 with those
+//! grants added, built for that run alone.
 
 use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use landlock::{
-    CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, ABI,
 };
 
 use crate::error::Error;
-use crate::ruleset::Spec;
+use crate::fsview::{FsView, HostFs};
+use crate::ruleset::{self, Spec};
+use crate::system::{self, ETC_REFRESH};
 
 /// Create the kernel ruleset for `spec`; its descriptor is close-on-exec.
 pub(crate) fn create(spec: &Spec) -> Result<OwnedFd, Error> {
@@ -36,4 +60,53 @@ pub(crate) fn create(spec: &Spec) -> Result<OwnedFd, Error> {
     // In hard-requirement mode a ruleset is only created on a kernel that enforces it, so
     // there is always a descriptor; without one, refuse rather than run unconfined.
     Option::<OwnedFd>::from(created).ok_or(Error::NotEnabled)
+}
+
+/// The first layer of a root host (see the module docs).
+#[derive(Debug)]
+pub(crate) struct RootLayer {
+    pub spec: Spec,
+    pub fd: Arc<OwnedFd>,
+    built: Instant,
+}
+
+impl RootLayer {
+    fn build(fs: &dyn FsView, abi: ABI) -> Result<Self, Error> {
+        let (roots, walked) = system::host_walked(fs);
+        let top = fs.list(Path::new("/")).map_err(|source| Error::Stat {
+            path: "/".into(),
+            source,
+        })?;
+        let view = system::unprivileged_view(&top, &roots, &walked);
+        let spec = ruleset::read_layer(&view, abi);
+        let fd = Arc::new(create(&spec)?);
+        Ok(Self {
+            spec,
+            fd,
+            built: Instant::now(),
+        })
+    }
+
+    /// The layer for a run with `run`'s grants: the cached one, or one built for it.
+    pub fn for_run(abi: ABI, run: &Spec) -> Result<(Arc<OwnedFd>, usize), Error> {
+        static CACHE: Mutex<Option<Arc<RootLayer>>> = Mutex::new(None);
+        let layer = {
+            let mut slot = CACHE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            match &*slot {
+                Some(l) if l.spec.abi == abi && l.built.elapsed() < ETC_REFRESH => l.clone(),
+                _ => {
+                    let l = Arc::new(Self::build(&HostFs, abi)?);
+                    *slot = Some(l.clone());
+                    l
+                }
+            }
+        };
+        let extra = ruleset::uncovered(&layer.spec, run);
+        if extra.is_empty() {
+            return Ok((layer.fd.clone(), layer.spec.rules.len()));
+        }
+        let mut spec = layer.spec.clone();
+        spec.rules.extend(extra);
+        Ok((Arc::new(create(&spec)?), spec.rules.len()))
+    }
 }

@@ -227,21 +227,24 @@ impl Launcher for LandlockBackend {
 
     fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
         let kernel = self.kernel_abi(plan.host_is_root)?;
-        let system = if plan.host_is_root {
-            system::host_public_view()
-        } else {
-            system::host_view()
-        };
         let spec = ruleset::spec(
             &Request::from_plan(plan),
-            &system,
+            &system::host_view(),
             kernel,
             &fsview::HostFs,
         )?;
-        let ruleset = compile::create(&spec)?;
-
         let mut launch = Launch::direct(plan);
         launch.notes = spec.notes(kernel);
+        let mut layers = Vec::with_capacity(2);
+        if plan.host_is_root {
+            let (layer, rules) = compile::RootLayer::for_run(spec.abi, &spec)?;
+            layers.push(layer);
+            launch.notes.push(format!(
+                "root host: a first landlock layer grants reads only as an unprivileged user \
+                 sees the system ({rules} rules); root-only files stay closed"
+            ));
+        }
+        layers.push(Arc::new(compile::create(&spec)?));
         let netns = match (plan.network, &self.host.netns) {
             (NetworkMode::Loopback, Ok(n)) => Some(n.clone()),
             (NetworkMode::Loopback, Err(e)) => {
@@ -275,7 +278,7 @@ impl Launcher for LandlockBackend {
                 .notes
                 .push("capabilities: all dropped (bounding, ambient, effective, permitted, inheritable); SECBIT_NOROOT locked".into());
         }
-        launch.pre_exec.push(Box::new(RestrictSelf { ruleset }));
+        launch.pre_exec.push(Box::new(RestrictSelf { layers }));
         if spec.deny_unix_sockets {
             launch
                 .pre_exec

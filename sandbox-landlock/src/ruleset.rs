@@ -401,6 +401,51 @@ pub(crate) fn spec(
     Ok(spec)
 }
 
+/// The first layer of a root host: read rights only, granted on `view` (the unprivileged
+/// view, [`crate::system::unprivileged_view`]).
+pub(crate) fn read_layer(view: &[(PathBuf, Kind)], abi: ABI) -> Spec {
+    Spec {
+        abi,
+        needed: ROOT_ABI,
+        handled_fs: read_rights(),
+        handled_net: BitFlags::EMPTY,
+        scopes: BitFlags::EMPTY,
+        rules: view
+            .iter()
+            .map(|(path, kind)| PathRule {
+                path: path.clone(),
+                access: fit(read_rights(), *kind, abi),
+                why: Why::System,
+            })
+            .collect(),
+        deny_unix_sockets: false,
+        fixed_dirs: Vec::new(),
+    }
+}
+
+/// The rules a root host's read layer must add for this run: the run's own grants
+/// (workspace, named paths, program, resolver) that the cached layer does not cover, such
+/// as a workspace in a top-level directory created after the layer was built. The run's
+/// system grants are never added: taking them away is the layer's purpose.
+pub(crate) fn uncovered(layer: &Spec, run: &Spec) -> Vec<PathRule> {
+    run.rules
+        .iter()
+        .filter(|r| r.why != Why::System)
+        .filter_map(|r| {
+            let need = r.access & read_rights();
+            let covered = layer
+                .rules
+                .iter()
+                .any(|l| l.access.contains(need) && r.path.starts_with(&l.path));
+            (!need.is_empty() && !covered).then(|| PathRule {
+                path: r.path.clone(),
+                access: need,
+                why: r.why,
+            })
+        })
+        .collect()
+}
+
 impl Spec {
     /// Facts for the outcome's effective policy.
     pub fn notes(&self, kernel: ABI) -> Vec<String> {
@@ -746,6 +791,42 @@ mod tests {
         r.read_only = &ro;
         let e = spec(&r, &system(&fs), ABI::V7, &fs).unwrap_err();
         assert!(matches!(e, Error::Stat { .. }), "{e}");
+    }
+
+    #[test]
+    fn the_read_layer_handles_only_reads_and_adds_what_a_run_needs_beyond_it() {
+        let fs = host();
+        let view = vec![
+            (PathBuf::from("/usr"), Kind::Dir),
+            (PathBuf::from("/etc/passwd"), Kind::File),
+            (PathBuf::from("/ws"), Kind::Dir),
+            (PathBuf::from("/proc"), Kind::Dir),
+            (PathBuf::from("/dev"), Kind::Dir),
+        ];
+        let layer = read_layer(&view, ABI::V7);
+        assert_eq!(layer.handled_fs, read_rights());
+        assert!(layer.handled_net.is_empty() && layer.scopes.is_empty());
+        assert_eq!(
+            rule(&layer, "/etc/passwd").unwrap().access,
+            AccessFs::ReadFile | AccessFs::Execute
+        );
+        // A run in /ws with its system grants: nothing to add (the run's /etc grant is
+        // the layer's to narrow, never to widen).
+        let r = req(&[], &[]);
+        let run = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
+        assert!(uncovered(&layer, &run).is_empty());
+        // A read-only path and a program the layer does not cover are added, reads only.
+        let mut r = req(&[], &[]);
+        let ro = p(&["/data"]);
+        let rw = p(&["/out"]);
+        r.read_only = &ro;
+        r.writable = &rw;
+        r.program = Path::new("/home/me/tool");
+        let run = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
+        let extra = uncovered(&layer, &run);
+        let got: Vec<_> = extra.iter().map(|x| x.path.display().to_string()).collect();
+        assert_eq!(got, ["/data", "/out", "/home/me/tool"]);
+        assert!(extra.iter().all(|x| (x.access & !read_rights()).is_empty()));
     }
 
     #[test]

@@ -35,10 +35,10 @@
 //! most [`ETC_REFRESH`].
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use crate::fsview::{FsView, Kind, Meta};
+use crate::fsview::{Entry, FsView, Kind, Meta};
 
 /// How a system path is granted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -244,8 +244,8 @@ impl SystemView {
     }
 }
 
-/// The host's system grants for a command that is not root: found once per process (which
-/// of the paths exist and what they are does not change under a running program).
+/// The host's system grants: found once per process (which of the paths exist and what
+/// they are does not change under a running program).
 pub(crate) fn host_view() -> SystemView {
     static PLAIN: OnceLock<Arc<Vec<SystemGrant>>> = OnceLock::new();
     let p = PLAIN.get_or_init(|| Arc::new(resolve(&crate::fsview::HostFs, SYSTEM_PATHS)));
@@ -254,38 +254,51 @@ pub(crate) fn host_view() -> SystemView {
     }
 }
 
-/// The host's system grants for a root command: the public view, cached as the module docs
-/// describe.
-pub(crate) fn host_public_view() -> SystemView {
-    let fs = crate::fsview::HostFs;
-    static STABLE: OnceLock<Arc<Vec<SystemGrant>>> = OnceLock::new();
-    static VOLATILE: Mutex<Option<(Instant, Arc<Vec<SystemGrant>>)>> = Mutex::new(None);
-    let split = |volatile: bool| -> Vec<SystemPath> {
-        SYSTEM_PATHS
-            .iter()
-            .filter(|s| s.volatile == volatile)
-            .copied()
-            .collect()
-    };
-    let stable = STABLE
-        .get_or_init(|| Arc::new(public_view(&fs, &resolve(&fs, &split(false)))))
-        .clone();
-    let fresh = || Arc::new(public_view(&fs, &resolve(&fs, &split(true))));
-    let volatile = match VOLATILE.lock() {
-        Ok(mut slot) => match &*slot {
-            Some((at, v)) if at.elapsed() < ETC_REFRESH => v.clone(),
-            _ => {
-                let v = fresh();
-                *slot = Some((Instant::now(), v.clone()));
-                v
-            }
-        },
-        // A panic elsewhere poisoned the cache: walk without it.
-        Err(_) => fresh(),
-    };
-    SystemView {
-        parts: vec![stable, volatile],
+/// The unprivileged view of the whole filesystem, as read rules: every top-level entry of
+/// `/` whole, except the walked system directories (`walked_roots`), which contribute only
+/// their public parts (`walked`). Symlinks at the top (`/bin` -> `usr/bin`) need no rule.
+///
+/// This is the first of the two landlock layers of a root host (see
+/// [`crate::compile::RootLayer`]): it handles only read and execute, so it takes away
+/// exactly what an unprivileged user could not read, and the run's own layer does the
+/// rest. Landlock layers intersect: an access passes only if every layer allows it.
+pub(crate) fn unprivileged_view(
+    top: &[Entry],
+    walked_roots: &[PathBuf],
+    walked: &[SystemGrant],
+) -> Vec<(PathBuf, Kind)> {
+    let mut out: Vec<(PathBuf, Kind)> = walked.iter().map(|g| (g.path.clone(), g.kind)).collect();
+    for e in top {
+        let p = Path::new("/").join(&e.name);
+        if e.meta.kind == Kind::Symlink || walked_roots.iter().any(|r| r.starts_with(&p)) {
+            continue;
+        }
+        out.push((p, e.meta.kind));
     }
+    out
+}
+
+/// The walked system directories of a root host and their public parts: `/usr` and the
+/// other stable ones walked once per process, `/etc` walked on every call (the caller,
+/// [`crate::compile::RootLayer`], caches the result for [`ETC_REFRESH`]). Returns the roots
+/// and the grants.
+pub(crate) fn host_walked(fs: &dyn FsView) -> (Vec<PathBuf>, Vec<SystemGrant>) {
+    static STABLE: OnceLock<(Vec<PathBuf>, Vec<SystemGrant>)> = OnceLock::new();
+    let walk_part = |volatile: bool| -> (Vec<PathBuf>, Vec<SystemGrant>) {
+        let list: Vec<SystemPath> = SYSTEM_PATHS
+            .iter()
+            .filter(|s| s.volatile == volatile && s.access == SysAccess::Read)
+            .copied()
+            .collect();
+        let roots = resolve(fs, &list);
+        let public = public_view(fs, &roots);
+        (roots.into_iter().map(|g| g.path).collect(), public)
+    };
+    let (mut roots, mut grants) = STABLE.get_or_init(|| walk_part(false)).clone();
+    let (r, g) = walk_part(true);
+    roots.extend(r);
+    grants.extend(g);
+    (roots, grants)
 }
 
 #[cfg(test)]
@@ -407,7 +420,8 @@ mod tests {
     fn the_host_public_view_hides_root_only_files_here() {
         // On this host: whatever root-only file exists under /etc is absent from the view,
         // and nothing in the view is beneath it.
-        let view = host_public_view();
+        let (_, view) = host_walked(&crate::fsview::HostFs);
+        let view = SystemView::from_grants(view);
         let mut secret = None;
         let fs = crate::fsview::HostFs;
         if let Ok(entries) = fs.list(Path::new("/etc")) {

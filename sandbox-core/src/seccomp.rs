@@ -15,7 +15,7 @@
 //! | `kexec_*`, `init_module`, `finit_module`, `delete_module`, `reboot`, `swapon`, `swapoff`, `acct`, `quotactl`, `syslog`, `settimeofday`, `clock_settime`, `clock_adjtime`, `adjtimex`, `vhangup` | host administration |
 //! | `open_by_handle_at`, `name_to_handle_at` | opening files by handle sidesteps path-based confinement (the "shocker" container escape) |
 //! | `ioctl(TIOCSTI)`, `ioctl(TIOCLINUX)` | pushing input into the caller's terminal; matched on the request's low 32 bits, since the kernel ignores the high ones (CVE-2019-10063) |
-//! | `chmod`, `fchmod`, `fchmodat`, `fchmodat2`, and `open`/`openat`/`creat`/`mknod`/`mknodat` creating a file, with setuid or setgid bits | no setuid file left behind for the host to run |
+//! | `chmod`, `fchmod`, `fchmodat`, `fchmodat2`, and `open`/`openat` (with `O_CREAT` or `O_TMPFILE`)/`creat`/`mknod`/`mknodat` creating a file, with setuid or setgid bits | no setuid file left behind for the host to run |
 //! | `setsid`, `setpgid` (when [`SyscallPolicy::deny_setsid`]) | keeps the whole tree in one process group, so killing the group kills everything |
 //! | `socket` of any family but `AF_UNIX` (when the network mode is `none`) | no network at all, not even netlink or packet sockets |
 //!
@@ -75,8 +75,9 @@ const SYS_OPENAT2: i64 = 437;
 
 const TIOCSTI: u64 = 0x5412;
 const TIOCLINUX: u64 = 0x541C;
-const NAMESPACE_FLAGS: [u64; 6] = [
+const NAMESPACE_FLAGS: [u64; 7] = [
     libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWNET as u64,
     libc::CLONE_NEWCGROUP as u64,
     libc::CLONE_NEWUTS as u64,
     libc::CLONE_NEWIPC as u64,
@@ -204,13 +205,20 @@ pub fn deny_rules(policy: &SyscallPolicy) -> Result<BTreeMap<i64, Vec<SeccompRul
     rules.insert(libc::SYS_mknodat, setid_mode_rules(2, &[])?);
     let creat = libc::O_CREAT as u64;
     let o_creat = |arg| cond(arg, Len::Dword, Op::MaskedEq(creat), creat);
-    rules.insert(libc::SYS_openat, setid_mode_rules(3, &[o_creat(2)?])?);
+    // O_TMPFILE creates a file too (unnamed, then linked into place), without O_CREAT.
+    let tmpfile = (libc::O_TMPFILE & !libc::O_DIRECTORY) as u64;
+    let o_tmpfile = |arg| cond(arg, Len::Dword, Op::MaskedEq(tmpfile), tmpfile);
+    let mut openat = setid_mode_rules(3, &[o_creat(2)?])?;
+    openat.extend(setid_mode_rules(3, &[o_tmpfile(2)?])?);
+    rules.insert(libc::SYS_openat, openat);
     #[cfg(target_arch = "x86_64")]
     {
         rules.insert(libc::SYS_chmod, setid_mode_rules(1, &[])?);
         rules.insert(libc::SYS_mknod, setid_mode_rules(1, &[])?);
         rules.insert(libc::SYS_creat, setid_mode_rules(1, &[])?);
-        rules.insert(libc::SYS_open, setid_mode_rules(2, &[o_creat(1)?])?);
+        let mut open = setid_mode_rules(2, &[o_creat(1)?])?;
+        open.extend(setid_mode_rules(2, &[o_tmpfile(1)?])?);
+        rules.insert(libc::SYS_open, open);
     }
     if policy.network == NetworkMode::None {
         rules.insert(
@@ -624,7 +632,7 @@ mod tests {
         let pid = unsafe { libc::fork() };
         assert!(pid >= 0);
         if pid == 0 {
-            let code = unsafe {
+            let code: i32 = unsafe {
                 let errno = || *libc::__errno_location();
                 let mut bad = 0;
                 if step.pre_exec().is_err() {
@@ -651,6 +659,25 @@ mod tests {
                 if libc::syscall(SYS_CLONE3, 0, 0) != -1 || errno() != libc::ENOSYS {
                     bad |= 32;
                 }
+                let dot = c".".as_ptr();
+                if libc::openat(libc::AT_FDCWD, dot, libc::O_TMPFILE | libc::O_RDWR, 0o4755)
+                    != -1
+                    || errno() != libc::EPERM
+                {
+                    bad |= 256;
+                }
+                if libc::syscall(
+                    libc::SYS_clone,
+                    (libc::CLONE_NEWNET | libc::SIGCHLD) as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                    0,
+                ) != -1
+                    || errno() != libc::EPERM
+                {
+                    bad |= 512;
+                }
                 // Allowed.
                 let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
                 if fd < 0 {
@@ -661,11 +688,22 @@ mod tests {
                 }
                 bad
             };
-            unsafe { libc::_exit(code) };
+            // An exit status has 8 bits: report the first failed check's bit number + 1.
+            let status = if code == 0 {
+                0
+            } else {
+                1 + code.trailing_zeros() as i32
+            };
+            unsafe { libc::_exit(status) };
         }
         let mut status = 0;
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert!(libc::WIFEXITED(status), "child died: {status}");
-        assert_eq!(libc::WEXITSTATUS(status), 0, "failed checks bitmask");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "the first failed check is bit {} - 1",
+            libc::WEXITSTATUS(status)
+        );
     }
 }

@@ -22,17 +22,20 @@
 //!
 //! The command keeps uid 0 (so that a root-owned workspace stays writable) but loses every
 //! capability. A file mode still lets uid 0 read what root owns (`/etc/shadow`,
-//! `/etc/ssl/private/*.key`, `/etc/docker/key.json`): the owner bits apply to it. So for a
-//! root host the system directories are granted *as an unprivileged user would see them*:
-//! [`public_view`] walks them and grants only what every user may read (the `o+r` files,
-//! and whole directories when everything beneath is public), so a root-only file in `/etc`
-//! is denied by landlock even though uid 0 owns it.
+//! `/etc/ssl/private/*.key`, `/etc/docker/key.json`): the owner bits apply to it. So a root
+//! host's command gets a first landlock layer that grants reads *as an unprivileged user
+//! would see them* ([`unprivileged_view`], built by [`crate::compile::RootLayer`]): the
+//! system directories are walked ([`public_view`]) and only what every user may read is
+//! granted (the `o+r` files, and whole directories when everything beneath is public), so
+//! a root-only file in `/etc` is denied by landlock even though uid 0 owns it. A
+//! directory that is only partly public (`/etc` itself) cannot be listed.
 //!
 //! The walk is cached: `/usr`, `/bin`, `/lib*` (package-managed, ~100k entries) once per
-//! process; `/etc` (where secrets are added at run time) again when the last walk is older
-//! than [`ETC_REFRESH`]. A root-only file created under a public directory of `/usr` while
-//! the process runs is therefore readable until the process restarts; under `/etc`, for at
-//! most [`ETC_REFRESH`].
+//! process; `/etc` (where secrets are added at run time) with the layer, which is rebuilt
+//! when older than [`ETC_REFRESH`]. A root-only file created under a public directory of
+//! `/usr` while the process runs is therefore readable until the process restarts; under
+//! `/etc`, for at most [`ETC_REFRESH`]. A file of `/etc` replaced by a new one (rename over
+//! it) is denied for as long, since the layer holds the old one.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -402,6 +405,30 @@ mod tests {
         ];
         let g = resolve(&fs, &list);
         assert_eq!(paths(&public_view(&fs, &g)), ["/proc", "/dev/null"]);
+    }
+
+    #[test]
+    fn the_unprivileged_view_keeps_other_top_level_entries_whole() {
+        let mut fs = FakeFs::new();
+        fs.file("/etc/passwd", 0o644)
+            .file("/etc/shadow", 0o600)
+            .dir("/usr/bin", 0o755)
+            .dir("/home/me/.ssh", 0o700)
+            .dir("/work", 0o755)
+            .symlink("/bin", "/usr/bin")
+            .dir("/proc", 0o555);
+        let top = fs.list(Path::new("/")).unwrap();
+        let roots = resolve(&fs, &[read("/usr"), read("/bin"), read("/etc")]);
+        let walked = public_view(&fs, &roots);
+        let roots: Vec<PathBuf> = roots.into_iter().map(|g| g.path).collect();
+        let mut v: Vec<String> = unprivileged_view(&top, &roots, &walked)
+            .into_iter()
+            .map(|(p, _)| p.display().to_string())
+            .collect();
+        v.sort();
+        // /home whole: the run's own layer denies it; this layer only narrows what a
+        // run grants. /etc split; /bin is a symlink.
+        assert_eq!(v, ["/etc/passwd", "/home", "/proc", "/usr", "/work"]);
     }
 
     #[test]

@@ -366,7 +366,9 @@ pub fn fast_path(filtered: &[u32]) -> Vec<sock_filter> {
     for (i, x) in ins.iter().enumerate() {
         let off = |t: To| target(t).checked_sub(i + 1);
         if x.code == BPF_JA {
-            let Some(k) = off(x.jt) else { return Vec::new() };
+            let Some(k) = off(x.jt) else {
+                return Vec::new();
+            };
             out.push(stmt(BPF_JA, k as u32));
         } else if x.code == BPF_LD_W_ABS {
             out.push(stmt(x.code, x.k));
@@ -660,8 +662,7 @@ mod tests {
                     bad |= 32;
                 }
                 let dot = c".".as_ptr();
-                if libc::openat(libc::AT_FDCWD, dot, libc::O_TMPFILE | libc::O_RDWR, 0o4755)
-                    != -1
+                if libc::openat(libc::AT_FDCWD, dot, libc::O_TMPFILE | libc::O_RDWR, 0o4755) != -1
                     || errno() != libc::EPERM
                 {
                     bad |= 256;

@@ -91,7 +91,9 @@ impl RootLayer {
     pub fn for_run(abi: ABI, run: &Spec) -> Result<(Arc<OwnedFd>, usize), Error> {
         static CACHE: Mutex<Option<Arc<RootLayer>>> = Mutex::new(None);
         let layer = {
-            let mut slot = CACHE.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut slot = CACHE
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
             match &*slot {
                 Some(l) if l.spec.abi == abi && l.built.elapsed() < ETC_REFRESH => l.clone(),
                 _ => {

@@ -148,7 +148,10 @@ mod tests {
     #[test]
     fn unix_socket_filter_matches_only_socket_af_unix() {
         let rules = unix_socket_rules().unwrap();
-        assert_eq!(rules.keys().copied().collect::<Vec<_>>(), [libc::SYS_socket]);
+        assert_eq!(
+            rules.keys().copied().collect::<Vec<_>>(),
+            [libc::SYS_socket]
+        );
         let p = unix_socket_filter().unwrap();
         assert!(!p.is_empty() && p.len() < 64);
         assert!(Arc::ptr_eq(&p, &unix_socket_filter().unwrap()));
@@ -169,8 +172,7 @@ mod tests {
                 if step.pre_exec().is_err() {
                     libc::_exit(100);
                 }
-                if libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) != -1
-                    || errno() != libc::EPERM
+                if libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) != -1 || errno() != libc::EPERM
                 {
                     bad |= 1;
                 }

@@ -147,7 +147,9 @@ fn holds_capabilities() -> bool {
     // SAFETY: capget fills the two-element array of version 3.
     let r = unsafe { libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()) };
     // When in doubt, say yes: the drop step is then run, which costs a few calls.
-    r != 0 || d.iter().any(|x| x.effective | x.permitted | x.inheritable != 0)
+    r != 0
+        || d.iter()
+            .any(|x| x.effective | x.permitted | x.inheritable != 0)
 }
 
 impl Host {
@@ -170,7 +172,9 @@ impl Host {
                 .or_else(|plain| {
                     try_in_child(&userns.step())
                         .map(|()| userns.clone())
-                        .map_err(|u| format!("unshare(CLONE_NEWNET): {plain}; with a user namespace: {u}"))
+                        .map_err(|u| {
+                            format!("unshare(CLONE_NEWNET): {plain}; with a user namespace: {u}")
+                        })
                 })
         } else {
             try_in_child(&userns.step())

@@ -280,9 +280,9 @@ impl Launcher for LandlockBackend {
         }
         launch.pre_exec.push(Box::new(RestrictSelf { layers }));
         if spec.deny_unix_sockets {
-            launch
-                .pre_exec
-                .push(Box::new(filter::InstallFilter(filter::unix_socket_filter()?)));
+            launch.pre_exec.push(Box::new(filter::InstallFilter(
+                filter::unix_socket_filter()?
+            )));
         }
         // Last: it denies calls the steps above make.
         launch

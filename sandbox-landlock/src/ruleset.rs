@@ -162,12 +162,10 @@ fn fit(access: BitFlags<AccessFs>, kind: Kind, abi: ABI) -> BitFlags<AccessFs> {
 }
 
 fn stat_kind(fs: &dyn FsView, path: &Path) -> Result<Kind, Error> {
-    fs.stat(path)
-        .map(|m| m.kind)
-        .map_err(|source| Error::Stat {
-            path: path.to_path_buf(),
-            source,
-        })
+    fs.stat(path).map(|m| m.kind).map_err(|source| Error::Stat {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// The carve-outs without those inside another one (the outer one already covers them).
@@ -462,8 +460,7 @@ impl Spec {
         }
         if !self.scopes.is_empty() {
             notes.push(
-                "landlock scopes: signals and abstract unix sockets stay inside the sandbox"
-                    .into(),
+                "landlock scopes: signals and abstract unix sockets stay inside the sandbox".into(),
             );
         }
         if self.deny_unix_sockets {
@@ -556,7 +553,9 @@ mod tests {
         // /bin is /usr/bin: no rule of its own.
         assert!(rule(&s, "/usr/bin").is_none() && rule(&s, "/bin").is_none());
         let proc = rule(&s, "/proc").unwrap();
-        assert!(!proc.access.intersects(AccessFs::WriteFile | AccessFs::Execute));
+        assert!(!proc
+            .access
+            .intersects(AccessFs::WriteFile | AccessFs::Execute));
         let null = rule(&s, "/dev/null").unwrap();
         assert_eq!(
             null.access,
@@ -569,7 +568,9 @@ mod tests {
         // Nothing for /home, /tmp, /data: denied.
         for denied in ["/home", "/home/me", "/tmp", "/data", "/out"] {
             assert!(
-                !s.rules.iter().any(|r| Path::new(denied).starts_with(&r.path)),
+                !s.rules
+                    .iter()
+                    .any(|r| Path::new(denied).starts_with(&r.path)),
                 "{denied}"
             );
         }
@@ -620,7 +621,10 @@ mod tests {
         let s = spec(&r, &system(&fs), ABI::V9, &fs).unwrap();
         assert!(!s.deny_unix_sockets);
         assert!(s.handled_fs.contains(AccessFs::ResolveUnix));
-        assert!(rule(&s, "/ws").unwrap().access.contains(AccessFs::ResolveUnix));
+        assert!(rule(&s, "/ws")
+            .unwrap()
+            .access
+            .contains(AccessFs::ResolveUnix));
         // A kernel newer than the backend knows is used at the newest known ABI.
         let s = spec(&r, &system(&fs), ABI::V10, &fs).unwrap();
         assert_eq!(s.abi, NEWEST_ABI);
@@ -646,7 +650,13 @@ mod tests {
         r.host_is_root = true;
         let e = spec(&r, &system(&fs), ABI::V5, &fs).unwrap_err();
         assert!(
-            matches!(e, Error::AbiTooOld { needed: ABI::V6, .. }),
+            matches!(
+                e,
+                Error::AbiTooOld {
+                    needed: ABI::V6,
+                    ..
+                }
+            ),
             "{e}"
         );
         assert!(spec(&r, &system(&fs), ABI::V6, &fs).is_ok());
@@ -667,7 +677,10 @@ mod tests {
             rule(&s, "/data/one.csv").unwrap().access,
             AccessFs::ReadFile | AccessFs::Execute
         );
-        assert_eq!(rule(&s, "/out").unwrap().access, AccessFs::from_all(ABI::V7));
+        assert_eq!(
+            rule(&s, "/out").unwrap().access,
+            AccessFs::from_all(ABI::V7)
+        );
     }
 
     #[test]

@@ -141,9 +141,9 @@ pub(crate) fn resolve(fs: &dyn FsView, list: &[SystemPath]) -> Vec<SystemGrant> 
         let Ok(meta) = fs.stat(&path) else {
             continue;
         };
-        let covered = out.iter().any(|g| {
-            g.kind == Kind::Dir && g.access == sp.access && path.starts_with(&g.path)
-        });
+        let covered = out
+            .iter()
+            .any(|g| g.kind == Kind::Dir && g.access == sp.access && path.starts_with(&g.path));
         if !covered {
             out.push(SystemGrant {
                 path,
@@ -332,7 +332,8 @@ mod tests {
     #[test]
     fn public_view_keeps_a_fully_public_tree_whole() {
         let mut fs = FakeFs::new();
-        fs.file("/usr/bin/ls", 0o755).file("/usr/lib/libc.so", 0o644);
+        fs.file("/usr/bin/ls", 0o755)
+            .file("/usr/lib/libc.so", 0o644);
         let g = resolve(&fs, &[read("/usr")]);
         assert_eq!(paths(&public_view(&fs, &g)), ["/usr"]);
     }

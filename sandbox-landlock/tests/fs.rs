@@ -1,6 +1,9 @@
 //! Filesystem confinement, judged from the host: what the command wrote is looked for on
 //! disk, what it read is looked for in its output.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::fs;
@@ -22,13 +25,20 @@ async fn the_workspace_is_writable_and_a_place_outside_is_not() {
         ),
     )
     .await;
-    assert_eq!(fs::read_to_string(ws.path().join("inside")).unwrap(), "in\n");
+    assert_eq!(
+        fs::read_to_string(ws.path().join("inside")).unwrap(),
+        "in\n"
+    );
     assert_eq!(
         fs::read_to_string(ws.path().join("d/e/f")).unwrap(),
         "deep\n"
     );
     assert!(!target.exists(), "wrote outside the workspace");
-    assert!(out(&o).contains("rc=1") || out(&o).contains("rc=2"), "{}", out(&o));
+    assert!(
+        out(&o).contains("rc=1") || out(&o).contains("rc=2"),
+        "{}",
+        out(&o)
+    );
     assert!(err(&o).contains("Permission denied"), "{}", err(&o));
 }
 
@@ -56,7 +66,11 @@ async fn files_outside_the_grants_cannot_be_read_or_listed() {
     // The caller's real home is denied too (a file there is world-readable: only landlock
     // stands in the way).
     if let Some(h) = std::env::var_os("HOME") {
-        let o = sh(ws.path(), &format!("ls '{}' ; echo ls=$?", h.to_string_lossy())).await;
+        let o = sh(
+            ws.path(),
+            &format!("ls '{}' ; echo ls=$?", h.to_string_lossy()),
+        )
+        .await;
         assert!(out(&o).contains("ls=2"), "{}", out(&o));
     }
 }
@@ -120,7 +134,10 @@ async fn a_program_outside_the_system_directories_runs_without_its_directory_ope
     assert_eq!(out(&o), "tool-ran\n");
     let o = sh(
         ws.path(),
-        &format!("cat '{}'; echo rc=$?", tools.path().join("neighbour").display()),
+        &format!(
+            "cat '{}'; echo rc=$?",
+            tools.path().join("neighbour").display()
+        ),
     )
     .await;
     assert!(!out(&o).contains("NEIGHBOUR") && out(&o).contains("rc=1"));
@@ -162,7 +179,10 @@ async fn carveouts_stay_read_only_and_the_rest_stays_writable() {
     let o = run(o).await;
     let s = out(&o);
     for denied in ["hook=", "newhook=", "rm=", "config=", "mv=", "top="] {
-        assert!(!s.contains(&format!("{denied}0")), "{denied} succeeded: {s}");
+        assert!(
+            !s.contains(&format!("{denied}0")),
+            "{denied} succeeded: {s}"
+        );
     }
     for allowed in ["src=0", "newsrc=0", "obj=0", "readme=0", "read=0"] {
         assert!(s.contains(allowed), "{allowed} missing: {s}\n{}", err(&o));
@@ -174,11 +194,17 @@ async fn carveouts_stay_read_only_and_the_rest_stays_writable() {
         "#!/bin/sh\nexit 0\n"
     );
     assert!(!ws.join(".git/hooks/post-checkout").exists());
-    assert_eq!(fs::read_to_string(ws.join(".git/config")).unwrap(), "[core]\n");
+    assert_eq!(
+        fs::read_to_string(ws.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
     assert!(ws.join(".git").is_dir() && !ws.join(".git-old").exists());
     assert_eq!(fs::read_to_string(ws.join("src/main.rs")).unwrap(), "ok\n");
     assert_eq!(fs::read_to_string(ws.join("src/new/file")).unwrap(), "ok\n");
-    assert_eq!(fs::read_to_string(ws.join("README")).unwrap(), "readme\nok\n");
+    assert_eq!(
+        fs::read_to_string(ws.join("README")).unwrap(),
+        "readme\nok\n"
+    );
     assert!(!ws.join("toplevel-new").exists());
 }
 
@@ -211,7 +237,11 @@ async fn carveouts_landlock_cannot_express_are_refused_before_anything_runs() {
     let ws = tempdir();
     git_like(ws.path());
     let marker = ws.path().join("ran");
-    let argv = ["sh".to_string(), "-c".into(), format!("touch '{}'", marker.display())];
+    let argv = [
+        "sh".to_string(),
+        "-c".into(),
+        format!("touch '{}'", marker.display()),
+    ];
 
     // A writable path around the carve-out.
     let parent = ws.path().parent().unwrap().to_path_buf();
@@ -257,7 +287,10 @@ async fn setuid_bits_cannot_be_set_and_none_is_left_behind() {
     let s = out(&o);
     assert!(s.contains("chmod=1") && s.contains("chmodg=1"), "{s}");
     assert!(s.contains("plain=0"), "{s}");
-    let mode = fs::metadata(ws.path().join("f")).unwrap().permissions().mode();
+    let mode = fs::metadata(ws.path().join("f"))
+        .unwrap()
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o7777, 0o755);
 }
 
@@ -278,7 +311,10 @@ async fn as_root_no_capability_survives_and_root_only_files_stay_closed() {
     assert!(s.contains("Seccomp:\t2"), "{s}");
     assert!(s.contains("shadow=1"), "{s}");
     for set in ["CapInh", "CapPrm", "CapEff", "CapAmb"] {
-        assert!(s.contains(&format!("{set}:\t0000000000000000")), "{set}: {s}");
+        assert!(
+            s.contains(&format!("{set}:\t0000000000000000")),
+            "{set}: {s}"
+        );
     }
     if is_root() {
         assert!(s.contains("CapBnd:\t0000000000000000"), "{s}");

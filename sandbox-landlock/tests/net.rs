@@ -1,6 +1,9 @@
 //! Network modes, judged from the host: a listener on the host's loopback records whether
 //! anything reached it.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::io::{ErrorKind, Read};
@@ -118,7 +121,11 @@ async fn network_loopback_is_private_the_host_loopback_is_out_of_reach() {
     assert_eq!(errno_of(&o, "own"), 0, "own loopback: {}", err(&o));
     assert_eq!(errno_of(&o, "host"), libc::ECONNREFUSED);
     assert!(host.reached().is_none(), "the host's listener was reached");
-    assert!(o.policy.notes.iter().any(|n| n.contains("private namespace")));
+    assert!(o
+        .policy
+        .notes
+        .iter()
+        .any(|n| n.contains("private namespace")));
     assert!(!o.policy.can_reach_network());
 }
 

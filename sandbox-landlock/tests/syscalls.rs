@@ -6,6 +6,9 @@
 //! nothing would happen even if a call got through (a wrong `reboot` magic, a module of
 //! length zero), apart from the calls the host then checks.
 
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use std::fs;
@@ -18,7 +21,10 @@ fn calls(host_pid: u32, ws: &str) -> Vec<(&'static str, String)> {
     let c = |s: &str| format!("ctypes.c_char_p({s:?}.encode())");
     let ws_arg = c(ws);
     vec![
-        ("ptrace_traceme", format!("{}, 0, 0, 0, 0", libc::SYS_ptrace)),
+        (
+            "ptrace_traceme",
+            format!("{}, 0, 0, 0, 0", libc::SYS_ptrace),
+        ),
         (
             "ptrace_attach",
             format!("{}, 16, {host_pid}, 0, 0", libc::SYS_ptrace),
@@ -98,8 +104,14 @@ fn calls(host_pid: u32, ws: &str) -> Vec<(&'static str, String)> {
             format!("{}, 0, 0, -1, -1, 0", libc::SYS_perf_event_open),
         ),
         ("userfaultfd", format!("{}, 0", libc::SYS_userfaultfd)),
-        ("io_uring_setup", format!("{}, 1, 0", libc::SYS_io_uring_setup)),
-        ("kexec_load", format!("{}, 0, 0, 0, 0", libc::SYS_kexec_load)),
+        (
+            "io_uring_setup",
+            format!("{}, 1, 0", libc::SYS_io_uring_setup),
+        ),
+        (
+            "kexec_load",
+            format!("{}, 0, 0, 0, 0", libc::SYS_kexec_load),
+        ),
         (
             "kexec_file_load",
             format!("{}, -1, -1, 0, 0, 0", libc::SYS_kexec_file_load),
@@ -127,7 +139,11 @@ fn calls(host_pid: u32, ws: &str) -> Vec<(&'static str, String)> {
         ),
         (
             "ioctl_tiocsti",
-            format!("{}, 0, {}, ctypes.byref(ctypes.c_char(b'x'))", libc::SYS_ioctl, 0x5412),
+            format!(
+                "{}, 0, {}, ctypes.byref(ctypes.c_char(b'x'))",
+                libc::SYS_ioctl,
+                0x5412
+            ),
         ),
         (
             "ioctl_tiocsti_high_bits",
@@ -139,7 +155,11 @@ fn calls(host_pid: u32, ws: &str) -> Vec<(&'static str, String)> {
         ),
         (
             "ioctl_tioclinux",
-            format!("{}, 0, {}, ctypes.byref(ctypes.c_char(b'x'))", libc::SYS_ioctl, 0x541C),
+            format!(
+                "{}, 0, {}, ctypes.byref(ctypes.c_char(b'x'))",
+                libc::SYS_ioctl,
+                0x541C
+            ),
         ),
         ("setsid", format!("{}", libc::SYS_setsid)),
         ("setpgid", format!("{}, 0, 0", libc::SYS_setpgid)),
@@ -202,14 +222,21 @@ async fn every_denied_call_class_fails_with_eperm_inside_and_leaves_the_host_alo
     let host_pid = std::process::id();
 
     let list = calls(host_pid, &ws_path.display().to_string());
-    let mut body = String::from("print('seccomp', 0 if 'Seccomp:\\t2' in open('/proc/self/status').read() else 99)\n");
+    let mut body = String::from(
+        "print('seccomp', 0 if 'Seccomp:\\t2' in open('/proc/self/status').read() else 99)\n",
+    );
     for (name, args) in &list {
         body.push_str(&format!("sc({name:?}, {args})\n"));
     }
     let o = python(&ws_path, &body, |_| {}).await;
     assert_ok(&o);
     let got = results(&o);
-    assert_eq!(got.first(), Some(&("seccomp".to_string(), 0)), "{}", out(&o));
+    assert_eq!(
+        got.first(),
+        Some(&("seccomp".to_string(), 0)),
+        "{}",
+        out(&o)
+    );
     for (name, _) in &list {
         let errno = got
             .iter()
@@ -271,8 +298,7 @@ async fn host_processes_cannot_be_signalled() {
 #[tokio::test(flavor = "multi_thread")]
 async fn no_setuid_file_through_o_tmpfile_and_link() {
     let ws = tempdir();
-    let body = format!(
-        r#"
+    let body = r#"
 import os
 try:
     fd = os.open(".", os.O_TMPFILE | os.O_RDWR, 0o4755)
@@ -280,11 +306,15 @@ try:
     print("tmpfile", 0)
 except OSError as e:
     print("tmpfile", e.errno)
-"#
-    );
-    let o = python(ws.path(), &body, |_| {}).await;
+"#;
+    let o = python(ws.path(), body, |_| {}).await;
     assert_ok(&o);
-    assert_eq!(results(&o), [("tmpfile".to_string(), libc::EPERM)], "{}", err(&o));
+    assert_eq!(
+        results(&o),
+        [("tmpfile".to_string(), libc::EPERM)],
+        "{}",
+        err(&o)
+    );
     if let Ok(m) = fs::metadata(ws.path().join("planted")) {
         assert_eq!(m.permissions().mode() & 0o6000, 0, "set-id file planted");
     }

@@ -31,7 +31,11 @@ pub fn opts<S: AsRef<std::ffi::OsStr>>(ws: &Path, argv: &[S]) -> SandboxOpts {
 }
 
 pub async fn run(o: SandboxOpts) -> SandboxOutcome {
-    backend().sandbox().execute(o).await.expect("the run starts")
+    backend()
+        .sandbox()
+        .execute(o)
+        .await
+        .expect("the run starts")
 }
 
 /// `sh -c SCRIPT` in `ws`.

@@ -11,8 +11,9 @@
 //! paths. The steps then make only these calls, each a plain system call with no
 //! user-space state (the libc wrappers only set `errno`, which is per thread):
 //!
-//! - `unshare`, `open`, `write`, `close`, `socket`, `ioctl` (the network namespace and its
-//!   loopback);
+//! - `unshare`, `open`, `write`, `close` (namespaces and their id maps), `mount`,
+//!   `open_tree`, `mount_setattr`, `move_mount`, `chdir` (read-only carve-outs), `socket`,
+//!   `ioctl` (the loopback);
 //! - `prctl` (bounding set, ambient set, securebits, `no_new_privs`), `capset`, `capget`;
 //! - `landlock_restrict_self` (through `syscall`);
 //! - `seccomp` (through `syscall`, in [`crate::filter`] and core's shared filter).
@@ -25,14 +26,15 @@
 //! Core has already joined the cgroups, set the rlimits and marked every descriptor but
 //! stdio close-on-exec. Then, in the order [`crate::LandlockBackend`] lists them:
 //!
-//! 1. [`EnterNetns`] (loopback only): needs `CAP_SYS_ADMIN` (root's, or the new user
-//!    namespace's), so it comes before the capabilities go.
+//! 1. [`Namespaces`] (loopback, carve-outs): needs `CAP_SYS_ADMIN` (root's, or the new
+//!    user namespace's), so it comes before the capabilities go; and mounting must happen
+//!    before landlock, which forbids it.
 //! 2. [`DropCapabilities`] (root host, or a new user namespace): no capability survives.
 //! 3. [`RestrictSelf`]: `no_new_privs`, then landlock; works without capabilities because
 //!    `no_new_privs` is set.
 //! 4. The filters, last: they deny `unshare` and `socket` calls the steps above make.
 
-use std::ffi::CStr;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -91,18 +93,47 @@ impl IdMaps {
     }
 }
 
-/// A private network namespace with its loopback up: the command serves and connects on
-/// its own `127.0.0.1` and reaches nothing of the host's, not even the host's loopback.
-///
-/// As root a network namespace needs nothing more; otherwise it comes with a user namespace
-/// (which is what lets an unprivileged process create it).
-#[derive(Debug, Clone)]
-pub(crate) struct EnterNetns {
-    /// `Some` to create a user namespace too, with these maps.
-    pub userns: Option<IdMaps>,
+/// `struct mount_attr` of `mount_setattr(2)`.
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
 }
 
-impl EnterNetns {
+const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOUNT_ATTR_RDONLY: u64 = 0x1;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+/// The namespaces of the command, made in one `unshare`:
+///
+/// - a **user** namespace when the host is not root (it is what lets an unprivileged
+///   process make the others), mapping the caller's own ids to themselves;
+/// - a **network** namespace for `loopback`, with its `lo` up: the command serves and
+///   connects on its own `127.0.0.1` and reaches nothing of the host's, not even the
+///   host's loopback;
+/// - a **mount** namespace when there are read-only carve-outs: every mount is made
+///   private first (nothing done here reaches the host's namespace); each pinned
+///   directory is bound onto itself (a mount point cannot be renamed or removed), then
+///   each carve-out is cloned (`open_tree`), made read-only recursively (`mount_setattr`)
+///   and attached onto itself (`move_mount`); last, the working directory is entered
+///   again, so that a working directory inside a carve-out is the read-only one.
+#[derive(Debug, Clone)]
+pub(crate) struct Namespaces {
+    /// `Some` to create a user namespace too, with these maps.
+    pub userns: Option<IdMaps>,
+    pub net: bool,
+    /// Directories to bind onto themselves, outermost first, as C strings.
+    pub pinned: Vec<CString>,
+    /// The carve-outs, canonical, as C strings.
+    pub readonly: Vec<CString>,
+    /// The working directory, entered again after the mounts.
+    pub cwd: CString,
+}
+
+impl Namespaces {
     /// Bring `lo` up in the current network namespace.
     ///
     /// # Safety
@@ -131,24 +162,108 @@ impl EnterNetns {
         }
         Ok(())
     }
+
+    /// Bind `path` onto itself, recursively; read-only when `readonly`.
+    ///
+    /// # Safety
+    ///
+    /// Only system calls; callable between fork and exec.
+    unsafe fn bind(path: &CStr, readonly: bool) -> io::Result<()> {
+        // SAFETY: NUL-terminated paths and a stack `mount_attr`.
+        unsafe {
+            let fd = libc::syscall(
+                libc::SYS_open_tree,
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_RECURSIVE,
+            );
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fd = fd as libc::c_int;
+            let attr = MountAttr {
+                attr_set: MOUNT_ATTR_RDONLY,
+                attr_clr: 0,
+                propagation: 0,
+                userns_fd: 0,
+            };
+            let mut r = if readonly {
+                libc::syscall(
+                    libc::SYS_mount_setattr,
+                    fd,
+                    c"".as_ptr(),
+                    libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
+                    &attr as *const MountAttr,
+                    std::mem::size_of::<MountAttr>(),
+                )
+            } else {
+                0
+            };
+            if r == 0 {
+                r = libc::syscall(
+                    libc::SYS_move_mount,
+                    fd,
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                );
+            }
+            let err = io::Error::last_os_error();
+            libc::close(fd);
+            if r != 0 {
+                return Err(err);
+            }
+        }
+        Ok(())
+    }
 }
 
-impl PreExec for EnterNetns {
+impl PreExec for Namespaces {
     fn pre_exec(&self) -> io::Result<()> {
+        let mut flags = 0;
+        if self.userns.is_some() {
+            flags |= libc::CLONE_NEWUSER;
+        }
+        if self.net {
+            flags |= libc::CLONE_NEWNET;
+        }
+        if !self.readonly.is_empty() {
+            flags |= libc::CLONE_NEWNS;
+        }
+        if flags == 0 {
+            return Ok(());
+        }
         // SAFETY: system calls on data prepared before the fork (module docs).
         unsafe {
-            match &self.userns {
-                Some(maps) => {
-                    check(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET))?;
-                    // `setgroups` must be denied before an unprivileged gid map is accepted.
-                    write_file(c"/proc/self/setgroups", b"deny")?;
-                    write_file(c"/proc/self/uid_map", &maps.uid_map)?;
-                    write_file(c"/proc/self/gid_map", &maps.gid_map)?;
-                }
-                None => check(libc::unshare(libc::CLONE_NEWNET))?,
+            check(libc::unshare(flags))?;
+            if let Some(maps) = &self.userns {
+                // `setgroups` must be denied before an unprivileged gid map is accepted.
+                write_file(c"/proc/self/setgroups", b"deny")?;
+                write_file(c"/proc/self/uid_map", &maps.uid_map)?;
+                write_file(c"/proc/self/gid_map", &maps.gid_map)?;
             }
-            Self::loopback_up()
+            if !self.readonly.is_empty() {
+                check(libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ))?;
+                for path in &self.pinned {
+                    Self::bind(path, false)?;
+                }
+                for path in &self.readonly {
+                    Self::bind(path, true)?;
+                }
+                check(libc::chdir(self.cwd.as_ptr()))?;
+            }
+            if self.net {
+                Self::loopback_up()?;
+            }
         }
+        Ok(())
     }
 }
 
@@ -296,6 +411,79 @@ mod tests {
         libc::WEXITSTATUS(status)
     }
 
+    fn own_userns() -> Option<IdMaps> {
+        if unsafe { libc::geteuid() } == 0 {
+            None
+        } else {
+            Some(IdMaps::identity(unsafe { libc::getuid() }, unsafe {
+                libc::getgid()
+            }))
+        }
+    }
+
+    #[test]
+    fn carveouts_are_read_only_mounts_in_the_child_and_nothing_changes_for_the_host() {
+        use std::os::unix::ffi::OsStrExt;
+        let ws = tempfile::tempdir().unwrap();
+        let ws = ws.path().canonicalize().unwrap();
+        std::fs::create_dir_all(ws.join("pin/ro/sub")).unwrap();
+        std::fs::write(ws.join("pin/ro/sub/file"), "x").unwrap();
+        let c = |p: &std::path::Path| CString::new(p.as_os_str().as_bytes()).unwrap();
+        let step = Namespaces {
+            userns: own_userns(),
+            net: false,
+            pinned: vec![c(&ws.join("pin"))],
+            readonly: vec![c(&ws.join("pin/ro"))],
+            // The working directory inside the carve-out: entered again, read-only.
+            cwd: c(&ws.join("pin/ro/sub")),
+        };
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        // SAFETY: the child makes only system calls and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = unsafe {
+                let errno = || *libc::__errno_location();
+                let mut bad = 0;
+                if step.pre_exec().is_err() {
+                    libc::_exit(100);
+                }
+                // Relative to the working directory, inside the carve-out: read-only.
+                let fd = libc::open(c"new".as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o644);
+                if fd >= 0 || errno() != libc::EROFS {
+                    bad |= 1;
+                }
+                // The carve-out cannot be renamed away (a mount point)...
+                if libc::rename(c"..".as_ptr(), c"../../moved".as_ptr()) == 0 {
+                    bad |= 2;
+                }
+                // ...nor the pinned directory holding it.
+                if libc::rename(c"../..".as_ptr(), c"../../../moved".as_ptr()) == 0 {
+                    bad |= 8;
+                }
+                // Next to the carve-out: writable.
+                if libc::mkdir(c"../../beside".as_ptr(), 0o755) != 0 {
+                    bad |= 4;
+                }
+                bad
+            };
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child died: {status}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "failed checks bitmask");
+        assert!(!ws.join("pin/ro/sub/new").exists());
+        assert!(ws.join("pin/ro/sub/file").exists());
+        assert!(!ws.join("moved").exists() && !ws.join("pin/moved").exists());
+        assert!(ws.join("pin/beside").is_dir());
+        // The host's mount table did not change.
+        assert_eq!(
+            std::fs::read_to_string("/proc/self/mountinfo").unwrap(),
+            mountinfo
+        );
+    }
+
     fn caps_all_zero() -> i32 {
         let mut header = CapHeader {
             version: LINUX_CAPABILITY_VERSION_3,
@@ -354,12 +542,16 @@ mod tests {
     #[test]
     fn dropping_capabilities_in_a_new_user_namespace_drops_that_namespaces_caps() {
         // A new user namespace gives a full set; the step takes all of it away.
-        let netns = EnterNetns {
+        let netns = Namespaces {
             userns: Some(IdMaps::identity(unsafe { libc::getuid() }, unsafe {
                 libc::getgid()
             })),
+            net: true,
+            pinned: Vec::new(),
+            readonly: Vec::new(),
+            cwd: c"/".to_owned(),
         };
-        struct Both(EnterNetns, DropCapabilities);
+        struct Both(Namespaces, DropCapabilities);
         impl PreExec for Both {
             fn pre_exec(&self) -> io::Result<()> {
                 self.0.pre_exec()?;
@@ -378,14 +570,12 @@ mod tests {
 
     #[test]
     fn a_private_netns_has_loopback_up_and_no_other_interface() {
-        let step = EnterNetns {
-            userns: if unsafe { libc::geteuid() } == 0 {
-                None
-            } else {
-                Some(IdMaps::identity(unsafe { libc::getuid() }, unsafe {
-                    libc::getgid()
-                }))
-            },
+        let step = Namespaces {
+            userns: own_userns(),
+            net: true,
+            pinned: Vec::new(),
+            readonly: Vec::new(),
+            cwd: c"/".to_owned(),
         };
         fn check() -> i32 {
             // Serve on 127.0.0.1 and connect to it: loopback works.

@@ -1,11 +1,16 @@
 //! What this host offers, found once when the backend is built: the landlock ABI, seccomp,
-//! whether a private network namespace can be made, and what the process itself holds.
+//! whether the command's namespaces (network, mount) can be made, and what the process
+//! itself holds.
 
 use std::io;
 
 use landlock::ABI;
 
-use crate::child::{EnterNetns, IdMaps};
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use crate::child::{IdMaps, Namespaces};
 use crate::error::Error;
 use sandbox_core::process::PreExec;
 
@@ -60,22 +65,40 @@ impl Landlock {
     }
 }
 
-/// How a private network namespace is made here.
+/// How the command's namespaces (network for loopback, mount for carve-outs) are made
+/// here.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum Netns {
-    /// `unshare(CLONE_NEWNET)` alone (root).
+pub(crate) enum NsMode {
+    /// `unshare` alone (root).
     Plain,
-    /// With a user namespace mapping the caller's own ids.
+    /// Inside a new user namespace mapping the caller's own ids.
     UserNs(IdMaps),
 }
 
-impl Netns {
-    pub fn step(&self) -> EnterNetns {
-        EnterNetns {
+/// `path` as a C string (a path from the kernel or `canonicalize` has no NUL).
+pub(crate) fn c_path(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_bytes()).unwrap_or_default()
+}
+
+impl NsMode {
+    /// The step making a network namespace (`net`), the pinned directories and the
+    /// read-only carve-outs.
+    pub fn step(
+        &self,
+        net: bool,
+        pinned: &[std::path::PathBuf],
+        readonly: &[std::path::PathBuf],
+        cwd: &Path,
+    ) -> Namespaces {
+        Namespaces {
             userns: match self {
                 Self::Plain => None,
                 Self::UserNs(m) => Some(m.clone()),
             },
+            net,
+            pinned: pinned.iter().map(|p| c_path(p)).collect(),
+            readonly: readonly.iter().map(|p| c_path(p)).collect(),
+            cwd: c_path(cwd),
         }
     }
 }
@@ -91,8 +114,8 @@ pub(crate) struct Host {
     pub has_caps: bool,
     /// `/proc/sys/kernel/cap_last_cap`.
     pub last_cap: u32,
-    /// How loopback gets its namespace, or why it cannot.
-    pub netns: Result<Netns, String>,
+    /// How the namespaces are made, or why they cannot be.
+    pub ns: Result<NsMode, String>,
 }
 
 /// Run `step` in a forked child and report whether it worked (the only way to try an
@@ -165,21 +188,31 @@ impl Host {
             // CAP_CHECKPOINT_RESTORE, the last one as of Linux 6.x; unknown numbers are
             // skipped by the drop step anyway.
             .unwrap_or(40);
-        let userns = Netns::UserNs(IdMaps::identity(uid, gid));
-        let netns = if is_root {
-            try_in_child(&Netns::Plain.step())
-                .map(|()| Netns::Plain)
+        // The probe does what a run would: a network namespace with its loopback, and a
+        // read-only bind of a scratch directory in a mount namespace.
+        let scratch = tempfile::tempdir().ok();
+        let readonly: Vec<std::path::PathBuf> = scratch
+            .as_ref()
+            .and_then(|d| d.path().canonicalize().ok())
+            .into_iter()
+            .collect();
+        let probe =
+            |mode: &NsMode| try_in_child(&mode.step(true, &readonly, &readonly, Path::new("/")));
+        let userns = NsMode::UserNs(IdMaps::identity(uid, gid));
+        let ns = if is_root {
+            probe(&NsMode::Plain)
+                .map(|()| NsMode::Plain)
                 .or_else(|plain| {
-                    try_in_child(&userns.step())
-                        .map(|()| userns.clone())
-                        .map_err(|u| {
-                            format!("unshare(CLONE_NEWNET): {plain}; with a user namespace: {u}")
-                        })
+                    probe(&userns).map(|()| userns.clone()).map_err(|u| {
+                        format!(
+                        "unshare(CLONE_NEWNET | CLONE_NEWNS): {plain}; with a user namespace: {u}"
+                    )
+                    })
                 })
         } else {
-            try_in_child(&userns.step())
+            probe(&userns)
                 .map(|()| userns.clone())
-                .map_err(|e| format!("unshare(CLONE_NEWUSER | CLONE_NEWNET): {e}"))
+                .map_err(|e| format!("unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWNS): {e}"))
         };
         Self {
             landlock: Landlock::detect(),
@@ -187,7 +220,7 @@ impl Host {
             is_root,
             has_caps: !is_root && holds_capabilities(),
             last_cap,
-            netns,
+            ns,
         }
     }
 }
@@ -208,11 +241,11 @@ mod tests {
     }
 
     #[test]
-    fn netns_probe_matches_the_host() {
+    fn namespace_probe_matches_the_host() {
         let h = Host::detect();
         // Unprivileged user namespaces work on this host (root or not).
-        let n = h.netns.unwrap();
-        assert_eq!(matches!(n, Netns::Plain), h.is_root);
+        let n = h.ns.unwrap();
+        assert_eq!(matches!(n, NsMode::Plain), h.is_root);
     }
 
     #[test]

@@ -94,8 +94,8 @@ use sandbox_core::{
 
 use crate::child::{DropCapabilities, RestrictSelf};
 use crate::error::Error;
-use crate::host::{Host, Netns};
-use crate::ruleset::Request;
+use crate::host::{Host, NsMode};
+use crate::ruleset::{Carveouts, Request};
 
 /// The backend's name.
 pub const NAME: &str = "landlock";
@@ -142,7 +142,7 @@ fn capability(host: &Host) -> Capability {
         confine_reads: true,
         readonly_carveouts: true,
         network_none: Enforcement::Exact,
-        network_loopback: if host.netns.is_ok() {
+        network_loopback: if host.ns.is_ok() {
             Enforcement::Exact
         } else {
             Enforcement::OverGrant("the host's whole network")
@@ -211,12 +211,17 @@ impl Launcher for LandlockBackend {
             ));
         }
         let mut details = outcome.policy.notes.clone();
-        details.push(match &self.host.netns {
-            Ok(Netns::Plain) => "loopback: a private network namespace".into(),
-            Ok(Netns::UserNs(_)) => {
-                "loopback: a private network namespace inside a user namespace".into()
+        details.push(match &self.host.ns {
+            Ok(NsMode::Plain) => {
+                "loopback and carve-outs: private network and mount namespaces".into()
             }
-            Err(e) => format!("loopback: over-granted as the host's network ({e})"),
+            Ok(NsMode::UserNs(_)) => "loopback and carve-outs: private network and mount \
+                                      namespaces inside a user namespace"
+                .into(),
+            Err(e) => format!(
+                "loopback: over-granted as the host's network; carve-outs: split landlock \
+                 rules, the directories on the way to them fixed ({e})"
+            ),
         });
         Ok(Preflight::new(
             NAME,
@@ -227,8 +232,14 @@ impl Launcher for LandlockBackend {
 
     fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
         let kernel = self.kernel_abi(plan.host_is_root)?;
+        let ns = self.host.ns.as_ref().ok();
+        let carveout_mode = if ns.is_some() {
+            Carveouts::Mounts
+        } else {
+            Carveouts::Split
+        };
         let spec = ruleset::spec(
-            &Request::from_plan(plan),
+            &Request::from_plan(plan, carveout_mode),
             &system::host_view(),
             kernel,
             &fsview::HostFs,
@@ -237,46 +248,59 @@ impl Launcher for LandlockBackend {
         launch.notes = spec.notes(kernel);
         let mut layers = Vec::with_capacity(2);
         if plan.host_is_root {
-            let (layer, rules) = compile::RootLayer::for_run(spec.abi, &spec)?;
+            let (layer, rules) =
+                compile::RootLayer::for_run(spec.abi, &spec, &plan.read_only_paths)?;
             layers.push(layer);
             launch.notes.push(format!(
                 "root host: a first landlock layer grants reads only as an unprivileged user \
-                 sees the system ({rules} rules); root-only files stay closed"
+                 sees the system and the read-only paths ({rules} rules); root-only files \
+                 there stay closed"
             ));
         }
         layers.push(Arc::new(compile::create(&spec)?));
-        let netns = match (plan.network, &self.host.netns) {
-            (NetworkMode::Loopback, Ok(n)) => Some(n.clone()),
-            (NetworkMode::Loopback, Err(e)) => {
+
+        let net = match (plan.network, ns) {
+            (NetworkMode::Loopback, Some(_)) => true,
+            (NetworkMode::Loopback, None) => {
                 // Only reachable on a lane that accepts the over-grant the capability
                 // states; the lane check has run.
                 launch
                     .notes
-                    .push(format!("loopback over-granted as the host's network: {e}"));
-                None
+                    .push("loopback over-granted as the host's network".into());
+                false
             }
-            _ => None,
+            _ => false,
         };
-        let userns = matches!(netns, Some(Netns::UserNs(_)));
-        if let Some(n) = &netns {
-            launch.notes.push(
-                if userns {
-                    "network: a private namespace (in a user namespace), loopback up"
-                } else {
-                    "network: a private namespace, loopback up"
-                }
-                .into(),
-            );
-            launch.pre_exec.push(Box::new(n.step()));
+        let mut userns = false;
+        if let Some(mode) = ns.filter(|_| net || !spec.readonly_mounts.is_empty()) {
+            userns = matches!(mode, NsMode::UserNs(_));
+            if net {
+                launch.notes.push(
+                    if userns {
+                        "network: a private namespace (in a user namespace), loopback up"
+                    } else {
+                        "network: a private namespace, loopback up"
+                    }
+                    .into(),
+                );
+            }
+            launch.pre_exec.push(Box::new(mode.step(
+                net,
+                &spec.pinned_dirs,
+                &spec.readonly_mounts,
+                &plan.cwd,
+            )));
         }
         if plan.host_is_root || userns || self.host.has_caps {
             launch.pre_exec.push(Box::new(DropCapabilities {
                 last_cap: self.host.last_cap,
                 bounding: plan.host_is_root || userns,
             }));
-            launch
-                .notes
-                .push("capabilities: all dropped (bounding, ambient, effective, permitted, inheritable); SECBIT_NOROOT locked".into());
+            launch.notes.push(
+                "capabilities: all dropped (bounding, ambient, effective, permitted, \
+                 inheritable); SECBIT_NOROOT locked"
+                    .into(),
+            );
         }
         launch.pre_exec.push(Box::new(RestrictSelf { layers }));
         if spec.deny_unix_sockets {

@@ -21,28 +21,38 @@
 //! # Read-only carve-outs
 //!
 //! Landlock rules only add access down a hierarchy: a write right on the workspace reaches
-//! every carve-out inside it, and nothing can take it back. So with carve-outs the
-//! workspace is not granted as a whole. Instead it is readable as a whole, and write access
-//! is granted child by child: every entry of the workspace that is neither a carve-out nor
-//! on the way to one is writable as a whole; an entry on the way to a carve-out (`.git` for
-//! `.git/hooks`) is split the same way, down to the carve-outs. What this enforces:
+//! every carve-out inside it, and no rule can take it back. So carve-outs are enforced in
+//! one of two ways ([`Carveouts`]):
 //!
-//! - the carve-outs are read-only, exactly;
-//! - every other existing file and directory stays writable, and everything beneath a
-//!   writable directory may be created, removed and renamed;
-//! - but the directories on the way to a carve-out (the workspace root itself, `.git`) are
-//!   *fixed*: their existing entries can be written, but no entry can be created, removed
-//!   or renamed directly in them. Creating `new.txt` at the top of a workspace with a
-//!   carve-out is refused with `EACCES` (stricter than asked, never looser). The fixed
+//! - **Read-only mounts** (wherever a mount namespace can be made: a root host, or
+//!   unprivileged user namespaces). The child gets a mount namespace of its own, in which
+//!   each carve-out is bind-mounted onto itself read-only, recursively, before landlock
+//!   applies (see [`crate::child::Namespaces`]). The workspace keeps every right, so
+//!   everything but the carve-outs stays writable, new top-level files included; a
+//!   carve-out cannot be changed (`EROFS`), nor removed or renamed (`EBUSY`: it is a mount
+//!   point). Every directory on the way to a carve-out that the command could rename
+//!   (`.git` for `.git/hooks`; the workspace itself when a writable path holds it) is
+//!   *pinned*: bound onto itself, so it is a mount point too, and cannot be moved aside
+//!   for a new `.git` with planted hooks. Mounting is then denied by landlock and by
+//!   seccomp.
+//! - **Split rules** (no mount namespace): the workspace is readable as a whole and write
+//!   access is granted child by child: every entry that is neither a carve-out nor on the
+//!   way to one is writable as a whole; an entry on the way to a carve-out (`.git` for
+//!   `.git/hooks`) is split the same way. The carve-outs are read-only exactly, but the
+//!   directories on the way (the workspace root itself, `.git`) are *fixed*: their
+//!   existing entries can be written, but nothing can be created, removed or renamed
+//!   directly in them (`EACCES`: stricter than asked, never looser). The fixed
 //!   directories are listed in the outcome's notes.
 //!
-//! What cannot be enforced is refused before anything runs:
+//! What cannot be enforced is refused before anything runs, in both ways:
 //!
-//! - a writable path that contains a carve-out (its rule would reach the carve-out);
-//! - a writable path inside a carve-out (the two requests contradict each other);
 //! - a file inside a carve-out with more than one hard link: the other name may sit in a
-//!   writable place, and landlock judges the name used, not the file. (The command cannot
-//!   make such a link itself: landlock refuses links that would gain rights.)
+//!   writable place, and both landlock and a read-only mount judge the name used, not the
+//!   file. (The command cannot make such a link itself: landlock refuses links that would
+//!   gain rights.)
+//! - a writable path inside a carve-out (the two requests contradict each other);
+//! - with split rules, a writable path that contains a carve-out (its rule would reach the
+//!   carve-out; a read-only mount has no such problem).
 
 use std::path::{Path, PathBuf};
 
@@ -65,6 +75,15 @@ pub(crate) const ROOT_ABI: ABI = ABI::V6;
 /// are not handled until someone reads what they mean and adds them here.
 pub(crate) const NEWEST_ABI: ABI = ABI::V9;
 
+/// How read-only carve-outs are enforced (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Carveouts {
+    /// Read-only bind mounts in a mount namespace of the command's own.
+    Mounts,
+    /// Landlock rules alone: the directories on the way to a carve-out become fixed.
+    Split,
+}
+
 /// What a run asks for, as far as landlock is concerned. Paths are canonical (the plan's).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Request<'a> {
@@ -75,11 +94,12 @@ pub(crate) struct Request<'a> {
     pub program: &'a Path,
     pub network: NetworkMode,
     pub host_is_root: bool,
+    pub carveout_mode: Carveouts,
 }
 
 impl<'a> Request<'a> {
     /// The request of a checked plan.
-    pub fn from_plan(plan: &'a sandbox_core::Plan) -> Self {
+    pub fn from_plan(plan: &'a sandbox_core::Plan, carveout_mode: Carveouts) -> Self {
         Self {
             workspace: &plan.workspace,
             carveouts: &plan.readonly_carveouts,
@@ -88,6 +108,7 @@ impl<'a> Request<'a> {
             program: &plan.program,
             network: plan.network,
             host_is_root: plan.host_is_root,
+            carveout_mode,
         }
     }
 }
@@ -129,8 +150,14 @@ pub(crate) struct Spec {
     /// Connecting to a unix socket by path is confined only from ABI 9; before it the
     /// seccomp layer denies `socket(AF_UNIX)` (see [`crate::filter`]).
     pub deny_unix_sockets: bool,
-    /// Directories on the way to a carve-out, where nothing can be created or removed.
+    /// Directories on the way to a carve-out, where nothing can be created or removed
+    /// (split rules).
     pub fixed_dirs: Vec<PathBuf>,
+    /// Carve-outs to bind-mount read-only in the command's mount namespace (mounts).
+    pub readonly_mounts: Vec<PathBuf>,
+    /// Directories on the way to a carve-out to bind onto themselves (read-write), so that
+    /// they cannot be renamed or removed; outermost first (mounts).
+    pub pinned_dirs: Vec<PathBuf>,
 }
 
 /// The oldest ABI a request needs.
@@ -259,6 +286,26 @@ fn split(
     Ok(())
 }
 
+/// The directories on the way to a carve-out that the command could rename or remove:
+/// those whose parent is inside the workspace or a writable path. Outermost first.
+fn pinned(carveouts: &[PathBuf], workspace: &Path, writable: &[PathBuf]) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for c in carveouts {
+        for a in c.ancestors().skip(1) {
+            let Some(parent) = a.parent() else {
+                break;
+            };
+            let movable =
+                parent.starts_with(workspace) || writable.iter().any(|w| parent.starts_with(w));
+            if movable && !out.iter().any(|o| o == a) {
+                out.push(a.to_path_buf());
+            }
+        }
+    }
+    out.sort_by_key(|p| p.components().count());
+    out
+}
+
 /// Whether `path` is already readable and executable under the rules so far.
 fn covered(rules: &[PathRule], path: &Path) -> bool {
     rules.iter().any(|r| {
@@ -300,6 +347,8 @@ pub(crate) fn spec(
         rules: Vec::new(),
         deny_unix_sockets: abi < ABI::V9,
         fixed_dirs: Vec::new(),
+        readonly_mounts: Vec::new(),
+        pinned_dirs: Vec::new(),
     };
 
     for g in system.iter() {
@@ -320,7 +369,7 @@ pub(crate) fn spec(
     let carveouts = outermost(req.carveouts);
     for w in req.writable {
         for c in &carveouts {
-            if c.starts_with(w) {
+            if c.starts_with(w) && req.carveout_mode == Carveouts::Split {
                 return Err(Error::CarveoutUnderWritable {
                     writable: w.clone(),
                     carveout: c.clone(),
@@ -338,7 +387,9 @@ pub(crate) fn spec(
         check_links(fs, c)?;
     }
 
-    if carveouts.is_empty() {
+    if carveouts.is_empty() || req.carveout_mode == Carveouts::Mounts {
+        spec.pinned_dirs = pinned(&carveouts, req.workspace, req.writable);
+        spec.readonly_mounts = carveouts;
         spec.rules.push(PathRule {
             path: req.workspace.to_path_buf(),
             access: full,
@@ -418,17 +469,20 @@ pub(crate) fn read_layer(view: &[(PathBuf, Kind)], abi: ABI) -> Spec {
             .collect(),
         deny_unix_sockets: false,
         fixed_dirs: Vec::new(),
+        readonly_mounts: Vec::new(),
+        pinned_dirs: Vec::new(),
     }
 }
 
 /// The rules a root host's read layer must add for this run: the run's own grants
-/// (workspace, named paths, program, resolver) that the cached layer does not cover, such
-/// as a workspace in a top-level directory created after the layer was built. The run's
-/// system grants are never added: taking them away is the layer's purpose.
+/// (workspace, writable paths, program, resolver) that the cached layer does not cover,
+/// such as a workspace in a top-level directory created after the layer was built. The
+/// run's system grants and read-only paths are never added: the layer has walked them,
+/// and taking their root-only parts away is its purpose.
 pub(crate) fn uncovered(layer: &Spec, run: &Spec) -> Vec<PathRule> {
     run.rules
         .iter()
-        .filter(|r| r.why != Why::System)
+        .filter(|r| r.why != Why::System && r.why != Why::ReadOnly)
         .filter_map(|r| {
             let need = r.access & read_rights();
             let covered = layer
@@ -468,6 +522,17 @@ impl Spec {
                 "socket(AF_UNIX) denied by seccomp: landlock ABI {} cannot confine connecting \
                  to a unix socket by path (ABI 9 can); socketpair(2) is allowed",
                 self.abi
+            ));
+        }
+        if !self.readonly_mounts.is_empty() {
+            let dirs: Vec<String> = self
+                .readonly_mounts
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect();
+            notes.push(format!(
+                "carve-outs: bind-mounted read-only in a mount namespace of the command's own: {}",
+                dirs.join(", ")
             ));
         }
         if !self.fixed_dirs.is_empty() {
@@ -524,6 +589,7 @@ mod tests {
             program: Path::new("/usr/bin/true"),
             network: NetworkMode::None,
             host_is_root: false,
+            carveout_mode: Carveouts::Split,
         }
     }
 
@@ -733,6 +799,57 @@ mod tests {
     }
 
     #[test]
+    fn with_mounts_the_workspace_keeps_every_right_and_the_carveouts_are_mounted() {
+        let fs = host();
+        let c = p(&["/ws/.git/hooks", "/ws/.git/config", "/ws/.git"]);
+        let mut r = req(&c, &[]);
+        r.carveout_mode = Carveouts::Mounts;
+        let s = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
+        assert_eq!(rule(&s, "/ws").unwrap().access, AccessFs::from_all(ABI::V7));
+        // Only the outermost carve-out needs a mount (it is recursive); the workspace
+        // root cannot be moved (its parent is not writable): nothing pinned.
+        assert_eq!(s.readonly_mounts, p(&["/ws/.git"]));
+        assert!(s.pinned_dirs.is_empty());
+        let c2 = p(&["/ws/.git/hooks", "/ws/src"]);
+        let mut r = req(&c2, &[]);
+        r.carveout_mode = Carveouts::Mounts;
+        let s = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
+        assert_eq!(s.pinned_dirs, p(&["/ws/.git"]));
+        assert!(s.fixed_dirs.is_empty());
+        assert!(!s.rules.iter().any(|x| x.why == Why::WorkspacePart));
+        // A writable path around a carve-out is fine: the mount still holds, and every
+        // directory on the way from the writable path is pinned.
+        let w = p(&["/"]);
+        let c3 = p(&["/ws/.git/hooks"]);
+        let mut r = req(&c3, &w);
+        r.carveout_mode = Carveouts::Mounts;
+        let s = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
+        assert_eq!(s.pinned_dirs, p(&["/ws", "/ws/.git"]));
+        // A hard link or a writable path inside is refused all the same.
+        let mut fs = host();
+        fs.linked_file("/ws/.git/hooks/x", 2);
+        let mut r = req(&c, &[]);
+        r.carveout_mode = Carveouts::Mounts;
+        let e = spec(&r, &system(&fs), ABI::V7, &fs).unwrap_err();
+        assert!(matches!(e, Error::HardLinked { .. }), "{e}");
+        let fs = host();
+        let w = p(&["/ws/.git/objects"]);
+        let mut r = req(&c, &w);
+        r.carveout_mode = Carveouts::Mounts;
+        let e = spec(&r, &system(&fs), ABI::V7, &fs).unwrap_err();
+        assert!(matches!(e, Error::WritableInCarveout { .. }), "{e}");
+    }
+
+    #[test]
+    fn without_carveouts_nothing_is_mounted() {
+        let fs = host();
+        let mut r = req(&[], &[]);
+        r.carveout_mode = Carveouts::Mounts;
+        let s = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
+        assert!(s.readonly_mounts.is_empty());
+    }
+
+    #[test]
     fn a_carveout_of_the_whole_workspace_makes_it_read_only() {
         let fs = host();
         let c = p(&["/ws"]);
@@ -828,7 +945,8 @@ mod tests {
         let r = req(&[], &[]);
         let run = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
         assert!(uncovered(&layer, &run).is_empty());
-        // A read-only path and a program the layer does not cover are added, reads only.
+        // A writable path and a program the layer does not cover are added, reads only; a
+        // read-only path is not (the layer walked it).
         let mut r = req(&[], &[]);
         let ro = p(&["/data"]);
         let rw = p(&["/out"]);
@@ -838,7 +956,7 @@ mod tests {
         let run = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
         let extra = uncovered(&layer, &run);
         let got: Vec<_> = extra.iter().map(|x| x.path.display().to_string()).collect();
-        assert_eq!(got, ["/data", "/out", "/home/me/tool"]);
+        assert_eq!(got, ["/out", "/home/me/tool"]);
         assert!(extra.iter().all(|x| (x.access & !read_rights()).is_empty()));
     }
 

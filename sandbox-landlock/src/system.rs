@@ -41,7 +41,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use crate::fsview::{Entry, FsView, Kind, Meta};
+use crate::fsview::{FsView, Kind, Meta};
 
 /// How a system path is granted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -257,48 +257,82 @@ pub(crate) fn host_view() -> SystemView {
     }
 }
 
-/// The unprivileged view of the whole filesystem, as read rules: every top-level entry of
-/// `/` whole, except the walked system directories (`walked_roots`), which contribute only
-/// their public parts (`walked`). Symlinks at the top (`/bin` -> `usr/bin`) need no rule.
+/// The unprivileged view of the whole filesystem, as read rules: everything whole, except
+/// the walked directories (`walked_roots`: the system directories, and the named read-only
+/// paths), which contribute only their public parts (`walked`). The directories on the way
+/// to a walked root are split (their other entries whole, themselves not listable).
+/// Symlinks need no rule (`/bin` -> `usr/bin` is judged at `/usr/bin`).
 ///
 /// This is the first of the two landlock layers of a root host (see
 /// [`crate::compile::RootLayer`]): it handles only read and execute, so it takes away
 /// exactly what an unprivileged user could not read, and the run's own layer does the
 /// rest. Landlock layers intersect: an access passes only if every layer allows it.
 pub(crate) fn unprivileged_view(
-    top: &[Entry],
+    fs: &dyn FsView,
     walked_roots: &[PathBuf],
     walked: &[SystemGrant],
 ) -> Vec<(PathBuf, Kind)> {
-    let mut out: Vec<(PathBuf, Kind)> = walked.iter().map(|g| (g.path.clone(), g.kind)).collect();
-    for e in top {
-        let p = Path::new("/").join(&e.name);
-        if e.meta.kind == Kind::Symlink || walked_roots.iter().any(|r| r.starts_with(&p)) {
-            continue;
+    fn split(
+        fs: &dyn FsView,
+        dir: &Path,
+        walked_roots: &[PathBuf],
+        out: &mut Vec<(PathBuf, Kind)>,
+    ) {
+        // Unreadable: nothing beneath is granted (fail closed).
+        let Ok(entries) = fs.list(dir) else {
+            return;
+        };
+        for e in entries {
+            let p = dir.join(&e.name);
+            if e.meta.kind == Kind::Symlink || walked_roots.contains(&p) {
+                continue;
+            }
+            if walked_roots.iter().any(|r| r.starts_with(&p)) {
+                if e.meta.kind == Kind::Dir {
+                    split(fs, &p, walked_roots, out);
+                }
+                continue;
+            }
+            out.push((p, e.meta.kind));
         }
-        out.push((p, e.meta.kind));
+    }
+    let mut out: Vec<(PathBuf, Kind)> = walked.iter().map(|g| (g.path.clone(), g.kind)).collect();
+    if !walked_roots.iter().any(|r| r == Path::new("/")) {
+        split(fs, Path::new("/"), walked_roots, &mut out);
     }
     out
 }
 
-/// The walked system directories of a root host and their public parts: `/usr` and the
-/// other stable ones walked once per process, `/etc` walked on every call (the caller,
-/// [`crate::compile::RootLayer`], caches the result for [`ETC_REFRESH`]). Returns the roots
-/// and the grants.
-pub(crate) fn host_walked(fs: &dyn FsView) -> (Vec<PathBuf>, Vec<SystemGrant>) {
+/// The walked directories of a root host and their public parts: the stable system
+/// directories (`/usr`, `/lib*`) walked once per process; `/etc` and `extra` (the run's
+/// read-only paths) on every call (the caller, [`crate::compile::RootLayer`], caches the
+/// result for [`ETC_REFRESH`]). Returns the roots and the grants.
+pub(crate) fn host_walked(fs: &dyn FsView, extra: &[PathBuf]) -> (Vec<PathBuf>, Vec<SystemGrant>) {
     static STABLE: OnceLock<(Vec<PathBuf>, Vec<SystemGrant>)> = OnceLock::new();
-    let walk_part = |volatile: bool| -> (Vec<PathBuf>, Vec<SystemGrant>) {
+    let walk = |roots: Vec<SystemGrant>| -> (Vec<PathBuf>, Vec<SystemGrant>) {
+        let public = public_view(fs, &roots);
+        (roots.into_iter().map(|g| g.path).collect(), public)
+    };
+    let system = |volatile: bool| -> Vec<SystemGrant> {
         let list: Vec<SystemPath> = SYSTEM_PATHS
             .iter()
             .filter(|s| s.volatile == volatile && s.access == SysAccess::Read)
             .copied()
             .collect();
-        let roots = resolve(fs, &list);
-        let public = public_view(fs, &roots);
-        (roots.into_iter().map(|g| g.path).collect(), public)
+        resolve(fs, &list)
     };
-    let (mut roots, mut grants) = STABLE.get_or_init(|| walk_part(false)).clone();
-    let (r, g) = walk_part(true);
+    let (mut roots, mut grants) = STABLE.get_or_init(|| walk(system(false))).clone();
+    let mut volatile = system(true);
+    for p in extra {
+        if let Ok(meta) = fs.stat(p) {
+            volatile.push(SystemGrant {
+                path: p.clone(),
+                kind: meta.kind,
+                access: SysAccess::Read,
+            });
+        }
+    }
+    let (r, g) = walk(volatile);
     roots.extend(r);
     grants.extend(g);
     (roots, grants)
@@ -418,18 +452,40 @@ mod tests {
             .dir("/work", 0o755)
             .symlink("/bin", "/usr/bin")
             .dir("/proc", 0o555);
-        let top = fs.list(Path::new("/")).unwrap();
-        let roots = resolve(&fs, &[read("/usr"), read("/bin"), read("/etc")]);
+        fs.dir("/work/shared", 0o755)
+            .file("/work/shared/public.txt", 0o644)
+            .file("/work/shared/private.txt", 0o600)
+            .dir("/work/ws", 0o755);
+        let roots = resolve(
+            &fs,
+            &[
+                read("/usr"),
+                read("/bin"),
+                read("/etc"),
+                read("/work/shared"),
+            ],
+        );
         let walked = public_view(&fs, &roots);
         let roots: Vec<PathBuf> = roots.into_iter().map(|g| g.path).collect();
-        let mut v: Vec<String> = unprivileged_view(&top, &roots, &walked)
+        let mut v: Vec<String> = unprivileged_view(&fs, &roots, &walked)
             .into_iter()
             .map(|(p, _)| p.display().to_string())
             .collect();
         v.sort();
         // /home whole: the run's own layer denies it; this layer only narrows what a
-        // run grants. /etc split; /bin is a symlink.
-        assert_eq!(v, ["/etc/passwd", "/home", "/proc", "/usr", "/work"]);
+        // run grants. /etc and the read-only /work/shared split, /work split on the way
+        // to it (its other entries whole); /bin is a symlink.
+        assert_eq!(
+            v,
+            [
+                "/etc/passwd",
+                "/home",
+                "/proc",
+                "/usr",
+                "/work/shared/public.txt",
+                "/work/ws"
+            ]
+        );
     }
 
     #[test]
@@ -448,7 +504,7 @@ mod tests {
     fn the_host_public_view_hides_root_only_files_here() {
         // On this host: whatever root-only file exists under /etc is absent from the view,
         // and nothing in the view is beneath it.
-        let (_, view) = host_walked(&crate::fsview::HostFs);
+        let (_, view) = host_walked(&crate::fsview::HostFs, &[]);
         let view = SystemView::from_grants(view);
         let mut secret = None;
         let fs = crate::fsview::HostFs;

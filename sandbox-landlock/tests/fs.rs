@@ -178,13 +178,15 @@ async fn carveouts_stay_read_only_and_the_rest_stays_writable() {
     o.readonly_carveouts = vec![".git/hooks".into(), ".git/config".into()];
     let o = run(o).await;
     let s = out(&o);
-    for denied in ["hook=", "newhook=", "rm=", "config=", "mv=", "top="] {
+    for denied in ["hook=", "newhook=", "rm=", "config=", "mv="] {
         assert!(
             !s.contains(&format!("{denied}0")),
             "{denied} succeeded: {s}"
         );
     }
-    for allowed in ["src=0", "newsrc=0", "obj=0", "readme=0", "read=0"] {
+    // On this host a mount namespace can be made, so the carve-outs are read-only
+    // mounts and the rest of the workspace, its top level included, stays writable.
+    for allowed in ["src=0", "newsrc=0", "obj=0", "readme=0", "read=0", "top=0"] {
         assert!(s.contains(allowed), "{allowed} missing: {s}\n{}", err(&o));
     }
     // From the host: the carve-outs are untouched, the rest changed.
@@ -205,7 +207,37 @@ async fn carveouts_stay_read_only_and_the_rest_stays_writable() {
         fs::read_to_string(ws.join("README")).unwrap(),
         "readme\nok\n"
     );
-    assert!(!ws.join("toplevel-new").exists());
+    assert_eq!(fs::read_to_string(ws.join("toplevel-new")).unwrap(), "ok\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_carveout_inside_a_writable_path_stays_read_only_and_in_place() {
+    let ws = tempdir();
+    git_like(ws.path());
+    let ws_path = ws.path().canonicalize().unwrap();
+    let parent = ws_path.parent().unwrap().to_path_buf();
+    let name = ws_path.file_name().unwrap().to_string_lossy().into_owned();
+    let script = format!(
+        "echo evil > .git/hooks/pre-commit; echo hook=$?; \
+         mv .git .git-old; echo mvgit=$?; \
+         mv '{ws}' '{ws}-moved'; echo mvws=$?; \
+         cd .git/hooks && echo evil > post-merge; echo cwd=$?",
+        ws = ws_path.display()
+    );
+    let mut o = opts(ws.path(), &["sh", "-c", &script]);
+    o.readonly_carveouts = vec![".git/hooks".into()];
+    o.writable_paths = vec![parent.clone()];
+    let o = run(o).await;
+    let s = out(&o);
+    for denied in ["hook=0", "mvgit=0", "mvws=0", "cwd=0"] {
+        assert!(!s.contains(denied), "{denied}: {s}");
+    }
+    assert_eq!(
+        fs::read_to_string(ws_path.join(".git/hooks/pre-commit")).unwrap(),
+        "#!/bin/sh\nexit 0\n"
+    );
+    assert!(!ws_path.join(".git/hooks/post-merge").exists());
+    assert!(!parent.join(format!("{name}-moved")).exists());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -233,7 +265,7 @@ async fn carveouts_are_named_in_the_effective_policy() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn carveouts_landlock_cannot_express_are_refused_before_anything_runs() {
+async fn carveouts_that_cannot_be_enforced_are_refused_before_anything_runs() {
     let ws = tempdir();
     git_like(ws.path());
     let marker = ws.path().join("ran");
@@ -242,15 +274,6 @@ async fn carveouts_landlock_cannot_express_are_refused_before_anything_runs() {
         "-c".into(),
         format!("touch '{}'", marker.display()),
     ];
-
-    // A writable path around the carve-out.
-    let parent = ws.path().parent().unwrap().to_path_buf();
-    let mut o = opts(ws.path(), &argv);
-    o.readonly_carveouts = vec![".git/hooks".into()];
-    o.writable_paths = vec![parent];
-    let e = backend().sandbox().execute(o).await.unwrap_err();
-    assert!(matches!(e, SandboxError::NotSupported { .. }), "{e}");
-    assert!(e.to_string().contains("carve-out"), "{e}");
 
     // A hard-linked file inside the carve-out.
     fs::hard_link(
@@ -348,4 +371,42 @@ async fn the_outcome_records_the_abi_and_the_layers() {
         o.policy.tree_kill,
         Some(sandbox_core::TreeKill::ProcessGroup)
     );
+}
+
+/// A root host: a root-only file inside a named read-only directory stays closed (the
+/// command reads as an unprivileged user would), while the public file next to it is read.
+#[tokio::test(flavor = "multi_thread")]
+async fn root_only_files_in_read_only_paths_stay_closed() {
+    let ws = tempdir();
+    let dir = tempdir();
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::write(dir.path().join("public"), "PUBLIC").unwrap();
+    fs::set_permissions(dir.path().join("public"), fs::Permissions::from_mode(0o644)).unwrap();
+    fs::write(dir.path().join("private"), "PRIVATE").unwrap();
+    fs::set_permissions(
+        dir.path().join("private"),
+        fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let mut o = opts(
+        ws.path(),
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "cat '{d}/public'; echo; cat '{d}/private'; echo private=$?",
+                d = dir.path().display()
+            ),
+        ],
+    );
+    o.read_only_paths = vec![dir.path().into()];
+    let o = run(o).await;
+    let s = out(&o);
+    assert!(s.starts_with("PUBLIC"), "{s} {}", err(&o));
+    if is_root() {
+        assert!(!s.contains("PRIVATE") && s.contains("private=1"), "{s}");
+    } else {
+        // The file is the user's own: readable, as without a sandbox.
+        assert!(s.contains("PRIVATE"), "{s}");
+    }
 }

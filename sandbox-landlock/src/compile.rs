@@ -15,7 +15,7 @@
 //!    (everything whole, but `/usr`, `/etc`, the other system directories and the named
 //!    read-only paths only in their world-readable parts). Some 200 rules, since `/etc`
 //!    is split around `shadow` and the like; built once per set of read-only paths and
-//!    reused by every run for [`ETC_REFRESH`](crate::system::ETC_REFRESH) (a ruleset
+//!    reused by every run for [`ETC_REFRESH`] (a ruleset
 //!    descriptor can restrict any number of processes), so a run pays one extra
 //!    `landlock_restrict_self`, not 200 rules.
 //! 2. The run's own layer, the same as for an unprivileged host: a dozen rules.

@@ -115,3 +115,58 @@ impl From<Error> for SandboxError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_old_or_missing_landlock_is_unavailable_with_the_abi_and_a_remedy() {
+        let e: SandboxError = Error::AbiTooOld {
+            kernel: ABI::V2,
+            needed: ABI::V3,
+            why: "truncate",
+        }
+        .into();
+        let text = e.to_string();
+        assert!(matches!(e, SandboxError::Unavailable { backend: NAME, .. }));
+        assert!(
+            text.contains("ABI is 2") && text.contains("3 is needed"),
+            "{text}"
+        );
+        assert!(text.contains("6.2"), "{text}");
+        let e: SandboxError = Error::NotEnabled.into();
+        assert!(e.to_string().contains("lsm="), "{e}");
+        let e: SandboxError = Error::NotImplemented.into();
+        assert!(matches!(e, SandboxError::Unavailable { .. }), "{e}");
+        let e: SandboxError = Error::NoSeccomp.into();
+        assert!(e.to_string().contains("CONFIG_SECCOMP_FILTER"), "{e}");
+    }
+
+    #[test]
+    fn carveouts_that_cannot_hold_are_not_supported_or_invalid() {
+        let e: SandboxError = Error::HardLinked {
+            carveout: "/ws/.git".into(),
+            file: "/ws/.git/hooks/x".into(),
+            links: 2,
+        }
+        .into();
+        assert!(matches!(e, SandboxError::NotSupported { .. }), "{e}");
+        assert!(e.to_string().contains("hard link"), "{e}");
+        let e: SandboxError = Error::WritableInCarveout {
+            writable: "/ws/.git/x".into(),
+            carveout: "/ws/.git".into(),
+        }
+        .into();
+        assert!(
+            matches!(
+                e,
+                SandboxError::InvalidConfig {
+                    field: "writable_paths",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+    }
+}

@@ -219,7 +219,13 @@ async fn every_denied_call_class_fails_with_eperm_inside_and_leaves_the_host_alo
     fs::set_permissions(ws_path.join("victim"), fs::Permissions::from_mode(0o755)).unwrap();
     let mountinfo_before = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let swaps_before = fs::read_to_string("/proc/swaps").unwrap();
-    let host_pid = std::process::id();
+    // The target of ptrace and process_vm_*: a host process of the same user (not the test
+    // process itself, which a successful attach would stop instead of failing the test).
+    let mut victim = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let host_pid = victim.id();
 
     let list = calls(host_pid, &ws_path.display().to_string());
     let mut body = String::from(
@@ -252,8 +258,11 @@ async fn every_denied_call_class_fails_with_eperm_inside_and_leaves_the_host_alo
     }
 
     // The host side.
-    let status = fs::read_to_string("/proc/self/status").unwrap();
-    assert!(status.contains("TracerPid:\t0"), "the host got traced");
+    let status = fs::read_to_string(format!("/proc/{host_pid}/status")).unwrap();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert!(status.contains("TracerPid:\t0"), "the host process got traced");
+    assert!(!status.contains("State:\tT"), "the host process got stopped");
     assert_eq!(
         fs::read_to_string("/proc/self/mountinfo").unwrap(),
         mountinfo_before

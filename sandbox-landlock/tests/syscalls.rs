@@ -261,8 +261,14 @@ async fn every_denied_call_class_fails_with_eperm_inside_and_leaves_the_host_alo
     let status = fs::read_to_string(format!("/proc/{host_pid}/status")).unwrap();
     let _ = victim.kill();
     let _ = victim.wait();
-    assert!(status.contains("TracerPid:\t0"), "the host process got traced");
-    assert!(!status.contains("State:\tT"), "the host process got stopped");
+    assert!(
+        status.contains("TracerPid:\t0"),
+        "the host process got traced"
+    );
+    assert!(
+        !status.contains("State:\tT"),
+        "the host process got stopped"
+    );
     assert_eq!(
         fs::read_to_string("/proc/self/mountinfo").unwrap(),
         mountinfo_before

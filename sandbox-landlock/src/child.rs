@@ -106,6 +106,21 @@ const OPEN_TREE_CLONE: libc::c_uint = 1;
 const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOUNT_ATTR_RDONLY: u64 = 0x1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+/// The most writable trees (the workspace and the named writable paths) a run may have:
+/// their clones are held in a fixed array, since the child may not allocate.
+pub(crate) const MAX_WRITABLE: usize = 64;
+
+/// What the command's mount namespace looks like, as C strings prepared in the parent.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct MountPlan {
+    /// Bound back read-write after every mount is made read-only (the workspace, the
+    /// writable paths; disjoint).
+    pub writable: Vec<CString>,
+    /// Bound onto themselves so that they cannot be renamed; outermost first.
+    pub pinned: Vec<CString>,
+    /// The carve-outs: bound onto themselves read-only.
+    pub readonly: Vec<CString>,
+}
 
 /// The namespaces of the command, made in one `unshare`:
 ///
@@ -114,21 +129,19 @@ const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 /// - a **network** namespace for `loopback`, with its `lo` up: the command serves and
 ///   connects on its own `127.0.0.1` and reaches nothing of the host's, not even the
 ///   host's loopback;
-/// - a **mount** namespace when there are read-only carve-outs: every mount is made
-///   private first (nothing done here reaches the host's namespace); each pinned
-///   directory is bound onto itself (a mount point cannot be renamed or removed), then
-///   each carve-out is cloned (`open_tree`), made read-only recursively (`mount_setattr`)
-///   and attached onto itself (`move_mount`); last, the working directory is entered
-///   again, so that a working directory inside a carve-out is the read-only one.
+/// - a **mount** namespace (see `src/ruleset.rs`): every mount is made private (nothing
+///   done here reaches the host's namespace) and read-only, recursively; the writable
+///   trees are cloned from the host's namespace (`open_tree`, as they are there) and
+///   attached over their read-only selves (`move_mount`); the pinned directories are bound
+///   onto themselves; each carve-out is cloned, made read-only (`mount_setattr`) and
+///   attached onto itself. Last, the working directory is entered again, so that it is the
+///   one in the new mounts.
 #[derive(Debug, Clone)]
 pub(crate) struct Namespaces {
     /// `Some` to create a user namespace too, with these maps.
     pub userns: Option<IdMaps>,
     pub net: bool,
-    /// Directories to bind onto themselves, outermost first, as C strings.
-    pub pinned: Vec<CString>,
-    /// The carve-outs, canonical, as C strings.
-    pub readonly: Vec<CString>,
+    pub mount: Option<MountPlan>,
     /// The working directory, entered again after the mounts.
     pub cwd: CString,
 }
@@ -163,52 +176,44 @@ impl Namespaces {
         Ok(())
     }
 
-    /// Bind `path` onto itself, recursively; read-only when `readonly`.
+    /// A detached copy of the mount tree at `path` (`open_tree(OPEN_TREE_CLONE)`).
     ///
     /// # Safety
     ///
     /// Only system calls; callable between fork and exec.
-    unsafe fn bind(path: &CStr, readonly: bool) -> io::Result<()> {
-        // SAFETY: NUL-terminated paths and a stack `mount_attr`.
-        unsafe {
-            let fd = libc::syscall(
+    unsafe fn clone_tree(path: &CStr) -> io::Result<libc::c_int> {
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe {
+            libc::syscall(
                 libc::SYS_open_tree,
                 libc::AT_FDCWD,
                 path.as_ptr(),
                 OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | AT_RECURSIVE,
+            )
+        };
+        if fd < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(fd as libc::c_int)
+        }
+    }
+
+    /// Attach the detached tree `fd` at `path`, and close `fd`.
+    ///
+    /// # Safety
+    ///
+    /// Only system calls; callable between fork and exec.
+    unsafe fn attach(fd: libc::c_int, path: &CStr) -> io::Result<()> {
+        // SAFETY: a descriptor from `clone_tree` and a NUL-terminated path.
+        unsafe {
+            let r = libc::syscall(
+                libc::SYS_move_mount,
+                fd,
+                c"".as_ptr(),
+                libc::AT_FDCWD,
+                path.as_ptr(),
+                MOVE_MOUNT_F_EMPTY_PATH,
             );
-            if fd < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let fd = fd as libc::c_int;
-            let attr = MountAttr {
-                attr_set: MOUNT_ATTR_RDONLY,
-                attr_clr: 0,
-                propagation: 0,
-                userns_fd: 0,
-            };
-            let mut r = if readonly {
-                libc::syscall(
-                    libc::SYS_mount_setattr,
-                    fd,
-                    c"".as_ptr(),
-                    libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
-                    &attr as *const MountAttr,
-                    std::mem::size_of::<MountAttr>(),
-                )
-            } else {
-                0
-            };
-            if r == 0 {
-                r = libc::syscall(
-                    libc::SYS_move_mount,
-                    fd,
-                    c"".as_ptr(),
-                    libc::AT_FDCWD,
-                    path.as_ptr(),
-                    MOVE_MOUNT_F_EMPTY_PATH,
-                );
-            }
             let err = io::Error::last_os_error();
             libc::close(fd);
             if r != 0 {
@@ -216,6 +221,40 @@ impl Namespaces {
             }
         }
         Ok(())
+    }
+
+    /// Bind `path` onto itself, recursively; read-only when `readonly`.
+    ///
+    /// # Safety
+    ///
+    /// Only system calls; callable between fork and exec.
+    unsafe fn bind(path: &CStr, readonly: bool) -> io::Result<()> {
+        // SAFETY: system calls on a NUL-terminated path and a stack `mount_attr`.
+        unsafe {
+            let fd = Self::clone_tree(path)?;
+            if readonly {
+                let attr = MountAttr {
+                    attr_set: MOUNT_ATTR_RDONLY,
+                    attr_clr: 0,
+                    propagation: 0,
+                    userns_fd: 0,
+                };
+                let r = libc::syscall(
+                    libc::SYS_mount_setattr,
+                    fd,
+                    c"".as_ptr(),
+                    libc::AT_EMPTY_PATH as libc::c_uint | AT_RECURSIVE,
+                    &attr as *const MountAttr,
+                    std::mem::size_of::<MountAttr>(),
+                );
+                if r != 0 {
+                    let err = io::Error::last_os_error();
+                    libc::close(fd);
+                    return Err(err);
+                }
+            }
+            Self::attach(fd, path)
+        }
     }
 }
 
@@ -228,7 +267,7 @@ impl PreExec for Namespaces {
         if self.net {
             flags |= libc::CLONE_NEWNET;
         }
-        if !self.readonly.is_empty() {
+        if self.mount.is_some() {
             flags |= libc::CLONE_NEWNS;
         }
         if flags == 0 {
@@ -243,7 +282,7 @@ impl PreExec for Namespaces {
                 write_file(c"/proc/self/uid_map", &maps.uid_map)?;
                 write_file(c"/proc/self/gid_map", &maps.gid_map)?;
             }
-            if !self.readonly.is_empty() {
+            if let Some(plan) = &self.mount {
                 check(libc::mount(
                     std::ptr::null(),
                     c"/".as_ptr(),
@@ -251,10 +290,39 @@ impl PreExec for Namespaces {
                     libc::MS_REC | libc::MS_PRIVATE,
                     std::ptr::null(),
                 ))?;
-                for path in &self.pinned {
+                // The writable trees, cloned before everything turns read-only: the
+                // clones keep their flags, and nothing locked has to be cleared.
+                let mut clones = [-1 as libc::c_int; MAX_WRITABLE];
+                if plan.writable.len() > MAX_WRITABLE {
+                    return Err(io::Error::from_raw_os_error(libc::E2BIG));
+                }
+                for (slot, path) in clones.iter_mut().zip(&plan.writable) {
+                    *slot = Self::clone_tree(path)?;
+                }
+                let attr = MountAttr {
+                    attr_set: MOUNT_ATTR_RDONLY,
+                    attr_clr: 0,
+                    propagation: 0,
+                    userns_fd: 0,
+                };
+                let r = libc::syscall(
+                    libc::SYS_mount_setattr,
+                    libc::AT_FDCWD,
+                    c"/".as_ptr(),
+                    AT_RECURSIVE,
+                    &attr as *const MountAttr,
+                    std::mem::size_of::<MountAttr>(),
+                );
+                if r != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                for (fd, path) in clones.iter().zip(&plan.writable) {
+                    Self::attach(*fd, path)?;
+                }
+                for path in &plan.pinned {
                     Self::bind(path, false)?;
                 }
-                for path in &self.readonly {
+                for path in &plan.readonly {
                     Self::bind(path, true)?;
                 }
                 check(libc::chdir(self.cwd.as_ptr()))?;
@@ -429,14 +497,21 @@ mod tests {
         std::fs::create_dir_all(ws.join("pin/ro/sub")).unwrap();
         std::fs::write(ws.join("pin/ro/sub/file"), "x").unwrap();
         let c = |p: &std::path::Path| CString::new(p.as_os_str().as_bytes()).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let outside_file = outside.path().canonicalize().unwrap().join("mine");
+        std::fs::write(&outside_file, "x").unwrap();
         let step = Namespaces {
             userns: own_userns(),
             net: false,
-            pinned: vec![c(&ws.join("pin"))],
-            readonly: vec![c(&ws.join("pin/ro"))],
+            mount: Some(MountPlan {
+                writable: vec![c(&ws)],
+                pinned: vec![c(&ws.join("pin"))],
+                readonly: vec![c(&ws.join("pin/ro"))],
+            }),
             // The working directory inside the carve-out: entered again, read-only.
             cwd: c(&ws.join("pin/ro/sub")),
         };
+        let outside_c = c(&outside_file);
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
         // SAFETY: the child makes only system calls and `_exit`s.
         let pid = unsafe { libc::fork() };
@@ -465,6 +540,15 @@ mod tests {
                 if libc::mkdir(c"../../beside".as_ptr(), 0o755) != 0 {
                     bad |= 4;
                 }
+                // Outside the writable trees: read-only, modes included.
+                if libc::chmod(outside_c.as_ptr(), 0o666) == 0 || errno() != libc::EROFS {
+                    bad |= 16;
+                }
+                // Devices can still be written.
+                let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
+                if null < 0 || libc::write(null, b"x".as_ptr().cast(), 1) != 1 {
+                    bad |= 32;
+                }
                 bad
             };
             unsafe { libc::_exit(code) };
@@ -477,6 +561,12 @@ mod tests {
         assert!(ws.join("pin/ro/sub/file").exists());
         assert!(!ws.join("moved").exists() && !ws.join("pin/moved").exists());
         assert!(ws.join("pin/beside").is_dir());
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&outside_file)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_ne!(mode & 0o777, 0o666, "a mode outside the workspace changed");
         // The host's mount table did not change.
         assert_eq!(
             std::fs::read_to_string("/proc/self/mountinfo").unwrap(),
@@ -547,8 +637,7 @@ mod tests {
                 libc::getgid()
             })),
             net: true,
-            pinned: Vec::new(),
-            readonly: Vec::new(),
+            mount: None,
             cwd: c"/".to_owned(),
         };
         struct Both(Namespaces, DropCapabilities);
@@ -573,8 +662,7 @@ mod tests {
         let step = Namespaces {
             userns: own_userns(),
             net: true,
-            pinned: Vec::new(),
-            readonly: Vec::new(),
+            mount: None,
             cwd: c"/".to_owned(),
         };
         fn check() -> i32 {

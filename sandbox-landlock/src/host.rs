@@ -10,7 +10,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use crate::child::{IdMaps, Namespaces};
+use crate::child::{IdMaps, MountPlan, Namespaces};
 use crate::error::Error;
 use sandbox_core::process::PreExec;
 
@@ -81,23 +81,21 @@ pub(crate) fn c_path(path: &Path) -> CString {
 }
 
 impl NsMode {
-    /// The step making a network namespace (`net`), the pinned directories and the
-    /// read-only carve-outs.
-    pub fn step(
-        &self,
-        net: bool,
-        pinned: &[std::path::PathBuf],
-        readonly: &[std::path::PathBuf],
-        cwd: &Path,
-    ) -> Namespaces {
+    /// The step making the namespaces: network when `net`, and the mount namespace that
+    /// `spec` describes (see `src/ruleset.rs`).
+    pub fn step(&self, net: bool, spec: &crate::ruleset::Spec, cwd: &Path) -> Namespaces {
+        let c = |v: &[std::path::PathBuf]| v.iter().map(|p| c_path(p)).collect();
         Namespaces {
             userns: match self {
                 Self::Plain => None,
                 Self::UserNs(m) => Some(m.clone()),
             },
             net,
-            pinned: pinned.iter().map(|p| c_path(p)).collect(),
-            readonly: readonly.iter().map(|p| c_path(p)).collect(),
+            mount: (!spec.writable_mounts.is_empty()).then(|| MountPlan {
+                writable: c(&spec.writable_mounts),
+                pinned: c(&spec.pinned_dirs),
+                readonly: c(&spec.readonly_mounts),
+            }),
             cwd: c_path(cwd),
         }
     }
@@ -189,15 +187,23 @@ impl Host {
             // skipped by the drop step anyway.
             .unwrap_or(40);
         // The probe does what a run would: a network namespace with its loopback, and a
-        // read-only bind of a scratch directory in a mount namespace.
+        // read-only mount namespace with a scratch directory bound back read-write and a
+        // read-only carve-out inside it.
         let scratch = tempfile::tempdir().ok();
-        let readonly: Vec<std::path::PathBuf> = scratch
-            .as_ref()
-            .and_then(|d| d.path().canonicalize().ok())
-            .into_iter()
-            .collect();
-        let probe =
-            |mode: &NsMode| try_in_child(&mode.step(true, &readonly, &readonly, Path::new("/")));
+        let dirs = scratch.as_ref().and_then(|d| {
+            let root = d.path().canonicalize().ok()?;
+            std::fs::create_dir(root.join("ro")).ok()?;
+            Some(root)
+        });
+        let probe_spec = crate::ruleset::Spec {
+            writable_mounts: dirs.iter().cloned().collect(),
+            readonly_mounts: dirs.iter().map(|d| d.join("ro")).collect(),
+            ..crate::ruleset::Spec::empty()
+        };
+        let probe = |mode: &NsMode| {
+            let cwd = dirs.as_deref().unwrap_or(Path::new("/"));
+            try_in_child(&mode.step(true, &probe_spec, cwd))
+        };
         let userns = NsMode::UserNs(IdMaps::identity(uid, gid));
         let ns = if is_root {
             probe(&NsMode::Plain)

@@ -105,7 +105,7 @@ use sandbox_core::{
 use crate::child::{DropCapabilities, RestrictSelf};
 use crate::error::Error;
 use crate::host::{Host, NsMode};
-use crate::ruleset::{Carveouts, Request};
+use crate::ruleset::{MountNs, Request};
 
 /// The backend's name.
 pub const NAME: &str = "landlock";
@@ -160,7 +160,9 @@ fn capability(host: &Host) -> Capability {
         network_full: Enforcement::Exact,
         tree_kill: true,
         process_isolation: false,
-        drops_host_root: true,
+        // Without a mount namespace a root host's command could still change the mode of
+        // every root-owned file it can name (landlock has no right for that).
+        drops_host_root: !host.is_root || host.ns.is_ok(),
         signal_status: true,
         host_programs: true,
         ..Capability::default()
@@ -243,13 +245,13 @@ impl Launcher for LandlockBackend {
     fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
         let kernel = self.kernel_abi(plan.host_is_root)?;
         let ns = self.host.ns.as_ref().ok();
-        let carveout_mode = if ns.is_some() {
-            Carveouts::Mounts
+        let mount_ns = if ns.is_some() {
+            MountNs::Private
         } else {
-            Carveouts::Split
+            MountNs::Shared
         };
         let spec = ruleset::spec(
-            &Request::from_plan(plan, carveout_mode),
+            &Request::from_plan(plan, mount_ns),
             &system::host_view(),
             kernel,
             &fsview::HostFs,
@@ -282,7 +284,17 @@ impl Launcher for LandlockBackend {
             _ => false,
         };
         let mut userns = false;
-        if let Some(mode) = ns.filter(|_| net || !spec.readonly_mounts.is_empty()) {
+        if let Some(mode) = ns {
+            if spec.writable_mounts.len() > child::MAX_WRITABLE {
+                return Err(SandboxError::invalid(
+                    "writable_paths",
+                    format!(
+                        "{} writable trees; at most {} can be bound",
+                        spec.writable_mounts.len(),
+                        child::MAX_WRITABLE
+                    ),
+                ));
+            }
             userns = matches!(mode, NsMode::UserNs(_));
             if net {
                 launch.notes.push(
@@ -294,12 +306,15 @@ impl Launcher for LandlockBackend {
                     .into(),
                 );
             }
-            launch.pre_exec.push(Box::new(mode.step(
-                net,
-                &spec.pinned_dirs,
-                &spec.readonly_mounts,
-                &plan.cwd,
-            )));
+            launch
+                .pre_exec
+                .push(Box::new(mode.step(net, &spec, &plan.cwd)));
+        } else {
+            launch.notes.push(
+                "no mount namespace can be made here: the modes and timestamps of the user's \
+                 own files outside the workspace are not confined"
+                    .into(),
+            );
         }
         if plan.host_is_root || userns || self.host.has_caps {
             launch.pre_exec.push(Box::new(DropCapabilities {

@@ -18,31 +18,43 @@
 //! Everything else is denied: landlock handles every filesystem right of the ABI in use,
 //! so an access without a rule fails with `EACCES`.
 //!
-//! # Read-only carve-outs
+//! # The mount namespace: modes, timestamps and carve-outs
 //!
-//! Landlock rules only add access down a hierarchy: a write right on the workspace reaches
-//! every carve-out inside it, and no rule can take it back. So carve-outs are enforced in
-//! one of two ways ([`Carveouts`]):
+//! Landlock has no right for changing a file's mode, owner, timestamps or extended
+//! attributes: a command may `chmod` any file its uid owns that it can name, wherever it
+//! is. For a root host that is every root-owned file (`chmod 666 /etc/passwd`). And
+//! landlock rules only add access down a hierarchy: a write right on the workspace reaches
+//! every carve-out inside it, and no rule can take it back.
 //!
-//! - **Read-only mounts** (wherever a mount namespace can be made: a root host, or
-//!   unprivileged user namespaces). The child gets a mount namespace of its own, in which
-//!   each carve-out is bind-mounted onto itself read-only, recursively, before landlock
-//!   applies (see [`crate::child::Namespaces`]). The workspace keeps every right, so
-//!   everything but the carve-outs stays writable, new top-level files included; a
-//!   carve-out cannot be changed (`EROFS`), nor removed or renamed (`EBUSY`: it is a mount
-//!   point). Every directory on the way to a carve-out that the command could rename
-//!   (`.git` for `.git/hooks`; the workspace itself when a writable path holds it) is
-//!   *pinned*: bound onto itself, so it is a mount point too, and cannot be moved aside
-//!   for a new `.git` with planted hooks. Mounting is then denied by landlock and by
-//!   seccomp.
-//! - **Split rules** (no mount namespace): the workspace is readable as a whole and write
-//!   access is granted child by child: every entry that is neither a carve-out nor on the
-//!   way to one is writable as a whole; an entry on the way to a carve-out (`.git` for
-//!   `.git/hooks`) is split the same way. The carve-outs are read-only exactly, but the
-//!   directories on the way (the workspace root itself, `.git`) are *fixed*: their
-//!   existing entries can be written, but nothing can be created, removed or renamed
-//!   directly in them (`EACCES`: stricter than asked, never looser). The fixed
-//!   directories are listed in the outcome's notes.
+//! Both are solved by a mount namespace of the command's own ([`MountNs::Private`],
+//! wherever one can be made: a root host, or unprivileged user namespaces), set up in the
+//! child before landlock applies (see [`crate::child::Namespaces`]):
+//!
+//! - every mount is made read-only, recursively: outside the workspace and the writable
+//!   paths nothing can be changed, modes and timestamps included (`EROFS`); devices such
+//!   as `/dev/null` can still be written, which is not a change to the filesystem;
+//! - the workspace and each writable path are bound back read-write ([`Spec::writable_mounts`]);
+//! - each carve-out is bound onto itself read-only, recursively: it cannot be changed
+//!   (`EROFS`), nor removed or renamed (`EBUSY`: it is a mount point). The rest of the
+//!   workspace keeps every right, new top-level files included;
+//! - every directory on the way to a carve-out that the command could rename (`.git` for
+//!   `.git/hooks`; the workspace itself when a writable path holds it) is *pinned*: bound
+//!   onto itself, so it is a mount point too, and cannot be moved aside for a new `.git`
+//!   with planted hooks.
+//!
+//! Mounting is then denied by landlock and by seccomp.
+//!
+//! Without a mount namespace ([`MountNs::Shared`]: not root, and no unprivileged user
+//! namespaces) the modes and timestamps of the user's own files outside the workspace are
+//! not confined (the outcome's notes say so; a root host is refused, see
+//! `drops_host_root`), and carve-outs are enforced by **split rules**: the workspace is
+//! readable as a whole and write access is granted child by child: every entry that is
+//! neither a carve-out nor on the way to one is writable as a whole; an entry on the way
+//! to a carve-out (`.git` for `.git/hooks`) is split the same way. The carve-outs are
+//! read-only exactly, but the directories on the way (the workspace root itself, `.git`)
+//! are *fixed*: their existing entries can be written, but nothing can be created, removed
+//! or renamed directly in them (`EACCES`: stricter than asked, never looser). The fixed
+//! directories are listed in the outcome's notes.
 //!
 //! What cannot be enforced is refused before anything runs, in both ways:
 //!
@@ -75,13 +87,14 @@ pub(crate) const ROOT_ABI: ABI = ABI::V6;
 /// are not handled until someone reads what they mean and adds them here.
 pub(crate) const NEWEST_ABI: ABI = ABI::V9;
 
-/// How read-only carve-outs are enforced (see the module docs).
+/// Whether the command gets a mount namespace of its own (see the module docs).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Carveouts {
-    /// Read-only bind mounts in a mount namespace of the command's own.
-    Mounts,
-    /// Landlock rules alone: the directories on the way to a carve-out become fixed.
-    Split,
+pub(crate) enum MountNs {
+    /// Its own: every mount read-only, the workspace and the writable paths bound back
+    /// read-write, carve-outs as read-only mounts.
+    Private,
+    /// The host's (none can be made here): landlock rules alone.
+    Shared,
 }
 
 /// What a run asks for, as far as landlock is concerned. Paths are canonical (the plan's).
@@ -94,12 +107,12 @@ pub(crate) struct Request<'a> {
     pub program: &'a Path,
     pub network: NetworkMode,
     pub host_is_root: bool,
-    pub carveout_mode: Carveouts,
+    pub mount_ns: MountNs,
 }
 
 impl<'a> Request<'a> {
     /// The request of a checked plan.
-    pub fn from_plan(plan: &'a sandbox_core::Plan, carveout_mode: Carveouts) -> Self {
+    pub fn from_plan(plan: &'a sandbox_core::Plan, mount_ns: MountNs) -> Self {
         Self {
             workspace: &plan.workspace,
             carveouts: &plan.readonly_carveouts,
@@ -108,7 +121,7 @@ impl<'a> Request<'a> {
             program: &plan.program,
             network: plan.network,
             host_is_root: plan.host_is_root,
-            carveout_mode,
+            mount_ns,
         }
     }
 }
@@ -153,11 +166,33 @@ pub(crate) struct Spec {
     /// Directories on the way to a carve-out, where nothing can be created or removed
     /// (split rules).
     pub fixed_dirs: Vec<PathBuf>,
+    /// The trees bound back read-write in the command's read-only mount namespace: the
+    /// workspace and the writable paths, the outermost only (mounts).
+    pub writable_mounts: Vec<PathBuf>,
     /// Carve-outs to bind-mount read-only in the command's mount namespace (mounts).
     pub readonly_mounts: Vec<PathBuf>,
     /// Directories on the way to a carve-out to bind onto themselves (read-write), so that
     /// they cannot be renamed or removed; outermost first (mounts).
     pub pinned_dirs: Vec<PathBuf>,
+}
+
+impl Spec {
+    /// A spec that handles and grants nothing (a base for probes and tests).
+    pub fn empty() -> Self {
+        Spec {
+            abi: MIN_ABI,
+            needed: MIN_ABI,
+            handled_fs: BitFlags::EMPTY,
+            handled_net: BitFlags::EMPTY,
+            scopes: BitFlags::EMPTY,
+            rules: Vec::new(),
+            deny_unix_sockets: false,
+            fixed_dirs: Vec::new(),
+            writable_mounts: Vec::new(),
+            readonly_mounts: Vec::new(),
+            pinned_dirs: Vec::new(),
+        }
+    }
 }
 
 /// The oldest ABI a request needs.
@@ -347,6 +382,7 @@ pub(crate) fn spec(
         rules: Vec::new(),
         deny_unix_sockets: abi < ABI::V9,
         fixed_dirs: Vec::new(),
+        writable_mounts: Vec::new(),
         readonly_mounts: Vec::new(),
         pinned_dirs: Vec::new(),
     };
@@ -369,7 +405,7 @@ pub(crate) fn spec(
     let carveouts = outermost(req.carveouts);
     for w in req.writable {
         for c in &carveouts {
-            if c.starts_with(w) && req.carveout_mode == Carveouts::Split {
+            if c.starts_with(w) && req.mount_ns == MountNs::Shared {
                 return Err(Error::CarveoutUnderWritable {
                     writable: w.clone(),
                     carveout: c.clone(),
@@ -387,7 +423,12 @@ pub(crate) fn spec(
         check_links(fs, c)?;
     }
 
-    if carveouts.is_empty() || req.carveout_mode == Carveouts::Mounts {
+    if req.mount_ns == MountNs::Private {
+        let mut writable = vec![req.workspace.to_path_buf()];
+        writable.extend(req.writable.iter().cloned());
+        spec.writable_mounts = outermost(&writable);
+    }
+    if carveouts.is_empty() || req.mount_ns == MountNs::Private {
         spec.pinned_dirs = pinned(&carveouts, req.workspace, req.writable);
         spec.readonly_mounts = carveouts;
         spec.rules.push(PathRule {
@@ -469,6 +510,7 @@ pub(crate) fn read_layer(view: &[(PathBuf, Kind)], abi: ABI) -> Spec {
             .collect(),
         deny_unix_sockets: false,
         fixed_dirs: Vec::new(),
+        writable_mounts: Vec::new(),
         readonly_mounts: Vec::new(),
         pinned_dirs: Vec::new(),
     }
@@ -523,6 +565,14 @@ impl Spec {
                  to a unix socket by path (ABI 9 can); socketpair(2) is allowed",
                 self.abi
             ));
+        }
+        if !self.writable_mounts.is_empty() {
+            notes.push(
+                "mounts: every mount read-only in the command's own mount namespace (modes \
+                 and timestamps outside the writable places cannot change), the workspace \
+                 and the writable paths bound back read-write"
+                    .into(),
+            );
         }
         if !self.readonly_mounts.is_empty() {
             let dirs: Vec<String> = self
@@ -589,7 +639,7 @@ mod tests {
             program: Path::new("/usr/bin/true"),
             network: NetworkMode::None,
             host_is_root: false,
-            carveout_mode: Carveouts::Split,
+            mount_ns: MountNs::Shared,
         }
     }
 
@@ -803,16 +853,17 @@ mod tests {
         let fs = host();
         let c = p(&["/ws/.git/hooks", "/ws/.git/config", "/ws/.git"]);
         let mut r = req(&c, &[]);
-        r.carveout_mode = Carveouts::Mounts;
+        r.mount_ns = MountNs::Private;
         let s = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
         assert_eq!(rule(&s, "/ws").unwrap().access, AccessFs::from_all(ABI::V7));
         // Only the outermost carve-out needs a mount (it is recursive); the workspace
         // root cannot be moved (its parent is not writable): nothing pinned.
         assert_eq!(s.readonly_mounts, p(&["/ws/.git"]));
+        assert_eq!(s.writable_mounts, p(&["/ws"]));
         assert!(s.pinned_dirs.is_empty());
         let c2 = p(&["/ws/.git/hooks", "/ws/src"]);
         let mut r = req(&c2, &[]);
-        r.carveout_mode = Carveouts::Mounts;
+        r.mount_ns = MountNs::Private;
         let s = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
         assert_eq!(s.pinned_dirs, p(&["/ws/.git"]));
         assert!(s.fixed_dirs.is_empty());
@@ -822,31 +873,38 @@ mod tests {
         let w = p(&["/"]);
         let c3 = p(&["/ws/.git/hooks"]);
         let mut r = req(&c3, &w);
-        r.carveout_mode = Carveouts::Mounts;
+        r.mount_ns = MountNs::Private;
         let s = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
         assert_eq!(s.pinned_dirs, p(&["/ws", "/ws/.git"]));
+        // Only the outermost writable tree is bound back.
+        assert_eq!(s.writable_mounts, p(&["/"]));
         // A hard link or a writable path inside is refused all the same.
         let mut fs = host();
         fs.linked_file("/ws/.git/hooks/x", 2);
         let mut r = req(&c, &[]);
-        r.carveout_mode = Carveouts::Mounts;
+        r.mount_ns = MountNs::Private;
         let e = spec(&r, &system(&fs), ABI::V7, &fs).unwrap_err();
         assert!(matches!(e, Error::HardLinked { .. }), "{e}");
         let fs = host();
         let w = p(&["/ws/.git/objects"]);
         let mut r = req(&c, &w);
-        r.carveout_mode = Carveouts::Mounts;
+        r.mount_ns = MountNs::Private;
         let e = spec(&r, &system(&fs), ABI::V7, &fs).unwrap_err();
         assert!(matches!(e, Error::WritableInCarveout { .. }), "{e}");
     }
 
     #[test]
-    fn without_carveouts_nothing_is_mounted() {
+    fn with_a_mount_namespace_the_writable_places_are_bound_back_and_nothing_else() {
         let fs = host();
-        let mut r = req(&[], &[]);
-        r.carveout_mode = Carveouts::Mounts;
+        let w = p(&["/out", "/data"]);
+        let mut r = req(&[], &w);
+        r.mount_ns = MountNs::Private;
         let s = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
-        assert!(s.readonly_mounts.is_empty());
+        assert!(s.readonly_mounts.is_empty() && s.pinned_dirs.is_empty());
+        assert_eq!(s.writable_mounts, p(&["/ws", "/out", "/data"]));
+        // Without one: nothing mounted.
+        let s = spec(&req(&[], &w), &system(&fs), ABI::V7, &fs).unwrap();
+        assert!(s.writable_mounts.is_empty() && s.readonly_mounts.is_empty());
     }
 
     #[test]

@@ -39,7 +39,12 @@ async fn the_workspace_is_writable_and_a_place_outside_is_not() {
         "{}",
         out(&o)
     );
-    assert!(err(&o).contains("Permission denied"), "{}", err(&o));
+    // Landlock says EACCES; the read-only mount namespace, where there is one, EROFS.
+    assert!(
+        err(&o).contains("Permission denied") || err(&o).contains("Read-only file system"),
+        "{}",
+        err(&o)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -409,4 +414,48 @@ async fn root_only_files_in_read_only_paths_stay_closed() {
         // The file is the user's own: readable, as without a sandbox.
         assert!(s.contains("PRIVATE"), "{s}");
     }
+}
+
+/// Landlock has no right for modes or timestamps; the read-only mount namespace keeps them
+/// unchanged outside the writable places (also in a granted read-only directory).
+#[tokio::test(flavor = "multi_thread")]
+async fn modes_and_timestamps_outside_the_workspace_do_not_change() {
+    let ws = tempdir();
+    let outside = tempdir();
+    let granted = tempdir();
+    let mut files = Vec::new();
+    for dir in [outside.path(), granted.path()] {
+        let f = dir.canonicalize().unwrap().join("file");
+        fs::write(&f, "x").unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o640)).unwrap();
+        files.push(f);
+    }
+    let before: Vec<_> = files
+        .iter()
+        .map(|f| fs::metadata(f).unwrap().modified().unwrap())
+        .collect();
+    let script: String = files
+        .iter()
+        .map(|f| {
+            format!(
+                "chmod 666 '{f}'; echo chmod=$?; touch -d 2001-01-01 '{f}'; echo touch=$?; ",
+                f = f.display()
+            )
+        })
+        .collect();
+    let mut o = opts(ws.path(), &["sh", "-c", &script]);
+    o.read_only_paths = vec![granted.path().into()];
+    let o = run(o).await;
+    let s = out(&o);
+    assert!(!s.contains("chmod=0") && !s.contains("touch=0"), "{s}");
+    for (f, t) in files.iter().zip(before) {
+        let m = fs::metadata(f).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o640, "{}", f.display());
+        assert_eq!(m.modified().unwrap(), t, "{}", f.display());
+    }
+    assert!(
+        o.policy.notes.iter().any(|n| n.contains("read-only")),
+        "{:?}",
+        o.policy.notes
+    );
 }

@@ -200,9 +200,10 @@ impl Host {
             readonly_mounts: dirs.iter().map(|d| d.join("ro")).collect(),
             ..crate::ruleset::Spec::empty()
         };
-        let probe = |mode: &NsMode| {
-            let cwd = dirs.as_deref().unwrap_or(Path::new("/"));
-            try_in_child(&mode.step(true, &probe_spec, cwd))
+        let probe = |mode: &NsMode| match dirs.as_deref() {
+            Some(cwd) => try_in_child(&mode.step(true, &probe_spec, cwd)),
+            // Claim nothing that was not tried.
+            None => Err("no scratch directory in $TMPDIR to try the mounts in".to_string()),
         };
         let userns = NsMode::UserNs(IdMaps::identity(uid, gid));
         let ns = if is_root {

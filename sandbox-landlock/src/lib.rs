@@ -121,7 +121,7 @@ pub struct LandlockBackend {
 }
 
 impl LandlockBackend {
-    /// Probe the host (landlock ABI, seccomp, network namespaces) and state the capability.
+    /// Probe the host (landlock ABI, seccomp, namespaces) and state the capability.
     pub fn new() -> Self {
         let host = Host::detect();
         let capability = capability(&host);
@@ -224,15 +224,18 @@ impl Launcher for LandlockBackend {
         }
         let mut details = outcome.policy.notes.clone();
         details.push(match &self.host.ns {
-            Ok(NsMode::Plain) => {
-                "loopback and carve-outs: private network and mount namespaces".into()
-            }
-            Ok(NsMode::UserNs(_)) => "loopback and carve-outs: private network and mount \
-                                      namespaces inside a user namespace"
+            Ok(NsMode::Plain) => "namespaces: a private network namespace for loopback, a \
+                                  read-only mount namespace for every run"
+                .into(),
+            Ok(NsMode::UserNs(_)) => "namespaces: a private network namespace for loopback, \
+                                      a read-only mount namespace for every run, inside a \
+                                      user namespace"
                 .into(),
             Err(e) => format!(
-                "loopback: over-granted as the host's network; carve-outs: split landlock \
-                 rules, the directories on the way to them fixed ({e})"
+                "no namespaces ({e}): loopback over-granted as the host's network; carve-outs \
+                 by split landlock rules (the directories on the way to them fixed); the \
+                 modes and timestamps of the user's own files outside the workspace not \
+                 confined"
             ),
         });
         Ok(Preflight::new(
@@ -256,6 +259,16 @@ impl Launcher for LandlockBackend {
             kernel,
             &fsview::HostFs,
         )?;
+        if spec.writable_mounts.len() > child::MAX_WRITABLE {
+            return Err(SandboxError::invalid(
+                "writable_paths",
+                format!(
+                    "{} writable trees; at most {} can be bound",
+                    spec.writable_mounts.len(),
+                    child::MAX_WRITABLE
+                ),
+            ));
+        }
         let mut launch = Launch::direct(plan);
         launch.notes = spec.notes(kernel);
         let mut layers = Vec::with_capacity(2);
@@ -285,16 +298,6 @@ impl Launcher for LandlockBackend {
         };
         let mut userns = false;
         if let Some(mode) = ns {
-            if spec.writable_mounts.len() > child::MAX_WRITABLE {
-                return Err(SandboxError::invalid(
-                    "writable_paths",
-                    format!(
-                        "{} writable trees; at most {} can be bound",
-                        spec.writable_mounts.len(),
-                        child::MAX_WRITABLE
-                    ),
-                ));
-            }
             userns = matches!(mode, NsMode::UserNs(_));
             if net {
                 launch.notes.push(
@@ -342,5 +345,77 @@ impl Launcher for LandlockBackend {
             .push("seccomp: the shared filter, setsid and setpgid denied".into());
         launch.tree_kill = Some(TreeKill::ProcessGroup);
         Ok(launch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    /// This host's backend as it would be where no namespace can be made.
+    fn without_namespaces() -> LandlockBackend {
+        let mut host = Host::detect();
+        host.ns = Err("disabled for the test".into());
+        let capability = capability(&host);
+        LandlockBackend {
+            host: Arc::new(host),
+            capability,
+        }
+    }
+
+    #[test]
+    fn without_namespaces_loopback_is_an_over_grant_and_root_is_not_dropped() {
+        let b = without_namespaces();
+        let c = Launcher::capability(&b);
+        assert!(matches!(c.network_loopback, Enforcement::OverGrant(_)));
+        assert_eq!(c.drops_host_root, !b.host.is_root);
+        assert!(c.readonly_carveouts && c.confine_writes && c.confine_reads);
+    }
+
+    /// The split-rule carve-outs, on a real run: the carve-out holds, the rest of the
+    /// workspace is writable but its root is fixed.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn without_namespaces_carveouts_hold_by_split_rules() {
+        let b = without_namespaces();
+        let ws = tempfile::tempdir().unwrap();
+        let ws = ws.path();
+        fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        fs::create_dir_all(ws.join("src")).unwrap();
+        fs::write(ws.join(".git/hooks/pre-commit"), "orig").unwrap();
+        fs::write(ws.join("README"), "readme").unwrap();
+        let mut opts = SandboxOpts::new(
+            ws,
+            [
+                "sh",
+                "-c",
+                "echo evil > .git/hooks/pre-commit; echo hook=$?; mv .git g; echo mv=$?; \
+                 echo ok > src/new; echo src=$?; echo ok >> README; echo readme=$?; \
+                 echo ok > top; echo top=$?",
+            ],
+        );
+        opts.readonly_carveouts = vec![".git/hooks".into()];
+        // A root host without namespaces runs only on the lane that accepts it.
+        opts.lane = if b.host.is_root {
+            Lane::Trusted
+        } else {
+            Lane::Fast
+        };
+        let o = ProcessSandbox::new(b).execute(opts).await.unwrap();
+        let s = o.stdout.text();
+        for want in ["hook=2", "mv=1", "src=0", "readme=0", "top=2"] {
+            assert!(s.contains(want), "{want}: {s} {}", o.stderr.text());
+        }
+        assert_eq!(
+            fs::read_to_string(ws.join(".git/hooks/pre-commit")).unwrap(),
+            "orig"
+        );
+        assert!(ws.join(".git").is_dir() && !ws.join("top").exists());
+        assert_eq!(fs::read_to_string(ws.join("src/new")).unwrap(), "ok\n");
+        assert!(o
+            .policy
+            .notes
+            .iter()
+            .any(|n| n.contains("no entry can be created")));
     }
 }

@@ -113,6 +113,9 @@ pub(crate) const MAX_WRITABLE: usize = 64;
 /// What the command's mount namespace looks like, as C strings prepared in the parent.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct MountPlan {
+    /// Make every mount read-only. False only when `/` itself is writable (a workspace or
+    /// writable path of `/`), where there is nothing to keep read-only.
+    pub readonly_root: bool,
     /// Bound back read-write after every mount is made read-only (the workspace, the
     /// writable paths; disjoint).
     pub writable: Vec<CString>,
@@ -290,34 +293,36 @@ impl PreExec for Namespaces {
                     libc::MS_REC | libc::MS_PRIVATE,
                     std::ptr::null(),
                 ))?;
-                // The writable trees, cloned before everything turns read-only: the
-                // clones keep their flags, and nothing locked has to be cleared.
-                let mut clones = [-1 as libc::c_int; MAX_WRITABLE];
-                if plan.writable.len() > MAX_WRITABLE {
-                    return Err(io::Error::from_raw_os_error(libc::E2BIG));
-                }
-                for (slot, path) in clones.iter_mut().zip(&plan.writable) {
-                    *slot = Self::clone_tree(path)?;
-                }
-                let attr = MountAttr {
-                    attr_set: MOUNT_ATTR_RDONLY,
-                    attr_clr: 0,
-                    propagation: 0,
-                    userns_fd: 0,
-                };
-                let r = libc::syscall(
-                    libc::SYS_mount_setattr,
-                    libc::AT_FDCWD,
-                    c"/".as_ptr(),
-                    AT_RECURSIVE,
-                    &attr as *const MountAttr,
-                    std::mem::size_of::<MountAttr>(),
-                );
-                if r != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                for (fd, path) in clones.iter().zip(&plan.writable) {
-                    Self::attach(*fd, path)?;
+                if plan.readonly_root {
+                    // The writable trees, cloned before everything turns read-only: the
+                    // clones keep their flags, and nothing locked has to be cleared.
+                    let mut clones = [-1 as libc::c_int; MAX_WRITABLE];
+                    if plan.writable.len() > MAX_WRITABLE {
+                        return Err(io::Error::from_raw_os_error(libc::E2BIG));
+                    }
+                    for (slot, path) in clones.iter_mut().zip(&plan.writable) {
+                        *slot = Self::clone_tree(path)?;
+                    }
+                    let attr = MountAttr {
+                        attr_set: MOUNT_ATTR_RDONLY,
+                        attr_clr: 0,
+                        propagation: 0,
+                        userns_fd: 0,
+                    };
+                    let r = libc::syscall(
+                        libc::SYS_mount_setattr,
+                        libc::AT_FDCWD,
+                        c"/".as_ptr(),
+                        AT_RECURSIVE,
+                        &attr as *const MountAttr,
+                        std::mem::size_of::<MountAttr>(),
+                    );
+                    if r != 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    for (fd, path) in clones.iter().zip(&plan.writable) {
+                        Self::attach(*fd, path)?;
+                    }
                 }
                 for path in &plan.pinned {
                     Self::bind(path, false)?;
@@ -504,6 +509,7 @@ mod tests {
             userns: own_userns(),
             net: false,
             mount: Some(MountPlan {
+                readonly_root: true,
                 writable: vec![c(&ws)],
                 pinned: vec![c(&ws.join("pin"))],
                 readonly: vec![c(&ws.join("pin/ro"))],

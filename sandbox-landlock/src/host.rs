@@ -92,6 +92,7 @@ impl NsMode {
             },
             net,
             mount: (!spec.writable_mounts.is_empty()).then(|| MountPlan {
+                readonly_root: !spec.writable_mounts.iter().any(|w| w == Path::new("/")),
                 writable: c(&spec.writable_mounts),
                 pinned: c(&spec.pinned_dirs),
                 readonly: c(&spec.readonly_mounts),

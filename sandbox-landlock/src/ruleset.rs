@@ -566,7 +566,9 @@ impl Spec {
                 self.abi
             ));
         }
-        if !self.writable_mounts.is_empty() {
+        if !self.writable_mounts.is_empty()
+            && !self.writable_mounts.iter().any(|w| w == Path::new("/"))
+        {
             notes.push(
                 "mounts: every mount read-only in the command's own mount namespace (modes \
                  and timestamps outside the writable places cannot change), the workspace \

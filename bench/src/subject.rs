@@ -132,7 +132,15 @@ impl Subject {
                 );
                 (sandbox_bwrap::NAME, Arc::new(b), Some(direct))
             }
-            "landlock" | "docker" => {
+            "landlock" => {
+                let b = sandbox_landlock::LandlockBackend::new();
+                let direct = own_launch(
+                    &b,
+                    "its own launch (rules applied between fork and exec) without the library",
+                );
+                (sandbox_landlock::NAME, Arc::new(b), Some(direct))
+            }
+            "docker" => {
                 return Err(format!(
                     "the `{name}` backend is not wired into the bench yet"
                 ))

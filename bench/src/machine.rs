@@ -18,6 +18,61 @@ pub struct Machine {
     pub date: String,
     /// The effective uid the bench ran as (root measures root's code paths).
     pub euid: u32,
+    /// How busy the host was when the bench started.
+    pub load_before: Load,
+}
+
+/// How busy the host is: on a shared machine the same code measures differently, so the
+/// table says how much else was running.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Load {
+    /// The 1-minute load average.
+    pub avg1: Option<f64>,
+    /// The share of the last 60 s in which some task waited for a CPU (pressure stall
+    /// information), in percent.
+    pub cpu_pressure60: Option<f64>,
+}
+
+impl Load {
+    /// Now.
+    pub fn now() -> Self {
+        Self {
+            avg1: std::fs::read_to_string("/proc/loadavg")
+                .ok()
+                .and_then(|s| load_avg1(&s)),
+            cpu_pressure60: std::fs::read_to_string("/proc/pressure/cpu")
+                .ok()
+                .and_then(|s| pressure_some60(&s)),
+        }
+    }
+
+    /// As a phrase for the header.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(l) = self.avg1 {
+            parts.push(format!("load average {l:.2}"));
+        }
+        if let Some(p) = self.cpu_pressure60 {
+            parts.push(format!("CPU pressure {p:.0}% (some, avg60)"));
+        }
+        if parts.is_empty() {
+            "load unknown".into()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
+fn load_avg1(loadavg: &str) -> Option<f64> {
+    loadavg.split_whitespace().next()?.parse().ok()
+}
+
+fn pressure_some60(psi: &str) -> Option<f64> {
+    let line = psi.lines().find(|l| l.starts_with("some "))?;
+    line.split_whitespace()
+        .find_map(|f| f.strip_prefix("avg60="))?
+        .parse()
+        .ok()
 }
 
 impl Machine {
@@ -35,11 +90,12 @@ impl Machine {
             date: utc_now(),
             // SAFETY: geteuid has no preconditions and cannot fail.
             euid: unsafe { libc::geteuid() },
+            load_before: Load::now(),
         }
     }
 
-    /// One markdown line for the table's header.
-    pub fn describe(&self) -> String {
+    /// One markdown line for the table's header; `after` is the load when the bench ended.
+    pub fn describe(&self, after: &Load) -> String {
         let mut parts = vec![format!("{} cores", self.cores)];
         if let Some(cpu) = &self.cpu {
             parts.push(cpu.clone());
@@ -50,7 +106,12 @@ impl Machine {
         parts.push(format!("Linux {}", self.kernel));
         parts.push(format!("euid {}", self.euid));
         parts.push(self.date.clone());
-        parts.join(" · ")
+        format!(
+            "{}\n\nHost activity: before the run {}; at its end {} (the bench's own work included).",
+            parts.join(" · "),
+            self.load_before.describe(),
+            after.describe()
+        )
     }
 }
 
@@ -107,6 +168,23 @@ mod tests {
         assert_eq!(utc_string(951_827_640), "2000-02-29 12:34 UTC");
         // 2024-12-31 23:59 UTC.
         assert_eq!(utc_string(1_735_689_540), "2024-12-31 23:59 UTC");
+    }
+
+    #[test]
+    fn load_and_pressure_are_parsed_from_proc() {
+        assert_eq!(load_avg1("2.21 1.06 0.48 3/210 9469\n"), Some(2.21));
+        let psi = "some avg10=38.50 avg60=34.97 avg300=17.60 total=86571941\n\
+                   full avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+        assert_eq!(pressure_some60(psi), Some(34.97));
+        assert_eq!(pressure_some60(""), None);
+        let l = Load {
+            avg1: Some(2.21),
+            cpu_pressure60: Some(34.97),
+        };
+        assert_eq!(
+            l.describe(),
+            "load average 2.21, CPU pressure 35% (some, avg60)"
+        );
     }
 
     #[test]

@@ -196,6 +196,7 @@ async fn bench(args: Args) -> ExitCode {
         quick: budget.quick,
         rows: Vec::new(),
         notes: notes(&budget),
+        load_after: machine::Load::default(),
     };
     let mut failed = false;
     for name in &names {
@@ -254,6 +255,7 @@ async fn bench(args: Args) -> ExitCode {
             )),
         }
     }
+    report.load_after = machine::Load::now();
     print!("{}", report.markdown());
     if failed {
         ExitCode::FAILURE

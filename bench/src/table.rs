@@ -2,7 +2,7 @@
 //! divided by and the issue's target next to it, so a reader never has to trust a bare
 //! number.
 
-use crate::machine::Machine;
+use crate::machine::{Load, Machine};
 
 /// Whether a row meets its target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +93,8 @@ pub struct Report {
     pub rows: Vec<Row>,
     /// Notes under the table (how each figure was taken).
     pub notes: Vec<String>,
+    /// How busy the host was at the end.
+    pub load_after: Load,
 }
 
 /// Keep a cell on one line and out of the table's syntax.
@@ -105,7 +107,10 @@ impl Report {
     pub fn markdown(&self) -> String {
         let mut out = String::new();
         out.push_str("### Sandbox start-up, throughput and concurrency\n\n");
-        out.push_str(&format!("Machine: {}\n\n", self.machine.describe()));
+        out.push_str(&format!(
+            "Machine: {}\n\n",
+            self.machine.describe(&self.load_after)
+        ));
         if self.quick {
             out.push_str(
                 "**`--quick` run: a handful of iterations and a smaller flood, only to show \
@@ -150,6 +155,7 @@ mod tests {
             kernel: "6.1.0".into(),
             date: "2025-01-01 00:00 UTC".into(),
             euid: 0,
+            load_before: Load::default(),
         }
     }
 
@@ -162,6 +168,7 @@ mod tests {
             quick: false,
             rows: vec![row],
             notes: vec!["a note".into()],
+            load_after: Load::default(),
         };
         let md = report.markdown();
         let line = md
@@ -188,6 +195,7 @@ mod tests {
             quick: true,
             rows: Vec::new(),
             notes: Vec::new(),
+            load_after: Load::default(),
         };
         assert!(report.markdown().contains("`--quick` run"));
     }

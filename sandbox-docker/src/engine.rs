@@ -6,7 +6,7 @@
 //! each object is recorded in [`Resources`] the moment it exists, and any error after the
 //! first one removes them all before `run` returns.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
@@ -16,8 +16,8 @@ use bollard::container::LogOutput;
 use bollard::models::{ContainerCreateBody, VolumeCreateOptions};
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, CreateContainerOptionsBuilder,
-    DownloadFromContainerOptionsBuilder, InspectContainerOptions, KillContainerOptionsBuilder,
-    UploadToContainerOptionsBuilder, WaitContainerOptionsBuilder,
+    DownloadFromContainerOptionsBuilder, EventsOptionsBuilder, InspectContainerOptions,
+    KillContainerOptionsBuilder, UploadToContainerOptionsBuilder, WaitContainerOptionsBuilder,
 };
 use bollard::Docker;
 use futures_util::{Stream, StreamExt};
@@ -235,8 +235,7 @@ async fn make(
             &argv0,
             &path_var,
             &plan.cwd,
-            identity.uid,
-            identity.gid,
+            (identity.uid, identity.gid),
         )
         .await?;
     }
@@ -493,7 +492,8 @@ impl Run {
             .state
             .unwrap_or_default();
         let code = state.exit_code.unwrap_or(-1);
-        let oom = state.oom_killed == Some(true);
+        let oom = state.oom_killed == Some(true)
+            || (matches!(end, End::Exited) && code != 0 && self.oom_event(code).await);
         let mut policy = self.policy.clone();
         let status = match end {
             End::TimedOut => Status::TimedOut,
@@ -517,6 +517,37 @@ impl Run {
             files,
             policy,
         ))
+    }
+
+    /// Whether the engine reported an OOM kill in this container.
+    ///
+    /// The engine's `OOMKilled` flag is set only when its OOM event arrives before the
+    /// container's exit is processed; with an init as pid 1 the killed process is its
+    /// child, the init exits at once, and the event often comes a few milliseconds late.
+    /// The event itself is still delivered, so it is looked up in the engine's event log
+    /// (filtered by this container's id, from the start of time, so clock skew with a
+    /// remote engine cannot hide it). A command that died of SIGKILL (137) waits up to
+    /// two seconds for a late event; other failures only look at what already arrived.
+    async fn oom_event(&self, code: i64) -> bool {
+        let filters = HashMap::from([
+            ("container", vec![self.id.clone()]),
+            ("type", vec!["container".to_string()]),
+            ("event", vec!["oom".to_string()]),
+        ]);
+        let opts = EventsOptionsBuilder::new()
+            .since("1")
+            .filters(&filters)
+            .build();
+        let mut events = self.docker.events(Some(opts));
+        let patience = if code == 137 {
+            Duration::from_secs(2)
+        } else {
+            Duration::from_millis(200)
+        };
+        matches!(
+            tokio::time::timeout(patience, events.next()).await,
+            Ok(Some(Ok(ev))) if ev.action.as_deref() == Some("oom")
+        )
     }
 
     /// Download a copied tree from the stopped container and apply it to the host.

@@ -207,16 +207,23 @@ fn classify_connection(e: &bollard::errors::Error) -> Option<Reach> {
         E::DockerResponseServerError { .. } => return None,
         _ => {}
     }
+    let of_io = |io: &std::io::Error| match io.kind() {
+        std::io::ErrorKind::PermissionDenied => Reach::PermissionDenied,
+        std::io::ErrorKind::ConnectionRefused => Reach::Refused,
+        std::io::ErrorKind::NotFound => Reach::SocketMissing,
+        std::io::ErrorKind::TimedOut => Reach::Timeout,
+        _ => Reach::Other,
+    };
+    // `IOError` is a transparent wrapper: its `source()` skips the io::Error itself.
+    if let E::IOError { err } = e {
+        // Only the kinds that mean "could not connect"; a broken pipe mid-transfer is an
+        // engine error, not an unreachable engine.
+        return Some(of_io(err)).filter(|r| *r != Reach::Other);
+    }
     let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(c) = cur {
         if let Some(io) = c.downcast_ref::<std::io::Error>() {
-            return Some(match io.kind() {
-                std::io::ErrorKind::PermissionDenied => Reach::PermissionDenied,
-                std::io::ErrorKind::ConnectionRefused => Reach::Refused,
-                std::io::ErrorKind::NotFound => Reach::SocketMissing,
-                std::io::ErrorKind::TimedOut => Reach::Timeout,
-                _ => Reach::Other,
-            });
+            return Some(of_io(io));
         }
         cur = c.source();
     }
@@ -293,6 +300,37 @@ mod tests {
         let text = s.to_string();
         assert!(matches!(s, SandboxError::Unavailable { .. }), "{text}");
         assert!(text.contains("systemctl start docker"), "{text}");
+    }
+
+    #[test]
+    fn a_socket_we_may_not_open_says_how_to_get_access() {
+        let e = DockerError::engine(
+            "ping",
+            bollard::errors::Error::IOError {
+                err: std::io::Error::from(std::io::ErrorKind::PermissionDenied),
+            },
+        );
+        assert!(
+            matches!(
+                e,
+                DockerError::Unreachable {
+                    cause: Reach::PermissionDenied,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        let text = SandboxError::from(e).to_string();
+        assert!(text.contains("docker` group"), "{text}");
+        let e = DockerError::engine(
+            "ping",
+            bollard::errors::Error::IOError {
+                err: std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            },
+        );
+        assert!(SandboxError::from(e)
+            .to_string()
+            .contains("systemctl start docker"),);
     }
 
     #[test]

@@ -78,7 +78,7 @@ pub(crate) enum OwnerState {
 
 /// Judge an owner label against this machine's processes.
 pub(crate) fn owner_state(label: Option<&str>) -> OwnerState {
-    owner_state_with(label, &machine_id(), |pid| start_time(pid))
+    owner_state_with(label, &machine_id(), start_time)
 }
 
 fn owner_state_with(

@@ -115,7 +115,8 @@ fn follow(at: &Path, target: &Path) -> PathBuf {
     out
 }
 
-/// Check that `argv0` will be found and can be executed by `uid`/`gid` in container `id`.
+/// Check that `argv0` will be found and can be executed by `uid`/`gid` in container `id`,
+/// looking where `execvp` would (`path_var`, relative paths against `cwd`).
 pub(crate) async fn check(
     docker: &Docker,
     id: &str,
@@ -123,8 +124,7 @@ pub(crate) async fn check(
     argv0: &str,
     path_var: &str,
     cwd: &Path,
-    uid: u32,
-    gid: u32,
+    (uid, gid): (u32, u32),
 ) -> Result<(), DockerError> {
     let mut denied: Option<(PathBuf, String)> = None;
     for cand in candidates(argv0, path_var, cwd) {

@@ -219,7 +219,7 @@ async fn preflight(config: &DockerConfig) -> Result<Preflight, SandboxError> {
         format!("trial container: {}", outcome.stdout.text().trim()),
     ];
     if let Some(c) = info.cgroup_version {
-        details.push(format!("cgroup version {c:?}"));
+        details.push(format!("cgroup version {c}"));
     }
     Ok(Preflight::new(
         NAME,

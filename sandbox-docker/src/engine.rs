@@ -32,6 +32,7 @@ use tokio::io::AsyncWriteExt;
 use crate::config::DockerConfig;
 use crate::error::DockerError;
 use crate::handover::{choose_identity, nested_in, plan_handovers, Handover, Identity, Role, Via};
+use crate::idmap::{self, IdmappedMount};
 use crate::resources::Resources;
 use crate::transfer::{self, ChannelReader, ChannelWriter, Upload, WriteBack};
 use crate::{labels, program, spec, NAME};
@@ -81,30 +82,58 @@ pub(crate) async fn start(
     let host_uid = nix::unistd::geteuid().as_raw();
     let host_gid = nix::unistd::getegid().as_raw();
     let identity = choose_identity(host_uid, host_gid, owner_of(&plan.workspace));
-    let handovers = plan_handovers(
-        &plan.workspace,
-        &plan.readonly_carveouts,
-        &plan.read_only_paths,
-        &plan.writable_paths,
-        config.workspace_mode,
-        plan.snapshot,
-        host_uid == 0,
-        &identity,
-        &|p| owner_of(p).map(|(u, _)| u),
-    );
+    let plan_for = |idmap: bool| {
+        plan_handovers(
+            &plan.workspace,
+            &plan.readonly_carveouts,
+            &plan.read_only_paths,
+            &plan.writable_paths,
+            config.workspace_mode,
+            plan.snapshot,
+            host_uid == 0,
+            &identity,
+            idmap,
+            &owner_of,
+        )
+    };
     let run_id = labels::run_id();
-    let body = spec::container(&spec::SpecInput {
-        plan: &plan,
-        config,
-        identity,
-        handovers: &handovers,
-        run_id: &run_id,
-        labels: labels::labels(kind.role),
-    })?;
-    let policy = policy(&plan, config, &identity, &handovers, &image);
+    let spec_for = |handovers: &[Handover]| {
+        spec::container(&spec::SpecInput {
+            plan: &plan,
+            config,
+            identity,
+            handovers,
+            run_id: &run_id,
+            labels: labels::labels(kind.role),
+        })
+    };
+    let mut handovers = plan_for(true);
+    // Every input error surfaces here, before anything is made.
+    let mut body = spec_for(&handovers)?;
 
-    // From here on the engine holds objects of ours: any error removes them.
+    // From here on the host or the engine holds objects of ours: any error removes them.
     let mut resources = Resources::new(docker.clone());
+    let mut notes = Vec::new();
+    if handovers
+        .iter()
+        .any(|h| matches!(h.via, Via::IdmappedBind { .. }))
+    {
+        if let Err(e) = stage_idmapped(&run_id, &handovers, &identity, &mut resources).await {
+            // Not a weaker confinement: the same trees, handed over by copy instead.
+            notes.push(format!(
+                "idmapped mounts are unavailable here ({e}); trees the command's uid does not \
+                 own travel by copy"
+            ));
+            if let Err(cleanup) = resources.remove_all().await {
+                tracing::error!("sandbox-docker: removing staging mounts: {cleanup}");
+            }
+            handovers = plan_for(false);
+            body = spec_for(&handovers)?;
+        }
+    }
+    let mut policy = policy(&plan, config, &identity, &handovers, &image);
+    policy.notes.append(&mut notes);
+
     let made = make(
         &docker,
         &mut resources,
@@ -154,6 +183,48 @@ pub(crate) async fn start(
     };
     tokio::spawn(run.supervise(control, pump));
     Ok(handle)
+}
+
+/// Make the idmapped staging mounts of the run's handovers, on a blocking thread.
+async fn stage_idmapped(
+    run_id: &str,
+    handovers: &[Handover],
+    identity: &Identity,
+    resources: &mut Resources,
+) -> Result<(), std::io::Error> {
+    let run_id = run_id.to_string();
+    let wanted: Vec<(usize, PathBuf, (u32, u32))> = handovers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, h)| match h.via {
+            Via::IdmappedBind { from } => Some((i, h.path.clone(), from)),
+            _ => None,
+        })
+        .collect();
+    let to = (identity.uid, identity.gid);
+    let made = tokio::task::spawn_blocking(move || {
+        let dir = idmap::run_dir(&run_id, &labels::owner())?;
+        let mut mounts = Vec::new();
+        for (i, path, from) in wanted {
+            match IdmappedMount::create(&path, &idmap::staging_path(&run_id, i), from, to) {
+                Ok(m) => mounts.push(m),
+                Err(e) => {
+                    drop(mounts);
+                    let _ = idmap::remove_run_dir(&dir);
+                    return Err(std::io::Error::new(
+                        e.kind(),
+                        format!("{}: {e}", path.display()),
+                    ));
+                }
+            }
+        }
+        Ok((dir, mounts))
+    })
+    .await
+    .map_err(std::io::Error::other)??;
+    let (dir, mounts) = made;
+    resources.staging(dir, mounts);
+    Ok(())
 }
 
 type Made = (
@@ -741,15 +812,22 @@ fn policy(
     });
     for h in handovers {
         let how = match (h.role, h.via) {
-            (_, Via::Bind) => "bind-mounted",
+            (_, Via::Bind) => "bind-mounted".to_string(),
+            (_, Via::IdmappedBind { from }) => format!(
+                "bind-mounted through an idmapped mount: uid {} gid {}'s files appear as the \
+                 command's, and what it writes is theirs on disk",
+                from.0, from.1
+            ),
             (Role::Workspace, Via::Volume { write_back: false }) => {
-                "copied into a volume; changes discarded (snapshot)"
+                "copied into a volume; changes discarded (snapshot)".to_string()
             }
             (_, Via::Volume { write_back: true }) if !h.read_only => {
-                "copied into a volume; changes copied back after the end"
+                "copied into a volume; changes copied back after the end".to_string()
             }
-            (_, Via::Volume { .. }) => "copied into a read-only volume",
-            (_, Via::InsideCopy) => "copied with the workspace, root-owned and read-only",
+            (_, Via::Volume { .. }) => "copied into a read-only volume".to_string(),
+            (_, Via::InsideCopy) => {
+                "copied with the workspace, root-owned and read-only".to_string()
+            }
         };
         p.notes.push(format!("{}: {how}", h.path.display()));
     }

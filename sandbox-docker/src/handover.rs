@@ -14,10 +14,15 @@
 //!   usual `sudo` over a user's checkout): files the command makes belong to the tree's
 //!   owner, exactly as if that user had run it;
 //! - a root caller with a root-owned workspace (CI, where everything is root's) runs it as
-//!   `nobody` (65534:65534), and since `nobody` cannot write root's tree and changing the
-//!   ownership or ACLs of the user's files is not ours to do, that workspace travels by
-//!   copy: uploaded into a volume owned by the sandbox uid and the changes copied back
-//!   after the end, owned by root, with setuid and setgid bits stripped.
+//!   `nobody` (65534:65534). `nobody` cannot write root's tree, and changing the
+//!   ownership or ACLs of the user's files is not ours to do, so the tree is bind-mounted
+//!   through an idmapped mount ([`crate::idmap`]) on which root's files appear as
+//!   `nobody`'s: the command writes it live, and what it makes is root's on disk (with
+//!   setuid and setgid bits refused by the system-call filter). Where the kernel or the
+//!   filesystem cannot make idmapped mounts, the tree travels by copy instead: uploaded
+//!   owned by the command's uid and the changes copied back after the end.
+//!
+//! The same holds for named writable paths the command's uid does not own.
 //!
 //! Group 0 is never handed to the command either: a workspace owned by `alice:root` runs
 //! as `alice:nogroup`.
@@ -111,6 +116,12 @@ pub(crate) enum Role {
 pub(crate) enum Via {
     /// Bind-mounted from the engine's host at the same path.
     Bind,
+    /// Bind-mounted at the same path through an idmapped mount on which files of on-disk
+    /// owner `from` (uid, gid) appear owned by the command.
+    IdmappedBind {
+        /// The tree's owner on disk.
+        from: (u32, u32),
+    },
     /// Uploaded into a volume of its own before the start; when `write_back`, the changed
     /// files are copied back to the host after the end.
     Volume {
@@ -138,12 +149,13 @@ pub(crate) struct Handover {
 
 /// Decide how each path of the plan reaches the container.
 ///
-/// `owner_uid` reports a path's owner (None when it cannot be read). A writable tree is
-/// copied instead of bound when the workspace mode says so, in snapshot mode (the workspace
-/// only: the original must not be touched), or when the host is root and the tree is not
-/// the command uid's own (see the module docs). Duplicates keep the most capable role: a
-/// path named both read-only and writable is writable; a path equal to the workspace is the
-/// workspace; carve-outs always stay read-only.
+/// `owner` reports a path's owner (None when it cannot be read). A writable tree is
+/// copied instead of bound when the workspace mode says so, or in snapshot mode (the
+/// workspace only: the original must not be touched). When the host is root and a
+/// writable tree is not the command uid's own, it is bound through an idmapped mount, or
+/// copied when `idmap` is false (the host cannot make one). Duplicates keep the most
+/// capable role: a path named both read-only and writable is writable; a path equal to
+/// the workspace is the workspace; carve-outs always stay read-only.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn plan_handovers(
     workspace: &Path,
@@ -154,17 +166,26 @@ pub(crate) fn plan_handovers(
     snapshot: bool,
     host_is_root: bool,
     identity: &Identity,
-    owner_uid: &dyn Fn(&Path) -> Option<u32>,
+    idmap: bool,
+    owner: &dyn Fn(&Path) -> Option<(u32, u32)>,
 ) -> Vec<Handover> {
     let copy = mode == WorkspaceMode::Copy;
-    let foreign = |p: &Path| host_is_root && owner_uid(p) != Some(identity.uid);
+    // How a writable tree the command uid does not own travels, when the host is root.
+    let writable_via = |p: &Path| -> Via {
+        match owner(p) {
+            Some((uid, _)) if uid == identity.uid => Via::Bind,
+            _ if !host_is_root => Via::Bind,
+            Some(from) if idmap => Via::IdmappedBind { from },
+            _ => Via::Volume { write_back: true },
+        }
+    };
     let mut out = Vec::new();
-    let ws_via = if copy || snapshot || foreign(workspace) {
+    let ws_via = if copy || snapshot {
         Via::Volume {
             write_back: !snapshot,
         }
     } else {
-        Via::Bind
+        writable_via(workspace)
     };
     out.push(Handover {
         path: workspace.to_path_buf(),
@@ -177,10 +198,10 @@ pub(crate) fn plan_handovers(
         if taken(&out, p) {
             continue;
         }
-        let via = if copy || foreign(p) {
+        let via = if copy {
             Via::Volume { write_back: true }
         } else {
-            Via::Bind
+            writable_via(p)
         };
         out.push(Handover {
             path: p.clone(),
@@ -212,10 +233,10 @@ pub(crate) fn plan_handovers(
             out[0].read_only = true;
             continue;
         }
-        let via = if ws_via == Via::Bind {
-            Via::Bind
-        } else {
+        let via = if matches!(ws_via, Via::Volume { .. }) {
             Via::InsideCopy
+        } else {
+            Via::Bind
         };
         // A carve-out wins over a writable path named at the same place.
         out.retain(|h| h.path != *p);
@@ -274,6 +295,17 @@ mod tests {
     }
 
     fn plan(mode: WorkspaceMode, snapshot: bool, root: bool, owner: u32, id: u32) -> Vec<Handover> {
+        plan_idmap(mode, snapshot, root, owner, id, true)
+    }
+
+    fn plan_idmap(
+        mode: WorkspaceMode,
+        snapshot: bool,
+        root: bool,
+        owner: u32,
+        id: u32,
+        idmap: bool,
+    ) -> Vec<Handover> {
         let ident = Identity {
             uid: id,
             gid: id,
@@ -288,7 +320,8 @@ mod tests {
             snapshot,
             root,
             &ident,
-            &|_| Some(owner),
+            idmap,
+            &|_| Some((owner, owner)),
         )
     }
 
@@ -341,24 +374,35 @@ mod tests {
     }
 
     #[test]
-    fn a_root_host_copies_trees_the_command_uid_does_not_own() {
+    fn a_root_host_binds_foreign_trees_through_an_idmap_or_copies_them() {
         let hs = plan(WorkspaceMode::Bind, false, true, 0, NOBODY);
+        assert_eq!(
+            via(&hs, "/ws"),
+            (Role::Workspace, Via::IdmappedBind { from: (0, 0) })
+        );
+        assert_eq!(
+            via(&hs, "/rw"),
+            (Role::Writable, Via::IdmappedBind { from: (0, 0) })
+        );
+        // Read-only paths keep their host permissions through a plain bind.
+        assert_eq!(via(&hs, "/ro"), (Role::ReadOnly, Via::Bind));
+        // Carve-outs sit on top of the live workspace as read-only binds.
+        assert_eq!(via(&hs, "/ws/.git/hooks"), (Role::Carveout, Via::Bind));
+        // Without idmapped mounts: copied, carve-outs travelling inside the copy.
+        let hs = plan_idmap(WorkspaceMode::Bind, false, true, 0, NOBODY, false);
         assert_eq!(
             via(&hs, "/ws"),
             (Role::Workspace, Via::Volume { write_back: true })
         );
         assert_eq!(
-            via(&hs, "/rw"),
-            (Role::Writable, Via::Volume { write_back: true })
-        );
-        // Read-only paths keep their host permissions through a bind.
-        assert_eq!(via(&hs, "/ro"), (Role::ReadOnly, Via::Bind));
-        assert_eq!(
             via(&hs, "/ws/.git/hooks"),
             (Role::Carveout, Via::InsideCopy)
         );
-        // ...and bind what the command uid owns.
+        // What the command uid owns is bound as it is.
         let hs = plan(WorkspaceMode::Bind, false, true, 1000, 1000);
+        assert_eq!(via(&hs, "/ws"), (Role::Workspace, Via::Bind));
+        // A non-root host never maps anything: the caller's rights are the command's.
+        let hs = plan(WorkspaceMode::Bind, false, false, 0, 1000);
         assert_eq!(via(&hs, "/ws"), (Role::Workspace, Via::Bind));
     }
 
@@ -374,7 +418,8 @@ mod tests {
             false,
             false,
             &ident,
-            &|_| Some(1000),
+            true,
+            &|_| Some((1000, 1000)),
         );
         assert_eq!(hs.len(), 1);
         assert!(hs[0].read_only && hs[0].role == Role::Workspace);

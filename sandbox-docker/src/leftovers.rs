@@ -7,6 +7,7 @@ use bollard::Docker;
 use sandbox_core::SandboxError;
 
 use crate::error::DockerError;
+use crate::idmap::{remove_run_dir, STAGING_ROOT};
 use crate::labels::{owner_state, OwnerState, LABEL, LABEL_OWNER, LABEL_VALUE};
 use crate::resources::{remove_container, remove_volume};
 
@@ -30,6 +31,8 @@ pub struct Removed {
     pub containers: Vec<String>,
     /// Volume names.
     pub volumes: Vec<String>,
+    /// Idmapped staging directories on this host (unmounted and deleted).
+    pub staging: Vec<std::path::PathBuf>,
 }
 
 fn wanted(scope: Scope, owner: Option<&str>) -> bool {
@@ -40,7 +43,8 @@ fn wanted(scope: Scope, owner: Option<&str>) -> bool {
 }
 
 /// Remove the containers (running ones are killed) and volumes carrying our [`LABEL`]
-/// that `scope` selects. A host that crashed mid-run leaves its container behind; call
+/// that `scope` selects, and, when this process is root, the idmapped staging mounts the
+/// same owners left on this host. A host that crashed mid-run leaves its container behind; call
 /// this at start-up, or from a periodic job.
 ///
 /// [`LABEL`]: crate::LABEL
@@ -83,6 +87,18 @@ async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, DockerError> 
         if wanted(scope, owner) {
             remove_volume(docker, &v.name).await?;
             removed.volumes.push(v.name);
+        }
+    }
+    // After the containers that bound them. Only root makes (and can read) these.
+    if let Ok(dirs) = std::fs::read_dir(STAGING_ROOT) {
+        for d in dirs.flatten() {
+            let dir = d.path();
+            let owner = std::fs::read_to_string(dir.join("owner")).ok();
+            if wanted(scope, owner.as_deref()) {
+                remove_run_dir(&dir)
+                    .map_err(|e| DockerError::io(format!("removing {}", dir.display()), e))?;
+                removed.staging.push(dir);
+            }
         }
     }
     Ok(removed)

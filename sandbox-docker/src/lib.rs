@@ -89,11 +89,13 @@ mod config;
 mod engine;
 mod error;
 mod handover;
+mod idmap;
 mod image;
 mod labels;
 mod leftovers;
 mod program;
 mod resources;
+mod seccomp;
 mod spec;
 mod transfer;
 

@@ -7,6 +7,7 @@ use bollard::query_parameters::{RemoveContainerOptionsBuilder, RemoveVolumeOptio
 use bollard::Docker;
 
 use crate::error::DockerError;
+use crate::idmap::{self, IdmappedMount};
 
 /// How often removal is tried before the run reports that something was left behind.
 const ATTEMPTS: u32 = 5;
@@ -17,6 +18,10 @@ pub(crate) struct Resources {
     docker: Docker,
     containers: Vec<String>,
     volumes: Vec<String>,
+    /// Idmapped staging mounts on the host, and their run directory: removed after the
+    /// containers that bind them.
+    mounts: Vec<IdmappedMount>,
+    run_dir: Option<std::path::PathBuf>,
 }
 
 impl Resources {
@@ -26,7 +31,15 @@ impl Resources {
             docker,
             containers: Vec::new(),
             volumes: Vec::new(),
+            mounts: Vec::new(),
+            run_dir: None,
         }
+    }
+
+    /// Record the run's staging directory and its idmapped mounts.
+    pub(crate) fn staging(&mut self, dir: std::path::PathBuf, mounts: Vec<IdmappedMount>) {
+        self.run_dir = Some(dir);
+        self.mounts = mounts;
     }
 
     /// Record a container (before anything else can fail).
@@ -70,6 +83,12 @@ impl Resources {
                 }
             }
             self.volumes = left;
+            // The staging mounts go once no container binds them.
+            if self.containers.is_empty() {
+                if let Err(e) = self.remove_staging() {
+                    last = Some(e);
+                }
+            }
             if self.is_empty() {
                 return Ok(());
             }
@@ -85,8 +104,35 @@ impl Resources {
         }))
     }
 
+    fn remove_staging(&mut self) -> Result<(), DockerError> {
+        let mut left = Vec::new();
+        let mut err = None;
+        for mut m in std::mem::take(&mut self.mounts) {
+            if let Err(e) = m.remove() {
+                err = Some(DockerError::io(
+                    format!("unmounting {}", m.path().display()),
+                    e,
+                ));
+                left.push(m);
+            }
+        }
+        self.mounts = left;
+        if self.mounts.is_empty() {
+            if let Some(dir) = self.run_dir.take() {
+                if let Err(e) = idmap::remove_run_dir(&dir) {
+                    err = Some(DockerError::io(format!("removing {}", dir.display()), e));
+                    self.run_dir = Some(dir);
+                }
+            }
+        }
+        err.map_or(Ok(()), Err)
+    }
+
     fn is_empty(&self) -> bool {
-        self.containers.is_empty() && self.volumes.is_empty()
+        self.containers.is_empty()
+            && self.volumes.is_empty()
+            && self.mounts.is_empty()
+            && self.run_dir.is_none()
     }
 }
 
@@ -134,6 +180,17 @@ impl Drop for Resources {
         if self.is_empty() {
             return;
         }
+        self.drop_engine_objects();
+        // After the containers: unmount and remove the staging directory.
+        let _ = self.remove_staging();
+    }
+}
+
+impl Resources {
+    fn drop_engine_objects(&mut self) {
+        if self.containers.is_empty() && self.volumes.is_empty() {
+            return;
+        }
         let containers = std::mem::take(&mut self.containers);
         let volumes = std::mem::take(&mut self.volumes);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -150,6 +207,8 @@ impl Drop for Resources {
                                 docker,
                                 containers,
                                 volumes,
+                                mounts: Vec::new(),
+                                run_dir: None,
                             };
                             if let Err(e) = r.remove_all().await {
                                 tracing::error!(

@@ -13,6 +13,10 @@
 //!   namespace dies with it.
 //! - `User`: see [`crate::handover`]; `CapDrop: ALL` and `no-new-privileges`: nothing
 //!   in the container can gain privileges, setuid programs in the image included.
+//! - `seccomp=`: our system-call profile ([`crate::seccomp`]), the same surface denied as
+//!   the other backends, setuid and setgid bits included.
+//! - Bind mounts at the same paths; a tree that a root host hands over through an
+//!   idmapped mount is bound from its staging path ([`crate::idmap`]).
 //! - `ReadonlyRootfs` plus a private tmpfs on `/tmp`: the command writes only the
 //!   workspace, the named writable paths and its own scratch space.
 //! - `NetworkMode`: `none` for network none *and* loopback (a container with no network
@@ -143,6 +147,20 @@ fn mounts(input: &SpecInput<'_>) -> Result<Vec<Mount>, DockerError> {
                 }),
                 ..Default::default()
             }),
+            Via::IdmappedBind { .. } => {
+                let staged = crate::idmap::staging_path(input.run_id, i);
+                out.push(Mount {
+                    source: Some(path_text(field, &staged)?),
+                    target: Some(target),
+                    typ: Some(MountTypeEnum::BIND),
+                    read_only: Some(h.read_only),
+                    bind_options: Some(MountBindOptions {
+                        propagation: Some(MountBindOptionsPropagationEnum::RPRIVATE),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                })
+            }
             Via::Volume { .. } => out.push(Mount {
                 target: Some(target),
                 source: names.get(&i).cloned(),
@@ -238,7 +256,10 @@ pub(crate) fn container(input: &SpecInput<'_>) -> Result<ContainerCreateBody, Do
             init: Some(true),
             readonly_rootfs: Some(true),
             cap_drop: Some(vec!["ALL".into()]),
-            security_opt: Some(vec!["no-new-privileges".into()]),
+            security_opt: Some(vec![
+                "no-new-privileges".into(),
+                crate::seccomp::security_opt().to_string(),
+            ]),
             privileged: Some(false),
             network_mode: Some(network_mode.into()),
             ipc_mode: Some("private".into()),
@@ -361,7 +382,8 @@ mod tests {
             plan.snapshot,
             false,
             &identity,
-            &|_| Some(1000),
+            true,
+            &|_| Some((1000, 1000)),
         );
         container(&SpecInput {
             plan: &plan,
@@ -409,7 +431,10 @@ mod tests {
         assert_eq!(h.cap_drop.as_deref().unwrap(), ["ALL"]);
         assert_eq!(h.cap_add, None);
         assert_eq!(h.privileged, Some(false));
-        assert_eq!(h.security_opt.as_deref().unwrap(), ["no-new-privileges"]);
+        let opts = h.security_opt.as_deref().unwrap();
+        assert_eq!(opts[0], "no-new-privileges");
+        assert!(opts[1].starts_with("seccomp={"), "{}", &opts[1][..40]);
+        assert_eq!(opts.len(), 2);
         assert_eq!(h.ipc_mode.as_deref(), Some("private"));
         assert_eq!(h.pid_mode, None, "the pid namespace stays private");
         assert_eq!(h.auto_remove, Some(false), "we inspect, then remove");
@@ -622,7 +647,8 @@ mod tests {
             false,
             false,
             &ident,
-            &|_| Some(1000),
+            true,
+            &|_| Some((1000, 1000)),
         );
         assert!(hs.iter().all(|h| h.role != Role::Carveout));
         let body = loader("img", "run1", &hs, HashMap::new());
@@ -652,6 +678,39 @@ mod tests {
         let mut opts = f.opts.clone();
         opts.read_only_paths = vec!["/".into()];
         assert!(build(&opts, &DockerConfig::new("img")).is_err());
+    }
+
+    #[test]
+    fn an_idmapped_tree_is_bound_from_its_staging_path() {
+        let f = fixture();
+        let plan = Plan::new(&f.opts, "docker", &cap()).unwrap();
+        let identity = choose_identity(0, 0, Some((0, 0)));
+        let hs = plan_handovers(
+            &plan.workspace,
+            &[],
+            &[],
+            &[],
+            WorkspaceMode::Bind,
+            false,
+            true,
+            &identity,
+            true,
+            &|_| Some((0, 0)),
+        );
+        let body = container(&SpecInput {
+            plan: &plan,
+            config: &DockerConfig::new("img"),
+            identity,
+            handovers: &hs,
+            run_id: "sandbox-r",
+            labels: HashMap::new(),
+        })
+        .unwrap();
+        let m = mount(&body, &f.ws);
+        assert_eq!(m.typ, Some(MountTypeEnum::BIND));
+        assert_eq!(m.source.as_deref(), Some("/run/sandbox-docker/sandbox-r/0"));
+        assert_eq!(m.read_only, Some(false));
+        assert_eq!(body.user.as_deref(), Some("65534:65534"));
     }
 
     #[test]

@@ -191,32 +191,83 @@ async fn writes_land_in_the_workspace_and_named_paths_only() {
 }
 
 #[tokio::test]
-async fn no_setuid_root_file_is_left_in_the_workspace() {
+async fn no_setuid_or_setgid_file_is_left_in_the_workspace() {
     let _g = SERIAL.lock().await;
-    let (_d, ws) = dir();
-    let script =
-        "echo x > planted; busybox chmod 4755 planted; busybox chmod 2755 planted2 2>/dev/null; \
-                  echo y > planted2; busybox chmod 6755 planted2; busybox ls -l planted planted2";
-    let o = run(
-        &backend(WorkspaceMode::Bind),
-        SandboxOpts::new(&ws, sh(script)),
-    )
-    .await;
-    assert_eq!(o.status, Status::Exited { code: 0 }, "{}", o.stderr.text());
-    for f in ["planted", "planted2"] {
-        let m = std::fs::symlink_metadata(ws.join(f)).unwrap();
+    for mode in [WorkspaceMode::Bind, WorkspaceMode::Copy] {
+        let (_d, ws) = dir();
+        let script = "echo x > planted; busybox chmod 4755 planted; echo y > planted2; \
+                      busybox chmod 2755 planted2; busybox chmod 755 planted2; \
+                      busybox ls -ln planted planted2";
+        let o = run(&backend(mode), SandboxOpts::new(&ws, sh(script))).await;
         assert!(
-            !(m.mode() & 0o6000 != 0 && m.uid() == 0),
-            "{f}: mode {:o} owner {}",
-            m.mode(),
-            m.uid()
+            o.stderr.text().contains("Operation not permitted"),
+            "{mode:?}: the filter refuses the bits: {}",
+            o.stderr.text()
         );
-        if is_root() {
-            // Root's tree travelled by copy: the file is root's, and bare.
-            assert_eq!((m.uid(), m.mode() & 0o7777), (0, 0o755), "{f}");
+        for (f, want) in [("planted", 0o644), ("planted2", 0o755)] {
+            let m = std::fs::symlink_metadata(ws.join(f)).unwrap();
+            assert_eq!(m.mode() & 0o7777, want, "{mode:?} {f}");
+            // Root's tree stays root's on disk; otherwise it is the caller's own.
+            assert_eq!(m.uid(), nix_uid(), "{mode:?} {f}");
+        }
+        if is_root() && mode == WorkspaceMode::Bind {
+            assert!(
+                o.policy.notes.iter().any(|n| n.contains("idmapped")),
+                "{:?}",
+                o.policy.notes
+            );
         }
     }
     assert_clean();
+}
+
+#[tokio::test]
+async fn the_workspace_is_shared_live_in_bind_mode_even_when_root_owns_it() {
+    let _g = SERIAL.lock().await;
+    // As root: root's tree, handed to `nobody` through an idmapped mount. Otherwise: ours.
+    let (_d, ws) = dir();
+    std::fs::write(ws.join("from-host-before"), "before\n").unwrap();
+    let sb: Arc<Box<sandbox_core::DynSandbox>> = Arc::new(backend(WorkspaceMode::Bind).sandbox());
+    sb.run(SandboxOpts::new(
+        &ws,
+        sh("busybox cat from-host-before; echo during > from-sandbox; \
+            while [ ! -e release ]; do busybox sleep 0.1; done; busybox cat release"),
+    ))
+    .await
+    .unwrap();
+    // The host sees the command's write while it runs, and the command sees the host's.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ws.join("from-sandbox").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the write never appeared on the host"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = std::fs::metadata(ws.join("from-sandbox")).unwrap();
+    assert_eq!(m.uid(), nix_uid(), "stored as the tree's owner on disk");
+    std::fs::write(ws.join("release"), "released\n").unwrap();
+    let o = tokio::time::timeout(Duration::from_secs(60), sb.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(o.status, Status::Exited { code: 0 }, "{}", o.stderr.text());
+    assert_eq!(o.stdout.text(), "before\nreleased\n");
+    if is_root() {
+        assert!(o.stdout.text().contains("released"));
+        assert!(
+            o.policy.notes.iter().any(|n| n.contains("idmapped")),
+            "{:?}",
+            o.policy.notes
+        );
+    }
+    assert_clean();
+    assert!(
+        std::fs::read_dir("/run/sandbox-docker")
+            .map(|d| d.count() == 0)
+            .unwrap_or(true),
+        "a staging mount was left behind"
+    );
 }
 
 #[tokio::test]

@@ -915,9 +915,41 @@ async fn cleanup_leftovers_removes_what_dead_owners_left_and_nothing_live() {
     let dead_volume = String::from_utf8_lossy(&out.stdout).trim().to_string();
 
     let docker = sandbox_docker::connect().await.unwrap();
+    // As root, runs also stage idmapped mounts under /run/sandbox-docker: a dead owner's
+    // (still mounted) is unmounted and removed, a live one's is left.
+    let staged = |name: &str, owner: &str| {
+        let dir = PathBuf::from("/run/sandbox-docker").join(name);
+        std::fs::create_dir_all(dir.join("0")).unwrap();
+        std::fs::write(dir.join("owner"), owner).unwrap();
+        dir
+    };
+    let (_src, src) = dir();
+    let dead_stage = is_root().then(|| {
+        let d = staged(&format!("sandbox-test-dead-{dead_pid}"), &dead);
+        let st = std::process::Command::new("mount")
+            .args(["--bind"])
+            .arg(&src)
+            .arg(d.join("0"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        d
+    });
+    let live_stage = is_root().then(|| staged(&format!("sandbox-test-live-{dead_pid}"), &me));
     let removed = sandbox_docker::cleanup_leftovers(&docker, sandbox_docker::Scope::DeadOwners)
         .await
         .unwrap();
+    if let (Some(dead_stage), Some(live_stage)) = (&dead_stage, &live_stage) {
+        assert!(removed.staging.contains(dead_stage), "{removed:?}");
+        assert!(!dead_stage.exists());
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            !mounts.contains(&*dead_stage.to_string_lossy()),
+            "still mounted"
+        );
+        assert!(live_stage.exists());
+        std::fs::remove_dir_all(live_stage).unwrap();
+    }
     assert!(removed.containers.contains(&leftover), "{removed:?}");
     assert!(!removed.containers.contains(&live), "{removed:?}");
     assert_eq!(removed.volumes, vec![dead_volume]);
@@ -929,6 +961,32 @@ async fn cleanup_leftovers_removes_what_dead_owners_left_and_nothing_live() {
         .unwrap();
     assert_eq!(removed.containers, vec![live]);
     assert_clean();
+}
+
+/// A runtime shut down mid-run drops the supervisor: what the run made is still removed.
+#[test]
+fn a_runtime_shut_down_mid_run_still_removes_the_container() {
+    let g = SERIAL.blocking_lock();
+    let (_d, ws) = dir();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let sb = backend(WorkspaceMode::Bind).sandbox();
+    rt.block_on(sb.run(SandboxOpts::new(&ws, sh("busybox sleep 7795"))))
+        .unwrap();
+    assert_eq!(ours().0.len(), 1);
+    // No kill, no wait: the runtime goes away with the supervisor task in it.
+    drop(rt);
+    drop(sb);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ours() != (vec![], vec![]) {
+        assert!(Instant::now() < deadline, "left behind: {:?}", ours());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(host_processes_with("sleep 7795").is_empty());
+    drop(g);
 }
 
 #[tokio::test]

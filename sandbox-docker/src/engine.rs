@@ -110,6 +110,7 @@ pub(crate) async fn start(
     let mut handovers = plan_for(true);
     // Every input error surfaces here, before anything is made.
     let mut body = spec_for(&handovers)?;
+    copyable(&handovers)?;
 
     // From here on the host or the engine holds objects of ours: any error removes them.
     let mut resources = Resources::new(docker.clone());
@@ -128,6 +129,7 @@ pub(crate) async fn start(
                 tracing::error!("sandbox-docker: removing staging mounts: {cleanup}");
             }
             handovers = plan_for(false);
+            copyable(&handovers)?;
             body = spec_for(&handovers)?;
         }
     }
@@ -146,7 +148,7 @@ pub(crate) async fn start(
         kind,
     )
     .await;
-    let (id, uploaded, output, input) = match made {
+    let (id, uploaded, output, input, mut warnings) = match made {
         Ok(m) => m,
         Err(e) => {
             if let Err(cleanup) = resources.remove_all().await {
@@ -155,6 +157,7 @@ pub(crate) async fn start(
             return Err(e.into());
         }
     };
+    policy.notes.append(&mut warnings);
 
     let (handle, control) = run_channel(plan.output_limit);
     let pump = tokio::spawn(pump(
@@ -183,6 +186,28 @@ pub(crate) async fn start(
     };
     tokio::spawn(run.supervise(control, pump));
     Ok(handle)
+}
+
+/// A volume holds a directory: a named file cannot travel by copy.
+fn copyable(handovers: &[Handover]) -> Result<(), DockerError> {
+    for h in handovers {
+        if matches!(h.via, Via::Volume { .. }) && !h.path.is_dir() {
+            return Err(DockerError::Invalid {
+                field: match h.role {
+                    Role::Workspace => "workspace",
+                    Role::Carveout => "readonly_carveouts",
+                    Role::ReadOnly => "read_only_paths",
+                    Role::Writable => "writable_paths",
+                },
+                reason: format!(
+                    "{} is a file, and a copied path must be a directory (name its directory, \
+                     or use bind mode with a local engine)",
+                    h.path.display()
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Make the idmapped staging mounts of the run's handovers, on a blocking thread.
@@ -232,6 +257,7 @@ type Made = (
     BTreeMap<usize, BTreeSet<PathBuf>>,
     Output,
     Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
+    Vec<String>,
 );
 
 /// Volumes, uploads, the container, the program check, attach, start.
@@ -290,7 +316,7 @@ async fn make(
         .await
         .map_err(|e| mount_error(e, handovers, "create the container"))?;
     resources.container(created.id.clone());
-    check_warnings(&created.warnings)?;
+    let notes = check_warnings(&created.warnings)?;
     let id = created.id;
 
     if kind.resolve_program {
@@ -334,14 +360,22 @@ async fn make(
         )
         .await
         .map_err(|e| mount_error(e, handovers, "start the container"))?;
-    Ok((id, uploaded, attach.output, attach.input))
+    Ok((id, uploaded, attach.output, attach.input, notes))
 }
 
-/// The engine's create warnings: a limit it says it will not enforce fails the run.
-fn check_warnings(warnings: &[String]) -> Result<(), DockerError> {
+/// The engine's create warnings: a limit it says it will not enforce fails the run; the
+/// rest become notes in the outcome's policy.
+///
+/// One is only a note: "Memory limited without swap" (no swap accounting on the engine's
+/// host) still caps the memory the command holds in RAM, the cgroup limit we report.
+fn check_warnings(warnings: &[String]) -> Result<Vec<String>, DockerError> {
+    let mut notes = Vec::new();
     for w in warnings {
         let lower = w.to_lowercase();
-        let what = if lower.contains("memory") || lower.contains("swap") {
+        let what = if lower.contains("limited without swap") {
+            notes.push(format!("engine: {w} (swap use is not limited)"));
+            continue;
+        } else if lower.contains("memory") || lower.contains("swap") {
             "the memory limit"
         } else if lower.contains("pids") {
             "the process-count limit"
@@ -350,7 +384,7 @@ fn check_warnings(warnings: &[String]) -> Result<(), DockerError> {
         } else if lower.contains("discarded") || lower.contains("not support") {
             "a requested option"
         } else {
-            tracing::warn!("sandbox-docker: engine warning: {w}");
+            notes.push(format!("engine: {w}"));
             continue;
         };
         return Err(DockerError::NotEnforced {
@@ -358,7 +392,7 @@ fn check_warnings(warnings: &[String]) -> Result<(), DockerError> {
             warning: w.clone(),
         });
     }
-    Ok(())
+    Ok(notes)
 }
 
 /// A bind source the engine cannot find means the engine does not share our disk.
@@ -848,8 +882,11 @@ mod tests {
             "Published ports are discarded when using host network mode".into()
         ])
         .is_err());
-        assert!(check_warnings(&["something harmless".into()]).is_ok());
-        assert!(check_warnings(&[]).is_ok());
+        let notes = check_warnings(&["something harmless".into()]).unwrap();
+        assert_eq!(notes, vec!["engine: something harmless".to_string()]);
+        let notes = check_warnings(&["Your kernel does not support swap limit capabilities or the cgroup is not mounted. Memory limited without swap.".into()]).unwrap();
+        assert!(notes[0].contains("swap use is not limited"), "{notes:?}");
+        assert!(check_warnings(&[]).unwrap().is_empty());
     }
 
     #[test]

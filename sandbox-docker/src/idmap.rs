@@ -22,7 +22,7 @@ use std::fs;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Where the staging mounts live: root's, mode 0700.
@@ -68,7 +68,17 @@ impl IdmappedMount {
         from: (u32, u32),
         to: (u32, u32),
     ) -> io::Result<Self> {
-        fs::DirBuilder::new().mode(0o700).create(staging)?;
+        // The mount point must be of the source's kind: a directory, or a file for a
+        // named writable file.
+        if fs::metadata(source)?.is_dir() {
+            fs::DirBuilder::new().mode(0o700).create(staging)?;
+        } else {
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(staging)?;
+        }
         let mut m = Self {
             path: staging.to_path_buf(),
             mounted: false,
@@ -143,7 +153,12 @@ impl IdmappedMount {
             detach(&self.path)?;
             self.mounted = false;
         }
-        match fs::remove_dir(&self.path) {
+        let removed = match fs::symlink_metadata(&self.path) {
+            Ok(m) if m.is_dir() => fs::remove_dir(&self.path),
+            Ok(_) => fs::remove_file(&self.path),
+            Err(e) => Err(e),
+        };
+        match removed {
             Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         }
@@ -196,9 +211,8 @@ pub(crate) fn remove_run_dir(dir: &Path) -> io::Result<()> {
     if let Ok(entries) = fs::read_dir(dir) {
         for e in entries.flatten() {
             let p = e.path();
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            if e.file_name() != "owner" {
                 detach(&p)?;
-                let _ = fs::remove_dir(&p);
             }
         }
     }

@@ -271,6 +271,40 @@ async fn the_workspace_is_shared_live_in_bind_mode_even_when_root_owns_it() {
 }
 
 #[tokio::test]
+async fn a_named_writable_file_is_writable_and_cannot_travel_by_copy() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let (_o, other) = dir();
+    let file = other.join("log.txt");
+    std::fs::write(&file, "host\n").unwrap();
+    let script = format!("echo sandbox >> {}", file.display());
+    let mut opts = SandboxOpts::new(&ws, sh(&script));
+    opts.writable_paths = vec![file.clone()];
+    // Bind mode: as root through an idmapped mount of the file itself.
+    let o = run(&backend(WorkspaceMode::Bind), opts.clone()).await;
+    assert_eq!(o.status, Status::Exited { code: 0 }, "{}", o.stderr.text());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "host\nsandbox\n");
+    assert_eq!(std::fs::metadata(&file).unwrap().uid(), nix_uid());
+    // Copy mode: a volume holds a directory, so a file is refused before anything runs.
+    let e = backend(WorkspaceMode::Copy)
+        .sandbox()
+        .execute(opts)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SandboxError::InvalidConfig {
+                field: "writable_paths",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_clean();
+}
+
+#[tokio::test]
 async fn a_root_only_file_in_a_granted_directory_stays_unreadable() {
     let _g = SERIAL.lock().await;
     let (_d, ws) = dir();

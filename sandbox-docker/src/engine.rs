@@ -76,9 +76,6 @@ pub(crate) async fn start(
     plan: Plan,
     kind: RunKind,
 ) -> Result<RunHandle, SandboxError> {
-    let docker = crate::client::connect_inner().await?;
-    let image = crate::image::ensure(&docker, config).await?;
-
     let host_uid = nix::unistd::geteuid().as_raw();
     let host_gid = nix::unistd::getegid().as_raw();
     let identity = choose_identity(host_uid, host_gid, owner_of(&plan.workspace));
@@ -111,6 +108,8 @@ pub(crate) async fn start(
     // Every input error surfaces here, before anything is made.
     let mut body = spec_for(&handovers)?;
     copyable(&handovers)?;
+    let docker = crate::client::connect_inner().await?;
+    let image = crate::image::ensure(&docker, config).await?;
 
     // From here on the host or the engine holds objects of ours: any error removes them.
     let mut resources = Resources::new(docker.clone());

@@ -836,6 +836,15 @@ async fn an_unreachable_engine_is_unavailable_with_a_remedy() {
     let b = backend(WorkspaceMode::Bind);
     let pre = b.sandbox().preflight().await;
     let run = b.sandbox().execute(SandboxOpts::new(&ws, ["true"])).await;
+    // Bad input is reported as such, before the engine is even asked.
+    let bad = {
+        use std::os::unix::ffi::OsStringExt;
+        let argv = vec![
+            std::ffi::OsString::from("true"),
+            std::ffi::OsString::from_vec(vec![0xff]),
+        ];
+        b.sandbox().execute(SandboxOpts::new(&ws, argv)).await
+    };
     match old {
         Some(v) => std::env::set_var("DOCKER_HOST", v),
         None => std::env::remove_var("DOCKER_HOST"),
@@ -845,6 +854,11 @@ async fn an_unreachable_engine_is_unavailable_with_a_remedy() {
         assert!(matches!(e, SandboxError::Unavailable { .. }), "{text}");
         assert!(text.contains("systemctl start docker"), "{text}");
     }
+    let e = bad.unwrap_err();
+    assert!(
+        matches!(e, SandboxError::InvalidConfig { field: "argv", .. }),
+        "{e}"
+    );
 }
 
 #[tokio::test]

@@ -171,10 +171,26 @@ pub(crate) fn rootfs_archive(files: &[(PathBuf, PathBuf)]) -> Result<Vec<u8>, Do
     b.into_inner().map_err(io)
 }
 
+/// The label that records what an image built here holds, so an unchanged rebuild is
+/// skipped instead of piling up untagged copies on the engine.
+const CONTENT_LABEL: &str = "sandbox.content";
+
+/// A digest of the archive (not cryptographic: it only decides whether to rebuild our own
+/// image).
+fn content_key(archive: &[u8]) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    archive.hash(&mut h);
+    format!("{:016x}-{}", h.finish(), archive.len())
+}
+
 /// Build image `tag` FROM scratch on the engine, without a registry: each `(host_path,
 /// image_path)` binary is copied to its path in the image with the shared libraries it
 /// needs (as `ldd` lists them), plus `/etc/passwd`, `/etc/group` (root and nobody) and a
 /// world-writable `/tmp`. The image has no entrypoint or command of its own.
+///
+/// An image with the same contents already under `tag` is kept as it is; otherwise the
+/// new one replaces it and the old one is removed (unless a container still uses it).
 ///
 /// Used by this crate's tests and by the conformance suite, which builds
 /// `sandbox-conformance:latest` around its probe.
@@ -187,16 +203,37 @@ pub async fn build_image_from_binaries(
     let archive = tokio::task::spawn_blocking(move || rootfs_archive(&files))
         .await
         .map_err(|e| SandboxError::io("building the image archive", std::io::Error::other(e)))??;
+    let key = content_key(&archive);
+    let old = docker.inspect_image(tag).await.ok();
+    let old_key = old
+        .as_ref()
+        .and_then(|i| i.config.as_ref())
+        .and_then(|c| c.labels.as_ref())
+        .and_then(|l| l.get(CONTENT_LABEL));
+    if old_key == Some(&key) {
+        return Ok(());
+    }
     let (repo, tag_part) = split_tag(tag);
     let opts = CreateImageOptionsBuilder::new()
         .from_src("-")
         .repo(repo)
         .tag(tag_part)
+        .changes(vec![format!("LABEL {CONTENT_LABEL}={key}")])
         .build();
     let mut import =
         docker.create_image(Some(opts), Some(bollard::body_full(archive.into())), None);
     while let Some(item) = import.next().await {
         item.map_err(|e| DockerError::engine(format!("import image `{tag}`"), e))?;
+    }
+    if let Some(old_id) = old.and_then(|i| i.id) {
+        // Untagged now; an error means a container still uses it, which is fine.
+        let _ = docker
+            .remove_image(
+                &old_id,
+                None::<bollard::query_parameters::RemoveImageOptions>,
+                None,
+            )
+            .await;
     }
     Ok(())
 }

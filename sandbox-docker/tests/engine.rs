@@ -1047,3 +1047,45 @@ async fn bad_configuration_is_refused_at_construction() {
     assert_eq!(b.name(), "docker");
     assert!(!b.capability().host_programs);
 }
+
+#[tokio::test]
+async fn rebuilding_an_image_keeps_one_copy_and_skips_unchanged_contents() {
+    let _g = SERIAL.lock().await;
+    let docker = sandbox_docker::connect().await.unwrap();
+    let tag = "sandbox-docker-test-rebuild:latest";
+    let id = |docker: sandbox_docker::Docker| async move {
+        docker.inspect_image(tag).await.ok().and_then(|i| i.id)
+    };
+    let exists = |image: &str| {
+        std::process::Command::new("docker")
+            .args(["image", "inspect", image])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    let one = [(PathBuf::from("/usr/bin/true"), PathBuf::from("/t"))];
+    let two = [(PathBuf::from("/usr/bin/false"), PathBuf::from("/t"))];
+    sandbox_docker::build_image_from_binaries(&docker, tag, &one)
+        .await
+        .unwrap();
+    let first = id(docker.clone()).await.unwrap();
+    sandbox_docker::build_image_from_binaries(&docker, tag, &one)
+        .await
+        .unwrap();
+    assert_eq!(id(docker.clone()).await.unwrap(), first, "unchanged: kept");
+    sandbox_docker::build_image_from_binaries(&docker, tag, &two)
+        .await
+        .unwrap();
+    let second = id(docker.clone()).await.unwrap();
+    assert_ne!(second, first);
+    assert!(!exists(&first), "the replaced image is removed");
+    let _ = docker
+        .remove_image(
+            tag,
+            None::<bollard::query_parameters::RemoveImageOptions>,
+            None,
+        )
+        .await;
+    assert!(!exists(tag));
+}

@@ -18,17 +18,52 @@ pub struct Budget {
     pub startup_slow: Rounds,
     /// Start-up with [`IDLE`] before each run.
     pub startup_idle: Rounds,
+    /// The same for container backends.
+    pub startup_idle_slow: Rounds,
     /// Bytes written by the flood.
     pub flood_bytes: u64,
     /// Flood: warm-up and measured runs per variant.
     pub flood: Rounds,
+    /// The same for container backends (their output crosses the engine's API).
+    pub flood_slow: Rounds,
     /// Sandboxes started at once.
     pub concurrent: usize,
     /// Concurrent-vs-sequential rounds (each round runs both).
     pub concurrency_rounds: usize,
+    /// The same for container backends.
+    pub concurrency_rounds_slow: usize,
+    /// Sandboxes started at once for container backends in a quick run.
+    pub concurrent_slow_quick: usize,
 }
 
 impl Budget {
+    /// Start-up rounds back to back and after idle, for a subject that is `slow` or not.
+    pub fn startup_for(&self, slow: bool) -> (Rounds, Rounds) {
+        if slow {
+            (self.startup_slow, self.startup_idle_slow)
+        } else {
+            (self.startup, self.startup_idle)
+        }
+    }
+
+    /// Flood rounds.
+    pub fn flood_for(&self, slow: bool) -> Rounds {
+        if slow {
+            self.flood_slow
+        } else {
+            self.flood
+        }
+    }
+
+    /// How many at once, and how many rounds.
+    pub fn concurrency_for(&self, slow: bool) -> (usize, usize) {
+        match (slow, self.quick) {
+            (true, true) => (self.concurrent_slow_quick, self.concurrency_rounds_slow),
+            (true, false) => (self.concurrent, self.concurrency_rounds_slow),
+            (false, _) => (self.concurrent, self.concurrency_rounds),
+        }
+    }
+
     /// The full bench: enough runs for a stable median and p95 on a noisy 2-core host.
     pub fn full() -> Self {
         Self {
@@ -48,14 +83,26 @@ impl Budget {
                 runs: 40,
                 idle: IDLE,
             },
+            startup_idle_slow: Rounds {
+                warmup: 1,
+                runs: 10,
+                idle: IDLE,
+            },
             flood_bytes: 1 << 30,
             flood: Rounds {
                 warmup: 1,
                 runs: 11,
                 idle: Duration::ZERO,
             },
+            flood_slow: Rounds {
+                warmup: 0,
+                runs: 3,
+                idle: Duration::ZERO,
+            },
             concurrent: 64,
             concurrency_rounds: 5,
+            concurrency_rounds_slow: 2,
+            concurrent_slow_quick: 8,
         }
     }
 
@@ -78,14 +125,26 @@ impl Budget {
                 runs: 2,
                 idle: IDLE,
             },
+            startup_idle_slow: Rounds {
+                warmup: 0,
+                runs: 2,
+                idle: IDLE,
+            },
             flood_bytes: 64 << 20,
             flood: Rounds {
                 warmup: 0,
                 runs: 1,
                 idle: Duration::ZERO,
             },
+            flood_slow: Rounds {
+                warmup: 0,
+                runs: 1,
+                idle: Duration::ZERO,
+            },
             concurrent: 64,
             concurrency_rounds: 1,
+            concurrency_rounds_slow: 1,
+            concurrent_slow_quick: 8,
         }
     }
 }

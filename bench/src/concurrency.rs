@@ -62,16 +62,12 @@ fn rate(n: usize, d: Duration) -> f64 {
 
 /// The concurrency row for `s`.
 pub async fn measure(s: &Subject, budget: &Budget) -> Result<Row, BenchError> {
-    let n = if s.slow && budget.quick {
-        8
-    } else {
-        budget.concurrent
-    };
+    let (n, rounds) = budget.concurrency_for(s.slow);
     // A warm-up round of each, not counted.
     sequential(s, n.min(8)).await?;
     concurrent(s, n.min(8)).await?;
     let (mut seq, mut conc) = (Samples::default(), Samples::default());
-    for round in 0..budget.concurrency_rounds {
+    for round in 0..rounds {
         if round % 2 == 0 {
             seq.push(sequential(s, n).await?);
             conc.push(concurrent(s, n).await?);

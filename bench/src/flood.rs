@@ -66,7 +66,7 @@ pub async fn measure(s: &Subject, host: &Host, budget: &Budget) -> Result<Row, B
             })
         }),
     ];
-    let samples = interleaved(&probes, budget.flood).await?;
+    let samples = interleaved(&probes, budget.flood_for(s.slow)).await?;
     let (bare, ours) = (&samples[0], &samples[1]);
     // Throughput ratio: the same bytes, so the inverse of the time ratio.
     let ratio = bare.median().as_secs_f64() / ours.median().as_secs_f64();

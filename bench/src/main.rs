@@ -32,6 +32,7 @@
 mod budget;
 mod cli;
 mod concurrency;
+mod docker_cli;
 mod error;
 mod flood;
 mod machine;
@@ -128,7 +129,8 @@ fn notes(budget: &Budget) -> Vec<String> {
             .into(),
         format!(
             "Start-up: {} warm-up + {} measured runs per variant back to back ({} + {} for \
-             container backends), then {} + {} with {} ms of idle before each run (untimed), \
+             container backends), then {} + {} ({} + {}) with {} ms of idle before each run \
+             (untimed), \
              because a command that follows a quiet spell can pay costs back-to-back runs \
              hide. Bare spawn = `tokio::process::Command` of `/bin/true` with its outputs \
              piped and read.",
@@ -138,6 +140,8 @@ fn notes(budget: &Budget) -> Vec<String> {
             budget.startup_slow.runs,
             budget.startup_idle.warmup,
             budget.startup_idle.runs,
+            budget.startup_idle_slow.warmup,
+            budget.startup_idle_slow.runs,
             budget.startup_idle.idle.as_millis()
         ),
         "bwrap direct = the exact launch the backend prepares for the same options (its \
@@ -147,9 +151,22 @@ fn notes(budget: &Budget) -> Vec<String> {
          of bwrap itself."
             .into(),
         "Flood: the program is this binary (`sandbox-bench flood BYTES`, 1 MiB writes) \
-         copied into the workspace; the bare pipe reads it in 64 KiB reads, as the library's \
-         capture does. Ratio = bare time / sandbox time (throughput ratio)."
+         copied into the workspace (into the image for docker); the bare pipe reads it in \
+         64 KiB reads, as the library's capture does. Ratio = bare time / sandbox time \
+         (throughput ratio)."
             .into(),
+        format!(
+            "Docker: the image `{}` is built locally FROM scratch from `/bin/true` and this \
+             binary with their shared libraries (`sandbox_docker::build_image_from_binaries`). \
+             Its workspace is owned by uid 65534 when the bench runs as root, so the backend \
+             bind-mounts it as it is and runs the command as that uid, as `docker run` with \
+             the same flags does (a root-owned workspace would take the backend's idmapped \
+             staging, which has no `docker run` equivalent). The `docker run --rm` flags are \
+             translated field by field from the backend's own create-container body \
+             (`DockerBackend::container_body`); a field the translation does not know fails \
+             the row instead of being left out.",
+            subject::DOCKER_IMAGE
+        ),
         "Lane: the strictest lane the library accepts for these options on that backend \
          (decided by the library's own checks). All runs use the library's defaults \
          otherwise: network none, 8 MiB output cap, 512-process cap."

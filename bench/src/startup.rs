@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::budget::{self, Budget};
 use crate::error::BenchError;
-use crate::measure::{interleaved, Probe, Rounds};
+use crate::measure::{interleaved, Probe};
 use crate::runs;
 use crate::stats::{fmt_duration, fmt_ratio, Samples};
 use crate::subject::{Direct, Subject};
@@ -49,14 +49,17 @@ pub async fn measure(
     host_true: &Path,
     budget: &Budget,
 ) -> Result<Vec<Row>, BenchError> {
-    let rounds: Rounds = if s.slow {
-        budget.startup_slow
-    } else {
-        budget.startup
-    };
+    let (rounds, idle) = budget.startup_for(s.slow);
     let bare_argv: Vec<OsString> = vec![host_true.as_os_str().to_owned()];
     let opts = s.opts(vec![s.true_program.clone()]);
 
+    // Built once: the same container flags for every run.
+    let docker_args = match &s.direct {
+        Some(Direct::DockerRun { args, .. }) => args(&opts).map_err(|e| {
+            BenchError::wrong("the `docker run` baseline", format!("cannot build it: {e}"))
+        })?,
+        _ => Vec::new(),
+    };
     let mut probes: Vec<Probe<'_>> = vec![
         Box::new(|| Box::pin(runs::bare_spawn(&bare_argv))),
         Box::new(|| {
@@ -74,10 +77,16 @@ pub async fn measure(
             }));
             Some(label.clone())
         }
+        Some(Direct::DockerRun { label, docker, .. }) => {
+            let args = &docker_args;
+            probes.push(Box::new(move || {
+                Box::pin(runs::whole_process(docker, args))
+            }));
+            Some(label.clone())
+        }
         None => None,
     };
     let mut rows = Vec::new();
-    let idle = budget.startup_idle;
     for (rounds, how) in [
         (rounds, "back to back".to_string()),
         (

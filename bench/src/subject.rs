@@ -12,41 +12,69 @@ use sandbox_core::process::Launcher;
 use sandbox_core::{Backend, Lane, Plan, SandboxOpts};
 use tempfile::TempDir;
 
+use crate::docker_cli;
 use crate::runs::PrepareFn;
 
 /// The backends measured when none is named, in table order.
 pub const ALL: [&str; 4] = ["none", "bwrap", "landlock", "docker"];
 
-/// What the host side of the bench sets up once: a workspace every sandbox may use, and a
-/// copy of this binary in it (the flood program: the workspace is the one place every
-/// backend lets a command read and run).
+/// The image the docker backend is measured with, built locally from `/bin/true` and this
+/// binary (no registry is needed).
+pub const DOCKER_IMAGE: &str = "sandbox-bench:latest";
+
+/// Where the flood program sits in that image.
+const FLOOD_IN_IMAGE: &str = "/usr/local/bin/sandbox-bench-flood";
+
+/// The uid that owns the docker workspace when the bench runs as root (see [`Host`]).
+const NOBODY: u32 = 65534;
+
+/// What the host side of the bench sets up once: a workspace every process backend may
+/// use, with a copy of this binary in it (the flood program: the workspace is the one
+/// place every backend lets a command read and run); a workspace for docker; scratch
+/// space for the docker command line's files.
+///
+/// Docker gets its own workspace, owned by an ordinary uid when the bench runs as root:
+/// the backend then bind-mounts it as it is and runs the command as its owner, exactly
+/// what `docker run` with the same flags does. A root-owned workspace would instead go
+/// through the backend's idmapped staging, which `docker run` has no equivalent of.
 #[derive(Debug)]
 pub struct Host {
     workspace: TempDir,
+    docker_workspace: TempDir,
+    scratch: TempDir,
     flood: PathBuf,
     /// `/bin/true`, resolved once.
     pub true_program: PathBuf,
 }
 
 impl Host {
-    /// Make the workspace (under `TMPDIR`) and copy this binary into it.
+    /// Make the workspaces (under `TMPDIR`) and copy this binary into the first.
     pub fn new() -> std::io::Result<Self> {
-        let workspace = tempfile::Builder::new()
-            .prefix("sandbox-bench-")
-            .tempdir()?;
-        // Readable by whatever uid a backend runs the command as.
-        fs::set_permissions(workspace.path(), fs::Permissions::from_mode(0o755))?;
+        let dir = |prefix: &str| {
+            let d = tempfile::Builder::new().prefix(prefix).tempdir()?;
+            // Readable by whatever uid a backend runs the command as.
+            fs::set_permissions(d.path(), fs::Permissions::from_mode(0o755))?;
+            Ok::<_, std::io::Error>(d)
+        };
+        let workspace = dir("sandbox-bench-")?;
+        let docker_workspace = dir("sandbox-bench-docker-")?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        if unsafe { libc::geteuid() } == 0 {
+            std::os::unix::fs::chown(docker_workspace.path(), Some(NOBODY), Some(NOBODY))?;
+        }
         let flood = workspace.path().join("sandbox-bench-flood");
         fs::copy(std::env::current_exe()?, &flood)?;
         fs::set_permissions(&flood, fs::Permissions::from_mode(0o755))?;
         Ok(Self {
             workspace,
+            docker_workspace,
+            scratch: dir("sandbox-bench-scratch-")?,
             flood,
             true_program: Path::new("/bin/true").canonicalize()?,
         })
     }
 
-    /// The workspace.
+    /// The workspace of the process backends.
     pub fn workspace(&self) -> &Path {
         self.workspace.path()
     }
@@ -57,6 +85,9 @@ impl Host {
     }
 }
 
+/// Builds the `docker` arguments that start the same container a run of the options would.
+pub type DockerArgsFn = dyn Fn(&SandboxOpts) -> Result<Vec<OsString>, String> + Send + Sync;
+
 /// The "same thing without us" for a backend's start-up.
 pub enum Direct {
     /// The launch the backend prepares, spawned as is (bwrap with the identical argv).
@@ -66,13 +97,31 @@ pub enum Direct {
         /// Builds the launch.
         prepare: Arc<PrepareFn>,
     },
+    /// The docker command line starting the same container (`docker run --rm`).
+    DockerRun {
+        /// What the baseline is called in the table.
+        label: String,
+        /// The `docker` client.
+        docker: PathBuf,
+        /// Its arguments for the given options.
+        args: Arc<DockerArgsFn>,
+    },
+}
+
+impl Direct {
+    /// What the baseline is called in the table.
+    pub fn label(&self) -> &str {
+        match self {
+            Self::Launch { label, .. } | Self::DockerRun { label, .. } => label,
+        }
+    }
 }
 
 impl std::fmt::Debug for Direct {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Launch { label, .. } => f.debug_struct("Launch").field("label", label).finish(),
-        }
+        f.debug_struct("Direct")
+            .field("label", &self.label())
+            .finish()
     }
 }
 
@@ -88,6 +137,77 @@ fn own_launch<L: Launcher + Clone>(launcher: &L, label: &str) -> Direct {
     Direct::Launch {
         label: label.to_string(),
         prepare: Arc::new(prepare),
+    }
+}
+
+/// What differs per backend before the common checks.
+struct Parts {
+    name: &'static str,
+    backend: Arc<dyn Backend>,
+    direct: Option<Direct>,
+    true_program: OsString,
+    flood_program: OsString,
+    workspace: PathBuf,
+    cli_args: Vec<OsString>,
+    slow: bool,
+}
+
+impl Parts {
+    /// A process backend: host programs, the shared workspace, its own launch as a
+    /// baseline.
+    fn process<L: Launcher + Clone>(host: &Host, backend: L, label: &str) -> Self {
+        Self {
+            name: backend.name(),
+            direct: Some(own_launch(&backend, label)),
+            backend: Arc::new(backend),
+            true_program: host.true_program.clone().into_os_string(),
+            flood_program: host.flood().as_os_str().to_owned(),
+            workspace: host.workspace().to_path_buf(),
+            cli_args: Vec::new(),
+            slow: false,
+        }
+    }
+
+    /// The docker backend on [`DOCKER_IMAGE`], built here from `/bin/true` and this binary;
+    /// `docker run --rm` as its baseline when the `docker` client is installed.
+    async fn docker(host: &Host) -> Result<Self, String> {
+        let engine = sandbox_docker::connect().await.map_err(|e| e.to_string())?;
+        sandbox_docker::build_image_from_binaries(
+            &engine,
+            DOCKER_IMAGE,
+            &[
+                (host.true_program.clone(), PathBuf::from("/bin/true")),
+                (host.flood().to_path_buf(), PathBuf::from(FLOOD_IN_IMAGE)),
+            ],
+        )
+        .await
+        .map_err(|e| format!("building the image {DOCKER_IMAGE}: {e}"))?;
+        let backend =
+            sandbox_docker::DockerBackend::new(sandbox_docker::DockerConfig::new(DOCKER_IMAGE))
+                .map_err(|e| e.to_string())?;
+        let direct = which::which("docker").ok().map(|docker| {
+            let b = backend.clone();
+            let scratch = host.scratch.path().to_path_buf();
+            let args = move |opts: &SandboxOpts| {
+                let body = b.container_body(opts).map_err(|e| e.to_string())?;
+                docker_cli::run_args(&body, &scratch)
+            };
+            Direct::DockerRun {
+                label: "`docker run --rm` with the same image and flags".into(),
+                docker,
+                args: Arc::new(args),
+            }
+        });
+        Ok(Self {
+            name: sandbox_docker::NAME,
+            backend: Arc::new(backend),
+            direct,
+            true_program: "/bin/true".into(),
+            flood_program: FLOOD_IN_IMAGE.into(),
+            workspace: host.docker_workspace.path().to_path_buf(),
+            cli_args: vec!["--image".into(), DOCKER_IMAGE.into()],
+            slow: true,
+        })
     }
 }
 
@@ -110,7 +230,7 @@ pub struct Subject {
     pub direct: Option<Direct>,
     /// Extra flags for `sandbox run` (`--image` for docker).
     pub cli_args: Vec<OsString>,
-    /// One run costs hundreds of milliseconds (a container): fewer start-up runs.
+    /// One run costs hundreds of milliseconds (a container): fewer runs.
     pub slow: bool,
 }
 
@@ -118,33 +238,23 @@ impl Subject {
     /// Open backend `name`: build it, run its preflight and pick its lane. `Err` is the
     /// reason it cannot be measured here.
     pub async fn open(name: &str, host: &Host) -> Result<Self, String> {
-        let (name, backend, direct): (&'static str, Arc<dyn Backend>, Option<Direct>) = match name {
-            "none" => {
-                let b = sandbox_none::NoneBackend::new();
-                let direct = own_launch(&b, "its own launch spawned without the library");
-                (sandbox_none::NAME, Arc::new(b), Some(direct))
-            }
-            "bwrap" => {
-                let b = sandbox_bwrap::BwrapBackend::new();
-                let direct = own_launch(
-                    &b,
-                    "bwrap run directly with the identical argv, environment and descriptors",
-                );
-                (sandbox_bwrap::NAME, Arc::new(b), Some(direct))
-            }
-            "landlock" => {
-                let b = sandbox_landlock::LandlockBackend::new();
-                let direct = own_launch(
-                    &b,
-                    "its own launch (rules applied between fork and exec) without the library",
-                );
-                (sandbox_landlock::NAME, Arc::new(b), Some(direct))
-            }
-            "docker" => {
-                return Err(format!(
-                    "the `{name}` backend is not wired into the bench yet"
-                ))
-            }
+        let parts = match name {
+            "none" => Parts::process(
+                host,
+                sandbox_none::NoneBackend::new(),
+                "its own launch spawned without the library",
+            ),
+            "bwrap" => Parts::process(
+                host,
+                sandbox_bwrap::BwrapBackend::new(),
+                "bwrap run directly with the identical argv, environment and descriptors",
+            ),
+            "landlock" => Parts::process(
+                host,
+                sandbox_landlock::LandlockBackend::new(),
+                "its own launch (rules applied between fork and exec) without the library",
+            ),
+            "docker" => Parts::docker(host).await?,
             other => {
                 return Err(format!(
                     "unknown backend `{other}` (known: {})",
@@ -153,15 +263,15 @@ impl Subject {
             }
         };
         let mut subject = Self {
-            name,
-            backend,
+            name: parts.name,
+            backend: parts.backend,
             lane: Lane::Strict,
-            true_program: host.true_program.clone().into_os_string(),
-            flood_program: host.flood().as_os_str().to_owned(),
-            workspace: host.workspace().to_path_buf(),
-            direct,
-            cli_args: Vec::new(),
-            slow: false,
+            true_program: parts.true_program,
+            flood_program: parts.flood_program,
+            workspace: parts.workspace,
+            direct: parts.direct,
+            cli_args: parts.cli_args,
+            slow: parts.slow,
         };
         subject
             .backend

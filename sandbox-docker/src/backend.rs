@@ -63,6 +63,19 @@ impl DockerBackend {
         &self.config
     }
 
+    /// The engine's create-container body a run of `opts` sends, when every path it
+    /// names is bind-mounted as it is (the workspace owned by the command's uid, bind mode):
+    /// what `docker run` with the same flags would start. For comparisons against the
+    /// docker command line (the bench's `docker run --rm` baseline); options that need a
+    /// copy or idmapped staging are refused here, and nothing is sent to the engine.
+    pub fn container_body(
+        &self,
+        opts: &SandboxOpts,
+    ) -> Result<bollard::models::ContainerCreateBody, SandboxError> {
+        let plan = Plan::new(opts, NAME, &capability())?;
+        engine::plain_body(&self.config, &plan)
+    }
+
     /// A fresh sandbox for one command, as its concrete type.
     pub fn docker_sandbox(&self) -> DockerSandbox {
         DockerSandbox {

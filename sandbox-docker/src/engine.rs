@@ -70,6 +70,48 @@ fn owner_of(p: &Path) -> Option<(u32, u32)> {
     std::fs::metadata(p).ok().map(|m| (m.uid(), m.gid()))
 }
 
+/// The create-container body a run of `plan` sends when every path it names is
+/// bind-mounted as it is (no copy, no idmapped staging); an error when the plan needs
+/// either. See [`DockerBackend::container_body`](crate::DockerBackend::container_body).
+pub(crate) fn plain_body(
+    config: &DockerConfig,
+    plan: &Plan,
+) -> Result<ContainerCreateBody, SandboxError> {
+    let host_uid = nix::unistd::geteuid().as_raw();
+    let host_gid = nix::unistd::getegid().as_raw();
+    let identity = choose_identity(host_uid, host_gid, owner_of(&plan.workspace));
+    let handovers = plan_handovers(
+        &plan.workspace,
+        &plan.readonly_carveouts,
+        &plan.read_only_paths,
+        &plan.writable_paths,
+        config.workspace_mode,
+        plan.snapshot,
+        host_uid == 0,
+        &identity,
+        false,
+        &owner_of,
+    );
+    if let Some(h) = handovers.iter().find(|h| !matches!(h.via, Via::Bind)) {
+        return Err(SandboxError::NotSupported {
+            backend: NAME,
+            feature: format!(
+                "a plain bind-mount specification for {} (it travels by copy here)",
+                h.path.display()
+            ),
+            remedy: "name paths the command's uid owns, in bind mode".into(),
+        });
+    }
+    Ok(spec::container(&spec::SpecInput {
+        plan,
+        config,
+        identity,
+        handovers: &handovers,
+        run_id: &labels::run_id(),
+        labels: labels::labels("run"),
+    })?)
+}
+
 /// Start `plan` in a container; returns once it runs.
 pub(crate) async fn start(
     config: &DockerConfig,
@@ -900,5 +942,33 @@ mod tests {
         assert_eq!(decode(0, true, &mut p), Status::Exited { code: 0 });
         assert_eq!(decode(137, false, &mut p), Status::Exited { code: 137 });
         assert_eq!(decode(3, false, &mut p), Status::Exited { code: 3 });
+    }
+
+    #[test]
+    fn the_plain_body_binds_a_workspace_its_uid_owns_and_refuses_one_that_travels() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = DockerConfig::new("img:1");
+        let plan_of = |p: &Path| {
+            let opts = sandbox_core::SandboxOpts::new(p, ["/bin/true"]);
+            Plan::new(&opts, NAME, &crate::capability()).unwrap()
+        };
+        if nix::unistd::geteuid().is_root() {
+            // Root-owned: the command runs as nobody and the tree would travel by copy.
+            let e = plain_body(&config, &plan_of(dir.path())).unwrap_err();
+            assert!(matches!(e, SandboxError::NotSupported { .. }), "{e}");
+            std::os::unix::fs::chown(dir.path(), Some(65534), Some(65534)).unwrap();
+        }
+        let plan = plan_of(dir.path());
+        let body = plain_body(&config, &plan).unwrap();
+        let ws = plan.workspace.to_str().unwrap().to_string();
+        assert_eq!(body.image.as_deref(), Some("img:1"));
+        assert_eq!(body.working_dir.as_deref(), Some(ws.as_str()));
+        let mounts = body.host_config.and_then(|h| h.mounts).unwrap_or_default();
+        assert!(
+            mounts.iter().any(|m| m.source.as_deref() == Some(ws.as_str())
+                && m.target.as_deref() == Some(ws.as_str())
+                && m.typ == Some(bollard::models::MountTypeEnum::BIND)),
+            "{mounts:?}"
+        );
     }
 }

@@ -231,7 +231,15 @@ pub async fn select(
     match choice {
         Choice::Named(name) => {
             let backend = backend(name, config)?;
-            Plan::new(opts, backend.name(), &backend.capability())?;
+            if let Err(e) = Plan::new(opts, backend.name(), &backend.capability()) {
+                // A requirement no lane waives (tree kill, a limit) is missing because of
+                // the host, more often than not; the preflight names the cause and the
+                // remedy, which beats "cannot enforce".
+                if matches!(e, SandboxError::NotSupported { .. }) {
+                    backend.sandbox().preflight().await?;
+                }
+                return Err(e);
+            }
             let preflight = backend.sandbox().preflight().await?;
             Ok(Selected {
                 backend,

@@ -209,7 +209,17 @@ pub fn trusted_lane_hint(
     }
     let mut trusted = opts.clone();
     trusted.lane = Lane::Trusted;
-    let plan = Plan::new(&trusted, backend, cap).ok()?;
+    let plan = match Plan::new(&trusted, backend, cap) {
+        Ok(plan) => plan,
+        Err(SandboxError::PolicyRefused { .. }) => return None,
+        Err(_) => {
+            return Some(format!(
+                "backend `{backend}` runs this only on `--lane trusted`, and cannot run even \
+                 there on this host (`sandbox doctor` says why and what to do); choose a \
+                 confining backend"
+            ))
+        }
+    };
     let over: Vec<String> = plan
         .grants
         .iter()

@@ -1,4 +1,468 @@
 //! The system-call filter shared by the bwrap and landlock backends, so that the kernel
 //! surface denied is the same on both.
 //!
-//! (Filled in by the seccomp work: see `docs/`.)
+//! # What is denied, and why
+//!
+//! Denied calls fail with `EPERM` (never a kill), so a program reports a clear error:
+//!
+//! | calls | why |
+//! |---|---|
+//! | `ptrace`, `process_vm_readv`, `process_vm_writev` | reading or steering other processes' memory |
+//! | `mount`, `umount2`, `pivot_root`, `chroot`, `fsopen`, `fsconfig`, `fsmount`, `fspick`, `move_mount`, `open_tree`, `mount_setattr` | changing what the filesystem confinement sees |
+//! | `unshare`, `setns`, `clone` with namespace flags | new namespaces are where most kernel privilege-escalation bugs are reached from |
+//! | `keyctl`, `add_key`, `request_key` | the kernel keyring is not namespaced: the host's keys |
+//! | `bpf`, `perf_event_open`, `userfaultfd`, `io_uring_*` | large kernel attack surface; io_uring also bypasses seccomp for the calls it performs |
+//! | `kexec_*`, `init_module`, `finit_module`, `delete_module`, `reboot`, `swapon`, `swapoff`, `acct`, `quotactl`, `syslog`, `settimeofday`, `clock_settime`, `clock_adjtime`, `adjtimex`, `vhangup` | host administration |
+//! | `open_by_handle_at`, `name_to_handle_at` | opening files by handle sidesteps path-based confinement (the "shocker" container escape) |
+//! | `ioctl(TIOCSTI)`, `ioctl(TIOCLINUX)` | pushing input into the caller's terminal; matched on the request's low 32 bits, since the kernel ignores the high ones (CVE-2019-10063) |
+//! | `chmod`, `fchmod`, `fchmodat`, `fchmodat2`, and `open`/`openat`/`creat`/`mknod`/`mknodat` creating a file, with setuid or setgid bits | no setuid file left behind for the host to run |
+//! | `setsid`, `setpgid` (when [`SyscallPolicy::deny_setsid`]) | keeps the whole tree in one process group, so killing the group kills everything |
+//! | `socket` of any family but `AF_UNIX` (when the network mode is `none`) | no network at all, not even netlink or packet sockets |
+//!
+//! `clone3` and `openat2` fail with `ENOSYS` instead: their arguments are behind a pointer the
+//! filter cannot read, and `ENOSYS` makes the C library fall back to `clone` and `openat`,
+//! which the filter does check. Calls of a foreign architecture kill the process (the
+//! filter cannot judge them), and calls through the x32 ABI fail with `EPERM`.
+//!
+//! # Build once
+//!
+//! A program depends only on the [`SyscallPolicy`] (four combinations), so it is compiled once
+//! per policy per process and shared ([`SeccompProgram::cached`]): launches never rebuild it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use seccompiler::{
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op,
+    SeccompCondition as Cond, SeccompFilter, SeccompRule, TargetArch,
+};
+
+use crate::process::PreExec;
+use crate::{NetworkMode, SandboxError};
+
+/// What the filter depends on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SyscallPolicy {
+    /// With `None`, sockets of every family but `AF_UNIX` are denied.
+    pub network: NetworkMode,
+    /// Deny `setsid` and `setpgid`, for backends whose tree kill is the process group.
+    pub deny_setsid: bool,
+}
+
+/// A compiled filter, ready to install in a child or to hand to bwrap.
+#[derive(Debug)]
+pub struct SeccompProgram {
+    program: BpfProgram,
+    bytes: Vec<u8>,
+}
+
+// Numbers the libc crate may lack on older versions; the same on every architecture since
+// the syscall tables were unified (5.x).
+const SYS_FCHMODAT2: i64 = 452;
+const SYS_CLONE3: i64 = 435;
+const SYS_OPENAT2: i64 = 437;
+
+const TIOCSTI: u64 = 0x5412;
+const TIOCLINUX: u64 = 0x541C;
+const NAMESPACE_FLAGS: [u64; 6] = [
+    libc::CLONE_NEWNS as u64,
+    libc::CLONE_NEWCGROUP as u64,
+    libc::CLONE_NEWUTS as u64,
+    libc::CLONE_NEWIPC as u64,
+    libc::CLONE_NEWUSER as u64,
+    libc::CLONE_NEWPID as u64,
+];
+
+fn target_arch() -> Result<TargetArch, SandboxError> {
+    if cfg!(target_arch = "x86_64") {
+        Ok(TargetArch::x86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Ok(TargetArch::aarch64)
+    } else if cfg!(target_arch = "riscv64") {
+        Ok(TargetArch::riscv64)
+    } else {
+        Err(SandboxError::NotSupported {
+            backend: "seccomp",
+            feature: format!("a system-call filter on {}", std::env::consts::ARCH),
+            remedy: "use the docker backend on this architecture".into(),
+        })
+    }
+}
+
+fn cond(arg: u8, len: Len, op: Op, value: u64) -> Result<Cond, SandboxError> {
+    Cond::new(arg, len, op, value).map_err(build_error)
+}
+
+fn rule(conds: Vec<Cond>) -> Result<SeccompRule, SandboxError> {
+    SeccompRule::new(conds).map_err(build_error)
+}
+
+fn build_error(e: impl std::fmt::Display) -> SandboxError {
+    SandboxError::io(
+        "building the seccomp filter",
+        io::Error::other(e.to_string()),
+    )
+}
+
+/// Rules matching a setuid or setgid bit in argument `arg` (a mode), alone or with
+/// `extra` conditions (an `O_CREAT` in the flags).
+fn setid_mode_rules(arg: u8, extra: &[Cond]) -> Result<Vec<SeccompRule>, SandboxError> {
+    [libc::S_ISUID as u64, libc::S_ISGID as u64]
+        .into_iter()
+        .map(|bit| {
+            let mut c = extra.to_vec();
+            c.push(cond(arg, Len::Dword, Op::MaskedEq(bit), bit)?);
+            rule(c)
+        })
+        .collect()
+}
+
+/// The deny rules for `policy`: syscall number to the rules that match (empty: always).
+pub fn deny_rules(policy: &SyscallPolicy) -> Result<BTreeMap<i64, Vec<SeccompRule>>, SandboxError> {
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    let always = [
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_chroot,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_move_mount,
+        libc::SYS_open_tree,
+        libc::SYS_mount_setattr,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_acct,
+        libc::SYS_quotactl,
+        libc::SYS_syslog,
+        libc::SYS_settimeofday,
+        libc::SYS_clock_settime,
+        libc::SYS_clock_adjtime,
+        libc::SYS_adjtimex,
+        libc::SYS_vhangup,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
+    ];
+    for nr in always {
+        rules.insert(nr, Vec::new());
+    }
+    if policy.deny_setsid {
+        rules.insert(libc::SYS_setsid, Vec::new());
+        rules.insert(libc::SYS_setpgid, Vec::new());
+    }
+    rules.insert(
+        libc::SYS_ioctl,
+        [TIOCSTI, TIOCLINUX]
+            .into_iter()
+            .map(|req| rule(vec![cond(1, Len::Dword, Op::Eq, req)?]))
+            .collect::<Result<_, _>>()?,
+    );
+    rules.insert(
+        libc::SYS_clone,
+        NAMESPACE_FLAGS
+            .into_iter()
+            .map(|f| rule(vec![cond(0, Len::Qword, Op::MaskedEq(f), f)?]))
+            .collect::<Result<_, _>>()?,
+    );
+    // Setuid/setgid bits, by every call that sets a mode.
+    rules.insert(libc::SYS_fchmod, setid_mode_rules(1, &[])?);
+    rules.insert(libc::SYS_fchmodat, setid_mode_rules(2, &[])?);
+    rules.insert(SYS_FCHMODAT2, setid_mode_rules(2, &[])?);
+    rules.insert(libc::SYS_mknodat, setid_mode_rules(2, &[])?);
+    let creat = libc::O_CREAT as u64;
+    let o_creat = |arg| cond(arg, Len::Dword, Op::MaskedEq(creat), creat);
+    rules.insert(libc::SYS_openat, setid_mode_rules(3, &[o_creat(2)?])?);
+    #[cfg(target_arch = "x86_64")]
+    {
+        rules.insert(libc::SYS_chmod, setid_mode_rules(1, &[])?);
+        rules.insert(libc::SYS_mknod, setid_mode_rules(1, &[])?);
+        rules.insert(libc::SYS_creat, setid_mode_rules(1, &[])?);
+        rules.insert(libc::SYS_open, setid_mode_rules(2, &[o_creat(1)?])?);
+    }
+    if policy.network == NetworkMode::None {
+        rules.insert(
+            libc::SYS_socket,
+            vec![rule(vec![cond(
+                0,
+                Len::Dword,
+                Op::Ne,
+                libc::AF_UNIX as u64,
+            )?])?],
+        );
+    }
+    Ok(rules)
+}
+
+/// BPF_LD | BPF_W | BPF_ABS (the first two are zero).
+const BPF_LD_W_ABS: u16 = 0x20;
+const BPF_JEQ_K: u16 = 0x05 | 0x10;
+const BPF_JGE_K: u16 = 0x05 | 0x30;
+const BPF_JA: u16 = 0x05;
+const BPF_RET_K: u16 = 0x06;
+
+fn stmt(code: u16, k: u32) -> sock_filter {
+    sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
+}
+
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
+    sock_filter { code, jt, jf, k }
+}
+
+/// The hand-written head of the program: `clone3`/`openat2` answer `ENOSYS` and x32 calls
+/// `EPERM`, then control falls into seccompiler's program. BPF jumps are relative, so the
+/// compiled program after it is unchanged; every path here ends in a denial, so running it
+/// before the architecture check lets nothing through.
+fn head() -> Vec<sock_filter> {
+    let errno = |e: i32| libc::SECCOMP_RET_ERRNO | (e as u32 & libc::SECCOMP_RET_DATA);
+    let x32_bit: u32 = if cfg!(target_arch = "x86_64") {
+        0x4000_0000
+    } else {
+        u32::MAX
+    };
+    vec![
+        stmt(BPF_LD_W_ABS, 0),                     // 0: A = seccomp_data.nr
+        jump(BPF_JEQ_K, SYS_CLONE3 as u32, 3, 0),  // 1: clone3  -> 5
+        jump(BPF_JEQ_K, SYS_OPENAT2 as u32, 2, 0), // 2: openat2 -> 5
+        jump(BPF_JGE_K, x32_bit, 2, 0),            // 3: x32     -> 6
+        stmt(BPF_JA, 2),                           // 4:         -> 7
+        stmt(BPF_RET_K, errno(libc::ENOSYS)),      // 5
+        stmt(BPF_RET_K, errno(libc::EPERM)),       // 6
+    ]
+}
+
+impl SeccompProgram {
+    /// Compile the filter for `policy`.
+    pub fn build(policy: &SyscallPolicy) -> Result<Self, SandboxError> {
+        let filter = SeccompFilter::new(
+            deny_rules(policy)?,
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::EPERM as u32),
+            target_arch()?,
+        )
+        .map_err(build_error)?;
+        let compiled: BpfProgram = filter.try_into().map_err(build_error)?;
+        let mut program = head();
+        program.extend(compiled);
+        let bytes = program
+            .iter()
+            .flat_map(|f| {
+                let mut b = Vec::with_capacity(8);
+                b.extend_from_slice(&f.code.to_ne_bytes());
+                b.push(f.jt);
+                b.push(f.jf);
+                b.extend_from_slice(&f.k.to_ne_bytes());
+                b
+            })
+            .collect();
+        Ok(Self { program, bytes })
+    }
+
+    /// The program for `policy`, compiled once per process.
+    pub fn cached(policy: &SyscallPolicy) -> Result<Arc<Self>, SandboxError> {
+        type Cache = Mutex<HashMap<SyscallPolicy, Arc<SeccompProgram>>>;
+        static CACHE: OnceLock<Cache> = OnceLock::new();
+        let cache = CACHE.get_or_init(Default::default);
+        if let Some(p) = cache.lock().ok().and_then(|c| c.get(policy).cloned()) {
+            return Ok(p);
+        }
+        let p = Arc::new(Self::build(policy)?);
+        if let Ok(mut c) = cache.lock() {
+            c.insert(*policy, p.clone());
+        }
+        Ok(p)
+    }
+
+    /// The raw `struct sock_filter` array, as bwrap's `--seccomp FD` reads it.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The instructions.
+    pub fn instructions(&self) -> &[sock_filter] {
+        &self.program
+    }
+
+    /// A step for between fork and exec: sets `no_new_privs` and installs the filter.
+    /// Install it last: it denies calls that earlier steps may need.
+    pub fn install_step(self: &Arc<Self>) -> InstallSeccomp {
+        InstallSeccomp(self.clone())
+    }
+}
+
+/// Installs a [`SeccompProgram`] in the child; see [`SeccompProgram::install_step`].
+#[derive(Debug)]
+pub struct InstallSeccomp(Arc<SeccompProgram>);
+
+impl PreExec for InstallSeccomp {
+    fn pre_exec(&self) -> io::Result<()> {
+        let prog = libc::sock_fprog {
+            len: self.0.program.len() as libc::c_ushort,
+            filter: self.0.program.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: two system calls on a program allocated before the fork and kept alive
+        // by the Arc; `no_new_privs` is required to install a filter without
+        // CAP_SYS_ADMIN, and stops setuid binaries from gaining privilege.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                0,
+                &prog as *const libc::sock_fprog,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy(network: NetworkMode, deny_setsid: bool) -> SyscallPolicy {
+        SyscallPolicy {
+            network,
+            deny_setsid,
+        }
+    }
+
+    #[test]
+    fn every_policy_compiles_and_bytes_match_instructions() {
+        for net in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
+            for s in [false, true] {
+                let p = SeccompProgram::build(&policy(net, s)).unwrap();
+                assert_eq!(p.as_bytes().len(), p.instructions().len() * 8);
+                assert!(p.instructions().len() < 4096, "BPF_MAXINSNS");
+            }
+        }
+    }
+
+    #[test]
+    fn sockets_are_filtered_only_without_network() {
+        let none = deny_rules(&policy(NetworkMode::None, false)).unwrap();
+        let full = deny_rules(&policy(NetworkMode::Full, false)).unwrap();
+        assert!(none.contains_key(&libc::SYS_socket));
+        assert!(!full.contains_key(&libc::SYS_socket));
+    }
+
+    #[test]
+    fn setsid_is_denied_only_when_asked() {
+        let yes = deny_rules(&policy(NetworkMode::Full, true)).unwrap();
+        let no = deny_rules(&policy(NetworkMode::Full, false)).unwrap();
+        assert!(yes.contains_key(&libc::SYS_setsid) && yes.contains_key(&libc::SYS_setpgid));
+        assert!(!no.contains_key(&libc::SYS_setsid));
+    }
+
+    #[test]
+    fn the_dangerous_calls_are_always_denied() {
+        let r = deny_rules(&policy(NetworkMode::Full, false)).unwrap();
+        for nr in [
+            libc::SYS_ptrace,
+            libc::SYS_mount,
+            libc::SYS_unshare,
+            libc::SYS_keyctl,
+            libc::SYS_bpf,
+            libc::SYS_io_uring_setup,
+            libc::SYS_open_by_handle_at,
+            libc::SYS_ioctl,
+            libc::SYS_fchmodat,
+        ] {
+            assert!(r.contains_key(&nr), "{nr}");
+        }
+    }
+
+    #[test]
+    fn cached_programs_are_shared() {
+        let a = SeccompProgram::cached(&policy(NetworkMode::None, true)).unwrap();
+        let b = SeccompProgram::cached(&policy(NetworkMode::None, true)).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+    }
+
+    /// Installs the filter in a forked child (the only way to test an irreversible
+    /// restriction without touching the test process) and checks each class from inside.
+    #[test]
+    fn installed_filter_denies_with_eperm_and_allows_the_rest() {
+        let p = SeccompProgram::cached(&policy(NetworkMode::None, true)).unwrap();
+        let step = p.install_step();
+        // SAFETY: the child makes only raw system calls and _exits.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = unsafe {
+                let errno = || *libc::__errno_location();
+                let mut bad = 0;
+                if step.pre_exec().is_err() {
+                    libc::_exit(100);
+                }
+                // Denied with EPERM.
+                if libc::unshare(libc::CLONE_NEWUSER) != -1 || errno() != libc::EPERM {
+                    bad |= 1;
+                }
+                if libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) != -1 || errno() != libc::EPERM
+                {
+                    bad |= 2;
+                }
+                if libc::setsid() != -1 || errno() != libc::EPERM {
+                    bad |= 4;
+                }
+                if libc::ioctl(0, 0xFFFF_FFFF_0000_5412u64 as _, 0) != -1 || errno() != libc::EPERM
+                {
+                    bad |= 8;
+                }
+                if libc::fchmod(0, 0o4755) != -1 || errno() != libc::EPERM {
+                    bad |= 16;
+                }
+                if libc::syscall(SYS_CLONE3, 0, 0) != -1 || errno() != libc::ENOSYS {
+                    bad |= 32;
+                }
+                // Allowed.
+                let fd = libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0);
+                if fd < 0 {
+                    bad |= 64;
+                }
+                if libc::getpid() <= 0 {
+                    bad |= 128;
+                }
+                bad
+            };
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child died: {status}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "failed checks bitmask");
+    }
+}

@@ -11,10 +11,9 @@ use std::fmt;
 
 use serde::Serialize;
 
-use sandbox_core::policy::{check_lane, LaneRequest};
-use sandbox_core::{Capability, Enforcement, Lane, NetworkMode, ResourceLimits, SandboxError};
+use sandbox_core::{Capability, Enforcement, Lane, SandboxError};
 
-use crate::select::{self, BackendConfig};
+use crate::select::{self, Config};
 
 /// The whole report.
 #[derive(Clone, Debug, Serialize)]
@@ -73,7 +72,7 @@ pub struct AutoPick {
 }
 
 /// Examine every compiled-in backend on this host.
-pub async fn doctor(config: &BackendConfig) -> DoctorReport {
+pub async fn doctor(config: &Config) -> DoctorReport {
     let is_root = sandbox_core::process::HostSupport::detect(false).is_root;
     let mut backends = Vec::new();
     for name in select::compiled_in() {
@@ -105,7 +104,7 @@ pub async fn doctor(config: &BackendConfig) -> DoctorReport {
     }
 }
 
-async fn examine(name: &'static str, config: &BackendConfig, is_root: bool) -> BackendReport {
+async fn examine(name: &'static str, config: &Config, is_root: bool) -> BackendReport {
     let mut report = BackendReport {
         name,
         works: false,
@@ -120,7 +119,7 @@ async fn examine(name: &'static str, config: &BackendConfig, is_root: bool) -> B
     let own = if name == "docker" {
         config.clone()
     } else {
-        BackendConfig::default()
+        Config::default()
     };
     let backend = match select::backend(name, &own) {
         Ok(b) => b,
@@ -145,17 +144,9 @@ async fn examine(name: &'static str, config: &BackendConfig, is_root: bool) -> B
 
 /// The lanes that accept a default request from a backend with `cap`.
 fn default_lanes(name: &'static str, cap: &Capability, is_root: bool) -> Vec<Lane> {
-    let limits = ResourceLimits::default();
-    let request = LaneRequest {
-        network: NetworkMode::None,
-        carveouts: false,
-        limits: &limits,
-        snapshot: false,
-        host_is_root: is_root,
-    };
     Lane::ALL
         .into_iter()
-        .filter(|&lane| check_lane(lane, name, cap, &request).is_ok())
+        .filter(|&lane| select::default_request_fits(lane, name, cap, is_root).is_ok())
         .collect()
 }
 
@@ -298,7 +289,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_compiled_in_backend_is_reported_with_a_verdict() {
-        let r = doctor(&BackendConfig::default()).await;
+        let r = doctor(&Config::default()).await;
         let names: Vec<_> = r.backends.iter().map(|b| b.name).collect();
         assert_eq!(names, select::compiled_in());
         for b in &r.backends {
@@ -318,7 +309,7 @@ mod tests {
     #[cfg(feature = "none")]
     #[tokio::test]
     async fn none_runs_a_default_request_only_on_trusted_and_auto_never_picks_it() {
-        let r = doctor(&BackendConfig::default()).await;
+        let r = doctor(&Config::default()).await;
         let none = r.backends.iter().find(|b| b.name == "none").unwrap();
         assert_eq!(none.lanes, [Lane::Trusted]);
         let cap = none.capability.as_ref().unwrap();

@@ -25,15 +25,34 @@
 //!
 //! # Example
 //!
+//! A host that picks once, for a lane, then runs many commands:
+//!
 //! ```no_run
-//! use sandbox::select::{select, BackendConfig, Choice};
-//! use sandbox::{SandboxExt, SandboxOpts};
+//! use sandbox::{Lane, SandboxExt, SandboxOpts};
 //!
 //! # async fn demo() -> Result<(), sandbox::SandboxError> {
-//! let opts = SandboxOpts::new("/home/me/project", ["cargo", "test"]);
-//! let chosen = select(&Choice::auto(), &opts, &BackendConfig::default()).await?;
-//! let outcome = chosen.backend.sandbox().execute(opts).await?;
+//! let backend = sandbox::select("auto", &sandbox::Config::default(), Lane::Fast).await?;
+//! let mut opts = SandboxOpts::new("/home/me/project", ["cargo", "check"]);
+//! opts.lane = Lane::Fast;
+//! let outcome = backend.sandbox().execute(opts).await?;
 //! println!("{:?} via {}", outcome.status, outcome.backend);
+//! # Ok(()) }
+//! ```
+//!
+//! Choosing for one command's exact options (what `sandbox run` does):
+//!
+//! ```no_run
+//! use sandbox::select::{select, Choice, Config};
+//! use sandbox::{NetworkMode, SandboxExt, SandboxOpts};
+//!
+//! # async fn demo() -> Result<(), sandbox::SandboxError> {
+//! let mut opts = SandboxOpts::new("/home/me/project", ["cargo", "test"]);
+//! opts.network = NetworkMode::Loopback;
+//! let chosen = select(&Choice::auto(), &opts, &Config::default()).await?;
+//! for p in &chosen.passed_over {
+//!     eprintln!("not {}: {}", p.backend, p.reason);
+//! }
+//! let outcome = chosen.backend.sandbox().execute(opts).await?;
 //! # Ok(()) }
 //! ```
 //!
@@ -48,6 +67,23 @@ pub mod doctor;
 pub mod select;
 
 pub use sandbox_core::*;
+pub use select::Config;
+
+use std::sync::Arc;
+
+/// The backend called `name` (or `auto`: the strongest that works here, never `none`) for
+/// the commands a host will run on `lane`.
+///
+/// The shortcut for a host that picks once and runs many commands: the backend must run a
+/// default request on `lane` (network `none`, no extra paths, the default limits) and pass
+/// its preflight. Each command's own options are still checked by `run`, which refuses
+/// what the backend cannot enforce. To choose for one command's exact options, or to see
+/// what `auto` passed over and why, use [`select::select`].
+pub async fn select(name: &str, config: &Config, lane: Lane) -> Result<Arc<dyn Backend>> {
+    select::for_lane(&select::Choice::parse(name), lane, config)
+        .await
+        .map(|s| s.backend)
+}
 
 #[cfg(feature = "bwrap")]
 pub use sandbox_bwrap as bwrap;

@@ -16,7 +16,7 @@
 //!   landlock costs about what a bare spawn does.
 //! - `none` comes last, and only with [`Choice::Auto`]`{ allow_none: true }`; even then the
 //!   lane decides (it runs only on `trusted`).
-//! - An image ([`BackendConfig::image`]) names a container, so with one `auto` considers
+//! - An image ([`Config::image`]) names a container, so with one `auto` considers
 //!   `docker` alone.
 //!
 //! The order is a policy decision written down here, not derived from the capability
@@ -25,7 +25,11 @@
 use std::fmt;
 use std::sync::Arc;
 
-use sandbox_core::{Backend, Capability, Lane, Plan, Preflight, SandboxError, SandboxOpts};
+use sandbox_core::policy::{check_lane, LaneRequest};
+use sandbox_core::{
+    Backend, Capability, Lane, NetworkMode, Plan, Preflight, ResourceLimits, SandboxError,
+    SandboxOpts,
+};
 
 /// The name that asks for automatic selection.
 pub const AUTO: &str = "auto";
@@ -54,12 +58,12 @@ pub fn compiled_in() -> Vec<&'static str> {
 /// Settings only some backends use.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct BackendConfig {
+pub struct Config {
     /// The container image, for `docker`; an error with any other backend.
     pub image: Option<String>,
 }
 
-impl BackendConfig {
+impl Config {
     /// Settings with a container image.
     pub fn with_image(image: impl Into<String>) -> Self {
         Self {
@@ -147,7 +151,7 @@ fn known(name: &str) -> Option<&'static str> {
 /// Errors: an unknown name, or an image with a backend other than docker, is
 /// [`SandboxError::InvalidConfig`]; a known backend this build left out is
 /// [`SandboxError::Unavailable`] naming the cargo feature that brings it in.
-pub fn backend(name: &str, config: &BackendConfig) -> Result<Arc<dyn Backend>, SandboxError> {
+pub fn backend(name: &str, config: &Config) -> Result<Arc<dyn Backend>, SandboxError> {
     if known(name).is_none() {
         return Err(SandboxError::invalid(
             "backend",
@@ -170,7 +174,7 @@ pub fn backend(name: &str, config: &BackendConfig) -> Result<Arc<dyn Backend>, S
 }
 
 /// One arm per backend feature; the last arm names the feature to enable.
-fn make(name: &str, config: &BackendConfig) -> Result<Arc<dyn Backend>, SandboxError> {
+fn make(name: &str, config: &Config) -> Result<Arc<dyn Backend>, SandboxError> {
     let _ = config;
     match name {
         #[cfg(feature = "none")]
@@ -218,7 +222,7 @@ fn not_enabled(name: &str) -> SandboxError {
 pub async fn select(
     choice: &Choice,
     opts: &SandboxOpts,
-    config: &BackendConfig,
+    config: &Config,
 ) -> Result<Selected, SandboxError> {
     // The options are checked before any backend is tried: a missing workspace is the
     // caller's error whatever the backend. A capability that claims nothing checks every
@@ -228,10 +232,76 @@ pub async fn select(
     {
         return Err(e);
     }
+    pick(choice, Request::Opts(opts), config).await
+}
+
+/// Pick a backend for the commands a host will run on `lane`, before it knows them: the
+/// check is a default request there (network `none`, no extra paths, the default limits).
+/// A command that asks for more is still checked, and refused if need be, by `run`.
+pub async fn for_lane(
+    choice: &Choice,
+    lane: Lane,
+    config: &Config,
+) -> Result<Selected, SandboxError> {
+    pick(choice, Request::Default(lane), config).await
+}
+
+/// What a backend must accept to be picked.
+#[derive(Clone, Copy, Debug)]
+enum Request<'a> {
+    /// These options, exactly as `run` will check them.
+    Opts(&'a SandboxOpts),
+    /// A default request on this lane.
+    Default(Lane),
+}
+
+impl Request<'_> {
+    fn lane(self) -> Lane {
+        match self {
+            Self::Opts(o) => o.lane,
+            Self::Default(lane) => lane,
+        }
+    }
+
+    fn check(self, backend: &dyn Backend) -> Result<(), SandboxError> {
+        match self {
+            Self::Opts(opts) => Plan::new(opts, backend.name(), &backend.capability()).map(drop),
+            Self::Default(lane) => {
+                let is_root = sandbox_core::process::HostSupport::detect(false).is_root;
+                default_request_fits(lane, backend.name(), &backend.capability(), is_root)
+            }
+        }
+    }
+}
+
+/// Whether a backend with `cap` runs a default request (network `none`, no extra paths,
+/// the default limits) on `lane`.
+pub(crate) fn default_request_fits(
+    lane: Lane,
+    name: &'static str,
+    cap: &Capability,
+    host_is_root: bool,
+) -> Result<(), SandboxError> {
+    let limits = ResourceLimits::default();
+    let request = LaneRequest {
+        network: NetworkMode::None,
+        carveouts: false,
+        limits: &limits,
+        snapshot: false,
+        host_is_root,
+    };
+    check_lane(lane, name, cap, &request).map(drop)
+}
+
+async fn pick(
+    choice: &Choice,
+    request: Request<'_>,
+    config: &Config,
+) -> Result<Selected, SandboxError> {
     match choice {
         Choice::Named(name) => {
             let backend = backend(name, config)?;
-            if let Err(e) = Plan::new(opts, backend.name(), &backend.capability()) {
+            if let Err(e) = request.check(backend.as_ref()) {
                 // A requirement no lane waives (tree kill, a limit) is missing because of
                 // the host, more often than not; the preflight names the cause and the
                 // remedy, which beats "cannot enforce".
@@ -247,12 +317,12 @@ pub async fn select(
                 passed_over: Vec::new(),
             })
         }
-        Choice::Auto { allow_none } => auto(opts, config, *allow_none).await,
+        Choice::Auto { allow_none } => auto(request, config, *allow_none).await,
     }
 }
 
 /// The candidates `auto` tries, in order, for `opts` and `config`.
-pub fn candidates(lane: Lane, config: &BackendConfig, allow_none: bool) -> Vec<&'static str> {
+pub fn candidates(lane: Lane, config: &Config, allow_none: bool) -> Vec<&'static str> {
     if config.image.is_some() {
         return vec!["docker"];
     }
@@ -264,13 +334,13 @@ pub fn candidates(lane: Lane, config: &BackendConfig, allow_none: bool) -> Vec<&
 }
 
 async fn auto(
-    opts: &SandboxOpts,
-    config: &BackendConfig,
+    request: Request<'_>,
+    config: &Config,
     allow_none: bool,
 ) -> Result<Selected, SandboxError> {
     let built = compiled_in();
     let mut passed_over = Vec::new();
-    for name in candidates(opts.lane, config, allow_none) {
+    for name in candidates(request.lane(), config, allow_none) {
         if !built.contains(&name) {
             passed_over.push(PassedOver {
                 backend: name,
@@ -290,8 +360,8 @@ async fn auto(
                 continue;
             }
         };
-        match Plan::new(opts, backend.name(), &backend.capability()) {
-            Ok(_) => {}
+        match request.check(backend.as_ref()) {
+            Ok(()) => {}
             // The options themselves are wrong: no backend will take them, and the
             // caller needs this error, not "nothing qualified".
             Err(e @ SandboxError::InvalidConfig { .. }) => return Err(e),
@@ -319,7 +389,7 @@ async fn auto(
             }),
         }
     }
-    Err(nothing_qualified(opts.lane, &passed_over))
+    Err(nothing_qualified(request.lane(), &passed_over))
 }
 
 fn nothing_qualified(lane: Lane, passed_over: &[PassedOver]) -> SandboxError {
@@ -357,7 +427,7 @@ mod tests {
 
     #[test]
     fn unknown_names_are_invalid_options() {
-        let e = backend("chroot", &BackendConfig::default()).unwrap_err();
+        let e = backend("chroot", &Config::default()).unwrap_err();
         assert!(
             matches!(
                 e,
@@ -374,7 +444,7 @@ mod tests {
     #[test]
     fn an_image_with_a_non_container_backend_is_invalid() {
         for name in ["none", "bwrap", "landlock"] {
-            let e = backend(name, &BackendConfig::with_image("debian")).unwrap_err();
+            let e = backend(name, &Config::with_image("debian")).unwrap_err();
             assert!(
                 matches!(e, SandboxError::InvalidConfig { field: "image", .. }),
                 "{name}: {e}"
@@ -388,7 +458,7 @@ mod tests {
             if compiled_in().contains(&name) {
                 continue;
             }
-            let e = backend(name, &BackendConfig::default()).unwrap_err();
+            let e = backend(name, &Config::default()).unwrap_err();
             match &e {
                 SandboxError::Unavailable {
                     backend, remedy, ..
@@ -404,15 +474,12 @@ mod tests {
     #[test]
     fn auto_never_lists_none_unless_allowed_and_an_image_means_docker() {
         for lane in Lane::ALL {
-            assert!(!candidates(lane, &BackendConfig::default(), false).contains(&"none"));
+            assert!(!candidates(lane, &Config::default(), false).contains(&"none"));
             assert_eq!(
-                candidates(lane, &BackendConfig::default(), true).last(),
+                candidates(lane, &Config::default(), true).last(),
                 Some(&"none")
             );
-            assert_eq!(
-                candidates(lane, &BackendConfig::with_image("x"), true),
-                ["docker"]
-            );
+            assert_eq!(candidates(lane, &Config::with_image("x"), true), ["docker"]);
         }
         assert_eq!(preference(Lane::Fast)[0], "landlock");
         assert_eq!(preference(Lane::Strict)[0], "bwrap");
@@ -431,7 +498,7 @@ mod tests {
         let e = select(
             &Choice::Auto { allow_none: true },
             &opts,
-            &BackendConfig::default(),
+            &Config::default(),
         )
         .await
         .unwrap_err();
@@ -457,7 +524,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut opts = SandboxOpts::new(dir.path(), ["true"]);
         opts.lane = Lane::Trusted;
-        match select(&Choice::auto(), &opts, &BackendConfig::default()).await {
+        match select(&Choice::auto(), &opts, &Config::default()).await {
             Ok(s) => assert_ne!(s.backend.name(), "none"),
             Err(e) => assert!(matches!(e, SandboxError::Unavailable { .. }), "{e}"),
         }
@@ -465,7 +532,7 @@ mod tests {
         let r = select(
             &Choice::Auto { allow_none: true },
             &opts,
-            &BackendConfig::default(),
+            &Config::default(),
         )
         .await;
         if only_none {
@@ -486,13 +553,37 @@ mod tests {
     async fn a_named_backend_is_refused_on_a_lane_it_cannot_satisfy() {
         let dir = tempfile::tempdir().unwrap();
         let opts = SandboxOpts::new(dir.path(), ["true"]);
-        let e = select(
-            &Choice::Named("none".into()),
-            &opts,
-            &BackendConfig::default(),
-        )
-        .await
-        .unwrap_err();
+        let e = select(&Choice::Named("none".into()), &opts, &Config::default())
+            .await
+            .unwrap_err();
         assert!(matches!(e, SandboxError::PolicyRefused { .. }), "{e}");
+    }
+
+    #[cfg(feature = "none")]
+    #[tokio::test]
+    async fn for_a_lane_none_is_refused_off_trusted_and_never_picked_by_auto() {
+        let e = crate::select("none", &Config::default(), Lane::Strict)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, SandboxError::PolicyRefused { .. }), "{e}");
+        match crate::select("none", &Config::default(), Lane::Trusted).await {
+            Ok(b) => assert_eq!(b.name(), "none"),
+            // No cgroup here: the preflight's reason, not a silent substitute.
+            Err(e) => assert!(
+                matches!(
+                    e,
+                    SandboxError::Unavailable {
+                        backend: "none",
+                        ..
+                    }
+                ),
+                "{e}"
+            ),
+        }
+        for lane in Lane::ALL {
+            if let Ok(b) = crate::select("auto", &Config::default(), lane).await {
+                assert_ne!(b.name(), "none");
+            }
+        }
     }
 }

@@ -12,7 +12,7 @@ mod stream;
 
 use clap::{CommandFactory, Parser};
 
-use sandbox::select::BackendConfig;
+use sandbox::select::Config;
 
 use crate::args::{Cli, Command, DoctorArgs};
 use crate::error::SANDBOX_FAILED;
@@ -60,7 +60,7 @@ fn with_runtime(fut: impl std::future::Future<Output = i32>) -> i32 {
 }
 
 async fn doctor(args: DoctorArgs) -> i32 {
-    let report = sandbox::doctor::doctor(&BackendConfig::default()).await;
+    let report = sandbox::doctor::doctor(&Config::default()).await;
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => println!("{s}"),

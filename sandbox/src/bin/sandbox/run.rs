@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
-use sandbox::select::{self, BackendConfig, Choice};
+use sandbox::select::{self, Choice, Config};
 use sandbox::{
     DynSandbox, EffectivePolicy, Enforcement, EnvPolicy, Plan, SandboxError, SandboxOpts,
     SandboxOutcome, Status,
@@ -98,7 +98,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         BackendArg::Auto => Choice::auto(),
         named => Choice::Named(named.name().to_string()),
     };
-    let mut config = BackendConfig::default();
+    let mut config = Config::default();
     config.image = spec.image.clone();
 
     let selected = tokio::select! {
@@ -133,7 +133,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
 
 /// A policy refusal gets the command line's remedy when `--lane trusted` is what it takes
 /// (how `--backend none` learns where it runs).
-fn with_hint(e: SandboxError, opts: &SandboxOpts, config: &BackendConfig) -> CliError {
+fn with_hint(e: SandboxError, opts: &SandboxOpts, config: &Config) -> CliError {
     let hint = match &e {
         SandboxError::PolicyRefused { backend, .. } => select::backend(backend, config)
             .ok()

@@ -23,7 +23,8 @@ pub struct DoctorReport {
     pub host: HostFacts,
     /// One entry per compiled-in backend, in [`select::KNOWN`] order.
     pub backends: Vec<BackendReport>,
-    /// What `auto` picks on each lane for a default request (no network, no extra paths).
+    /// What `auto` picks on each lane for a default request (no network, no extra paths)
+    /// when no image is named.
     pub auto: Vec<AutoPick>,
 }
 
@@ -60,6 +61,8 @@ pub struct BackendReport {
     /// The lanes on which it runs a default request (network `none`, no extra paths, the
     /// default process cap).
     pub lanes: Vec<Lane>,
+    /// The container image it was checked with (docker only).
+    pub image: Option<String>,
 }
 
 /// What `auto` picks on one lane.
@@ -82,12 +85,14 @@ pub async fn doctor(config: &Config) -> DoctorReport {
         .iter()
         .map(|&lane| AutoPick {
             lane,
-            backend: select::candidates(lane, config, false)
+            // As `sandbox run` without an image: a backend that works only with the
+            // image named here is not what it would pick.
+            backend: select::candidates(lane, &Config::default(), false)
                 .into_iter()
                 .find(|c| {
-                    backends
-                        .iter()
-                        .any(|b| b.name == *c && b.works && b.lanes.contains(&lane))
+                    backends.iter().any(|b| {
+                        b.name == *c && b.works && b.image.is_none() && b.lanes.contains(&lane)
+                    })
                 }),
         })
         .collect();
@@ -114,13 +119,16 @@ async fn examine(name: &'static str, config: &Config, is_root: bool) -> BackendR
         remedy: None,
         capability: None,
         lanes: Vec::new(),
+        image: None,
     };
-    // Only docker takes an image; the others are examined without one.
+    // An image is for the container backend; the others are examined without one (they
+    // would refuse it).
     let own = if name == "docker" {
         config.clone()
     } else {
         Config::default()
     };
+    report.image = own.image.clone();
     let backend = match select::backend(name, &own) {
         Ok(b) => b,
         Err(e) => {
@@ -153,6 +161,10 @@ fn default_lanes(name: &'static str, cap: &Capability, is_root: bool) -> Vec<Lan
 impl BackendReport {
     fn set_problem(&mut self, e: &SandboxError) {
         let (problem, remedy) = match e {
+            SandboxError::InvalidConfig { field: "image", .. } => (
+                "no container image named, and it runs every command in one".to_string(),
+                "name an image the engine has: `sandbox doctor --image IMAGE`".to_string(),
+            ),
             SandboxError::Unavailable { reason, remedy, .. } => (reason.clone(), remedy.clone()),
             SandboxError::NotSupported {
                 feature, remedy, ..
@@ -248,6 +260,9 @@ impl fmt::Display for DoctorReport {
                 if let Some(r) = &b.remedy {
                     writeln!(f, "    remedy      {r}")?;
                 }
+            }
+            if let Some(image) = &b.image {
+                writeln!(f, "    image       {image}")?;
             }
             for d in &b.details {
                 writeln!(f, "    note        {d}")?;

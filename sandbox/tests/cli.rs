@@ -43,14 +43,54 @@ fn code(o: &Output) -> i32 {
         .unwrap_or_else(|| panic!("sandbox itself died by a signal: {o:?}"))
 }
 
-/// `sandbox doctor --json`, once.
+/// `sandbox doctor --json`, once; with the docker test image when docker is compiled in
+/// (docker runs nothing without an image).
 fn doctor() -> &'static Value {
     static REPORT: OnceLock<Value> = OnceLock::new();
     REPORT.get_or_init(|| {
-        let o = sandbox().args(["doctor", "--json"]).output().unwrap();
+        let mut cmd = sandbox();
+        cmd.args(["doctor", "--json"]);
+        if cfg!(feature = "docker") {
+            cmd.args(["--image", &docker_image()]);
+        }
+        let o = cmd.output().unwrap();
         serde_json::from_slice(&o.stdout)
             .unwrap_or_else(|e| panic!("doctor --json is not JSON ({e}): {}", text(&o.stdout)))
     })
+}
+
+/// The image the docker cases run in: `SANDBOX_TEST_DOCKER_IMAGE`, else one imported here
+/// from the host's static busybox (nothing can be pulled on the test machines).
+fn docker_image() -> String {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            if let Ok(image) = std::env::var("SANDBOX_TEST_DOCKER_IMAGE") {
+                return image;
+            }
+            let tag = "sandbox-cli-test:busybox";
+            let script = format!(
+                r#"set -e
+                bb=$(command -v busybox)
+                d=$(mktemp -d)
+                trap 'rm -rf "$d"' EXIT
+                mkdir -p "$d/bin" "$d/tmp" "$d/etc"
+                chmod 1777 "$d/tmp"
+                cp "$bb" "$d/bin/busybox"
+                for a in $("$bb" --list); do
+                  [ "$a" = busybox ] || ln -s busybox "$d/bin/$a"
+                done
+                echo 'nobody:x:65534:65534:nobody:/:/bin/sh' > "$d/etc/passwd"
+                tar -C "$d" -c . | docker import -c 'ENV PATH=/bin' - {tag} >/dev/null"#
+            );
+            match Command::new("sh").args(["-c", &script]).output() {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => eprintln!("could not build {tag}: {}", text(&o.stderr)),
+                Err(e) => eprintln!("could not build {tag}: {e}"),
+            }
+            tag.to_string()
+        })
+        .clone()
 }
 
 fn required(backend: &str) -> bool {
@@ -407,11 +447,6 @@ fn backend_flags(backend: &str) -> Vec<String> {
         v.push(docker_image());
     }
     v
-}
-
-/// The image the docker cases run in: `SANDBOX_TEST_DOCKER_IMAGE`, else `debian:bookworm`.
-fn docker_image() -> String {
-    std::env::var("SANDBOX_TEST_DOCKER_IMAGE").unwrap_or_else(|_| "debian:bookworm".into())
 }
 
 fn run_with(backend: &str, ws: &Path, extra: &[&str], argv: &[&str]) -> Output {

@@ -172,6 +172,10 @@ pub struct DoctorArgs {
     /// Print the report as one JSON object
     #[arg(long)]
     pub json: bool,
+
+    /// Check the docker backend with this image (it needs one to run anything)
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
 }
 
 /// A backend name, as typed.

@@ -60,7 +60,9 @@ fn with_runtime(fut: impl std::future::Future<Output = i32>) -> i32 {
 }
 
 async fn doctor(args: DoctorArgs) -> i32 {
-    let report = sandbox::doctor::doctor(&Config::default()).await;
+    let mut config = Config::default();
+    config.image = args.image;
+    let report = sandbox::doctor::doctor(&config).await;
     if args.json {
         match serde_json::to_string_pretty(&report) {
             Ok(s) => println!("{s}"),

@@ -1,1 +1,71 @@
-fn main() {}
+//! Project automation, run as `cargo xtask <task>` (the alias is in `.cargo/config.toml`).
+//!
+//! Boring on purpose: std and `serde_json` (to read cargo's build messages and the
+//! suite's reports), one module per task, `main` only dispatches.
+
+mod conformance;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+/// Errors are messages for a person at a terminal.
+type Result<T, E = Box<dyn std::error::Error>> = std::result::Result<T, E>;
+
+const HELP: &str = "\
+Usage: cargo xtask <task> [options]
+
+Tasks:
+  conformance [--backend NAME]... [--require NAME,...] [--validate] [--as-user UID]
+              [-- <test harness args>]
+      Build the conformance suite once, run it for each backend (default: none, bwrap,
+      landlock, docker), print a backend-by-case matrix (pass / FAIL / skip (reason)) and
+      write it to target/conformance.md. Fails on any failing case and on any --require'd
+      backend that is unavailable; other unavailable backends are shown, not fatal.
+        --validate      run the confinement cases against `none`; each must fail there
+                        (the proof that it can fail)
+        --as-user UID   run the suite as UID (setpriv, no groups, a TMPDIR it owns), for
+                        the unprivileged run
+        -- ARGS         passed to the test harness (e.g. `-- fs::` to run one area)
+  help
+      This text.
+";
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let task = args.next();
+    let rest: Vec<String> = args.collect();
+    let result = match task.as_deref() {
+        Some("conformance") => conformance::run(&rest),
+        None | Some("help" | "--help" | "-h") => {
+            print!("{HELP}");
+            Ok(())
+        }
+        Some(other) => Err(format!("unknown task `{other}`\n\n{HELP}").into()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The workspace root: xtask lives one level below it.
+fn project_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().unwrap_or(manifest).to_path_buf()
+}
+
+/// The cargo that runs us (so the same toolchain builds everything).
+fn cargo() -> std::ffi::OsString {
+    std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into())
+}
+
+/// Cargo's target directory, where results are written.
+fn target_dir() -> PathBuf {
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(d) => project_root().join(d),
+        None => project_root().join("target"),
+    }
+}

@@ -1,0 +1,128 @@
+//! Resource limits: each stops what it limits, and the outcome says how.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbox_core::{LimitMechanism, Status};
+
+use super::CaseResult;
+use crate::context::{describe, Context};
+
+/// A fork bomb stops at the process cap.
+pub async fn process_cap(ctx: Arc<Context>) -> CaseResult {
+    const CAP: u64 = 32;
+    const WANTED: u64 = 400;
+    let ws = ctx.workspace("nproc")?;
+    let mut opts = ctx.opts(ws.path(), ["fork", &WANTED.to_string()]);
+    opts.limits.max_processes = Some(CAP);
+    let p = ctx.probe_run(opts).await?;
+    let got = p.int("got")?;
+    ensure!(
+        (0..=CAP as i64).contains(&got),
+        "with a cap of {CAP} processes the probe held {got} children at once: {}",
+        p.describe()
+    );
+    ensure!(
+        p.outcome
+            .policy
+            .limits
+            .iter()
+            .any(|l| l.limit == "processes" && l.value == CAP),
+        "the process cap is not in the effective policy: {:?}",
+        p.outcome.policy.limits
+    );
+    Ok(())
+}
+
+/// A memory limit stops a command that allocates past it (reported as out-of-memory
+/// where the backend can tell); under the limit, allocation works.
+pub async fn memory(ctx: Arc<Context>) -> CaseResult {
+    const LIMIT: u64 = 256 << 20;
+    let ws = ctx.workspace("memory")?;
+    let with_limit = |mb: &str| {
+        let mut o = ctx.opts(ws.path(), ["alloc", mb]);
+        o.limits.memory_bytes = Some(LIMIT);
+        o
+    };
+    let p = ctx.probe_run(with_limit("16")).await?;
+    ensure!(
+        p.succeeded(),
+        "16 MiB under a 256 MiB limit failed: {}",
+        p.describe()
+    );
+    let p = ctx.probe_run(with_limit("2048")).await?;
+    ensure!(
+        !p.succeeded() && !p.stdout_contains("\"ok\":true"),
+        "2 GiB was allocated and touched under a 256 MiB limit: {}",
+        p.describe()
+    );
+    let mechanism = p
+        .outcome
+        .policy
+        .limits
+        .iter()
+        .find(|l| l.limit == "memory")
+        .map(|l| l.mechanism);
+    ensure!(
+        mechanism.is_some(),
+        "the memory limit is not in the effective policy"
+    );
+    if ctx.capability().oom_status && mechanism != Some(LimitMechanism::Rlimit) {
+        ensure!(
+            p.outcome.status == Status::OutOfMemory,
+            "the backend claims to report OOM kills, but said {}",
+            describe(&p.outcome)
+        );
+    }
+    Ok(())
+}
+
+/// An open-files limit caps the descriptors a command can hold.
+pub async fn open_files(ctx: Arc<Context>) -> CaseResult {
+    const LIMIT: u64 = 64;
+    let ws = ctx.workspace("nofile")?;
+    let mut opts = ctx.opts(ws.path(), ["open-files", "1000"]);
+    opts.limits.open_files = Some(LIMIT);
+    let p = ctx.probe_run(opts).await?;
+    let got = p.int("got")?;
+    let errno = p.int("errno")?;
+    // stdin, stdout and stderr take three of the limit.
+    ensure!(
+        (got as u64) + 3 <= LIMIT,
+        "with a limit of {LIMIT} open files the probe opened {got} more: {}",
+        p.describe()
+    );
+    ensure!(
+        errno == i64::from(libc::EMFILE),
+        "opening stopped with errno {errno}, not EMFILE: {}",
+        p.describe()
+    );
+    Ok(())
+}
+
+/// A CPU-time limit ends a command that spins, long before its wall-clock timeout.
+pub async fn cpu_time(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("cpu")?;
+    let mut opts = ctx.opts(ws.path(), ["spin"]);
+    opts.limits.cpu_seconds = Some(1);
+    opts.timeout = Some(Duration::from_secs(300));
+    let out = ctx.run(opts).await?;
+    ensure!(
+        !matches!(out.status, Status::TimedOut | Status::Exited { code: 0 }),
+        "a spinning command with 1 s of CPU ended with {}",
+        describe(&out)
+    );
+    if ctx.capability().signal_status {
+        ensure!(
+            matches!(
+                out.status,
+                Status::Signaled {
+                    signal: libc::SIGXCPU | libc::SIGKILL
+                }
+            ),
+            "expected death by SIGXCPU or SIGKILL: {}",
+            describe(&out)
+        );
+    }
+    Ok(())
+}

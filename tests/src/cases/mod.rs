@@ -1,0 +1,15 @@
+//! The cases, one module per area. Each is a plain async function with a one-line doc;
+//! the host side judges the effect wherever it can.
+
+pub mod api;
+pub mod env;
+pub mod fd;
+pub mod fs;
+pub mod limits;
+pub mod net;
+pub mod proc;
+pub mod root;
+pub mod scale;
+
+/// The result of a case.
+pub type CaseResult = Result<(), crate::Failure>;

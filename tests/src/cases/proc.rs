@@ -1,0 +1,135 @@
+//! Process lifetime: nothing outlives `wait`, `kill` or a timeout, not even a daemon that
+//! double-forked and called `setsid`; host processes stay out of sight.
+
+use std::ffi::OsStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbox_core::{DynSandbox, Status};
+
+use super::CaseResult;
+use crate::context::{describe, Context, Failure};
+use crate::host::{processes_with_arg, wait_for_file, wait_gone};
+
+/// How a daemon case ends its run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum End {
+    Wait,
+    Kill,
+    Timeout,
+}
+
+/// How long after `wait`/`kill` returns the host keeps looking before it calls a process
+/// a survivor (the contract says none is left when they return; this only absorbs the
+/// host's own scheduling).
+const GONE_LIMIT: Duration = Duration::from_secs(5);
+
+async fn daemon(ctx: Arc<Context>, end: End) -> CaseResult {
+    let ws = ctx.workspace("daemon")?;
+    let pidfile = ws.join("daemon.pid");
+    let release = ws.join("release");
+    // The pidfile's path is in the probe's argv, and so in the daemon's (a fork keeps
+    // it): a unique mark to find it in the host's /proc, whatever its pid namespace.
+    let mark = pidfile.to_string_lossy().into_owned();
+    let mut opts = ctx.opts(
+        ws.path(),
+        [
+            OsStr::new("daemonize"),
+            pidfile.as_os_str(),
+            release.as_os_str(),
+        ],
+    );
+    if end == End::Timeout {
+        opts.timeout = Some(Duration::from_secs(10));
+    }
+    let sb: Arc<DynSandbox> = Arc::from(ctx.sandbox());
+    sb.run(opts).await?;
+    if !wait_for_file(&pidfile, Duration::from_secs(60)).await {
+        let _ = sb.kill().await;
+        let out = sb.wait().await?;
+        return Err(Failure::Broken(format!(
+            "the daemon never wrote its pidfile: {}",
+            describe(&out)
+        )));
+    }
+    let daemon_line = std::fs::read_to_string(&pidfile).unwrap_or_default();
+    if end != End::Timeout {
+        // The host's view works: the daemon is visible before the run ends.
+        let alive = processes_with_arg(&mark);
+        if alive.is_empty() {
+            let _ = sb.kill().await;
+            return Err(Failure::Broken(
+                "the daemon cannot be found in the host's /proc while the run is going, so \
+                 its survival could not be judged"
+                    .into(),
+            ));
+        }
+    }
+    let out = match end {
+        End::Wait => {
+            std::fs::write(&release, "go")?;
+            sb.wait().await?
+        }
+        End::Kill => {
+            sb.kill().await?;
+            sb.wait().await?
+        }
+        End::Timeout => sb.wait().await?,
+    };
+    let expected = match end {
+        End::Wait => Status::Exited { code: 0 },
+        End::Kill => Status::Killed,
+        End::Timeout => Status::TimedOut,
+    };
+    ensure!(
+        out.status == expected,
+        "expected {expected:?}: {}",
+        describe(&out)
+    );
+    let left = wait_gone(&mark, GONE_LIMIT).await;
+    // Survivors are reported, then ended, so a failing backend does not litter the host.
+    kill_all(&left);
+    ensure!(
+        left.is_empty(),
+        "processes of the run outlived {end:?} (daemon reported `{}`): {left:?}",
+        daemon_line.trim()
+    );
+    Ok(())
+}
+
+/// SIGKILL each listed process (found by its unique mark, so nothing else is hit).
+fn kill_all(procs: &[(i32, String)]) {
+    for &(pid, _) in procs {
+        // SAFETY: a signal to a process whose command line carries this case's mark.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// No process survives `wait`, not even a double-forked `setsid` daemon.
+pub async fn no_survivor_after_wait(ctx: Arc<Context>) -> CaseResult {
+    daemon(ctx, End::Wait).await
+}
+
+/// No process survives `kill`, not even a double-forked `setsid` daemon.
+pub async fn no_survivor_after_kill(ctx: Arc<Context>) -> CaseResult {
+    daemon(ctx, End::Kill).await
+}
+
+/// No process survives a timeout, not even a double-forked `setsid` daemon.
+pub async fn no_survivor_after_timeout(ctx: Arc<Context>) -> CaseResult {
+    daemon(ctx, End::Timeout).await
+}
+
+/// The host's processes are out of the command's sight (it cannot signal the host).
+pub async fn host_processes_invisible(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("procs")?;
+    let me = std::process::id().to_string();
+    let p = ctx.probe_in(ws.path(), ["see-pid", me.as_str()]).await?;
+    p.report()?;
+    forbid!(
+        p.succeeded(),
+        "the command can see the host's test process (pid {me}): {}",
+        p.describe()
+    );
+    Ok(())
+}

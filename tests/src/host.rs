@@ -1,0 +1,197 @@
+//! The host's side of a case: checks that do not trust the probe's word.
+
+use std::ffi::CString;
+use std::io::{self, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A listener on the host's `127.0.0.1` that greets every connection with a token and
+/// counts them: "was the host's loopback reached?" answered by the host, not the probe.
+#[derive(Debug)]
+pub struct HostListener {
+    addr: SocketAddr,
+    token: String,
+    accepted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl HostListener {
+    /// Listen on an ephemeral port of `127.0.0.1`.
+    pub fn start(token: &str) -> io::Result<Self> {
+        let listener = TcpListener::bind("127.0.0.1:0")?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (accepted, stop, token) = (accepted.clone(), stop.clone(), token.to_owned());
+            std::thread::spawn(move || {
+                // Polling keeps the thread stoppable without a self-connection that would
+                // count as a visitor.
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((mut s, _)) => {
+                            accepted.fetch_add(1, Ordering::SeqCst);
+                            let _ = s.set_nonblocking(false);
+                            let _ = s.write_all(token.as_bytes());
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            })
+        };
+        Ok(Self {
+            addr,
+            token: token.to_owned(),
+            accepted,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The greeting.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for HostListener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Processes on the host whose command line has `arg` as one of its arguments, with their
+/// command lines. Found by scanning `/proc`, so it works whatever pid namespace or
+/// container the process is in (a pid written by the process itself would be its
+/// namespace's pid, meaningless here). Zombies have an empty command line and do not
+/// count: they hold nothing.
+pub fn processes_with_arg(arg: &str) -> Vec<(i32, String)> {
+    let me = std::process::id() as i32;
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        if pid == me {
+            continue;
+        }
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        if cmdline.split(|&b| b == 0).any(|a| a == arg.as_bytes()) {
+            let shown = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            found.push((pid, shown.trim().to_owned()));
+        }
+    }
+    found
+}
+
+/// Poll [`processes_with_arg`] until none is left or `limit` passes; what is left.
+pub async fn wait_gone(arg: &str, limit: Duration) -> Vec<(i32, String)> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let left = processes_with_arg(arg);
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Poll until `path` exists (true) or `limit` passes (false).
+pub async fn wait_for_file(path: &Path, limit: Duration) -> bool {
+    let deadline = Instant::now() + limit;
+    loop {
+        if path.exists() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A descriptor this process holds *without* close-on-exec, as a careless host (or a
+/// library it uses) would: the sandbox must still not hand it to the command.
+#[derive(Debug)]
+pub struct LeakyFd {
+    fds: Vec<i32>,
+}
+
+impl LeakyFd {
+    /// Open `path` read-only without `O_CLOEXEC`, plus a duplicate at or above `high` (so
+    /// a backend that closes only low descriptors is caught). Both are checked to really
+    /// lack close-on-exec.
+    pub fn open(path: &Path, high: i32) -> io::Result<Self> {
+        let c = CString::new(path.as_os_str().as_bytes())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        // SAFETY: open on a C string we own; the descriptor is owned by the value.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_RDONLY) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut me = Self { fds: vec![fd] };
+        // SAFETY: F_DUPFD (not F_DUPFD_CLOEXEC) on our own descriptor.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD, high) };
+        if dup < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        me.fds.push(dup);
+        for &f in &me.fds {
+            // SAFETY: reads the flags of our own descriptor.
+            let flags = unsafe { libc::fcntl(f, libc::F_GETFD) };
+            if flags < 0 || flags & libc::FD_CLOEXEC != 0 {
+                return Err(io::Error::other(format!(
+                    "descriptor {f} has close-on-exec set; the case needs one without"
+                )));
+            }
+        }
+        Ok(me)
+    }
+
+    /// The descriptor numbers.
+    pub fn fds(&self) -> &[i32] {
+        &self.fds
+    }
+}
+
+impl Drop for LeakyFd {
+    fn drop(&mut self) {
+        for &f in &self.fds {
+            // SAFETY: our own descriptors, closed once.
+            unsafe { libc::close(f) };
+        }
+    }
+}
+
+/// `(mode, uid, gid)` of `path` without following a symlink, or `None` if it is absent.
+pub fn owner_and_mode(path: &Path) -> Option<(u32, u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.mode(), m.uid(), m.gid()))
+}

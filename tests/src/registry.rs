@@ -1,0 +1,352 @@
+//! The list of cases, what each requires, and how one is judged.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbox_core::Capability;
+
+use crate::context::{Context, Failure, Mode};
+
+/// What a case function returns.
+pub type CaseFuture = Pin<Box<dyn Future<Output = Result<(), Failure>> + Send>>;
+
+/// A case function.
+pub type CaseFn = fn(Arc<Context>) -> CaseFuture;
+
+/// Whether a case applies to a capability; `Err` carries the reason it is skipped.
+pub type Requirement = fn(&Capability) -> Result<(), String>;
+
+/// A case longer than this is failed (and its sandboxes dropped, which kills them).
+const CASE_LIMIT: Duration = Duration::from_secs(600);
+
+/// One registered case.
+#[derive(Clone, Copy)]
+pub struct Case {
+    /// The area (`api`, `fs`, `net`, ...).
+    pub area: &'static str,
+    /// The case's name within its area.
+    pub name: &'static str,
+    /// When it applies.
+    pub requires: Requirement,
+    /// It checks a restriction the unconfined `none` backend does not provide, so it must
+    /// fail against `none` (checked by `SANDBOX_VALIDATE=1`).
+    pub confinement: bool,
+    /// The case.
+    pub run: CaseFn,
+}
+
+impl std::fmt::Debug for Case {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Case")
+            .field("name", &self.full_name())
+            .field("confinement", &self.confinement)
+            .finish()
+    }
+}
+
+impl Case {
+    /// `conformance::<area>::<name>`.
+    pub fn full_name(&self) -> String {
+        format!("conformance::{}::{}", self.area, self.name)
+    }
+}
+
+/// The verdict on one case.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Passed (in validation: failed at its confinement check, as it must); with a note.
+    Pass(Option<String>),
+    /// Failed, with why.
+    Fail(String),
+    /// Does not apply, with why.
+    Skip(String),
+}
+
+/// Requirements, one function per capability claim, each saying why a case is skipped.
+pub mod require {
+    use sandbox_core::{Capability, Enforcement};
+
+    fn exact(what: &str, e: Enforcement) -> Result<(), String> {
+        match e {
+            Enforcement::Exact => Ok(()),
+            Enforcement::OverGrant(gives) => Err(format!(
+                "the backend can only over-grant {what} (it gives {gives})"
+            )),
+            Enforcement::Unsupported => Err(format!("the backend does not provide {what}")),
+        }
+    }
+
+    fn claim(flag: bool, what: &str) -> Result<(), String> {
+        if flag {
+            Ok(())
+        } else {
+            Err(format!("the backend does not claim {what}"))
+        }
+    }
+
+    /// Every backend.
+    pub fn always(_: &Capability) -> Result<(), String> {
+        Ok(())
+    }
+    /// `confine_reads`.
+    pub fn confine_reads(c: &Capability) -> Result<(), String> {
+        claim(
+            c.confine_reads,
+            "read confinement (capability.confine_reads)",
+        )
+    }
+    /// `confine_writes`.
+    pub fn confine_writes(c: &Capability) -> Result<(), String> {
+        claim(
+            c.confine_writes,
+            "write confinement (capability.confine_writes)",
+        )
+    }
+    /// `readonly_carveouts`.
+    pub fn carveouts(c: &Capability) -> Result<(), String> {
+        claim(
+            c.readonly_carveouts,
+            "read-only carve-outs (capability.readonly_carveouts)",
+        )
+    }
+    /// Network `none`, exactly.
+    pub fn network_none(c: &Capability) -> Result<(), String> {
+        exact("network mode `none`", c.network_none)
+    }
+    /// Network `loopback`, exactly.
+    pub fn network_loopback(c: &Capability) -> Result<(), String> {
+        exact("network mode `loopback`", c.network_loopback)
+    }
+    /// Network `full`, in any form.
+    pub fn network_full(c: &Capability) -> Result<(), String> {
+        match c.network_full {
+            Enforcement::Unsupported => {
+                Err("the backend does not provide network mode `full`".into())
+            }
+            _ => Ok(()),
+        }
+    }
+    /// `process_isolation`.
+    pub fn process_isolation(c: &Capability) -> Result<(), String> {
+        claim(
+            c.process_isolation,
+            "process isolation (capability.process_isolation)",
+        )
+    }
+    /// `process_limit`.
+    pub fn process_limit(c: &Capability) -> Result<(), String> {
+        claim(
+            c.process_limit,
+            "a process limit (capability.process_limit)",
+        )
+    }
+    /// `memory_limit`.
+    pub fn memory_limit(c: &Capability) -> Result<(), String> {
+        claim(c.memory_limit, "a memory limit (capability.memory_limit)")
+    }
+    /// `open_files_limit`.
+    pub fn open_files_limit(c: &Capability) -> Result<(), String> {
+        claim(
+            c.open_files_limit,
+            "an open-files limit (capability.open_files_limit)",
+        )
+    }
+    /// `cpu_limit`.
+    pub fn cpu_limit(c: &Capability) -> Result<(), String> {
+        claim(c.cpu_limit, "a CPU-time limit (capability.cpu_limit)")
+    }
+    /// `signal_status`.
+    pub fn signal_status(c: &Capability) -> Result<(), String> {
+        claim(
+            c.signal_status,
+            "to report signals apart from exit codes (capability.signal_status)",
+        )
+    }
+    /// `snapshot`.
+    pub fn snapshot(c: &Capability) -> Result<(), String> {
+        claim(c.snapshot, "snapshot runs (capability.snapshot)")
+    }
+    /// `host_programs`: argv\[0\] is resolved on the host before anything runs.
+    pub fn host_programs(c: &Capability) -> Result<(), String> {
+        claim(
+            c.host_programs,
+            "to run the host's programs (capability.host_programs)",
+        )
+    }
+    /// The host runs as root and the backend claims to drop root's power.
+    pub fn drops_host_root(c: &Capability) -> Result<(), String> {
+        if !crate::context::is_root() {
+            return Err("the host does not run as root, so there is no root power to drop".into());
+        }
+        claim(
+            c.drops_host_root,
+            "to drop host root's power (capability.drops_host_root)",
+        )
+    }
+}
+
+macro_rules! case {
+    ($area:ident :: $name:ident, $req:path) => {
+        case!(@make $area, $name, $req, false)
+    };
+    ($area:ident :: $name:ident, $req:path, confinement) => {
+        case!(@make $area, $name, $req, true)
+    };
+    (@make $area:ident, $name:ident, $req:path, $conf:expr) => {
+        Case {
+            area: stringify!($area),
+            name: stringify!($name),
+            requires: $req,
+            confinement: $conf,
+            run: |ctx| Box::pin(crate::cases::$area::$name(ctx)),
+        }
+    };
+}
+
+/// Every case, in a stable order.
+pub fn cases() -> Vec<Case> {
+    use require::*;
+    vec![
+        case!(api::preflight, always),
+        case!(api::exit_codes, always),
+        case!(api::signal_status, signal_status),
+        case!(api::argv_roundtrip, always),
+        case!(api::stdin, always),
+        case!(api::timeout, always),
+        case!(api::kill_during_wait, always),
+        case!(api::state_errors, always),
+        case!(api::logs_while_running, always),
+        case!(api::output_cap, always),
+        case!(api::boxed_and_arc, always),
+        case!(api::effective_policy, always),
+        case!(env::scrubbed, always),
+        case!(fs::cwd, always),
+        case!(fs::workspace_write_persists, always),
+        case!(fs::invalid_options, always),
+        case!(fs::unknown_program, host_programs),
+        case!(fs::capture_files, always),
+        case!(fs::snapshot, snapshot),
+        case!(fs::reads_outside_denied, confine_reads, confinement),
+        case!(fs::writes_outside_denied, confine_writes, confinement),
+        case!(fs::readonly_carveouts, carveouts, confinement),
+        case!(fd::host_fds_not_inherited, always),
+        case!(net::none_blocks_host, network_none, confinement),
+        case!(net::loopback_private, network_loopback, confinement),
+        case!(net::full_reaches_host, network_full),
+        case!(proc::no_survivor_after_wait, always),
+        case!(proc::no_survivor_after_kill, always),
+        case!(proc::no_survivor_after_timeout, always),
+        case!(
+            proc::host_processes_invisible,
+            process_isolation,
+            confinement
+        ),
+        case!(limits::process_cap, process_limit),
+        case!(limits::memory, memory_limit),
+        case!(limits::open_files, open_files_limit),
+        case!(limits::cpu_time, cpu_limit),
+        case!(
+            root::root_only_file_unreadable,
+            drops_host_root,
+            confinement
+        ),
+        case!(root::no_setuid_root_left, drops_host_root, confinement),
+        case!(scale::concurrent_32, always),
+    ]
+}
+
+/// Run `case` in `ctx` and judge it. In [`Mode::Validate`] the verdict is inverted: a
+/// pass means the case failed at its confinement check.
+pub async fn run_case(case: Case, ctx: Arc<Context>) -> Verdict {
+    if let Err(reason) = (case.requires)(&ctx.claimed()) {
+        return Verdict::Skip(reason);
+    }
+    let mode = ctx.mode();
+    // Its own task: a panic is a failure of this case, not of the harness.
+    let task = tokio::spawn(tokio::time::timeout(CASE_LIMIT, (case.run)(ctx)));
+    let result = match task.await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err(Failure::Broken(format!(
+            "the case did not finish within {CASE_LIMIT:?}"
+        ))),
+        Err(e) => Err(Failure::Broken(format!("the case panicked: {e}"))),
+    };
+    match (mode, result) {
+        (Mode::Conform, Ok(())) => Verdict::Pass(None),
+        (Mode::Conform, Err(f)) => Verdict::Fail(f.to_string()),
+        (Mode::Validate, Err(Failure::Violation(m))) => {
+            Verdict::Pass(Some(format!("validated: fails against none: {m}")))
+        }
+        (Mode::Validate, Ok(())) => Verdict::Fail(
+            "passed against the unconfined backend: this case cannot detect the missing \
+             confinement"
+                .into(),
+        ),
+        (Mode::Validate, Err(Failure::Broken(m))) => Verdict::Fail(format!(
+            "did not reach its confinement check against none: {m}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_core::Enforcement;
+
+    #[test]
+    fn names_are_unique_and_well_formed() {
+        let all = cases();
+        let mut names: Vec<String> = all.iter().map(Case::full_name).collect();
+        for n in &names {
+            let parts: Vec<&str> = n.split("::").collect();
+            assert_eq!(parts.len(), 3, "{n}");
+            assert_eq!(parts[0], "conformance");
+        }
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), all.len());
+    }
+
+    /// What `none` claims: no confinement at all.
+    fn unconfined() -> Capability {
+        Capability {
+            network_none: Enforcement::OverGrant("the host's whole network"),
+            network_loopback: Enforcement::OverGrant("the host's whole network"),
+            network_full: Enforcement::Exact,
+            tree_kill: true,
+            memory_limit: true,
+            cpu_limit: true,
+            process_limit: true,
+            open_files_limit: true,
+            signal_status: true,
+            snapshot: true,
+            host_programs: true,
+            ..Capability::default()
+        }
+    }
+
+    #[test]
+    fn confinement_cases_are_exactly_those_an_unconfined_backend_skips() {
+        for case in cases() {
+            let skipped = (case.requires)(&unconfined()).is_err();
+            assert_eq!(
+                skipped,
+                case.confinement,
+                "{}: skipped for an unconfined backend: {skipped}, marked confinement: {}",
+                case.full_name(),
+                case.confinement
+            );
+        }
+    }
+
+    #[test]
+    fn every_skip_has_a_reason() {
+        for case in cases() {
+            if let Err(reason) = (case.requires)(&Capability::default()) {
+                assert!(reason.len() > 10, "{}: {reason:?}", case.full_name());
+            }
+        }
+    }
+}

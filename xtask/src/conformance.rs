@@ -1,0 +1,473 @@
+//! `cargo xtask conformance`: build the suite once, run it per backend, print the matrix.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde_json::Value;
+
+use crate::{cargo, project_root, target_dir, Result};
+
+/// Every backend the workspace has, in matrix order.
+const ALL_BACKENDS: [&str; 4] = ["none", "bwrap", "landlock", "docker"];
+
+/// The suite's exit code for "backend unavailable" (see `sandbox_conformance::harness`).
+const UNAVAILABLE_EXIT: i32 = 3;
+
+#[derive(Debug, Default)]
+struct Options {
+    backends: Vec<String>,
+    require: Vec<String>,
+    validate: bool,
+    as_user: Option<u32>,
+    test_args: Vec<String>,
+}
+
+fn parse(args: &[String]) -> Result<Options> {
+    let mut o = Options::default();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut value = |flag: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match a.as_str() {
+            "--backend" => o.backends.push(value("--backend")?),
+            "--require" => o.require.extend(
+                value("--require")?
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from),
+            ),
+            "--validate" => o.validate = true,
+            "--as-user" => {
+                let v = value("--as-user")?;
+                o.as_user = Some(
+                    v.parse()
+                        .map_err(|_| format!("--as-user takes a numeric uid, not `{v}`"))?,
+                );
+            }
+            "--" => {
+                o.test_args = it.by_ref().cloned().collect();
+            }
+            other => {
+                return Err(format!("unknown option `{other}` (see `cargo xtask help`)").into())
+            }
+        }
+    }
+    // Defaults: every backend, unless only validation was asked for.
+    if o.backends.is_empty() && !(o.validate && o.require.is_empty()) {
+        o.backends = ALL_BACKENDS.iter().map(|s| s.to_string()).collect();
+    }
+    for r in &o.require {
+        if !o.backends.contains(r) {
+            o.backends.push(r.clone());
+        }
+    }
+    Ok(o)
+}
+
+/// The built test binary and probe.
+struct Built {
+    suite: PathBuf,
+    probe: PathBuf,
+}
+
+/// `cargo test -p sandbox-conformance --no-run`, once; the paths come from cargo's JSON
+/// messages, never guessed.
+fn build() -> Result<Built> {
+    eprintln!("xtask: building the conformance suite");
+    let out = Command::new(cargo())
+        .current_dir(project_root())
+        .args([
+            "test",
+            "-p",
+            "sandbox-conformance",
+            "--no-run",
+            "--message-format=json-render-diagnostics",
+        ])
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("building the conformance suite failed ({})", out.status).into());
+    }
+    let (mut suite, mut probe) = (None, None);
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let Some(exe) = msg["executable"].as_str() else {
+            continue;
+        };
+        let kinds = &msg["target"]["kind"];
+        let has = |k: &str| kinds.as_array().is_some_and(|a| a.iter().any(|v| v == k));
+        match msg["target"]["name"].as_str() {
+            Some("conformance") if has("test") => suite = Some(PathBuf::from(exe)),
+            Some("sandbox-probe") if has("bin") => probe = Some(PathBuf::from(exe)),
+            _ => {}
+        }
+    }
+    Ok(Built {
+        suite: suite.ok_or("cargo built no `conformance` test binary")?,
+        probe: probe.ok_or("cargo built no `sandbox-probe` binary")?,
+    })
+}
+
+/// One column of the matrix.
+#[derive(Debug)]
+struct Column {
+    label: String,
+    backend: String,
+    validate: bool,
+    /// Why the backend could not run, if it could not.
+    unavailable: Option<String>,
+    /// The suite did not finish with a report.
+    crashed: Option<String>,
+    /// Case (area::case) to (verdict, message), in the suite's order.
+    results: Vec<(String, String, Option<String>)>,
+}
+
+impl Column {
+    fn failed(&self) -> usize {
+        self.results.iter().filter(|(_, v, _)| v == "fail").count()
+    }
+    fn count(&self, verdict: &str) -> usize {
+        self.results.iter().filter(|(_, v, _)| v == verdict).count()
+    }
+}
+
+/// Where a run as `uid` keeps its temp files, the binaries it runs and its report: a
+/// directory it owns (created here), so nothing depends on the target dir being readable.
+fn user_dir(uid: u32) -> Result<PathBuf> {
+    let dir = user_dir_path(uid);
+    std::fs::create_dir_all(&dir)?;
+    std::os::unix::fs::chown(&dir, Some(uid), Some(uid)).map_err(|e| {
+        format!(
+            "cannot hand {} to uid {uid} ({e}); --as-user needs root",
+            dir.display()
+        )
+    })?;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
+fn user_dir_path(uid: u32) -> PathBuf {
+    std::env::temp_dir().join(format!("sandbox-conformance-uid-{uid}"))
+}
+
+fn copy_for(uid: u32, from: &Path, dir: &Path, name: &str) -> Result<PathBuf> {
+    let to = dir.join(name);
+    std::fs::copy(from, &to)?;
+    std::os::unix::fs::chown(&to, Some(uid), Some(uid))?;
+    std::fs::set_permissions(&to, std::fs::Permissions::from_mode(0o755))?;
+    Ok(to)
+}
+
+fn run_one(built: &Built, backend: &str, validate: bool, opts: &Options) -> Result<Column> {
+    let label = if validate {
+        format!("{backend} (validate)")
+    } else {
+        backend.to_string()
+    };
+    eprintln!("\nxtask: running the suite: {label}");
+    let mut cmd;
+    let report;
+    match opts.as_user {
+        Some(uid) => {
+            let dir = user_dir(uid)?;
+            let suite = copy_for(uid, &built.suite, &dir, "conformance")?;
+            let probe = copy_for(uid, &built.probe, &dir, "sandbox-probe")?;
+            let tmp = dir.join("tmp");
+            std::fs::create_dir_all(&tmp)?;
+            std::os::unix::fs::chown(&tmp, Some(uid), Some(uid))?;
+            report = dir.join(format!("report-{backend}-{validate}.json"));
+            cmd = Command::new("setpriv");
+            cmd.args(["--reuid", &uid.to_string(), "--regid", &uid.to_string()])
+                .args(["--clear-groups", "--"])
+                .arg(&suite)
+                .current_dir(&dir)
+                .env("TMPDIR", &tmp)
+                .env("HOME", &dir)
+                .env("SANDBOX_PROBE", &probe);
+        }
+        None => {
+            let dir = target_dir().join("conformance");
+            std::fs::create_dir_all(&dir)?;
+            report = dir.join(format!("report-{backend}-{validate}.json"));
+            cmd = Command::new(&built.suite);
+            cmd.current_dir(project_root());
+        }
+    }
+    let _ = std::fs::remove_file(&report);
+    cmd.args(&opts.test_args)
+        .env("SANDBOX_BACKEND", backend)
+        .env("SANDBOX_CONFORMANCE_REPORT", &report)
+        .env_remove("SANDBOX_VALIDATE");
+    if validate {
+        cmd.env("SANDBOX_VALIDATE", "1");
+    }
+    let status = cmd.status()?;
+    let parsed: Option<Value> = std::fs::read_to_string(&report)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let _ = std::fs::remove_file(&report);
+    let mut col = Column {
+        label,
+        backend: backend.to_string(),
+        validate,
+        unavailable: None,
+        crashed: None,
+        results: Vec::new(),
+    };
+    let Some(parsed) = parsed else {
+        col.crashed = Some(format!("the suite wrote no report ({status})"));
+        if status.code() == Some(UNAVAILABLE_EXIT) {
+            col.unavailable = Some("unavailable (no reason recorded)".into());
+            col.crashed = None;
+        }
+        return Ok(col);
+    };
+    if let Some(reason) = parsed["unavailable"].as_str() {
+        col.unavailable = Some(reason.to_string());
+        return Ok(col);
+    }
+    for r in parsed["results"].as_array().into_iter().flatten() {
+        let name = r["name"].as_str().unwrap_or("?");
+        let short = name.strip_prefix("conformance::").unwrap_or(name);
+        col.results.push((
+            short.to_string(),
+            r["verdict"].as_str().unwrap_or("?").to_string(),
+            r["message"].as_str().map(String::from),
+        ));
+    }
+    // A non-zero exit with no failing case recorded (a crash mid-way) is still a failure.
+    if !status.success() && col.failed() == 0 {
+        col.crashed = Some(format!("the suite exited with {status}"));
+    }
+    Ok(col)
+}
+
+fn cell_text(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+fn render(columns: &[Column], opts: &Options) -> String {
+    let mut rows: Vec<String> = Vec::new();
+    for c in columns {
+        for (name, _, _) in &c.results {
+            if !rows.contains(name) {
+                rows.push(name.clone());
+            }
+        }
+    }
+    let mut md = String::new();
+    let _ = writeln!(md, "# Conformance matrix\n");
+    if let Some(uid) = opts.as_user {
+        let _ = writeln!(md, "Run as uid {uid}.\n");
+    }
+    let _ = write!(md, "| case |");
+    for c in columns {
+        let _ = write!(md, " {} |", c.label);
+    }
+    let _ = write!(md, "\n|---|");
+    for _ in columns {
+        let _ = write!(md, "---|");
+    }
+    md.push('\n');
+    for row in &rows {
+        let _ = write!(md, "| {row} |");
+        for c in columns {
+            let cell = if c.unavailable.is_some() {
+                "unavailable".to_string()
+            } else {
+                match c.results.iter().find(|(n, _, _)| n == row) {
+                    Some((_, v, _)) if v == "pass" && c.validate => "validated".into(),
+                    Some((_, v, _)) if v == "pass" => "pass".into(),
+                    Some((_, v, _)) if v == "fail" => "**FAIL**".into(),
+                    Some((_, v, m)) if v == "skip" => {
+                        format!("skip ({})", cell_text(m.as_deref().unwrap_or("no reason")))
+                    }
+                    Some((_, v, _)) => v.clone(),
+                    None => "—".into(),
+                }
+            };
+            let _ = write!(md, " {cell} |");
+        }
+        md.push('\n');
+    }
+    let _ = writeln!(md, "\n## Summary\n");
+    let required = |b: &str| opts.require.iter().any(|r| r == b);
+    for c in columns {
+        let req = if required(&c.backend) && !c.validate {
+            " (required)"
+        } else {
+            ""
+        };
+        let line = if let Some(u) = &c.unavailable {
+            format!("UNAVAILABLE: {}", cell_text(u))
+        } else if let Some(e) = &c.crashed {
+            format!("CRASHED: {e}")
+        } else {
+            format!(
+                "{} passed, {} failed, {} skipped",
+                c.count("pass"),
+                c.count("fail"),
+                c.count("skip")
+            )
+        };
+        let _ = writeln!(md, "- **{}**{req}: {line}", c.label);
+    }
+    let failures: Vec<_> = columns
+        .iter()
+        .flat_map(|c| {
+            c.results
+                .iter()
+                .filter(|(_, v, _)| v == "fail")
+                .map(move |(n, _, m)| (c, n, m))
+        })
+        .collect();
+    if !failures.is_empty() {
+        let _ = writeln!(md, "\n## Failures\n");
+        for (c, n, m) in failures {
+            let _ = writeln!(
+                md,
+                "- **{}** `{n}`: {}",
+                c.label,
+                cell_text(m.as_deref().unwrap_or(""))
+            );
+        }
+    }
+    md
+}
+
+/// The task.
+pub fn run(args: &[String]) -> Result<()> {
+    let opts = parse(args)?;
+    let built = build()?;
+    let mut columns = Vec::new();
+    for b in &opts.backends {
+        columns.push(run_one(&built, b, false, &opts)?);
+    }
+    if opts.validate {
+        columns.push(run_one(&built, "none", true, &opts)?);
+    }
+    if let Some(uid) = opts.as_user {
+        // The copies of the binaries and the temp dirs of the unprivileged runs.
+        let _ = std::fs::remove_dir_all(user_dir_path(uid));
+    }
+    let md = render(&columns, &opts);
+    println!("\n{md}");
+    let out = target_dir().join("conformance.md");
+    std::fs::create_dir_all(target_dir())?;
+    std::fs::write(&out, &md)?;
+    eprintln!("xtask: matrix written to {}", out.display());
+
+    let mut problems: BTreeMap<String, String> = BTreeMap::new();
+    for c in &columns {
+        if c.failed() > 0 {
+            problems.insert(c.label.clone(), format!("{} case(s) failed", c.failed()));
+        }
+        if let Some(e) = &c.crashed {
+            problems.insert(c.label.clone(), e.clone());
+        }
+        if c.unavailable.is_some() && (c.validate || opts.require.contains(&c.backend)) {
+            problems.insert(c.label.clone(), "required but unavailable".into());
+        }
+        if c.validate && c.unavailable.is_none() && c.results.is_empty() {
+            problems.insert(c.label.clone(), "no confinement case ran".into());
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        let list: Vec<String> = problems.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        Err(format!("conformance failed: {}", list.join("; ")).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn defaults_to_every_backend() {
+        let o = parse(&[]).unwrap();
+        assert_eq!(o.backends, ALL_BACKENDS);
+        assert!(!o.validate && o.require.is_empty());
+    }
+
+    #[test]
+    fn validate_alone_runs_only_the_validation() {
+        let o = parse(&args(&["--validate"])).unwrap();
+        assert!(o.validate && o.backends.is_empty());
+    }
+
+    #[test]
+    fn a_required_backend_is_run_and_harness_args_pass_through() {
+        let o = parse(&args(&[
+            "--backend",
+            "none",
+            "--require",
+            "bwrap,docker",
+            "--as-user",
+            "65534",
+            "--",
+            "fs::",
+            "--exact",
+        ]))
+        .unwrap();
+        assert_eq!(o.backends, ["none", "bwrap", "docker"]);
+        assert_eq!(o.as_user, Some(65534));
+        assert_eq!(o.test_args, ["fs::", "--exact"]);
+        assert!(parse(&args(&["--as-user", "nobody"])).is_err());
+        assert!(parse(&args(&["--frobnicate"])).is_err());
+    }
+
+    #[test]
+    fn the_matrix_shows_fail_skip_reasons_and_unavailable() {
+        let ran = Column {
+            label: "none".into(),
+            backend: "none".into(),
+            validate: false,
+            unavailable: None,
+            crashed: None,
+            results: vec![
+                ("a::one".into(), "pass".into(), None),
+                ("a::two".into(), "fail".into(), Some("broke | badly".into())),
+                ("a::three".into(), "skip".into(), Some("not claimed".into())),
+            ],
+        };
+        let gone = Column {
+            label: "bwrap".into(),
+            backend: "bwrap".into(),
+            validate: false,
+            unavailable: Some("bwrap missing".into()),
+            crashed: None,
+            results: Vec::new(),
+        };
+        let o = Options {
+            require: vec!["bwrap".into()],
+            ..Options::default()
+        };
+        let md = render(&[ran, gone], &o);
+        assert!(md.contains("| a::one | pass | unavailable |"), "{md}");
+        assert!(md.contains("| a::two | **FAIL** | unavailable |"), "{md}");
+        assert!(md.contains("skip (not claimed)"), "{md}");
+        assert!(md.contains("broke \\| badly"), "{md}");
+        assert!(
+            md.contains("**bwrap** (required): UNAVAILABLE: bwrap missing"),
+            "{md}"
+        );
+    }
+}

@@ -15,12 +15,12 @@ use sandbox::{Lane, NetworkMode};
 pub const RUN_EXIT_STATUS: &str = "\
 Exit status of `sandbox run`:
   N      the program exited with status N
-  128+N  the program was killed by signal N (also when `sandbox` got SIGINT, SIGTERM or
-         SIGHUP N and killed the program's whole process tree)
+  128+N  the program was killed by signal N; also when `sandbox` itself got signal N
+         (SIGINT, SIGTERM, SIGHUP) and killed the program's whole process tree
   124    the --timeout fired and the program's whole process tree was killed
-  125    the sandbox failed or refused to run the command: an option error, a backend
-         unavailable here, or a lane that refuses what the backend would enforce; one line
-         on stderr gives the reason and the remedy, and nothing was run
+  125    the sandbox failed or refused: an option error or a lane refusal (nothing was
+         run), a backend unavailable here, or a failure of the sandbox itself; one line
+         on stderr gives the reason and the remedy
   126    the program exists but cannot be executed
   127    the program was not found";
 
@@ -61,7 +61,10 @@ pub struct Cli {
 pub enum Command {
     /// Run PROGRAM in a sandbox: writes only to the workspace, no network, a scrubbed
     /// environment, the whole process tree killed at the end.
-    #[command(after_help = RUN_EXIT_STATUS)]
+    #[command(
+        after_help = RUN_EXIT_STATUS,
+        override_usage = "sandbox run [OPTIONS] [--] PROGRAM [ARGS]..."
+    )]
     Run(Box<RunArgs>),
     /// Show, for every backend compiled in, whether it works here, what it enforces, and
     /// what to do where it does not work.

@@ -1,1 +1,386 @@
-//! The `bwrap` backend: built in its own issue.
+//! The `bwrap` backend: each command in a bubblewrap sandbox of its own.
+//!
+//! Bubblewrap is the confinement most Linux users already trust (Flatpak runs on it). This
+//! backend turns a [`Plan`] into bwrap's arguments with a pure function (`argv.rs`) and
+//! lets core's process machinery run it.
+//!
+//! # What it confines
+//!
+//! - **Namespaces**: user, pid, ipc, uts, cgroup (where the kernel has it), and network
+//!   unless the mode is `full`; nested user namespaces disabled (bwrap 0.8+).
+//! - **Filesystem**: an empty root with the system read-only (`/usr`, `/etc`, `/opt`,
+//!   `/nix/store` where present; `/bin`, `/sbin`, `/lib*` bound or recreated as the
+//!   host's symlinks, asked of the host), a fresh `/proc` (with `/proc/sys` read-only) and
+//!   `/dev`, private empty tmpfs on `/tmp`, `/home`, `/root`, `/run`; the workspace and the
+//!   named writable paths are the only writable host places, carve-outs and named
+//!   read-only paths read-only; everything else of the host is absent (no `/sys`, no
+//!   `/var`). Paths nested in others, or named twice, do what the caller meant (see
+//!   `argv.rs`). A program outside all of that (a tool in the caller's home, a test binary
+//!   in a build directory) gets its own file bound read-only: naming it to run grants it,
+//!   not its directory.
+//! - **Environment**: `--clearenv`, then exactly the plan's variables. The options travel
+//!   to bwrap on a descriptor (`--args`), so values never show in the host's process list.
+//! - **Network**: `none` and `loopback` get a network namespace of their own with only a
+//!   loopback (and with `none`, the seccomp program also refuses every socket family but
+//!   unix); `full` shares the host's, with abstract unix sockets confined by landlock
+//!   where the kernel can (6.12+).
+//! - **System calls**: the seccomp program shared with the landlock backend
+//!   (`sandbox_core::seccomp`), handed to bwrap's `--seccomp`: bwrap has none of its own.
+//! - **Terminal**: `--new-session`, so the command cannot push input into the caller's
+//!   terminal (TIOCSTI; the seccomp program refuses it too).
+//! - **Process tree**: bwrap's pid namespace and `--die-with-parent`: killing bwrap ends
+//!   every process in the namespace, including ones that double-forked and called
+//!   `setsid`; core adds a cgroup where it can create one.
+//! - **Process cap**: a cgroup where core can make one; and always `RLIMIT_NPROC`, set by
+//!   the waiter inside the sandbox's user namespace, where it counts this sandbox's
+//!   processes alone (bwrap's init and the waiter among them) rather than every process
+//!   of the user on the host.
+//!
+//! # Host root
+//!
+//! bwrap maps the sandbox to the caller's uid, so under a root host the command runs as
+//! kuid 0: files it creates belong to root (the calling user), and it passes every owner
+//! check on root's files. What keeps it from root's power:
+//!
+//! - every capability dropped (`--cap-drop ALL`: bwrap would otherwise leave a root
+//!   caller's command all of them), with `no_new_privs`;
+//! - the system directories and the named paths shown as any user sees them: root-only
+//!   entries (`/etc/shadow`, host keys, TLS private keys) hidden (see `rootview.rs`). The
+//!   workspace is not filtered: it is the command's own, as for any caller;
+//! - `/proc/sys` and other global `/proc` entries read-only: bwrap's own cover skips
+//!   `/proc/sys` for a root caller, and kuid 0 may write global sysctls
+//!   (`kernel.core_pattern`) without any capability;
+//! - setuid/setgid bits refused by the seccomp program, so no setuid-root file is left in
+//!   the workspace for the host to run;
+//! - with the full network, abstract unix sockets confined with landlock, since some root
+//!   services accept any uid-0 peer there; on kernels that cannot, `full` as root is an
+//!   over-grant only the `trusted` lane accepts.
+//!
+//! # Exit status
+//!
+//! bwrap folds "killed by signal N" into exit code 128+N. A small waiter of ours
+//! (`waiter/main.rs`, built by `build.rs`, embedded and handed to bwrap on a descriptor)
+//! runs the command inside, waits for it and writes its real wait status on a pipe that
+//! core reads, so `exit 137` and SIGKILL stay apart ([`Capability::signal_status`]). It
+//! also gives the command the `argv[0]` it was called by.
+//!
+//! # What it cannot do
+//!
+//! - Snapshots use core's copy: the overlay support of newer bwrap is not used.
+//! - Root-only files added to `/usr` or `/opt` after the first run of a process are not
+//!   hidden until the next process (those trees are walked once); `/etc` and the named
+//!   paths are walked per run, and a file created between that walk and bwrap's mounts
+//!   is not hidden.
+//! - With the full network the command reaches everything the host does over IP; on
+//!   kernels before 6.12 (no landlock ABI 6) also the host's abstract unix sockets (for a
+//!   root host, an over-grant only the `trusted` lane accepts).
+//! - When bwrap cannot set a sandbox up for one run (a named path removed after the plan
+//!   was made), the outcome is bwrap's exit code 1 with its message on stderr: the command
+//!   did not run. Host-wide failures (user namespaces refused) are caught before the first
+//!   run by a set-up probe (`preflight.rs`).
+//!
+//! # What it needs
+//!
+//! `bwrap` 0.5 or later on `PATH` (0.8 tested) and unprivileged user namespaces (or root).
+//! [`Sandbox::preflight`](sandbox_core::Sandbox::preflight) says what is missing and how to
+//! fix it.
+//!
+//! # Tests
+//!
+//! `argv.rs` is unit-tested for every knob without spawning. `tests/bwrap.rs` runs real
+//! commands and checks their effects from the host, as root and (the same binary under
+//! `setpriv --reuid=65534`) as an unprivileged user. The conformance suite runs it too.
+//!
+//! # Dependencies
+//!
+//! `sandbox-core` (everything shared, with its `seccomp` feature), `async-trait` (the
+//! launcher trait), `thiserror` (the backend's error), `which` (finding bwrap), `nix` and
+//! `libc` (memfds, pipes, the landlock ABI query), `tempfile` (preflight's workspace),
+//! `tokio` (preflight's blocking probe off the executor).
+
+mod argv;
+mod error;
+mod host;
+mod preflight;
+mod rootview;
+mod seam;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_core::{
+    Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, ResourceLimits, SandboxError,
+    SandboxExt, SandboxOpts, Status,
+};
+
+use crate::error::BwrapError;
+use crate::host::{HostFacts, SystemEntry};
+
+/// The backend's name.
+pub const NAME: &str = "bwrap";
+
+/// A sandbox run by bwrap.
+pub type BwrapSandbox = ProcessSandbox<BwrapBackend>;
+
+/// The launcher: bwrap, as found on this host.
+#[derive(Clone, Debug)]
+pub struct BwrapBackend {
+    facts: Arc<HostFacts>,
+    capability: Capability,
+}
+
+impl BwrapBackend {
+    /// Find bwrap and learn the host (system layout, bwrap's version and options, the
+    /// kernel's landlock ABI). Never fails: a host without bwrap gets a backend whose
+    /// preflight and runs say so, with the remedy.
+    pub fn new() -> Self {
+        let facts = HostFacts::detect();
+        let capability = capability(&facts);
+        Self {
+            facts: Arc::new(facts),
+            capability,
+        }
+    }
+
+    /// The bwrap to run, or why there is none usable.
+    fn bwrap(&self) -> Result<&PathBuf, BwrapError> {
+        let path = self
+            .facts
+            .bwrap
+            .as_ref()
+            .map_err(|e| BwrapError::Missing(e.clone()))?;
+        if !self.facts.features.missing.is_empty() {
+            return Err(BwrapError::TooOld {
+                version: self
+                    .facts
+                    .version
+                    .clone()
+                    .unwrap_or_else(|| "unknown version".into()),
+                missing: self.facts.features.missing.join(", "),
+            });
+        }
+        Ok(path)
+    }
+
+    /// Root-only entries to hide for one run (none when the host is not root): of the
+    /// system directories, and of the paths `plan` names (if any).
+    fn hidden(&self, plan: Option<&Plan>) -> Vec<rootview::Hidden> {
+        if !self.facts.is_root {
+            return Vec::new();
+        }
+        let trees: Vec<PathBuf> = self
+            .facts
+            .system
+            .iter()
+            .filter(|(p, e)| {
+                *e == SystemEntry::Dir && p.as_os_str() != "/etc" && p.as_os_str() != "/nix/store"
+            })
+            .map(|(p, _)| p.clone())
+            .collect();
+        let mut hidden = rootview::root_only_cached(&trees).to_vec();
+        let mut roots = vec![std::path::Path::new("/etc")];
+        let mut skip = Vec::new();
+        if let Some(plan) = plan {
+            roots.extend(plan.read_only_paths.iter().map(PathBuf::as_path));
+            roots.extend(plan.writable_paths.iter().map(PathBuf::as_path));
+            skip.push(plan.workspace.as_path());
+        }
+        hidden.extend(rootview::root_only(&roots, &skip));
+        hidden
+    }
+}
+
+impl Default for BwrapBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// What bwrap enforces on a host with these facts; limits from core.
+fn capability(facts: &HostFacts) -> Capability {
+    let host = HostSupport::detect(false);
+    let full = if facts.is_root && !facts.can_scope_abstract_unix() {
+        Enforcement::OverGrant(
+            "the host's network, with root's access to its abstract unix sockets (this \
+             kernel cannot confine them)",
+        )
+    } else {
+        Enforcement::Exact
+    };
+    let mut cap = Capability {
+        confine_writes: true,
+        confine_reads: true,
+        readonly_carveouts: true,
+        network_none: Enforcement::Exact,
+        network_loopback: Enforcement::Exact,
+        network_full: full,
+        tree_kill: true,
+        process_isolation: true,
+        drops_host_root: true,
+        signal_status: true,
+        host_programs: true,
+        ..Capability::default()
+    };
+    host.apply(&mut cap);
+    cap
+}
+
+#[async_trait]
+impl Launcher for BwrapBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capability(&self) -> Capability {
+        self.capability.clone()
+    }
+
+    async fn preflight(&self) -> Result<Preflight, SandboxError> {
+        let bwrap = self.bwrap()?.clone();
+        // Off the executor: the probe spawns bwrap and waits; on a root host the first walk
+        // of the system trees is done here too, so the first run does not pay for it.
+        let me = self.clone();
+        tokio::task::spawn_blocking(move || {
+            preflight::probe(&bwrap, true)?;
+            me.hidden(None);
+            Ok::<_, SandboxError>(())
+        })
+        .await
+        .map_err(|e| SandboxError::io("running the bwrap probe", std::io::Error::other(e)))??;
+        // The whole backend on a real command: seccomp, the waiter, the filesystem.
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-bwrap-preflight-")
+            .tempdir()
+            .map_err(|e| SandboxError::io("creating the preflight workspace", e))?;
+        let mut opts = SandboxOpts::new(dir.path(), ["true"]);
+        opts.network = NetworkMode::Loopback;
+        opts.lane = Lane::Trusted;
+        opts.limits = ResourceLimits::none();
+        opts.timeout = Some(Duration::from_secs(60));
+        let outcome = ProcessSandbox::new(self.clone()).execute(opts).await?;
+        if outcome.status != (Status::Exited { code: 0 }) {
+            return Err(preflight::setup_error(&format!(
+                "`true` in the sandbox ended with {:?}: {}",
+                outcome.status,
+                outcome.stderr.text()
+            )));
+        }
+        let mut details = vec![format!("bwrap at {}", self.bwrap()?.display())];
+        details.push(if self.facts.features.overlay {
+            "snapshots: core's copy (this bwrap's overlay support is not used)".into()
+        } else {
+            "snapshots: core's copy".into()
+        });
+        if self.facts.can_scope_abstract_unix() {
+            details.push("abstract unix sockets confined with the full network (landlock)".into());
+        }
+        if self.facts.is_root {
+            details.push(
+                "host is root: capabilities dropped, root-only system files hidden, \
+                 /proc/sys read-only, setuid bits refused"
+                    .into(),
+            );
+        }
+        Ok(Preflight::new(NAME, self.facts.version.clone(), details))
+    }
+
+    fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
+        let bwrap = self.bwrap()?;
+        preflight::probe_once(bwrap, plan.network != NetworkMode::Full)?;
+        let facts = &self.facts;
+        let layout = argv::Layout {
+            system: &facts.system,
+            resolv_conf: facts.resolv_conf.as_deref(),
+            proc_entries: &facts.proc_entries,
+            disable_userns: facts.features.disable_userns,
+            scope_abstract_unix: facts.can_scope_abstract_unix(),
+        };
+        let hidden = self.hidden(Some(plan));
+        let mut notes = vec![format!(
+            "bwrap {}",
+            facts.version.as_deref().unwrap_or("(unknown version)")
+        )];
+        if !hidden.is_empty() {
+            notes.push(format!(
+                "host is root: {} root-only entries of the system and named paths hidden",
+                hidden.len()
+            ));
+        }
+        if plan.network == NetworkMode::Full && layout.scope_abstract_unix {
+            notes.push("abstract unix sockets confined (landlock)".into());
+        }
+        seam::launch(bwrap, plan, &layout, &hidden, notes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_core::Sandbox;
+
+    fn with_facts(edit: impl FnOnce(&mut HostFacts)) -> BwrapBackend {
+        let mut facts = HostFacts::detect();
+        edit(&mut facts);
+        BwrapBackend {
+            capability: capability(&facts),
+            facts: Arc::new(facts),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_missing_bwrap_fails_preflight_and_runs_with_the_install_remedy() {
+        let b = with_facts(|f| f.bwrap = Err("cannot find binary path".into()));
+        let e = ProcessSandbox::new(b.clone())
+            .preflight()
+            .await
+            .unwrap_err();
+        assert!(matches!(e, SandboxError::Unavailable { .. }), "{e}");
+        assert!(e.to_string().contains("apt-get install bubblewrap"), "{e}");
+        let ws = tempfile::tempdir().unwrap();
+        let sb = ProcessSandbox::new(b);
+        let e = sb
+            .run(SandboxOpts::new(ws.path(), ["true"]))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, SandboxError::Unavailable { .. }), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_bwrap_without_the_needed_options_is_unavailable() {
+        let b = with_facts(|f| {
+            f.version = Some("0.3.1".into());
+            f.features = host::Features::from_help("    --bind SRC DEST\n");
+        });
+        let e = ProcessSandbox::new(b).preflight().await.unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("0.3.1") && text.contains("--clearenv"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn full_network_as_root_is_an_over_grant_where_abstract_sockets_cannot_be_scoped() {
+        let b = with_facts(|f| {
+            f.is_root = true;
+            f.landlock_abi = 5;
+        });
+        assert!(matches!(
+            b.capability.network_full,
+            Enforcement::OverGrant(_)
+        ));
+        let b = with_facts(|f| {
+            f.is_root = true;
+            f.landlock_abi = 6;
+        });
+        assert_eq!(b.capability.network_full, Enforcement::Exact);
+        let b = with_facts(|f| {
+            f.is_root = false;
+            f.landlock_abi = 0;
+        });
+        assert_eq!(b.capability.network_full, Enforcement::Exact);
+    }
+}

@@ -12,6 +12,7 @@ use sandbox_core::Backend;
 fn backend_by_name(name: &str) -> Option<Arc<dyn Backend>> {
     match name {
         sandbox_none::NAME => Some(Arc::new(sandbox_none::NoneBackend::new())),
+        sandbox_bwrap::NAME => Some(Arc::new(sandbox_bwrap::BwrapBackend::new())),
         _ => None,
     }
 }

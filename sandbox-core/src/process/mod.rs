@@ -66,6 +66,17 @@ pub struct Launch {
     pub keep_alive: Vec<Box<dyn Any + Send + Sync>>,
     /// Facts for the outcome's effective policy.
     pub notes: Vec<String>,
+    /// The read end of a pipe on which the backend's own helper inside the sandbox writes
+    /// the command's raw `wait` status (4 bytes, native endian) once the command has ended.
+    /// For launchers such as bwrap that fold "killed by signal N" into exit code 128+N:
+    /// this keeps the two apart. No report (the helper was itself killed) means the
+    /// launcher's own status is used.
+    pub exit_status_pipe: Option<OwnedFd>,
+    /// The backend sets `RLIMIT_NPROC` itself, inside its own user namespace, where it
+    /// counts the sandbox's processes alone (on the launcher it would count every process
+    /// of the user on the host, and refuse the launcher's own namespace set-up). Core then
+    /// leaves it off the launcher; the limit is still recorded.
+    pub process_rlimit_inside: bool,
 }
 
 impl fmt::Debug for Launch {
@@ -81,6 +92,8 @@ impl fmt::Debug for Launch {
             .field("pre_exec", &self.pre_exec.len())
             .field("tree_kill", &self.tree_kill)
             .field("notes", &self.notes)
+            .field("exit_status_pipe", &self.exit_status_pipe)
+            .field("process_rlimit_inside", &self.process_rlimit_inside)
             .finish()
     }
 }
@@ -100,6 +113,8 @@ impl Launch {
             tree_kill: None,
             keep_alive: Vec::new(),
             notes: Vec::new(),
+            exit_status_pipe: None,
+            process_rlimit_inside: false,
         }
     }
 
@@ -122,6 +137,8 @@ impl Launch {
             tree_kill: None,
             keep_alive: Vec::new(),
             notes: Vec::new(),
+            exit_status_pipe: None,
+            process_rlimit_inside: false,
         }
     }
 }

@@ -66,7 +66,7 @@ pub(super) fn start(
             value: n,
             mechanism,
         });
-        if mechanism == LimitMechanism::Rlimit {
+        if mechanism == LimitMechanism::Rlimit && !launch.process_rlimit_inside {
             rlimits.push((libc::RLIMIT_NPROC, n));
         }
     }
@@ -244,10 +244,20 @@ impl Supervised {
             }
         }
         let oom = self.cgroups.as_ref().is_some_and(|c| c.oom_killed());
+        // The backend's helper knows the command's own status; the launcher's may fold a
+        // signal into an exit code. A helper that died before reporting under the OOM
+        // killer was killed by it too.
+        let reported = self
+            .launch
+            .exit_status_pipe
+            .as_ref()
+            .and_then(read_reported_status);
+        let unreported = self.launch.exit_status_pipe.is_some() && reported.is_none();
         let status = match end {
             End::TimedOut => Status::TimedOut,
             End::Killed => Status::Killed,
-            End::Exited(_) => decode(exit, oom),
+            End::Exited(_) if oom && unreported => Status::OutOfMemory,
+            End::Exited(_) => decode(reported.or(exit), oom),
         };
         let files = files::capture_files(
             &self.plan.workspace,
@@ -285,6 +295,24 @@ impl Supervised {
             let _ = tokio::task::spawn_blocking(move || cg.kill_all(TEARDOWN_LIMIT)).await;
         }
     }
+}
+
+/// The status the backend's helper reported, if it wrote exactly one. Called once every
+/// writer is dead, so a non-blocking read sees all there will ever be.
+fn read_reported_status(fd: &std::os::fd::OwnedFd) -> Option<std::process::ExitStatus> {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    fcntl(fd, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).ok()?;
+    let mut buf = [0u8; 8];
+    let mut len = 0;
+    while len < buf.len() {
+        match nix::unistd::read(fd, &mut buf[len..]) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => len += n,
+        }
+    }
+    // Anything but exactly one report is not trusted.
+    let raw: [u8; 4] = buf[..len].try_into().ok()?;
+    Some(std::process::ExitStatus::from_raw(i32::from_ne_bytes(raw)))
 }
 
 fn decode(exit: Option<std::process::ExitStatus>, oom: bool) -> Status {

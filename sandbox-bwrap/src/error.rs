@@ -1,0 +1,69 @@
+//! The backend's own errors, each converted to the contract's error with its remedy.
+
+use std::path::PathBuf;
+
+use sandbox_core::{Lane, SandboxError};
+
+use crate::NAME;
+
+/// Why this backend refuses or cannot run.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BwrapError {
+    /// A caller's path the sandbox cannot grant.
+    #[error("{path} cannot be granted: {why}")]
+    Path {
+        /// The option it came from.
+        field: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// Why not.
+        why: &'static str,
+    },
+    /// Full network as host root, where abstract unix sockets cannot be confined.
+    #[error(
+        "the full network for a command running as host root: it would share the host's \
+         abstract unix sockets, where root services accept any uid-0 peer, and this kernel \
+         cannot confine them (landlock ABI 6, Linux 6.12, is needed); run the host as an \
+         ordinary user, use network `loopback` or `none`, or the `trusted` lane"
+    )]
+    RootFullNetwork {
+        /// The lane that refuses it.
+        lane: Lane,
+    },
+    /// bwrap is not installed or not runnable.
+    #[error("bwrap was not found ({0})")]
+    Missing(String),
+    /// The installed bwrap lacks options this backend needs.
+    #[error("the installed bwrap ({version}) lacks {missing}")]
+    TooOld {
+        /// Its version.
+        version: String,
+        /// The options it lacks.
+        missing: String,
+    },
+}
+
+impl From<BwrapError> for SandboxError {
+    fn from(e: BwrapError) -> Self {
+        let text = e.to_string();
+        match e {
+            BwrapError::Path { field, .. } => SandboxError::invalid(field, text),
+            BwrapError::RootFullNetwork { lane } => SandboxError::PolicyRefused {
+                lane: lane.to_string(),
+                backend: NAME,
+                reason: text,
+            },
+            BwrapError::Missing(_) => SandboxError::unavailable(
+                NAME,
+                text,
+                "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`, \
+                 `pacman -S bubblewrap`) and make sure `bwrap` is on PATH",
+            ),
+            BwrapError::TooOld { .. } => SandboxError::unavailable(
+                NAME,
+                text,
+                "install bubblewrap 0.5.0 or later (0.8.0 recommended)",
+            ),
+        }
+    }
+}

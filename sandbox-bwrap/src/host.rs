@@ -1,0 +1,236 @@
+//! What the backend learns about the host once, when it is constructed: where bwrap is and
+//! what it supports, and how the system directories are laid out. Everything here is asked
+//! of the host, never assumed (a merged `/usr` is read from the symlinks, not guessed from
+//! the distribution).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The top-level directories the sandbox gets read-only, as the host has them. `/bin`,
+/// `/lib*` and `/sbin` are symlinks into `/usr` on a merged-`/usr` host and directories on
+/// an older one; `/opt` and `/nix/store` exist only on some hosts.
+pub(crate) const SYSTEM_DIRS: &[&str] = &[
+    "/usr",
+    "/etc",
+    "/opt",
+    "/nix/store",
+    "/bin",
+    "/sbin",
+    "/lib",
+    "/lib64",
+    "/lib32",
+    "/libx32",
+];
+
+/// Entries of `/proc` that stay read-only inside: bwrap covers some of them itself, but
+/// decides by `access(W_OK)` on the entry, which skips `/proc/sys` (a 0555 directory) even
+/// when its files are writable. A command running as host root (kuid 0, even with every
+/// capability dropped) could then write global sysctls such as `kernel.core_pattern`, a
+/// way to run code as root on the host. Checked on the host (same kernel) since a missing
+/// destination would make bwrap fail.
+pub(crate) const PROC_READ_ONLY: &[&str] = &[
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+];
+
+/// Entries of `/proc` hidden inside (as Docker does): they describe the whole host (every
+/// task, every timer with its process name, the keyring list), not the sandbox's namespace.
+pub(crate) const PROC_HIDDEN: &[&str] = &[
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/key-users",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+];
+
+/// One system directory as the host has it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SystemEntry {
+    /// A real directory (bound read-only).
+    Dir,
+    /// A symlink, recreated inside with the same target.
+    Symlink(PathBuf),
+    /// Not on this host.
+    Absent,
+}
+
+/// Options of bwrap this backend relies on, and the ones it uses when present.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Features {
+    /// Everything required is there (`--args`, `--clearenv`, `--seccomp`, `--ro-bind-data`,
+    /// `--perms`, `--cap-drop`, `--die-with-parent`, `--new-session`, `--remount-ro`,
+    /// `--unshare-cgroup-try`); else the missing options.
+    pub missing: Vec<&'static str>,
+    /// `--disable-userns` (0.8): no nested user namespaces even if seccomp were bypassed.
+    pub disable_userns: bool,
+    /// `--overlay-src` (0.10): noted in `doctor`; snapshots use core's copy either way.
+    pub overlay: bool,
+}
+
+const REQUIRED: &[&str] = &[
+    "--args",
+    "--clearenv",
+    "--seccomp",
+    "--ro-bind-data",
+    "--perms",
+    "--cap-drop",
+    "--die-with-parent",
+    "--new-session",
+    "--remount-ro",
+    "--unshare-cgroup-try",
+    "--ro-bind-try",
+];
+
+impl Features {
+    /// Parse `bwrap --help`.
+    pub(crate) fn from_help(help: &str) -> Self {
+        let has = |opt: &str| {
+            help.lines()
+                .any(|l| l.split_whitespace().next() == Some(opt))
+        };
+        Self {
+            missing: REQUIRED.iter().copied().filter(|o| !has(o)).collect(),
+            disable_userns: has("--disable-userns"),
+            overlay: has("--overlay-src"),
+        }
+    }
+}
+
+/// The facts, found once.
+#[derive(Clone, Debug)]
+pub(crate) struct HostFacts {
+    /// Where bwrap is, or why it was not found.
+    pub bwrap: Result<PathBuf, String>,
+    /// `bwrap --version`, e.g. `0.8.0`.
+    pub version: Option<String>,
+    /// What the installed bwrap supports.
+    pub features: Features,
+    /// Each of [`SYSTEM_DIRS`], in that order.
+    pub system: Vec<(PathBuf, SystemEntry)>,
+    /// Where `/etc/resolv.conf` leads when that is outside `/etc` (systemd-resolved's stub
+    /// in `/run`): bound with the full network so name resolution works.
+    pub resolv_conf: Option<PathBuf>,
+    /// The entries of [`PROC_READ_ONLY`] and [`PROC_HIDDEN`] this kernel has.
+    pub proc_entries: Vec<&'static str>,
+    /// The kernel's landlock ABI (0: none); 6 and up can confine abstract unix sockets.
+    pub landlock_abi: u32,
+    /// The host process runs as root.
+    pub is_root: bool,
+}
+
+fn system_entry(path: &Path) -> SystemEntry {
+    match std::fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(path) {
+            Ok(target) => SystemEntry::Symlink(target),
+            Err(_) => SystemEntry::Absent,
+        },
+        Ok(m) if m.is_dir() => SystemEntry::Dir,
+        _ => SystemEntry::Absent,
+    }
+}
+
+fn landlock_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_ulong = 1;
+    // SAFETY: the documented version query: no attribute pointer, size 0, one flag.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(r).unwrap_or(0)
+}
+
+fn run_text(bwrap: &Path, arg: &str) -> Option<String> {
+    let out = Command::new(bwrap).arg(arg).env_clear().output().ok()?;
+    let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.push_str(&String::from_utf8_lossy(&out.stderr));
+    Some(text)
+}
+
+impl HostFacts {
+    /// Ask this host.
+    pub(crate) fn detect() -> Self {
+        let bwrap = which::which("bwrap")
+            .map_err(|e| e.to_string())
+            .and_then(|p| p.canonicalize().map_err(|e| e.to_string()));
+        let (version, features) = match &bwrap {
+            Ok(path) => (
+                run_text(path, "--version").and_then(|t| {
+                    t.split_whitespace()
+                        .nth(1)
+                        .map(str::to_owned)
+                        .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+                }),
+                run_text(path, "--help")
+                    .map(|h| Features::from_help(&h))
+                    .unwrap_or_else(|| Features::from_help("")),
+            ),
+            Err(_) => (None, Features::from_help("")),
+        };
+        let resolv_conf = std::fs::canonicalize("/etc/resolv.conf")
+            .ok()
+            .filter(|p| !p.starts_with("/etc"));
+        Self {
+            bwrap,
+            version,
+            features,
+            system: SYSTEM_DIRS
+                .iter()
+                .map(|d| (PathBuf::from(d), system_entry(Path::new(d))))
+                .collect(),
+            resolv_conf,
+            proc_entries: PROC_READ_ONLY
+                .iter()
+                .chain(PROC_HIDDEN)
+                .copied()
+                .filter(|p| std::fs::symlink_metadata(p).is_ok())
+                .collect(),
+            landlock_abi: landlock_abi(),
+            is_root: nix::unistd::geteuid().is_root(),
+        }
+    }
+
+    /// Whether abstract unix sockets can be confined (landlock ABI 6, Linux 6.12).
+    pub(crate) fn can_scope_abstract_unix(&self) -> bool {
+        self.landlock_abi >= 6
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn features_are_read_from_the_help_text() {
+        let help =
+            "usage: bwrap\n    --args FD   Parse\n    --clearenv  Unset\n    --disable-userns  x\n";
+        let f = Features::from_help(help);
+        assert!(f.disable_userns);
+        assert!(!f.overlay);
+        assert!(!f.missing.contains(&"--args"));
+        assert!(f.missing.contains(&"--seccomp"));
+        // An option named only inside another's description does not count.
+        let f = Features::from_help("    --bind SRC DEST   like --seccomp but not\n");
+        assert!(f.missing.contains(&"--seccomp"));
+    }
+
+    #[test]
+    fn system_entries_are_read_not_assumed() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("real")).unwrap();
+        std::os::unix::fs::symlink("usr/bin", d.path().join("link")).unwrap();
+        assert_eq!(system_entry(&d.path().join("real")), SystemEntry::Dir);
+        assert_eq!(
+            system_entry(&d.path().join("link")),
+            SystemEntry::Symlink("usr/bin".into())
+        );
+        assert_eq!(system_entry(&d.path().join("none")), SystemEntry::Absent);
+    }
+}

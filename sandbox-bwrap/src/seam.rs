@@ -1,0 +1,121 @@
+//! The thin seam between the pure policy and the host: the descriptors bwrap reads (the
+//! seccomp program, the waiter, the options), the status pipe, and the `Launch`.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::{self, Seek, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use sandbox_core::process::Launch;
+use sandbox_core::seccomp::{SeccompProgram, SyscallPolicy};
+use sandbox_core::{Plan, SandboxError, TreeKill};
+
+use crate::argv::{self, BwrapArgs, Fds, Layout};
+use crate::rootview::Hidden;
+
+/// The waiter, compiled for this target by the build script.
+pub(crate) const WAITER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/waiter"));
+
+/// An anonymous in-memory file holding `data`, positioned at its start (bwrap reads it from
+/// the shared offset). Close-on-exec here; core hands it to bwrap alone.
+fn memfd(name: &str, data: &[u8]) -> io::Result<OwnedFd> {
+    let cname = std::ffi::CString::new(name).map_err(io::Error::other)?;
+    // SAFETY: a valid C string and a flag; the result is checked before use.
+    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned, owned from here on.
+    let mut f = unsafe { File::from_raw_fd(fd) };
+    f.write_all(data)?;
+    f.rewind()?;
+    Ok(f.into())
+}
+
+/// A pipe, both ends close-on-exec: (read, write).
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)
+}
+
+/// NUL-terminated arguments, as `--args` reads them.
+fn nul_separated(args: &[OsString]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for a in args {
+        out.extend_from_slice(a.as_bytes());
+        out.push(0);
+    }
+    out
+}
+
+fn io_err(what: &str) -> impl FnOnce(io::Error) -> SandboxError + '_ {
+    move |e| SandboxError::io(format!("preparing bwrap: {what}"), e)
+}
+
+/// Everything for one run: build the descriptors, the arguments, and the launch.
+pub(crate) fn launch(
+    bwrap: &Path,
+    plan: &Plan,
+    layout: &Layout<'_>,
+    hidden: &[Hidden],
+    notes: Vec<String>,
+) -> Result<Launch, SandboxError> {
+    // The same program the landlock backend installs, so both deny the same kernel surface.
+    // The pid namespace is the tree kill here, so setsid stays allowed.
+    let program = SeccompProgram::cached(&SyscallPolicy {
+        network: plan.network,
+        deny_setsid: false,
+    })?;
+    let seccomp = memfd("sandbox-seccomp", program.as_bytes()).map_err(io_err("seccomp"))?;
+    let waiter = memfd("sandbox-waiter", WAITER).map_err(io_err("the waiter"))?;
+    let (status_r, status_w) = pipe().map_err(io_err("the status pipe"))?;
+    let BwrapArgs { options, command } = argv::build(
+        plan,
+        layout,
+        hidden,
+        Fds {
+            seccomp: seccomp.as_raw_fd(),
+            waiter: waiter.as_raw_fd(),
+            status: status_w.as_raw_fd(),
+        },
+    )?;
+    let opts_fd = memfd("sandbox-bwrap-args", &nul_separated(&options))
+        .map_err(io_err("the argument list"))?;
+
+    let mut args: Vec<OsString> = vec!["--args".into(), opts_fd.as_raw_fd().to_string().into()];
+    args.extend(command);
+    // bwrap itself needs no environment: the command's is set with --clearenv/--setenv.
+    let mut launch = Launch::wrapped(bwrap.to_path_buf(), args, Vec::new(), plan);
+    launch.pass_fds = vec![opts_fd, seccomp, waiter, status_w];
+    launch.exit_status_pipe = Some(status_r);
+    launch.process_rlimit_inside = true;
+    launch.tree_kill = Some(TreeKill::PidNamespace);
+    launch.notes = notes;
+    Ok(launch)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    #[test]
+    fn memfd_reads_back_from_the_start() {
+        let fd = memfd("t", b"abc").unwrap();
+        let mut s = String::new();
+        File::from(fd).read_to_string(&mut s).unwrap();
+        assert_eq!(s, "abc");
+    }
+
+    #[test]
+    fn args_are_nul_terminated() {
+        let v = nul_separated(&["--a".into(), "b c".into()]);
+        assert_eq!(v, b"--a\0b c\0");
+    }
+
+    #[test]
+    fn the_waiter_is_embedded() {
+        assert!(WAITER.starts_with(b"\x7fELF"));
+    }
+}

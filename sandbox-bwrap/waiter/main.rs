@@ -1,0 +1,188 @@
+//! The waiter: the first program bwrap runs inside the sandbox. It starts the command, waits
+//! for it, and reports the command's raw `wait` status on a pipe the host reads.
+//!
+//! Why it exists: bwrap folds "killed by signal N" into exit code 128+N (in its own exit
+//! status and in `--json-status-fd` alike), so from outside `exit 137` and a SIGKILL look the
+//! same. The waiter sees the real status and hands it over. It also lets the command see
+//! the `argv[0]` it was called by (bwrap 0.8 has no `--argv0`).
+//!
+//! Compiled by the crate's build script with nothing but `std` (no crates), embedded in the
+//! library, and handed to bwrap on a descriptor (`--ro-bind-data`), so it exists only inside
+//! the sandbox and needs nothing installed on the host.
+//!
+//! Usage: `waiter STATUS_FD FLAGS NPROC PROGRAM ARGV0 [ARGS...]`
+//!
+//! - `STATUS_FD`: where to write the status (4 bytes, native endian); closed on exec so the
+//!   command never holds it.
+//! - `FLAGS`: `-`, or letters: `a` confines abstract unix sockets with landlock (so a command
+//!   sharing the host's network namespace cannot reach the host's abstract sockets); `p`
+//!   removes `PWD` from the environment (bwrap always sets it; the command gets only the
+//!   variables the caller named).
+//! - `NPROC`: `-`, or the process cap: `RLIMIT_NPROC` set here, inside the sandbox's user
+//!   namespace, counts the processes of this sandbox alone (bwrap's init and the waiter
+//!   included), where on the host it would count every process of the user.
+//! - `PROGRAM`: absolute path to execute; `ARGV0` and `ARGS` its argv.
+//!
+//! Exit: the command's exit code, or 128+N when it was killed by signal N (what bwrap would
+//! report anyway); 127/126 when it could not be executed, as shells do.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::Write;
+use std::os::fd::FromRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, ExitCode};
+
+// The few libc functions std does not wrap; std links libc, so declaring them is enough.
+// The constants are those of the generic Linux ABI, shared by every architecture the
+// seccomp program supports (x86_64, aarch64, riscv64).
+extern "C" {
+    fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
+    fn fcntl(fd: i32, cmd: i32, arg: i32) -> i32;
+    fn syscall(nr: i64, a: u64, b: u64, c: u64) -> i64;
+    fn setrlimit(resource: i32, rlim: *const Rlimit) -> i32;
+}
+/// `struct rlimit`: two `rlim_t` (64-bit on every 64-bit Linux target).
+#[repr(C)]
+struct Rlimit {
+    cur: u64,
+    max: u64,
+}
+const RLIMIT_NPROC: i32 = 6;
+const PR_SET_DUMPABLE: i32 = 4;
+const F_SETFD: i32 = 2;
+const FD_CLOEXEC: i32 = 1;
+// landlock_create_ruleset and landlock_restrict_self: one number on every architecture.
+const SYS_LANDLOCK_CREATE_RULESET: i64 = 444;
+const SYS_LANDLOCK_RESTRICT_SELF: i64 = 446;
+const LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1;
+
+/// `struct landlock_ruleset_attr` of ABI 6: nothing handled but the abstract-socket scope.
+#[repr(C)]
+struct RulesetAttr {
+    handled_access_fs: u64,
+    handled_access_net: u64,
+    scoped: u64,
+}
+
+fn fail(what: &str) -> ExitCode {
+    eprintln!("sandbox-bwrap waiter: {what}");
+    ExitCode::from(126)
+}
+
+/// Connecting to abstract unix sockets created outside this process's landlock domain is
+/// denied from here on (Linux 6.12+; the host checked the ABI before asking).
+fn scope_abstract_unix() -> std::io::Result<()> {
+    let attr = RulesetAttr {
+        handled_access_fs: 0,
+        handled_access_net: 0,
+        scoped: LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET,
+    };
+    // SAFETY: the attribute struct lives across the call and its size is passed with it.
+    let fd = unsafe {
+        syscall(
+            SYS_LANDLOCK_CREATE_RULESET,
+            &attr as *const RulesetAttr as u64,
+            std::mem::size_of::<RulesetAttr>() as u64,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor the kernel just returned; no_new_privs is already set by bwrap.
+    let r = unsafe { syscall(SYS_LANDLOCK_RESTRICT_SELF, fd as u64, 0, 0) };
+    let err = std::io::Error::last_os_error();
+    // SAFETY: we own the ruleset descriptor and close it once.
+    drop(unsafe { File::from_raw_fd(fd as i32) });
+    if r < 0 {
+        return Err(err);
+    }
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    if args.len() < 6 {
+        return fail("usage: waiter STATUS_FD FLAGS NPROC PROGRAM ARGV0 [ARGS...]");
+    }
+    let Some(status_fd) = std::str::from_utf8(args[1].as_bytes())
+        .ok()
+        .and_then(|s| s.parse::<i32>().ok())
+        .filter(|fd| *fd > 2)
+    else {
+        return fail("STATUS_FD is not a descriptor number above 2");
+    };
+    let flags = args[2].as_bytes();
+    // SAFETY: plain system calls on a descriptor number and a constant. Not dumpable: the
+    // command (same uid) cannot open /proc/<waiter>/fd to reach the status pipe; closed on
+    // exec: the command never inherits it.
+    unsafe {
+        if fcntl(status_fd, F_SETFD, FD_CLOEXEC) != 0 {
+            return fail("STATUS_FD is not open");
+        }
+        if prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
+            return fail("cannot make the waiter non-dumpable");
+        }
+    }
+    if flags.contains(&b'a') {
+        if let Err(e) = scope_abstract_unix() {
+            return fail(&format!("cannot confine abstract unix sockets: {e}"));
+        }
+    }
+    if args[3] != "-" {
+        let Some(n) = std::str::from_utf8(args[3].as_bytes())
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+        else {
+            return fail("NPROC is not a number");
+        };
+        let lim = Rlimit { cur: n, max: n };
+        // SAFETY: a plain system call on a struct that lives across it.
+        if unsafe { setrlimit(RLIMIT_NPROC, &lim) } != 0 {
+            return fail(&format!(
+                "cannot set the process cap: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    // SAFETY: the descriptor was checked open above and is owned here alone.
+    let mut status_out = unsafe { File::from_raw_fd(status_fd) };
+
+    let mut cmd = Command::new(&args[4]);
+    if flags.contains(&b'p') {
+        cmd.env_remove("PWD");
+    }
+    // Its own process group: a command that signals its group (`kill 0`) does not take the
+    // waiter, and so its report, down with it.
+    cmd.arg0(&args[5]).args(&args[6..]).process_group(0);
+    let raw = match cmd.spawn() {
+        Ok(mut child) => match child.wait() {
+            Ok(status) => status.into_raw(),
+            Err(e) => return fail(&format!("waiting for the command: {e}")),
+        },
+        Err(e) => {
+            eprintln!(
+                "sandbox: cannot execute {}: {e}",
+                std::path::Path::new(&args[4]).display()
+            );
+            // As shells report it: 127 not found, 126 found but not executable.
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                127
+            } else {
+                126
+            };
+            code << 8
+        }
+    };
+    // A failed report only loses precision (the host falls back to bwrap's status).
+    let _ = status_out.write_all(&raw.to_ne_bytes());
+    drop(status_out);
+    let status = std::process::ExitStatus::from_raw(raw);
+    match (status.code(), status.signal()) {
+        (Some(code), _) => ExitCode::from(code as u8),
+        (None, Some(sig)) => ExitCode::from((128 + sig) as u8),
+        _ => ExitCode::from(255),
+    }
+}

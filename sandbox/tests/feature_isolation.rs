@@ -54,7 +54,9 @@ fn owned_by(krate: &str) -> Option<&'static str> {
         "landlock" => Some("landlock"),
         // The shared seccomp program is used by bwrap and landlock only.
         "seccompiler" => Some("bwrap|landlock"),
-        "clap" | "clap_complete" | "toml" | "serde_json" => Some("cli"),
+        "clap" | "clap_complete" | "toml" => Some("cli"),
+        // bollard speaks JSON to the engine.
+        "serde_json" => Some("cli|docker"),
         _ => None,
     }
 }

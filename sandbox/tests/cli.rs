@@ -289,6 +289,43 @@ fn a_backend_left_out_of_the_build_names_its_feature() {
     }
 }
 
+#[test]
+fn auto_runs_what_doctor_says_it_picks_and_never_none() {
+    for pick in doctor()["auto"].as_array().unwrap() {
+        let lane = pick["lane"].as_str().unwrap();
+        let ws = workspace();
+        let o = run_in(ws.path(), &["run", "--lane", lane, "--json", "--", "true"]);
+        match pick["backend"].as_str() {
+            Some(expected) => {
+                assert_eq!(code(&o), 0, "{lane}: {}", text(&o.stderr));
+                let j = json_of(&o);
+                assert_eq!(j["backend"], expected, "{lane}: {j}");
+                assert_ne!(j["backend"], "none");
+            }
+            None => {
+                assert_eq!(code(&o), 125, "{lane}: {}", text(&o.stderr));
+                assert_eq!(json_of(&o)["error"]["kind"], "unavailable");
+            }
+        }
+    }
+}
+
+#[cfg(feature = "docker")]
+#[test]
+fn an_image_without_a_backend_means_docker() {
+    if !available("docker") {
+        return;
+    }
+    let ws = workspace();
+    let image = docker_image();
+    let o = run_in(
+        ws.path(),
+        &["run", "--image", &image, "--json", "--", "true"],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert_eq!(json_of(&o)["backend"], "docker");
+}
+
 // ---------------------------------------------------------------------------------------
 // The policy file.
 

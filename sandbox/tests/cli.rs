@@ -708,6 +708,26 @@ fn interrupting_sandbox_kills_the_tree_and_exits_128_plus_n(backend: &str) {
     assert!(!marker.exists(), "a descendant outlived sandbox's exit");
 }
 
+fn a_reader_that_goes_away_ends_the_program_as_sigpipe_would(backend: &str) {
+    let ws = workspace();
+    let flags = backend_flags(backend);
+    // `sandbox run -- yes | head -1`: without this the program would print forever into
+    // our drained pipe.
+    let mut child = sandbox()
+        .current_dir(ws.path())
+        .arg("run")
+        .args(&flags)
+        .args(["--", "sh", "-c", "while :; do echo y; done"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "y");
+    drop(lines);
+    assert_eq!(child.wait().unwrap().code(), Some(128 + 13));
+}
+
 fn relative_paths_are_taken_against_the_current_directory(backend: &str) {
     let ws = workspace();
     std::fs::create_dir(ws.path().join("sub")).unwrap();
@@ -761,6 +781,7 @@ macro_rules! backend_cases {
             case!(output_streams_while_the_program_runs);
             case!(relative_paths_are_taken_against_the_current_directory);
             case!(interrupting_sandbox_kills_the_tree_and_exits_128_plus_n);
+            case!(a_reader_that_goes_away_ends_the_program_as_sigpipe_would);
         }
     };
 }

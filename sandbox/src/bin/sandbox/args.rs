@@ -16,7 +16,8 @@ pub const RUN_EXIT_STATUS: &str = "\
 Exit status of `sandbox run`:
   N      the program exited with status N
   128+N  the program was killed by signal N; also when `sandbox` itself got signal N
-         (SIGINT, SIGTERM, SIGHUP) and killed the program's whole process tree
+         (SIGINT, SIGTERM, SIGHUP) and killed the program's whole process tree, and 141
+         (SIGPIPE) when the reader of the output went away and the tree was killed
   124    the --timeout fired and the program's whole process tree was killed
   125    the sandbox failed or refused: an option error or a lane refusal (nothing was
          run), a backend unavailable here, or a failure of the sandbox itself; one line

@@ -20,6 +20,10 @@ use crate::config::{self, RunSpec};
 use crate::error::{trusted_lane_hint, CliError};
 use crate::stream::{Dest, Terminal};
 
+/// The signal a shell pipeline's writer dies of when its reader goes away; the same on
+/// every Linux architecture.
+const SIGPIPE: i32 = 13;
+
 /// Run the command; the exit status of `sandbox`.
 pub async fn run(args: RunArgs) -> i32 {
     let json = args.json;
@@ -121,6 +125,10 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         n = signals.recv() => {
             sandbox.kill().await?;
             (sandbox.wait().await?, Some(n))
+        }
+        () = terminal.closed() => {
+            sandbox.kill().await?;
+            (sandbox.wait().await?, Some(SIGPIPE))
         }
     };
     terminal.finish();

@@ -8,7 +8,10 @@
 
 use std::collections::VecDeque;
 use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+
+use tokio::sync::Notify;
 
 use sandbox::{OutputSink, StreamKind};
 
@@ -22,16 +25,15 @@ pub enum Dest {
 }
 
 impl Dest {
-    fn write(self, bytes: &[u8]) {
-        // A closed terminal or pipe is not a reason to stop the command; the bytes are
-        // still in the captured copy. Flushing per chunk is what makes progress visible.
-        let _ = match self {
+    /// Write and flush (flushing per chunk is what makes progress visible).
+    fn write(self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
             Self::Stdout => {
                 let mut out = std::io::stdout().lock();
                 out.write_all(bytes).and_then(|()| out.flush())
             }
             Self::Stderr => std::io::stderr().lock().write_all(bytes),
-        };
+        }
     }
 }
 
@@ -103,6 +105,9 @@ fn index(kind: StreamKind) -> usize {
 pub struct Terminal {
     stdout: Dest,
     caps: Option<Mutex<[Capped; 2]>>,
+    /// Whoever reads our output went away (`sandbox run -- yes | head -1`).
+    closed: AtomicBool,
+    closed_notify: Notify,
 }
 
 impl Terminal {
@@ -112,6 +117,8 @@ impl Terminal {
         Arc::new(Self {
             stdout,
             caps: limit.map(|l| Mutex::new([Capped::new(l), Capped::new(l)])),
+            closed: AtomicBool::new(false),
+            closed_notify: Notify::new(),
         })
     }
 
@@ -131,7 +138,29 @@ impl Terminal {
             },
         };
         if !shown.is_empty() {
-            self.dest(kind).write(shown);
+            self.put(kind, shown);
+        }
+    }
+
+    fn put(&self, kind: StreamKind, data: &[u8]) {
+        if self.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        // A reader that went away ends the command, as SIGPIPE ends a writer in a shell
+        // pipeline; anything else (a full disk) is not worth stopping the command for,
+        // the bytes are still in the captured copy.
+        if let Err(e) = self.dest(kind).write(data) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                self.closed.store(true, Ordering::Relaxed);
+                self.closed_notify.notify_one();
+            }
+        }
+    }
+
+    /// Resolves once the reader of our output has gone away.
+    pub async fn closed(&self) {
+        if !self.closed.load(Ordering::Relaxed) {
+            self.closed_notify.notified().await;
         }
     }
 
@@ -148,7 +177,7 @@ impl Terminal {
         for kind in [StreamKind::Stdout, StreamKind::Stderr] {
             let rest = c[index(kind)].finish();
             if !rest.is_empty() {
-                self.dest(kind).write(&rest);
+                self.put(kind, &rest);
             }
         }
     }

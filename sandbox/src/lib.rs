@@ -8,8 +8,9 @@
 //! - one cargo feature per backend, of the backend's name: `none`, `bwrap`, `landlock`,
 //!   `docker` (all on by default); a build with one of them pulls in only that backend's
 //!   dependencies;
-//! - [`select`]: a backend by name, or `auto`, the strongest one that enforces what the
-//!   options ask on this host ([`select::preference`] documents the order);
+//! - [`select()`] (a backend for a lane) and the [`mod@select`] module (for one
+//!   command's exact options): a backend by name, or `auto`, the strongest one that
+//!   enforces the request on this host ([`select::preference`] documents the order);
 //! - [`doctor`]: for every compiled-in backend, whether it works here, its version or
 //!   kernel ABI, what it enforces and, where it does not work, the remedy;
 //! - behind the `cli` feature (on by default), the `sandbox` command: `sandbox run`,
@@ -55,6 +56,19 @@
 //! let outcome = chosen.backend.sandbox().execute(opts).await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Testing
+//!
+//! `tests/cli.rs` runs the built `sandbox` binary as a person or a script would, and judges
+//! from outside: exit statuses (the program's code, 128+N, 124, 125, 126, 127, 141), option
+//! errors refused before anything runs (a marker file the program would create stays
+//! absent), the `--json` object, output streamed while the program still runs, the policy
+//! file, `doctor` and completions. The cases that run a program run once per compiled-in
+//! backend; a backend whose preflight fails here is skipped with its reason printed,
+//! unless `SANDBOX_TEST_REQUIRE` names it (`all`, or a comma-separated list), as CI does.
+//! The docker cases use `SANDBOX_TEST_DOCKER_IMAGE`, or an image imported from the host's
+//! static busybox. `tests/feature_isolation.rs` checks with `cargo tree` that each backend
+//! feature pulls in only its own dependencies and the library alone no command line.
 //!
 //! # Dependencies
 //!

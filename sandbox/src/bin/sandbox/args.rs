@@ -62,6 +62,8 @@ pub struct Cli {
 pub enum Command {
     /// Run PROGRAM in a sandbox: writes only to the workspace, no network, a scrubbed
     /// environment, the whole process tree killed at the end.
+    ///
+    /// Its output streams to ours as it is produced; its standard input is /dev/null.
     #[command(
         after_help = RUN_EXIT_STATUS,
         override_usage = "sandbox run [OPTIONS] [--] PROGRAM [ARGS]..."

@@ -13,6 +13,7 @@ fn backend_by_name(name: &str) -> Option<Arc<dyn Backend>> {
     match name {
         sandbox_none::NAME => Some(Arc::new(sandbox_none::NoneBackend::new())),
         sandbox_bwrap::NAME => Some(Arc::new(sandbox_bwrap::BwrapBackend::new())),
+        sandbox_landlock::NAME => Some(Arc::new(sandbox_landlock::LandlockBackend::new())),
         _ => None,
     }
 }

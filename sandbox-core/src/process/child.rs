@@ -50,7 +50,9 @@ impl ChildSetup {
             // against the parent's pid afterwards, since the parent may already be gone.
             check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
             if libc::getppid() != self.parent {
-                return Err(io::Error::other("the host process died during spawn"));
+                // The host died during spawn. A raw errno: building a message would
+                // allocate after fork.
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
             // Join the run's cgroups before anything else can fork.
             for path in &self.cgroup_procs {

@@ -1,0 +1,199 @@
+//! The system-call filters of a landlock run: the shared one from core, and one of this
+//! backend's own for what landlock cannot confine on older ABIs.
+//!
+//! # The shared filter
+//!
+//! [`sandbox_core::seccomp`] (the same program bwrap installs) with `setsid` and `setpgid`
+//! denied, since this backend has no pid namespace: the process group is what reaches every
+//! descendant when the run is killed, so nothing may leave it.
+//!
+//! # Unix sockets by path
+//!
+//! Until landlock ABI 9 (`LANDLOCK_ACCESS_FS_RESOLVE_UNIX`) connecting to a unix socket by
+//! its path is not a landlock access at all: only the socket file's mode is checked. A
+//! command could then talk to `/var/run/docker.sock` (root on the host), a gpg or ssh agent
+//! under `/run/user/UID`, or the session bus, whatever the filesystem rules say. The filter
+//! cannot read the address `connect(2)` is given, so on those kernels it denies
+//! `socket(AF_UNIX, ...)` with `EPERM`; `socketpair(2)`, which reaches nothing outside,
+//! stays allowed. A program that runs a unix-socket server of its own inside the sandbox
+//! fails there, with a clear error, rather than the host's services being reachable.
+//!
+//! It is a second filter, stacked under the shared one: the kernel runs both and the
+//! stricter answer wins. It is compiled once per process.
+
+use std::collections::BTreeMap;
+use std::io;
+use std::sync::{Arc, OnceLock};
+
+use sandbox_core::process::PreExec;
+use sandbox_core::seccomp::{SeccompProgram, SyscallPolicy};
+use sandbox_core::{NetworkMode, SandboxError};
+use seccompiler::{
+    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
+};
+
+/// The shared filter's policy for a run with `network`.
+pub(crate) fn shared_policy(network: NetworkMode) -> SyscallPolicy {
+    SyscallPolicy {
+        network,
+        deny_setsid: true,
+    }
+}
+
+/// The shared filter, compiled once per policy.
+pub(crate) fn shared(network: NetworkMode) -> Result<Arc<SeccompProgram>, SandboxError> {
+    SeccompProgram::cached(&shared_policy(network))
+}
+
+fn build_error(e: impl std::fmt::Display) -> SandboxError {
+    SandboxError::io(
+        "building the unix-socket seccomp filter",
+        io::Error::other(e.to_string()),
+    )
+}
+
+fn target_arch() -> Result<TargetArch, SandboxError> {
+    if cfg!(target_arch = "x86_64") {
+        Ok(TargetArch::x86_64)
+    } else if cfg!(target_arch = "aarch64") {
+        Ok(TargetArch::aarch64)
+    } else if cfg!(target_arch = "riscv64") {
+        Ok(TargetArch::riscv64)
+    } else {
+        Err(SandboxError::NotSupported {
+            backend: crate::NAME,
+            feature: format!("a system-call filter on {}", std::env::consts::ARCH),
+            remedy: "use the docker backend on this architecture".into(),
+        })
+    }
+}
+
+/// The deny rules of the unix-socket filter: `socket(AF_UNIX, ...)`.
+pub(crate) fn unix_socket_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, SandboxError> {
+    let cond = SeccompCondition::new(
+        0,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        libc::AF_UNIX as u64,
+    )
+    .map_err(build_error)?;
+    let rule = SeccompRule::new(vec![cond]).map_err(build_error)?;
+    Ok(BTreeMap::from([(libc::SYS_socket, vec![rule])]))
+}
+
+/// The unix-socket filter, compiled once per process.
+pub(crate) fn unix_socket_filter() -> Result<Arc<BpfProgram>, SandboxError> {
+    static PROGRAM: OnceLock<Arc<BpfProgram>> = OnceLock::new();
+    if let Some(p) = PROGRAM.get() {
+        return Ok(p.clone());
+    }
+    let filter = SeccompFilter::new(
+        unix_socket_rules()?,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        target_arch()?,
+    )
+    .map_err(build_error)?;
+    let program: BpfProgram = filter.try_into().map_err(build_error)?;
+    Ok(PROGRAM.get_or_init(|| Arc::new(program)).clone())
+}
+
+/// Installs a compiled filter between fork and exec.
+#[derive(Debug)]
+pub(crate) struct InstallFilter(pub Arc<BpfProgram>);
+
+impl PreExec for InstallFilter {
+    fn pre_exec(&self) -> io::Result<()> {
+        let program: &[sock_filter] = &self.0;
+        let prog = libc::sock_fprog {
+            len: program.len() as libc::c_ushort,
+            filter: program.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY: `prctl` and `seccomp` are plain system calls; the program was compiled
+        // before the fork and is kept alive by the Arc. `no_new_privs` is already set by
+        // the restrict step; setting it again costs nothing and keeps this step correct
+        // on its own.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                0,
+                &prog as *const libc::sock_fprog,
+            ) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shared_policy_always_denies_setsid_and_follows_the_network() {
+        for n in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
+            let p = shared_policy(n);
+            assert!(p.deny_setsid);
+            assert_eq!(p.network, n);
+        }
+    }
+
+    #[test]
+    fn unix_socket_filter_matches_only_socket_af_unix() {
+        let rules = unix_socket_rules().unwrap();
+        assert_eq!(
+            rules.keys().copied().collect::<Vec<_>>(),
+            [libc::SYS_socket]
+        );
+        let p = unix_socket_filter().unwrap();
+        assert!(!p.is_empty() && p.len() < 64);
+        assert!(Arc::ptr_eq(&p, &unix_socket_filter().unwrap()));
+    }
+
+    /// Installed in a forked child (an irreversible restriction must not touch the test
+    /// process): `socket(AF_UNIX)` fails with EPERM, `socketpair` and inet sockets work.
+    #[test]
+    fn installed_unix_filter_denies_socket_af_unix_only() {
+        let step = InstallFilter(unix_socket_filter().unwrap());
+        // SAFETY: the child makes only raw system calls and `_exit`s.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            let code = unsafe {
+                let errno = || *libc::__errno_location();
+                let mut bad = 0;
+                if step.pre_exec().is_err() {
+                    libc::_exit(100);
+                }
+                if libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0) != -1 || errno() != libc::EPERM
+                {
+                    bad |= 1;
+                }
+                if libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0) != -1 || errno() != libc::EPERM
+                {
+                    bad |= 2;
+                }
+                let mut fds = [0; 2];
+                if libc::socketpair(libc::AF_UNIX, libc::SOCK_STREAM, 0, fds.as_mut_ptr()) != 0 {
+                    bad |= 4;
+                }
+                if libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0) < 0 {
+                    bad |= 8;
+                }
+                bad
+            };
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        unsafe { libc::waitpid(pid, &mut status, 0) };
+        assert!(libc::WIFEXITED(status), "child died: {status}");
+        assert_eq!(libc::WEXITSTATUS(status), 0, "failed checks bitmask");
+    }
+}

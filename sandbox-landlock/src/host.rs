@@ -1,0 +1,267 @@
+//! What this host offers, found once when the backend is built: the landlock ABI, seccomp,
+//! whether the command's namespaces (network, mount) can be made, and what the process
+//! itself holds.
+
+use std::io;
+
+use landlock::ABI;
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use crate::child::{IdMaps, MountPlan, Namespaces};
+use crate::error::Error;
+use sandbox_core::process::PreExec;
+
+/// Landlock on this kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Landlock {
+    /// Available at this ABI (`raw` is the kernel's number, which may be newer than any
+    /// ABI the crate knows).
+    Available { abi: ABI, raw: i32 },
+    /// Built in, not enabled at boot (`EOPNOTSUPP`).
+    NotEnabled,
+    /// Not built in (`ENOSYS`).
+    NotImplemented,
+}
+
+impl Landlock {
+    /// Ask the kernel (`landlock_create_ruleset` with `LANDLOCK_CREATE_RULESET_VERSION`).
+    pub fn detect() -> Self {
+        const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+        // SAFETY: the version query reads no memory (null attributes, size 0).
+        let v = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_create_ruleset,
+                std::ptr::null::<libc::c_void>(),
+                0usize,
+                LANDLOCK_CREATE_RULESET_VERSION,
+            )
+        };
+        if v > 0 {
+            let raw = i32::try_from(v).unwrap_or(i32::MAX);
+            // The crate warns against ABIs from the running kernel because its
+            // best-effort mode would then differ per host; here every right is a hard
+            // requirement and the ABI only says which rights to ask for.
+            Self::Available {
+                abi: ABI::from(raw),
+                raw,
+            }
+        } else if io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP) {
+            Self::NotEnabled
+        } else {
+            Self::NotImplemented
+        }
+    }
+
+    /// The ABI, or why there is none.
+    pub fn abi(self) -> Result<ABI, Error> {
+        match self {
+            Self::Available { abi, .. } => Ok(abi),
+            Self::NotEnabled => Err(Error::NotEnabled),
+            Self::NotImplemented => Err(Error::NotImplemented),
+        }
+    }
+}
+
+/// How the command's namespaces (network for loopback, mount for carve-outs) are made
+/// here.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum NsMode {
+    /// `unshare` alone (root).
+    Plain,
+    /// Inside a new user namespace mapping the caller's own ids.
+    UserNs(IdMaps),
+}
+
+/// `path` as a C string (a path from the kernel or `canonicalize` has no NUL).
+pub(crate) fn c_path(path: &Path) -> CString {
+    CString::new(path.as_os_str().as_bytes()).unwrap_or_default()
+}
+
+impl NsMode {
+    /// The step making the namespaces: network when `net`, and the mount namespace that
+    /// `spec` describes (see `src/ruleset.rs`).
+    pub fn step(&self, net: bool, spec: &crate::ruleset::Spec, cwd: &Path) -> Namespaces {
+        let c = |v: &[std::path::PathBuf]| v.iter().map(|p| c_path(p)).collect();
+        Namespaces {
+            userns: match self {
+                Self::Plain => None,
+                Self::UserNs(m) => Some(m.clone()),
+            },
+            net,
+            mount: (!spec.writable_mounts.is_empty()).then(|| MountPlan {
+                readonly_root: !spec.writable_mounts.iter().any(|w| w == Path::new("/")),
+                writable: c(&spec.writable_mounts),
+                pinned: c(&spec.pinned_dirs),
+                readonly: c(&spec.readonly_mounts),
+            }),
+            cwd: c_path(cwd),
+        }
+    }
+}
+
+/// Everything the backend needs to know about the host.
+#[derive(Clone, Debug)]
+pub(crate) struct Host {
+    pub landlock: Landlock,
+    /// The kernel has seccomp (`PR_GET_SECCOMP` answers).
+    pub seccomp: bool,
+    pub is_root: bool,
+    /// The process holds some capability (file capabilities, ambient ones) though not root.
+    pub has_caps: bool,
+    /// `/proc/sys/kernel/cap_last_cap`.
+    pub last_cap: u32,
+    /// How the namespaces are made, or why they cannot be.
+    pub ns: Result<NsMode, String>,
+}
+
+/// Run `step` in a forked child and report whether it worked (the only way to try an
+/// irreversible change without making it in the host process).
+fn try_in_child(step: &dyn PreExec) -> Result<(), String> {
+    // SAFETY: the child makes only the step's system calls and `_exit`s (see `child`).
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!("fork: {}", io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        let code = match step.pre_exec() {
+            Ok(()) => 0,
+            Err(e) => e.raw_os_error().unwrap_or(255).clamp(1, 255),
+        };
+        // SAFETY: leaving the child without running the parent's destructors.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+    if r != pid {
+        return Err(format!("waitpid: {}", io::Error::last_os_error()));
+    }
+    if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 {
+        Ok(())
+    } else if libc::WIFEXITED(status) {
+        Err(io::Error::from_raw_os_error(libc::WEXITSTATUS(status)).to_string())
+    } else {
+        Err(format!("the probe died with status {status}"))
+    }
+}
+
+fn holds_capabilities() -> bool {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut h = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut d = [Data::default(); 2];
+    // SAFETY: capget fills the two-element array of version 3.
+    let r = unsafe { libc::syscall(libc::SYS_capget, &mut h, d.as_mut_ptr()) };
+    // When in doubt, say yes: the drop step is then run, which costs a few calls.
+    r != 0
+        || d.iter()
+            .any(|x| x.effective | x.permitted | x.inheritable != 0)
+}
+
+impl Host {
+    pub fn detect() -> Self {
+        // SAFETY: plain queries.
+        let (euid, uid, gid) = unsafe { (libc::geteuid(), libc::getuid(), libc::getgid()) };
+        let is_root = euid == 0;
+        // SAFETY: PR_GET_SECCOMP takes no pointer.
+        let seccomp = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0;
+        let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            // CAP_CHECKPOINT_RESTORE, the last one as of Linux 6.x; unknown numbers are
+            // skipped by the drop step anyway.
+            .unwrap_or(40);
+        // The probe does what a run would: a network namespace with its loopback, and a
+        // read-only mount namespace with a scratch directory bound back read-write and a
+        // read-only carve-out inside it.
+        let scratch = tempfile::tempdir().ok();
+        let dirs = scratch.as_ref().and_then(|d| {
+            let root = d.path().canonicalize().ok()?;
+            std::fs::create_dir(root.join("ro")).ok()?;
+            Some(root)
+        });
+        let probe_spec = crate::ruleset::Spec {
+            writable_mounts: dirs.iter().cloned().collect(),
+            readonly_mounts: dirs.iter().map(|d| d.join("ro")).collect(),
+            ..crate::ruleset::Spec::empty()
+        };
+        let probe = |mode: &NsMode| match dirs.as_deref() {
+            Some(cwd) => try_in_child(&mode.step(true, &probe_spec, cwd)),
+            // Claim nothing that was not tried.
+            None => Err("no scratch directory in $TMPDIR to try the mounts in".to_string()),
+        };
+        let userns = NsMode::UserNs(IdMaps::identity(uid, gid));
+        let ns = if is_root {
+            probe(&NsMode::Plain)
+                .map(|()| NsMode::Plain)
+                .or_else(|plain| {
+                    probe(&userns).map(|()| userns.clone()).map_err(|u| {
+                        format!(
+                        "unshare(CLONE_NEWNET | CLONE_NEWNS): {plain}; with a user namespace: {u}"
+                    )
+                    })
+                })
+        } else {
+            probe(&userns)
+                .map(|()| userns.clone())
+                .map_err(|e| format!("unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWNS): {e}"))
+        };
+        Self {
+            landlock: Landlock::detect(),
+            seccomp,
+            is_root,
+            has_caps: !is_root && holds_capabilities(),
+            last_cap,
+            ns,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_host_has_landlock_abi_3_or_newer_and_seccomp() {
+        // The brief's host: Linux 6.x with landlock ABI 7. A host without it fails here,
+        // loudly, rather than skipping.
+        let h = Host::detect();
+        let abi = h.landlock.abi().unwrap();
+        assert!(abi >= ABI::V3, "{abi:?}");
+        assert!(h.seccomp);
+        assert!(h.last_cap >= 36);
+    }
+
+    #[test]
+    fn namespace_probe_matches_the_host() {
+        let h = Host::detect();
+        // Unprivileged user namespaces work on this host (root or not).
+        let n = h.ns.unwrap();
+        assert_eq!(matches!(n, NsMode::Plain), h.is_root);
+    }
+
+    #[test]
+    fn missing_landlock_is_an_error_naming_the_cause() {
+        assert!(matches!(Landlock::NotEnabled.abi(), Err(Error::NotEnabled)));
+        assert!(matches!(
+            Landlock::NotImplemented.abi(),
+            Err(Error::NotImplemented)
+        ));
+    }
+}

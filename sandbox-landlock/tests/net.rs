@@ -1,0 +1,182 @@
+//! Network modes, judged from the host: a listener on the host's loopback records whether
+//! anything reached it.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::io::{ErrorKind, Read};
+use std::net::TcpListener;
+use std::os::unix::net::UnixListener;
+
+use common::*;
+use sandbox_core::NetworkMode;
+
+/// A listener on the host's loopback; `reached` says whether a connection arrived.
+struct HostListener(TcpListener);
+
+impl HostListener {
+    fn new() -> Self {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.set_nonblocking(true).unwrap();
+        Self(l)
+    }
+    fn port(&self) -> u16 {
+        self.0.local_addr().unwrap().port()
+    }
+    /// The bytes of the connection that arrived, if one did (it waits in the backlog).
+    fn reached(&self) -> Option<Vec<u8>> {
+        match self.0.accept() {
+            Ok((mut s, _)) => {
+                s.set_nonblocking(false).unwrap();
+                s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                    .unwrap();
+                let mut buf = Vec::new();
+                let _ = s.read_to_end(&mut buf);
+                Some(buf)
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => None,
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+}
+
+fn connect_script(port: u16) -> String {
+    format!(
+        r#"
+import socket
+try:
+    s = socket.create_connection(("127.0.0.1", {port}), timeout=10)
+    s.sendall(b"hello-from-sandbox")
+    s.close()
+    print("host", 0)
+except OSError as e:
+    print("host", e.errno)
+"#
+    )
+}
+
+const OWN_LOOPBACK: &str = r#"
+import socket, threading
+try:
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+    port = srv.getsockname()[1]
+    def serve():
+        c, _ = srv.accept(); c.sendall(c.recv(100).upper()); c.close()
+    threading.Thread(target=serve).start()
+    c = socket.create_connection(("127.0.0.1", port), timeout=10)
+    c.sendall(b"ping"); got = c.recv(100)
+    print("own", 0 if got == b"PING" else 99)
+except OSError as e:
+    print("own", e.errno)
+"#;
+
+const OTHER_FAMILIES: &str = r#"
+import socket
+for name, fam, typ in [("inet", socket.AF_INET, socket.SOCK_STREAM),
+                       ("inet6", socket.AF_INET6, socket.SOCK_DGRAM),
+                       ("netlink", socket.AF_NETLINK, socket.SOCK_RAW),
+                       ("packet", socket.AF_PACKET, socket.SOCK_RAW)]:
+    try:
+        socket.socket(fam, typ).close(); print(name, 0)
+    except OSError as e:
+        print(name, e.errno)
+try:
+    a, b = socket.socketpair(); a.sendall(b"x"); print("socketpair", 0 if b.recv(1) == b"x" else 99)
+except OSError as e:
+    print("socketpair", e.errno)
+"#;
+
+fn errno_of(o: &sandbox_core::SandboxOutcome, name: &str) -> i32 {
+    results(o)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .unwrap_or_else(|| panic!("no {name} in {}\n{}", out(o), err(o)))
+        .1
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn network_none_denies_every_socket_family_and_reaches_nothing() {
+    let ws = tempdir();
+    let host = HostListener::new();
+    let body = format!("{}\n{OTHER_FAMILIES}", connect_script(host.port()));
+    let o = python(ws.path(), &body, |_| {}).await;
+    assert_ok(&o);
+    assert_eq!(errno_of(&o, "host"), libc::EPERM);
+    for fam in ["inet", "inet6", "netlink", "packet"] {
+        assert_eq!(errno_of(&o, fam), libc::EPERM, "{fam}");
+    }
+    assert_eq!(errno_of(&o, "socketpair"), 0);
+    assert!(host.reached().is_none(), "the host's listener was reached");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn network_loopback_is_private_the_host_loopback_is_out_of_reach() {
+    let ws = tempdir();
+    let host = HostListener::new();
+    let body = format!("{}\n{OWN_LOOPBACK}", connect_script(host.port()));
+    let o = python(ws.path(), &body, |o| o.network = NetworkMode::Loopback).await;
+    assert_ok(&o);
+    assert_eq!(errno_of(&o, "own"), 0, "own loopback: {}", err(&o));
+    assert_eq!(errno_of(&o, "host"), libc::ECONNREFUSED);
+    assert!(host.reached().is_none(), "the host's listener was reached");
+    assert!(o
+        .policy
+        .notes
+        .iter()
+        .any(|n| n.contains("private namespace")));
+    assert!(!o.policy.can_reach_network());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn network_full_reaches_the_host() {
+    let ws = tempdir();
+    let host = HostListener::new();
+    let o = python(ws.path(), &connect_script(host.port()), |o| {
+        o.network = NetworkMode::Full
+    })
+    .await;
+    assert_ok(&o);
+    assert_eq!(errno_of(&o, "host"), 0, "{}", err(&o));
+    assert_eq!(host.reached().as_deref(), Some(&b"hello-from-sandbox"[..]));
+}
+
+/// Before landlock ABI 9 a unix socket reached by path is not confined by landlock, so
+/// `socket(AF_UNIX)` is denied: a host service (docker.sock, an ssh or gpg agent) stays out
+/// of reach even when its directory is readable.
+#[tokio::test(flavor = "multi_thread")]
+async fn host_unix_sockets_are_out_of_reach_in_every_network_mode() {
+    let ws = tempdir();
+    let run_dir = tempdir();
+    let path = run_dir.path().join("agent.sock");
+    let listener = UnixListener::bind(&path).unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let body = format!(
+        r#"
+import socket
+try:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect("{}")
+    s.sendall(b"x")
+    print("agent", 0)
+except OSError as e:
+    print("agent", e.errno)
+"#,
+        path.display()
+    );
+    for mode in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
+        let o = python(ws.path(), &body, |o| {
+            o.network = mode;
+            o.read_only_paths = vec![run_dir.path().into()];
+        })
+        .await;
+        assert_ok(&o);
+        let e = errno_of(&o, "agent");
+        assert!(e == libc::EPERM || e == libc::EACCES, "{mode}: errno {e}");
+        match listener.accept() {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {}
+            other => panic!("{mode}: the host's unix socket was reached: {other:?}"),
+        }
+    }
+}

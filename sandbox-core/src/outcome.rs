@@ -225,6 +225,30 @@ pub struct SandboxOutcome {
     pub policy: EffectivePolicy,
 }
 
+impl SandboxOutcome {
+    /// An outcome, for backends outside core (the type is `#[non_exhaustive]`, so a struct
+    /// literal only works inside this crate).
+    pub fn new(
+        status: Status,
+        stdout: Captured,
+        stderr: Captured,
+        wall_time: Duration,
+        backend: &'static str,
+        files: BTreeMap<PathBuf, Vec<u8>>,
+        policy: EffectivePolicy,
+    ) -> Self {
+        Self {
+            status,
+            stdout,
+            stderr,
+            wall_time,
+            backend,
+            files,
+            policy,
+        }
+    }
+}
+
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
     s.serialize_f64(d.as_secs_f64())
 }

@@ -1,1 +1,135 @@
-//! The `docker` backend: built in its own issue.
+//! The `docker` backend: each command in its own container, through the Docker Engine API.
+//!
+//! For hosts where user namespaces are locked down, for commands that need a root
+//! filesystem of their own, and for engines on other machines: the same [`Sandbox`]
+//! contract, enforced by a local or remote Docker engine.
+//!
+//! # What it confines
+//!
+//! The container runs the configured image with a read-only root filesystem and a
+//! private tmpfs `/tmp`; the workspace at its own path (the working directory), the named
+//! read-only and writable paths, and nothing else of the host. Every capability is
+//! dropped, `no-new-privileges` is set, and our system-call profile replaces the engine's
+//! default: the same kernel surface denied as the bwrap and landlock backends (tracing,
+//! mounts, namespaces, the keyring, bpf, io_uring, ...), setuid and setgid bits refused,
+//! unknown calls answered `ENOSYS` (see `seccomp.rs`). The command runs as the caller's
+//! uid, or, when the caller is root, as an unprivileged one (see [the uid](#the-uid)).
+//! Network mode `none` and `loopback` both get a network namespace with only its own
+//! loopback; `full` gets the engine's default bridge (the outside world and the host's
+//! own addresses, never the host's `127.0.0.1`). Memory and process counts are limited
+//! by the container's cgroup; CPU time and open files by rlimits; a CPU quota comes from
+//! [`DockerConfig::cpus`]. Only the named environment variables are set, plus what the
+//! engine always adds (`HOSTNAME`) and the image's own `ENV` lines (the image is
+//! configuration the host chose; both are listed in the outcome's policy). Every
+//! container and volume carries [`LABEL`] and is removed after `wait` or `kill`, also
+//! when a run fails half way or its runtime shuts down; [`cleanup_leftovers`] removes
+//! what a crashed host left.
+//!
+//! The output streams while the command runs ([`Sandbox::logs`] sees it) and is capped
+//! like every backend's; the timeout and [`Sandbox::kill`] kill the container (its init,
+//! and with it the whole pid namespace); an OOM kill is reported as
+//! [`Status::OutOfMemory`](sandbox_core::Status::OutOfMemory).
+//!
+//! # The uid
+//!
+//! Root on the host is not root in the container: a uid-0 process without capabilities
+//! still owns root's files, so it could read a root-only file in a directory it was only
+//! granted to read, and leave a setuid-root program in the workspace. So:
+//!
+//! - a caller that is not root runs the command as itself;
+//! - a root caller runs it as the workspace's owner when that is an ordinary user (the
+//!   files it makes belong to that user, as if they had run it);
+//! - a root caller with a root-owned workspace (CI) runs it as `nobody` (65534).
+//!   `nobody` cannot write root's tree, and changing the ownership or ACLs of the user's
+//!   files is not ours to do, so the tree is bind-mounted through an **idmapped mount**
+//!   on which root's files appear as `nobody`'s (Linux 5.12+; see `idmap.rs`). The
+//!   command writes the workspace live, and what it makes is root's on disk; since a
+//!   setuid bit there would make a setuid-root program, the system-call profile refuses
+//!   setuid and setgid bits on every run. Where the kernel or filesystem cannot make
+//!   idmapped mounts, the tree travels by copy instead (uploaded owned by `nobody`, the
+//!   changes copied back after the end, setuid bits dropped), and the outcome says so.
+//!
+//! Named writable paths the command's uid does not own are handled the same way; named
+//! read-only paths are bound as they are, so a root-only file in them stays unreadable.
+//!
+//! # Workspace modes
+//!
+//! [`WorkspaceMode::Bind`] (the default) bind-mounts at the same paths; the command's
+//! writes land on the host as they happen. [`WorkspaceMode::Copy`] uploads every named
+//! path into a volume of its own before the start and copies the changes of writable ones
+//! back after the end: the mode for a remote engine, whose disk is not ours (in bind
+//! mode such an engine fails the run with that remedy). Snapshot runs always use a copy
+//! that is thrown away; captured files are then read from the container.
+//!
+//! # What it cannot do
+//!
+//! - Tell "killed by signal N" from "exited with 128+N": the engine's init reports both
+//!   the same ([`Capability::signal_status`] is false).
+//! - Hide the image's `ENV` variables or the engine's `HOSTNAME`.
+//! - Make submounts of a bind-mounted read-only path read-only (engines before 25 bind
+//!   recursively but apply read-only to the top mount only).
+//! - In copy mode, a carve-out inside the workspace is read-only but can be renamed away
+//!   inside the container; its host copy is never written either way.
+//! - Report an OOM kill that the engine reports neither in its `OOMKilled` flag nor in
+//!   its event log within two seconds of the exit.
+//!
+//! # What it needs
+//!
+//! A Docker engine speaking API 1.30 or later at `DOCKER_HOST` (the local socket by
+//! default) that this user may use, with its init binary (`docker-init`), seccomp, and
+//! memory and pids cgroup controllers; the image on the engine (never pulled unless
+//! [`DockerConfig::allow_pull`]). With no registry, [`build_image_from_binaries`] makes
+//! one from host binaries. [`Sandbox::preflight`] checks all of it by running a real
+//! container with the full policy.
+//!
+//! # Tests
+//!
+//! `spec.rs` (the container specification, every policy knob), `handover.rs`,
+//! `seccomp.rs` (checked against core's table), `transfer.rs` and the rest are
+//! unit-tested without an engine; `tests/` runs commands against the local engine in an
+//! image built in the test from a static busybox (`apt-get install busybox-static`),
+//! checks their effects from the host, and checks that no container, volume or staging
+//! mount of ours is left. The conformance suite runs with `SANDBOX_BACKEND=docker`, in
+//! an image it builds around its probe.
+//!
+//! # Dependencies
+//!
+//! `bollard` (the Engine API over the unix socket or TCP), `tar` (archives for images and
+//! copy mode), `tokio`, `futures-util` and `bytes` (streams of the API), `serde_json`
+//! (the seccomp profile), `nix` and `libc` (uids, random run names, the idmapped mount's
+//! system calls), `thiserror` (the backend's error), `tempfile` (the preflight's scratch
+//! workspace), `tracing` (diagnostics).
+//!
+//! [`Sandbox`]: sandbox_core::Sandbox
+//! [`Sandbox::logs`]: sandbox_core::Sandbox::logs
+//! [`Sandbox::kill`]: sandbox_core::Sandbox::kill
+//! [`Sandbox::preflight`]: sandbox_core::Sandbox::preflight
+//! [`Capability::signal_status`]: sandbox_core::Capability::signal_status
+
+mod backend;
+mod client;
+mod config;
+mod engine;
+mod error;
+mod handover;
+mod idmap;
+mod image;
+mod labels;
+mod leftovers;
+mod program;
+mod resources;
+mod seccomp;
+mod spec;
+mod transfer;
+
+pub use backend::{capability, DockerBackend, DockerSandbox};
+pub use bollard::Docker;
+pub use client::connect;
+pub use config::{DockerConfig, WorkspaceMode};
+pub use handover::NOBODY;
+pub use image::build_image_from_binaries;
+pub use labels::{owner, LABEL, LABEL_OWNER, LABEL_ROLE, LABEL_VALUE};
+pub use leftovers::{cleanup_leftovers, Removed, Scope};
+
+/// The backend's name.
+pub const NAME: &str = "docker";

@@ -1,0 +1,229 @@
+//! The backend and its sandboxes: the contract's verbs over [`engine`](crate::engine).
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use sandbox_core::run::RunSlot;
+use sandbox_core::{
+    Backend, Capability, DynSandbox, Enforcement, Logs, Plan, Preflight, ResourceLimits, Sandbox,
+    SandboxError, SandboxOpts, SandboxOutcome, Status,
+};
+
+use crate::config::DockerConfig;
+use crate::engine::{self, RunKind};
+use crate::error::DockerError;
+use crate::NAME;
+
+/// What the docker backend enforces: the same on every host, since the engine does the
+/// enforcing (the preflight checks that this engine can).
+pub fn capability() -> Capability {
+    Capability {
+        confine_writes: true,
+        confine_reads: true,
+        readonly_carveouts: true,
+        network_none: Enforcement::Exact,
+        network_loopback: Enforcement::Exact,
+        network_full: Enforcement::Exact,
+        tree_kill: true,
+        process_isolation: true,
+        drops_host_root: true,
+        memory_limit: true,
+        cpu_limit: true,
+        process_limit: true,
+        open_files_limit: true,
+        // The engine's init reports a command killed by signal N as exit code 128+N.
+        signal_status: false,
+        oom_status: true,
+        snapshot: true,
+        host_programs: false,
+    }
+}
+
+/// The docker backend: makes [`DockerSandbox`]es for one image.
+///
+/// Cheap to clone. It does not connect on construction: each sandbox (and each preflight)
+/// connects when it is used, so the backend can be built where the engine is down and
+/// report that in its preflight, and can be shared across tokio runtimes.
+#[derive(Clone, Debug)]
+pub struct DockerBackend {
+    config: Arc<DockerConfig>,
+}
+
+impl DockerBackend {
+    /// A backend for `config`; an error only when the configuration itself is wrong.
+    pub fn new(config: DockerConfig) -> Result<Self, SandboxError> {
+        config.validate()?;
+        Ok(Self {
+            config: Arc::new(config),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DockerConfig {
+        &self.config
+    }
+
+    /// A fresh sandbox for one command, as its concrete type.
+    pub fn docker_sandbox(&self) -> DockerSandbox {
+        DockerSandbox {
+            config: self.config.clone(),
+            slot: RunSlot::default(),
+        }
+    }
+}
+
+impl Backend for DockerBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capability(&self) -> Capability {
+        capability()
+    }
+
+    fn sandbox(&self) -> Box<DynSandbox> {
+        Box::new(self.docker_sandbox())
+    }
+}
+
+/// One command in one container.
+#[derive(Debug)]
+pub struct DockerSandbox {
+    config: Arc<DockerConfig>,
+    slot: RunSlot,
+}
+
+#[async_trait]
+impl Sandbox for DockerSandbox {
+    fn backend(&self) -> &'static str {
+        NAME
+    }
+
+    fn capability(&self) -> Capability {
+        capability()
+    }
+
+    async fn preflight(&self) -> Result<Preflight, SandboxError> {
+        preflight(&self.config).await
+    }
+
+    async fn run(&self, opts: SandboxOpts) -> Result<(), SandboxError> {
+        let guard = self.slot.begin()?;
+        let plan = Plan::new(&opts, NAME, &capability())?;
+        let handle = engine::start(
+            &self.config,
+            plan,
+            RunKind {
+                resolve_program: true,
+                role: "run",
+            },
+        )
+        .await?;
+        guard.started(handle);
+        Ok(())
+    }
+
+    async fn wait(&self) -> Result<SandboxOutcome, SandboxError> {
+        self.slot.handle("wait")?.wait().await
+    }
+
+    async fn kill(&self) -> Result<(), SandboxError> {
+        self.slot.handle("kill")?.kill().await
+    }
+
+    async fn logs(&self) -> Result<Logs, SandboxError> {
+        Ok(self.slot.handle("logs")?.logs())
+    }
+}
+
+/// The engine answers at an API we speak, it can enforce the limits we claim, the image
+/// is there, and a real container with the full policy runs to its end and is removed.
+///
+/// The trial command is the engine's own init (`/sbin/docker-init --version`), which the
+/// engine mounts into every container that asks for an init: it works in any image,
+/// distroless ones included, so the preflight does not depend on what the image holds.
+async fn preflight(config: &DockerConfig) -> Result<Preflight, SandboxError> {
+    let docker = crate::client::connect_inner().await?;
+    let version = docker
+        .version()
+        .await
+        .map_err(|e| DockerError::engine("read the engine version", e))?;
+    let info = docker
+        .info()
+        .await
+        .map_err(|e| DockerError::engine("read the engine info", e))?;
+    let mut missing = Vec::new();
+    if info.memory_limit == Some(false) {
+        missing.push("memory limits (the memory cgroup controller)");
+    }
+    if info.pids_limit == Some(false) {
+        missing.push("process-count limits (the pids cgroup controller)");
+    }
+    if !missing.is_empty() {
+        return Err(SandboxError::unavailable(
+            NAME,
+            format!("the docker engine cannot enforce {}", missing.join(" or ")),
+            "enable those cgroup controllers on the engine's host (kernel command line or \
+             cgroup v2 delegation), then restart the engine",
+        ));
+    }
+    let image = crate::image::ensure(&docker, config).await?;
+
+    let scratch = tempfile::Builder::new()
+        .prefix("sandbox-docker-preflight-")
+        .tempdir()
+        .map_err(|e| SandboxError::io("creating the preflight workspace", e))?;
+    let mut opts = SandboxOpts::new(scratch.path(), ["/sbin/docker-init", "--version"]);
+    opts.limits = ResourceLimits {
+        memory_bytes: Some(64 << 20),
+        ..ResourceLimits::default()
+    };
+    opts.timeout = Some(std::time::Duration::from_secs(60));
+    let plan = Plan::new(&opts, NAME, &capability())?;
+    let handle = engine::start(
+        config,
+        plan,
+        RunKind {
+            resolve_program: false,
+            role: "preflight",
+        },
+    )
+    .await?;
+    let outcome = handle.wait().await?;
+    if outcome.status != (Status::Exited { code: 0 }) {
+        return Err(SandboxError::unavailable(
+            NAME,
+            format!(
+                "a trial container did not run: {:?}, output: {}{}",
+                outcome.status,
+                outcome.stdout.text().trim(),
+                outcome.stderr.text().trim()
+            ),
+            "check that the engine can run containers with an init (`docker run --rm --init \
+             IMAGE`), and its logs (`journalctl -u docker`)",
+        ));
+    }
+    let v = docker.client_version();
+    let mut details = vec![
+        format!(
+            "engine {} at {}",
+            version.version.as_deref().unwrap_or("?"),
+            crate::error::docker_host()
+        ),
+        format!(
+            "image {} ({})",
+            config.image,
+            image.id.as_deref().unwrap_or("?")
+        ),
+        format!("workspace mode: {:?}", config.workspace_mode),
+        format!("trial container: {}", outcome.stdout.text().trim()),
+    ];
+    if let Some(c) = info.cgroup_version {
+        details.push(format!("cgroup version {c}"));
+    }
+    Ok(Preflight::new(
+        NAME,
+        Some(format!("API {}.{}", v.major_version, v.minor_version)),
+        details,
+    ))
+}

@@ -1,0 +1,434 @@
+//! Who the command runs as, and how each named host path reaches the container: pure
+//! decisions over the plan and the owners of the paths.
+//!
+//! # The uid
+//!
+//! Root on the host must not be root in the container: a uid-0 process, even with every
+//! capability dropped, owns root's files (it reads a root-only secret it was granted only
+//! the directory of, and `chmod u+s` on a file it made leaves a setuid-root program in the
+//! workspace for the host to run later). So:
+//!
+//! - a caller that is not root runs the command as itself (its own uid and gid), and the
+//!   workspace is writable because it is the caller's;
+//! - a root caller runs it as the **owner of the workspace** when that is not root (the
+//!   usual `sudo` over a user's checkout): files the command makes belong to the tree's
+//!   owner, exactly as if that user had run it;
+//! - a root caller with a root-owned workspace (CI, where everything is root's) runs it as
+//!   `nobody` (65534:65534). `nobody` cannot write root's tree, and changing the
+//!   ownership or ACLs of the user's files is not ours to do, so the tree is bind-mounted
+//!   through an idmapped mount ([`crate::idmap`]) on which root's files appear as
+//!   `nobody`'s: the command writes it live, and what it makes is root's on disk (with
+//!   setuid and setgid bits refused by the system-call filter). Where the kernel or the
+//!   filesystem cannot make idmapped mounts, the tree travels by copy instead: uploaded
+//!   owned by the command's uid and the changes copied back after the end.
+//!
+//! The same holds for named writable paths the command's uid does not own.
+//!
+//! Group 0 is never handed to the command either: a workspace owned by `alice:root` runs
+//! as `alice:nogroup`.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::WorkspaceMode;
+
+/// The unprivileged uid and gid for a root caller with a root-owned workspace.
+pub const NOBODY: u32 = 65534;
+
+/// Why the command runs as the uid it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IdentityReason {
+    /// The caller is not root: its own uid.
+    Caller,
+    /// The caller is root: the workspace's owner.
+    WorkspaceOwner,
+    /// The caller is root and so is the workspace's owner: `nobody`.
+    Unprivileged,
+}
+
+/// The uid and gid of the command inside the container.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+    pub reason: IdentityReason,
+}
+
+impl Identity {
+    /// A sentence for the effective policy.
+    pub(crate) fn note(&self) -> String {
+        let why = match self.reason {
+            IdentityReason::Caller => "the caller's own uid",
+            IdentityReason::WorkspaceOwner => "the host runs as root: the workspace owner's uid",
+            IdentityReason::Unprivileged => {
+                "the host runs as root and owns the workspace: the unprivileged `nobody`"
+            }
+        };
+        format!(
+            "runs as uid {} gid {} ({why}), no capabilities",
+            self.uid, self.gid
+        )
+    }
+}
+
+/// Choose the command's uid: see the module docs.
+pub(crate) fn choose_identity(
+    host_uid: u32,
+    host_gid: u32,
+    workspace_owner: Option<(u32, u32)>,
+) -> Identity {
+    let gid = |g: u32| if g == 0 { NOBODY } else { g };
+    if host_uid != 0 {
+        return Identity {
+            uid: host_uid,
+            gid: gid(host_gid),
+            reason: IdentityReason::Caller,
+        };
+    }
+    match workspace_owner {
+        Some((uid, g)) if uid != 0 => Identity {
+            uid,
+            gid: gid(g),
+            reason: IdentityReason::WorkspaceOwner,
+        },
+        _ => Identity {
+            uid: NOBODY,
+            gid: NOBODY,
+            reason: IdentityReason::Unprivileged,
+        },
+    }
+}
+
+/// What a handed-over path is, for the command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Role {
+    /// The workspace: writable, the working directory.
+    Workspace,
+    /// A read-only carve-out inside the workspace.
+    Carveout,
+    /// A named read-only path.
+    ReadOnly,
+    /// A named writable path.
+    Writable,
+}
+
+/// How a path travels.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Via {
+    /// Bind-mounted from the engine's host at the same path.
+    Bind,
+    /// Bind-mounted at the same path through an idmapped mount on which files of on-disk
+    /// owner `from` (uid, gid) appear owned by the command.
+    IdmappedBind {
+        /// The tree's owner on disk.
+        from: (u32, u32),
+    },
+    /// Uploaded into a volume of its own before the start; when `write_back`, the changed
+    /// files are copied back to the host after the end.
+    Volume {
+        /// Copy the changes back.
+        write_back: bool,
+    },
+    /// Part of a copied workspace: uploaded owned by root and without write permission,
+    /// never copied back.
+    InsideCopy,
+}
+
+/// One host path and how the command gets it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Handover {
+    /// The canonical host path; also the path inside the container.
+    pub path: PathBuf,
+    /// What it is.
+    pub role: Role,
+    /// How it travels.
+    pub via: Via,
+    /// The command may not write it (read-only paths, carve-outs, and a workspace that is
+    /// itself named as a carve-out).
+    pub read_only: bool,
+}
+
+/// Decide how each path of the plan reaches the container.
+///
+/// `owner` reports a path's owner (None when it cannot be read). A writable tree is
+/// copied instead of bound when the workspace mode says so, or in snapshot mode (the
+/// workspace only: the original must not be touched). When the host is root and a
+/// writable tree is not the command uid's own, it is bound through an idmapped mount, or
+/// copied when `idmap` is false (the host cannot make one). Duplicates keep the most
+/// capable role: a path named both read-only and writable is writable; a path equal to
+/// the workspace is the workspace; carve-outs always stay read-only.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn plan_handovers(
+    workspace: &Path,
+    carveouts: &[PathBuf],
+    read_only: &[PathBuf],
+    writable: &[PathBuf],
+    mode: WorkspaceMode,
+    snapshot: bool,
+    host_is_root: bool,
+    identity: &Identity,
+    idmap: bool,
+    owner: &dyn Fn(&Path) -> Option<(u32, u32)>,
+) -> Vec<Handover> {
+    let copy = mode == WorkspaceMode::Copy;
+    // How a writable tree the command uid does not own travels, when the host is root.
+    let writable_via = |p: &Path| -> Via {
+        match owner(p) {
+            Some((uid, _)) if uid == identity.uid => Via::Bind,
+            _ if !host_is_root => Via::Bind,
+            Some(from) if idmap => Via::IdmappedBind { from },
+            _ => Via::Volume { write_back: true },
+        }
+    };
+    let mut out = Vec::new();
+    let ws_via = if copy || snapshot {
+        Via::Volume {
+            write_back: !snapshot,
+        }
+    } else {
+        writable_via(workspace)
+    };
+    out.push(Handover {
+        path: workspace.to_path_buf(),
+        role: Role::Workspace,
+        via: ws_via,
+        read_only: false,
+    });
+    let taken = |out: &Vec<Handover>, p: &Path| out.iter().any(|h| h.path == p);
+    for p in writable {
+        if taken(&out, p) {
+            continue;
+        }
+        let via = if copy {
+            Via::Volume { write_back: true }
+        } else {
+            writable_via(p)
+        };
+        out.push(Handover {
+            path: p.clone(),
+            role: Role::Writable,
+            via,
+            read_only: false,
+        });
+    }
+    for p in read_only {
+        if taken(&out, p) {
+            continue;
+        }
+        let via = if copy {
+            Via::Volume { write_back: false }
+        } else {
+            Via::Bind
+        };
+        out.push(Handover {
+            path: p.clone(),
+            role: Role::ReadOnly,
+            via,
+            read_only: true,
+        });
+    }
+    for p in carveouts {
+        if p == workspace {
+            // The caller made the whole workspace read-only: one read-only mount, not two
+            // mounts on the same path (which the engine refuses).
+            out[0].read_only = true;
+            continue;
+        }
+        let via = if matches!(ws_via, Via::Volume { .. }) {
+            Via::InsideCopy
+        } else {
+            Via::Bind
+        };
+        // A carve-out wins over a writable path named at the same place.
+        out.retain(|h| h.path != *p);
+        out.push(Handover {
+            path: p.clone(),
+            role: Role::Carveout,
+            via,
+            read_only: true,
+        });
+    }
+    out
+}
+
+/// The handovers strictly inside `root`, other than `root` itself: their contents travel
+/// on their own and are left out of `root`'s upload and download. Carve-outs inside a
+/// copied workspace are the exception: they travel with it.
+pub(crate) fn nested_in<'a>(root: &Path, all: &'a [Handover]) -> Vec<&'a Handover> {
+    all.iter()
+        .filter(|h| h.path != root && h.path.starts_with(root))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(s: &str) -> PathBuf {
+        PathBuf::from(s)
+    }
+
+    #[test]
+    fn a_non_root_caller_runs_as_itself() {
+        let id = choose_identity(1000, 1000, Some((0, 0)));
+        assert_eq!(
+            (id.uid, id.gid, id.reason),
+            (1000, 1000, IdentityReason::Caller)
+        );
+    }
+
+    #[test]
+    fn root_runs_as_the_workspace_owner_or_nobody_never_as_root() {
+        let id = choose_identity(0, 0, Some((1000, 1001)));
+        assert_eq!(
+            (id.uid, id.gid, id.reason),
+            (1000, 1001, IdentityReason::WorkspaceOwner)
+        );
+        let id = choose_identity(0, 0, Some((0, 0)));
+        assert_eq!((id.uid, id.gid), (NOBODY, NOBODY));
+        let id = choose_identity(0, 0, None);
+        assert_eq!((id.uid, id.gid), (NOBODY, NOBODY));
+        // Group root is not handed over either.
+        let id = choose_identity(0, 0, Some((1000, 0)));
+        assert_eq!((id.uid, id.gid), (1000, NOBODY));
+        let id = choose_identity(1000, 0, None);
+        assert_eq!(id.gid, NOBODY);
+    }
+
+    fn plan(mode: WorkspaceMode, snapshot: bool, root: bool, owner: u32, id: u32) -> Vec<Handover> {
+        plan_idmap(mode, snapshot, root, owner, id, true)
+    }
+
+    fn plan_idmap(
+        mode: WorkspaceMode,
+        snapshot: bool,
+        root: bool,
+        owner: u32,
+        id: u32,
+        idmap: bool,
+    ) -> Vec<Handover> {
+        let ident = Identity {
+            uid: id,
+            gid: id,
+            reason: IdentityReason::Caller,
+        };
+        plan_handovers(
+            &p("/ws"),
+            &[p("/ws/.git/hooks")],
+            &[p("/ro"), p("/both")],
+            &[p("/rw"), p("/both")],
+            mode,
+            snapshot,
+            root,
+            &ident,
+            idmap,
+            &|_| Some((owner, owner)),
+        )
+    }
+
+    fn via(hs: &[Handover], path: &str) -> (Role, Via) {
+        let h = hs.iter().find(|h| h.path == p(path)).unwrap();
+        (h.role, h.via)
+    }
+
+    #[test]
+    fn bind_mode_binds_everything() {
+        let hs = plan(WorkspaceMode::Bind, false, false, 1000, 1000);
+        assert_eq!(via(&hs, "/ws"), (Role::Workspace, Via::Bind));
+        assert_eq!(via(&hs, "/rw"), (Role::Writable, Via::Bind));
+        assert_eq!(via(&hs, "/ro"), (Role::ReadOnly, Via::Bind));
+        assert_eq!(via(&hs, "/ws/.git/hooks"), (Role::Carveout, Via::Bind));
+        // Named both ways: writable, once.
+        assert_eq!(via(&hs, "/both"), (Role::Writable, Via::Bind));
+        assert_eq!(hs.iter().filter(|h| h.path == p("/both")).count(), 1);
+    }
+
+    #[test]
+    fn copy_mode_copies_everything_and_writes_back_only_writable_trees() {
+        let hs = plan(WorkspaceMode::Copy, false, false, 1000, 1000);
+        assert_eq!(
+            via(&hs, "/ws"),
+            (Role::Workspace, Via::Volume { write_back: true })
+        );
+        assert_eq!(
+            via(&hs, "/rw"),
+            (Role::Writable, Via::Volume { write_back: true })
+        );
+        assert_eq!(
+            via(&hs, "/ro"),
+            (Role::ReadOnly, Via::Volume { write_back: false })
+        );
+        assert_eq!(
+            via(&hs, "/ws/.git/hooks"),
+            (Role::Carveout, Via::InsideCopy)
+        );
+    }
+
+    #[test]
+    fn snapshot_copies_the_workspace_and_never_writes_it_back() {
+        let hs = plan(WorkspaceMode::Bind, true, false, 1000, 1000);
+        assert_eq!(
+            via(&hs, "/ws"),
+            (Role::Workspace, Via::Volume { write_back: false })
+        );
+        assert_eq!(via(&hs, "/rw"), (Role::Writable, Via::Bind));
+    }
+
+    #[test]
+    fn a_root_host_binds_foreign_trees_through_an_idmap_or_copies_them() {
+        let hs = plan(WorkspaceMode::Bind, false, true, 0, NOBODY);
+        assert_eq!(
+            via(&hs, "/ws"),
+            (Role::Workspace, Via::IdmappedBind { from: (0, 0) })
+        );
+        assert_eq!(
+            via(&hs, "/rw"),
+            (Role::Writable, Via::IdmappedBind { from: (0, 0) })
+        );
+        // Read-only paths keep their host permissions through a plain bind.
+        assert_eq!(via(&hs, "/ro"), (Role::ReadOnly, Via::Bind));
+        // Carve-outs sit on top of the live workspace as read-only binds.
+        assert_eq!(via(&hs, "/ws/.git/hooks"), (Role::Carveout, Via::Bind));
+        // Without idmapped mounts: copied, carve-outs travelling inside the copy.
+        let hs = plan_idmap(WorkspaceMode::Bind, false, true, 0, NOBODY, false);
+        assert_eq!(
+            via(&hs, "/ws"),
+            (Role::Workspace, Via::Volume { write_back: true })
+        );
+        assert_eq!(
+            via(&hs, "/ws/.git/hooks"),
+            (Role::Carveout, Via::InsideCopy)
+        );
+        // What the command uid owns is bound as it is.
+        let hs = plan(WorkspaceMode::Bind, false, true, 1000, 1000);
+        assert_eq!(via(&hs, "/ws"), (Role::Workspace, Via::Bind));
+        // A non-root host never maps anything: the caller's rights are the command's.
+        let hs = plan(WorkspaceMode::Bind, false, false, 0, 1000);
+        assert_eq!(via(&hs, "/ws"), (Role::Workspace, Via::Bind));
+    }
+
+    #[test]
+    fn a_carveout_equal_to_the_workspace_makes_it_read_only() {
+        let ident = choose_identity(1000, 1000, None);
+        let hs = plan_handovers(
+            &p("/ws"),
+            &[p("/ws")],
+            &[],
+            &[],
+            WorkspaceMode::Bind,
+            false,
+            false,
+            &ident,
+            true,
+            &|_| Some((1000, 1000)),
+        );
+        assert_eq!(hs.len(), 1);
+        assert!(hs[0].read_only && hs[0].role == Role::Workspace);
+    }
+
+    #[test]
+    fn nested_handovers_are_found() {
+        let hs = plan(WorkspaceMode::Bind, false, false, 1000, 1000);
+        let nested: Vec<_> = nested_in(&p("/ws"), &hs).iter().map(|h| &h.path).collect();
+        assert_eq!(nested, vec![&p("/ws/.git/hooks")]);
+    }
+}

@@ -1,0 +1,105 @@
+//! Finding and removing what a crashed host left on the engine.
+
+use std::collections::HashMap;
+
+use bollard::query_parameters::{ListContainersOptionsBuilder, ListVolumesOptionsBuilder};
+use bollard::Docker;
+use sandbox_core::SandboxError;
+
+use crate::error::DockerError;
+use crate::idmap::{remove_run_dir, STAGING_ROOT};
+use crate::labels::{owner_state, OwnerState, LABEL, LABEL_OWNER, LABEL_VALUE};
+use crate::resources::{remove_container, remove_volume};
+
+/// Which of our objects [`cleanup_leftovers`] removes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// Those whose maker ran on this machine and is gone. Objects of live processes, and
+    /// of other machines sharing a remote engine, are left alone. The default.
+    #[default]
+    DeadOwners,
+    /// Every object carrying our label, whoever made it: for an operator who knows that
+    /// no run is in progress anywhere (live runs would be killed).
+    All,
+}
+
+/// What [`cleanup_leftovers`] removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Removed {
+    /// Container ids.
+    pub containers: Vec<String>,
+    /// Volume names.
+    pub volumes: Vec<String>,
+    /// Idmapped staging directories on this host (unmounted and deleted).
+    pub staging: Vec<std::path::PathBuf>,
+}
+
+fn wanted(scope: Scope, owner: Option<&str>) -> bool {
+    match scope {
+        Scope::All => true,
+        Scope::DeadOwners => owner_state(owner) == OwnerState::Gone,
+    }
+}
+
+/// Remove the containers (running ones are killed) and volumes carrying our [`LABEL`]
+/// that `scope` selects, and, when this process is root, the idmapped staging mounts the
+/// same owners left on this host. A host that crashed mid-run leaves its container behind; call
+/// this at start-up, or from a periodic job.
+///
+/// [`LABEL`]: crate::LABEL
+pub async fn cleanup_leftovers(docker: &Docker, scope: Scope) -> Result<Removed, SandboxError> {
+    Ok(cleanup(docker, scope).await?)
+}
+
+async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, DockerError> {
+    let filter = HashMap::from([("label", vec![format!("{LABEL}={LABEL_VALUE}")])]);
+    let mut removed = Removed::default();
+    let containers = docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::new()
+                .all(true)
+                .filters(&filter)
+                .build(),
+        ))
+        .await
+        .map_err(|e| DockerError::engine("list containers", e))?;
+    for c in containers {
+        let owner = c
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(LABEL_OWNER))
+            .map(String::as_str);
+        let Some(id) = c.id else { continue };
+        if wanted(scope, owner) {
+            remove_container(docker, &id).await?;
+            removed.containers.push(id);
+        }
+    }
+    let volumes = docker
+        .list_volumes(Some(
+            ListVolumesOptionsBuilder::new().filters(&filter).build(),
+        ))
+        .await
+        .map_err(|e| DockerError::engine("list volumes", e))?;
+    for v in volumes.volumes.unwrap_or_default() {
+        let owner = v.labels.get(LABEL_OWNER).map(String::as_str);
+        if wanted(scope, owner) {
+            remove_volume(docker, &v.name).await?;
+            removed.volumes.push(v.name);
+        }
+    }
+    // After the containers that bound them. Only root makes (and can read) these.
+    if let Ok(dirs) = std::fs::read_dir(STAGING_ROOT) {
+        for d in dirs.flatten() {
+            let dir = d.path();
+            let owner = std::fs::read_to_string(dir.join("owner")).ok();
+            if wanted(scope, owner.as_deref()) {
+                remove_run_dir(&dir)
+                    .map_err(|e| DockerError::io(format!("removing {}", dir.display()), e))?;
+                removed.staging.push(dir);
+            }
+        }
+    }
+    Ok(removed)
+}

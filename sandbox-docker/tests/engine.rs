@@ -1,0 +1,1091 @@
+//! The docker backend against the local engine: every effect is checked from the host
+//! (files, ownership, listeners, processes, the engine's own list of containers), and
+//! after every test nothing of this process is left on the engine.
+//!
+//! Runs as root (CI) and as an unprivileged uid in the `docker` group; where the two
+//! differ (which uid the command gets, how a root-owned workspace travels), each test
+//! asserts the behaviour for the uid it runs as.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers panic on failure by design
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use sandbox_core::{
+    Backend, LimitMechanism, NetworkMode, Sandbox, SandboxError, SandboxExt, SandboxOpts, Status,
+    Stdin, TreeKill,
+};
+use sandbox_docker::{DockerBackend, DockerConfig, WorkspaceMode, NOBODY};
+
+/// A workspace the command's uid owns, so it is bind-mounted: as root, given to uid 1000
+/// (the command then runs as that owner); otherwise our own. Returns the uid to expect.
+fn bind_dir() -> (tempfile::TempDir, PathBuf, u32) {
+    let (d, p) = dir();
+    if is_root() {
+        chown_tree(&p, 1000);
+        (d, p, 1000)
+    } else {
+        let me = nix_uid();
+        (d, p, me)
+    }
+}
+
+async fn run(b: &DockerBackend, opts: SandboxOpts) -> sandbox_core::SandboxOutcome {
+    b.sandbox().execute(opts).await.unwrap()
+}
+
+#[tokio::test]
+async fn argv_exit_code_and_both_streams_come_back_exactly() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let mut argv = sh(r#"printf '[%s]' "$@"; echo err >&2; exit 7"#);
+    argv.extend(["argv0", "a b", "'q'", "$HOME", "", "x\ny"].map(String::from));
+    let o = run(&backend(WorkspaceMode::Bind), SandboxOpts::new(&ws, argv)).await;
+    assert_eq!(o.status, Status::Exited { code: 7 });
+    assert_eq!(o.stdout.text(), "[a b]['q'][$HOME][][x\ny]");
+    assert_eq!(o.stderr.text(), "err\n");
+    assert_eq!(o.backend, "docker");
+    assert_eq!(o.policy.tree_kill, Some(TreeKill::Container));
+    assert_clean();
+}
+
+#[tokio::test]
+async fn a_dynamically_linked_program_runs_from_the_image_built_without_a_registry() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    // Found on the container's PATH, with libc and the loader copied by the image builder.
+    let o = run(
+        &backend(WorkspaceMode::Bind),
+        SandboxOpts::new(&ws, ["true"]),
+    )
+    .await;
+    assert_eq!(o.status, Status::Exited { code: 0 }, "{}", o.stderr.text());
+    assert_clean();
+}
+
+#[tokio::test]
+async fn only_the_named_variables_reach_the_command() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    // SAFETY (edition 2021: safe fn): the tests run one at a time under SERIAL, and
+    // nothing else in this process reads these variables concurrently.
+    std::env::set_var("SANDBOX_DOCKER_TEST_SECRET", "leaked-secret");
+    std::env::set_var("SANDBOX_DOCKER_TEST_PASSED", "passed-value");
+    let mut opts = SandboxOpts::new(&ws, ["/bin/busybox", "env"]);
+    opts.env.set = vec![("FOO".into(), "bar baz".into())];
+    opts.env.pass = vec!["SANDBOX_DOCKER_TEST_PASSED".into()];
+    let o = run(&backend(WorkspaceMode::Bind), opts).await;
+    let text = o.stdout.text();
+    let names: BTreeSet<&str> = text
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k))
+        .collect();
+    let want: BTreeSet<&str> = [
+        "PATH",
+        "HOME",
+        "LANG",
+        "FOO",
+        "SANDBOX_DOCKER_TEST_PASSED",
+        "HOSTNAME",
+    ]
+    .into();
+    assert_eq!(names, want, "{text}");
+    assert!(text.contains("FOO=bar baz\n"));
+    assert!(text.contains(&format!("HOME={}\n", ws.display())));
+    assert!(!text.contains("leaked-secret"));
+    let recorded: BTreeSet<&str> = o.policy.env_names.iter().map(String::as_str).collect();
+    assert_eq!(recorded, want, "the policy lists what the command got");
+    assert_clean();
+}
+
+#[tokio::test]
+async fn host_root_is_never_root_inside_and_holds_no_capabilities() {
+    let _g = SERIAL.lock().await;
+    let script = "busybox id -u; busybox id -g; busybox grep CapEff /proc/self/status; \
+                  busybox grep NoNewPrivs /proc/self/status";
+    // A workspace owned by the caller (or, as root, by root).
+    let (_d, ws) = dir();
+    let o = run(
+        &backend(WorkspaceMode::Bind),
+        SandboxOpts::new(&ws, sh(script)),
+    )
+    .await;
+    let want = if is_root() { NOBODY } else { nix_uid() };
+    let lines: Vec<_> = o.stdout.text().lines().map(str::to_owned).collect();
+    assert_eq!(lines[0], want.to_string(), "{lines:?}");
+    assert_ne!(lines[1], "0", "never group root: {lines:?}");
+    assert_eq!(lines[2].split_whitespace().nth(1), Some("0000000000000000"));
+    assert_eq!(lines[3].split_whitespace().nth(1), Some("1"));
+    // A workspace owned by an ordinary user: as root, the command runs as that user.
+    let (_d2, ws2, owner) = bind_dir();
+    let o = run(
+        &backend(WorkspaceMode::Bind),
+        SandboxOpts::new(&ws2, sh(script)),
+    )
+    .await;
+    assert_eq!(o.stdout.text().lines().next(), Some(&*owner.to_string()));
+    assert_clean();
+}
+
+#[tokio::test]
+async fn writes_land_in_the_workspace_and_named_paths_only() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws, owner) = bind_dir();
+    let (_o, other) = dir();
+    let rw = other.join("rw");
+    let ro = other.join("ro");
+    let hidden = other.join("hidden");
+    for d in [&rw, &ro, &hidden] {
+        std::fs::create_dir(d).unwrap();
+    }
+    std::fs::write(ro.join("f"), "read-only content\n").unwrap();
+    std::fs::set_permissions(ro.join("f"), std::fs::Permissions::from_mode(0o666)).unwrap();
+    std::fs::write(hidden.join("secret"), "hidden content\n").unwrap();
+    if is_root() {
+        chown_tree(&rw, owner);
+    }
+    let script = format!(
+        "pwd; echo a > {ws}/new; echo b > {rw}/new; \
+         echo c > {ro}/f && echo RO-WRITTEN; busybox cat {ro}/f; \
+         busybox touch /etc/x && echo ETC-WRITTEN; busybox touch /tmp/x && echo TMP-OK; \
+         busybox cat {hidden}/secret && echo HIDDEN-READ; busybox ls {other} || echo NO-OTHER; true",
+        ws = ws.display(),
+        rw = rw.display(),
+        ro = ro.display(),
+        hidden = hidden.display(),
+        other = other.display(),
+    );
+    let mut opts = SandboxOpts::new(&ws, sh(&script));
+    opts.writable_paths = vec![rw.clone()];
+    opts.read_only_paths = vec![ro.clone()];
+    let o = run(&backend(WorkspaceMode::Bind), opts).await;
+    let out = o.stdout.text();
+    assert_eq!(
+        out.lines().next(),
+        Some(&*ws.display().to_string()),
+        "cwd: {out}"
+    );
+    assert!(out.contains("read-only content"), "{out}");
+    assert!(out.contains("TMP-OK"), "{out}");
+    for bad in ["RO-WRITTEN", "ETC-WRITTEN", "HIDDEN-READ", "hidden content"] {
+        assert!(!out.contains(bad), "{bad}: {out}");
+    }
+    // From the host.
+    assert_eq!(std::fs::read_to_string(ws.join("new")).unwrap(), "a\n");
+    assert_eq!(std::fs::metadata(ws.join("new")).unwrap().uid(), owner);
+    assert_eq!(std::fs::read_to_string(rw.join("new")).unwrap(), "b\n");
+    assert_eq!(
+        std::fs::read_to_string(ro.join("f")).unwrap(),
+        "read-only content\n"
+    );
+    assert!(!Path::new("/etc/x").exists());
+    assert_clean();
+}
+
+#[tokio::test]
+async fn no_setuid_or_setgid_file_is_left_in_the_workspace() {
+    let _g = SERIAL.lock().await;
+    for mode in [WorkspaceMode::Bind, WorkspaceMode::Copy] {
+        let (_d, ws) = dir();
+        let script = "echo x > planted; busybox chmod 4755 planted; echo y > planted2; \
+                      busybox chmod 2755 planted2; busybox chmod 755 planted2; \
+                      busybox ls -ln planted planted2";
+        let o = run(&backend(mode), SandboxOpts::new(&ws, sh(script))).await;
+        assert!(
+            o.stderr.text().contains("Operation not permitted"),
+            "{mode:?}: the filter refuses the bits: {}",
+            o.stderr.text()
+        );
+        for (f, want) in [("planted", 0o644), ("planted2", 0o755)] {
+            let m = std::fs::symlink_metadata(ws.join(f)).unwrap();
+            assert_eq!(m.mode() & 0o7777, want, "{mode:?} {f}");
+            // Root's tree stays root's on disk; otherwise it is the caller's own.
+            assert_eq!(m.uid(), nix_uid(), "{mode:?} {f}");
+        }
+        if is_root() && mode == WorkspaceMode::Bind {
+            assert!(
+                o.policy.notes.iter().any(|n| n.contains("idmapped")),
+                "{:?}",
+                o.policy.notes
+            );
+        }
+    }
+    assert_clean();
+}
+
+#[tokio::test]
+async fn the_workspace_is_shared_live_in_bind_mode_even_when_root_owns_it() {
+    let _g = SERIAL.lock().await;
+    // As root: root's tree, handed to `nobody` through an idmapped mount. Otherwise: ours.
+    let (_d, ws) = dir();
+    std::fs::write(ws.join("from-host-before"), "before\n").unwrap();
+    let sb: Arc<Box<sandbox_core::DynSandbox>> = Arc::new(backend(WorkspaceMode::Bind).sandbox());
+    sb.run(SandboxOpts::new(
+        &ws,
+        sh("busybox cat from-host-before; echo during > from-sandbox; \
+            while [ ! -e release ]; do busybox sleep 0.1; done; busybox cat release"),
+    ))
+    .await
+    .unwrap();
+    // The host sees the command's write while it runs, and the command sees the host's.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !ws.join("from-sandbox").exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the write never appeared on the host"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = std::fs::metadata(ws.join("from-sandbox")).unwrap();
+    assert_eq!(m.uid(), nix_uid(), "stored as the tree's owner on disk");
+    std::fs::write(ws.join("release"), "released\n").unwrap();
+    let o = tokio::time::timeout(Duration::from_secs(60), sb.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(o.status, Status::Exited { code: 0 }, "{}", o.stderr.text());
+    assert_eq!(o.stdout.text(), "before\nreleased\n");
+    if is_root() {
+        assert!(o.stdout.text().contains("released"));
+        assert!(
+            o.policy.notes.iter().any(|n| n.contains("idmapped")),
+            "{:?}",
+            o.policy.notes
+        );
+    }
+    assert_clean();
+    assert!(
+        std::fs::read_dir("/run/sandbox-docker")
+            .map(|d| d.count() == 0)
+            .unwrap_or(true),
+        "a staging mount was left behind"
+    );
+}
+
+#[tokio::test]
+async fn a_named_writable_file_is_writable_and_cannot_travel_by_copy() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let (_o, other) = dir();
+    let file = other.join("log.txt");
+    std::fs::write(&file, "host\n").unwrap();
+    let script = format!("echo sandbox >> {}", file.display());
+    let mut opts = SandboxOpts::new(&ws, sh(&script));
+    opts.writable_paths = vec![file.clone()];
+    // Bind mode: as root through an idmapped mount of the file itself.
+    let o = run(&backend(WorkspaceMode::Bind), opts.clone()).await;
+    assert_eq!(o.status, Status::Exited { code: 0 }, "{}", o.stderr.text());
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "host\nsandbox\n");
+    assert_eq!(std::fs::metadata(&file).unwrap().uid(), nix_uid());
+    // Copy mode: a volume holds a directory, so a file is refused before anything runs.
+    let e = backend(WorkspaceMode::Copy)
+        .sandbox()
+        .execute(opts)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            e,
+            SandboxError::InvalidConfig {
+                field: "writable_paths",
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_clean();
+}
+
+#[tokio::test]
+async fn a_root_only_file_in_a_granted_directory_stays_unreadable() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let (_o, other) = dir();
+    std::fs::write(other.join("root-only"), "top secret\n").unwrap();
+    std::fs::set_permissions(
+        other.join("root-only"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    std::fs::write(other.join("public"), "public\n").unwrap();
+    let script = format!(
+        "busybox cat {0}/public; busybox cat {0}/root-only && echo READ-IT; true",
+        other.display()
+    );
+    let mut opts = SandboxOpts::new(&ws, sh(&script));
+    opts.read_only_paths = vec![other.clone()];
+    let o = run(&backend(WorkspaceMode::Bind), opts).await;
+    let out = o.stdout.text();
+    assert!(out.contains("public"), "{out}");
+    if is_root() {
+        // Root's 0600 file: the command is not root, so it cannot read it.
+        assert!(
+            !out.contains("top secret") && !out.contains("READ-IT"),
+            "{out}"
+        );
+    } else {
+        // The caller's own file: the command has exactly the caller's rights on it.
+        assert!(out.contains("top secret"), "{out}");
+    }
+    assert_clean();
+}
+
+#[tokio::test]
+async fn carveouts_stay_read_only_in_both_modes() {
+    let _g = SERIAL.lock().await;
+    for mode in [WorkspaceMode::Bind, WorkspaceMode::Copy] {
+        let (_d, ws, _) = bind_dir();
+        std::fs::create_dir_all(ws.join(".git/hooks")).unwrap();
+        std::fs::write(ws.join(".git/hooks/pre-commit"), "original\n").unwrap();
+        std::fs::write(ws.join(".git/config"), "[core]\n").unwrap();
+        if is_root() {
+            chown_tree(&ws, 1000);
+        }
+        let script = "echo evil > .git/hooks/pre-commit && echo HOOK-WRITTEN; \
+                      echo evil > .git/hooks/post-checkout && echo HOOK-ADDED; \
+                      echo evil >> .git/config && echo CONFIG-WRITTEN; \
+                      echo fine > ok.txt; busybox cat .git/hooks/pre-commit; true";
+        let mut opts = SandboxOpts::new(&ws, sh(script));
+        opts.readonly_carveouts = vec![".git/hooks".into(), ".git/config".into()];
+        let o = run(&backend(mode), opts).await;
+        let out = o.stdout.text();
+        assert!(
+            out.contains("original"),
+            "{mode:?}: the carve-out stays readable: {out}"
+        );
+        for bad in ["HOOK-WRITTEN", "HOOK-ADDED", "CONFIG-WRITTEN"] {
+            assert!(!out.contains(bad), "{mode:?}: {bad}: {out}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(ws.join(".git/hooks/pre-commit")).unwrap(),
+            "original\n"
+        );
+        assert!(!ws.join(".git/hooks/post-checkout").exists(), "{mode:?}");
+        assert_eq!(
+            std::fs::read_to_string(ws.join(".git/config")).unwrap(),
+            "[core]\n"
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.join("ok.txt")).unwrap(),
+            "fine\n"
+        );
+    }
+    assert_clean();
+}
+
+#[tokio::test]
+async fn copy_mode_uploads_before_and_brings_every_change_back_after() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    std::fs::write(ws.join("keep.txt"), "keep\n").unwrap();
+    std::fs::write(ws.join("change.txt"), "old\n").unwrap();
+    std::fs::write(ws.join("delete.txt"), "bye\n").unwrap();
+    std::fs::create_dir_all(ws.join("sub/dir")).unwrap();
+    std::fs::write(ws.join("sub/dir/file"), "deep\n").unwrap();
+    std::fs::set_permissions(ws.join("keep.txt"), std::fs::Permissions::from_mode(0o640)).unwrap();
+    let keep_ino = std::fs::metadata(ws.join("keep.txt")).unwrap().ino();
+    let script =
+        "busybox cat keep.txt sub/dir/file; echo new > change.txt; busybox rm delete.txt; \
+                  busybox mkdir -p made/deep; echo m > made/deep/f; busybox ln -s keep.txt lnk; \
+                  busybox rm -r sub";
+    let o = run(
+        &backend(WorkspaceMode::Copy),
+        SandboxOpts::new(&ws, sh(script)),
+    )
+    .await;
+    assert_eq!(o.status, Status::Exited { code: 0 }, "{}", o.stderr.text());
+    assert_eq!(
+        o.stdout.text(),
+        "keep\ndeep\n",
+        "the upload reached the container"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.join("change.txt")).unwrap(),
+        "new\n"
+    );
+    assert!(!ws.join("delete.txt").exists());
+    assert!(!ws.join("sub").exists());
+    assert_eq!(
+        std::fs::read_to_string(ws.join("made/deep/f")).unwrap(),
+        "m\n"
+    );
+    assert_eq!(
+        std::fs::read_link(ws.join("lnk")).unwrap(),
+        PathBuf::from("keep.txt")
+    );
+    let keep = std::fs::metadata(ws.join("keep.txt")).unwrap();
+    assert_eq!(keep.ino(), keep_ino, "an unchanged file is left alone");
+    assert_eq!(keep.mode() & 0o777, 0o640);
+    assert!(o
+        .policy
+        .notes
+        .iter()
+        .any(|n| n.contains("changes copied back")));
+    assert_clean();
+}
+
+#[tokio::test]
+async fn snapshot_leaves_the_original_untouched_and_captures_from_the_copy() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws, _) = bind_dir();
+    std::fs::write(ws.join("orig.txt"), "original\n").unwrap();
+    let mut opts = SandboxOpts::new(
+        &ws,
+        sh("echo changed > orig.txt; echo captured > out.txt; busybox rm -f gone; busybox cat orig.txt"),
+    );
+    opts.snapshot = true;
+    opts.capture_files = vec!["out.txt".into(), "missing.txt".into()];
+    let o = run(&backend(WorkspaceMode::Bind), opts).await;
+    assert_eq!(o.stdout.text(), "changed\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("orig.txt")).unwrap(),
+        "original\n"
+    );
+    assert!(!ws.join("out.txt").exists());
+    assert_eq!(
+        o.files.get(Path::new("out.txt")).map(Vec::as_slice),
+        Some(&b"captured\n"[..])
+    );
+    assert!(!o.files.contains_key(Path::new("missing.txt")));
+    assert_clean();
+}
+
+#[tokio::test]
+async fn captured_files_refuse_links_out_of_the_workspace() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws, _) = bind_dir();
+    let mut opts = SandboxOpts::new(
+        &ws,
+        sh("echo result > a.txt; busybox ln -s /etc/hostname leak"),
+    );
+    opts.capture_files = vec!["a.txt".into(), "leak".into()];
+    let o = run(&backend(WorkspaceMode::Bind), opts).await;
+    assert_eq!(
+        o.files.get(Path::new("a.txt")).map(Vec::as_slice),
+        Some(&b"result\n"[..])
+    );
+    assert!(!o.files.contains_key(Path::new("leak")));
+    assert_clean();
+}
+
+/// Accept one connection on `l` within `secs`, from a thread (the listener is blocking).
+fn accepts(l: TcpListener, secs: u64) -> std::thread::JoinHandle<bool> {
+    l.set_nonblocking(true).unwrap();
+    std::thread::spawn(move || {
+        let end = Instant::now() + Duration::from_secs(secs);
+        while Instant::now() < end {
+            if let Ok((mut s, _)) = l.accept() {
+                let mut buf = [0u8; 16];
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let _ = s.read(&mut buf);
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    })
+}
+
+#[tokio::test]
+async fn network_none_and_loopback_reach_nothing_of_the_host_and_full_reaches_out() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let b = backend(WorkspaceMode::Bind);
+    // Reach the host through the container's default gateway (the bridge's host side).
+    let to_host = |port: u16| {
+        format!(
+            "gw=$(busybox ip route | busybox awk '/default/ {{print $3}}'); \
+             echo hi | busybox nc -w 3 \"${{gw:-172.17.0.1}}\" {port} && echo CONNECTED-GW; \
+             echo hi | busybox nc -w 3 127.0.0.1 {port} && echo CONNECTED-LO; true"
+        )
+    };
+    for mode in [NetworkMode::None, NetworkMode::Loopback] {
+        let any = TcpListener::bind("0.0.0.0:0").unwrap();
+        let port = any.local_addr().unwrap().port();
+        let got = accepts(any, 15);
+        let mut opts = SandboxOpts::new(&ws, sh(&to_host(port)));
+        opts.network = mode;
+        let o = run(&b, opts).await;
+        assert!(
+            !o.stdout.text().contains("CONNECTED"),
+            "{mode}: {}",
+            o.stdout.text()
+        );
+        assert!(!got.join().unwrap(), "{mode}: the host saw a connection");
+        assert!(!o.policy.can_reach_network());
+    }
+    // Loopback: the command serves and connects on its own 127.0.0.1.
+    let mut opts = SandboxOpts::new(
+        &ws,
+        sh("busybox nc -l -p 9123 > /tmp/got & busybox sleep 1; \
+            echo ping | busybox nc -w 3 127.0.0.1 9123; busybox sleep 1; busybox cat /tmp/got"),
+    );
+    opts.network = NetworkMode::Loopback;
+    let o = run(&b, opts).await;
+    assert_eq!(o.stdout.text(), "ping\n", "{}", o.stderr.text());
+    // Full: the host's listener sees the connection.
+    let any = TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = any.local_addr().unwrap().port();
+    let got = accepts(any, 30);
+    let mut opts = SandboxOpts::new(&ws, sh(&to_host(port)));
+    opts.network = NetworkMode::Full;
+    let o = run(&b, opts).await;
+    assert!(
+        o.stdout.text().contains("CONNECTED-GW"),
+        "{}",
+        o.stdout.text()
+    );
+    assert!(got.join().unwrap(), "the host saw no connection");
+    assert_clean();
+}
+
+#[tokio::test]
+async fn limits_are_enforced_by_the_engine() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let b = backend(WorkspaceMode::Bind);
+    // Open files and CPU time: rlimits set by the engine.
+    let mut opts = SandboxOpts::new(&ws, sh("ulimit -n; ulimit -t"));
+    opts.limits.open_files = Some(64);
+    opts.limits.cpu_seconds = Some(5);
+    let o = run(&b, opts).await;
+    assert_eq!(o.stdout.text(), "64\n5\n");
+    let mech = |l: &str| {
+        o.policy
+            .limits
+            .iter()
+            .find(|r| r.limit == l)
+            .map(|r| r.mechanism)
+    };
+    assert_eq!(mech("open_files"), Some(LimitMechanism::Rlimit));
+    assert_eq!(mech("processes"), Some(LimitMechanism::Container));
+
+    // Processes: a fork bomb stops at the cap (tini and the shell count too). Each child
+    // that started leaves a line in the workspace, counted from the host; the shell dies
+    // at the first fork the cap refuses.
+    let mut opts = SandboxOpts::new(
+        &ws,
+        sh(
+            "i=0; while [ $i -lt 60 ]; do (echo x >> started; exec busybox sleep 5) & \
+            i=$((i+1)); done",
+        ),
+    );
+    opts.limits.max_processes = Some(16);
+    opts.timeout = Some(Duration::from_secs(60));
+    let o = run(&b, opts).await;
+    assert!(
+        o.stderr.text().contains("can't fork"),
+        "{}",
+        o.stderr.text()
+    );
+    let n = std::fs::read_to_string(ws.join("started"))
+        .unwrap_or_default()
+        .lines()
+        .count();
+    assert!(n < 16, "{n} processes started under a cap of 16");
+
+    // Memory: the OOM killer ends it and the outcome says so.
+    let mut opts = SandboxOpts::new(&ws, sh("v=$(busybox yes); echo survived"));
+    opts.limits.memory_bytes = Some(32 << 20);
+    opts.timeout = Some(Duration::from_secs(120));
+    let o = run(&b, opts).await;
+    assert_eq!(o.status, Status::OutOfMemory, "{}", o.stderr.text());
+    assert!(!o.stdout.text().contains("survived"));
+
+    // CPU time: a spinning command is stopped by the rlimit (SIGXCPU, reported as 128+24).
+    let mut opts = SandboxOpts::new(&ws, sh("while :; do :; done"));
+    opts.limits.cpu_seconds = Some(1);
+    opts.timeout = Some(Duration::from_secs(120));
+    let o = run(&b, opts).await;
+    assert!(
+        matches!(o.status, Status::Exited { code } if code == 128 + 24 || code == 137),
+        "{:?}",
+        o.status
+    );
+    assert_clean();
+}
+
+/// Host pids whose command line contains `marker`.
+fn host_processes_with(marker: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(marker) {
+                out.push(pid);
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn timeout_kills_the_container_and_everything_in_it() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let mut opts = SandboxOpts::new(
+        &ws,
+        sh("busybox setsid busybox sleep 7771 & busybox sleep 7772"),
+    );
+    opts.timeout = Some(Duration::from_secs(2));
+    let started = Instant::now();
+    let o = run(&backend(WorkspaceMode::Bind), opts).await;
+    assert_eq!(o.status, Status::TimedOut);
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(host_processes_with("sleep 777").is_empty());
+    assert_clean();
+}
+
+#[tokio::test]
+async fn kill_from_another_task_while_one_waits_ends_the_whole_tree() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let b = backend(WorkspaceMode::Bind);
+    let sb: Arc<Box<sandbox_core::DynSandbox>> = Arc::new(b.sandbox());
+    sb.run(SandboxOpts::new(
+        &ws,
+        sh(
+            "echo started; busybox setsid sh -c 'busybox sleep 7781 & busybox sleep 7782' & \
+            busybox sleep 7783",
+        ),
+    ))
+    .await
+    .unwrap();
+    let waiter = {
+        let sb = sb.clone();
+        tokio::spawn(async move { sb.wait().await })
+    };
+    // Output is visible while it runs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !sb.logs().await.unwrap().stdout.text().contains("started") {
+        assert!(Instant::now() < deadline, "no live output");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The double-forked descendants run, visible from the host...
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while host_processes_with("sleep 778").len() < 3 {
+        assert!(Instant::now() < deadline, "descendants never started");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sb.kill().await.unwrap();
+    let o = waiter.await.unwrap().unwrap();
+    assert_eq!(o.status, Status::Killed);
+    // ...and are gone once kill returns.
+    assert!(host_processes_with("sleep 778").is_empty());
+    // Verbs after the end: kill does nothing, wait returns the same outcome.
+    sb.kill().await.unwrap();
+    assert_eq!(sb.wait().await.unwrap().status, Status::Killed);
+    assert_clean();
+}
+
+#[tokio::test]
+async fn dropping_a_running_sandbox_removes_its_container() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let sb = backend(WorkspaceMode::Bind).sandbox();
+    sb.run(SandboxOpts::new(&ws, sh("busybox sleep 7791")))
+        .await
+        .unwrap();
+    assert_eq!(ours().0.len(), 1);
+    drop(sb);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ours() != (vec![], vec![]) {
+        assert!(Instant::now() < deadline, "left behind: {:?}", ours());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(host_processes_with("sleep 7791").is_empty());
+}
+
+#[tokio::test]
+async fn stdin_bytes_reach_the_command_then_end_of_file() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let mut opts = SandboxOpts::new(&ws, sh("busybox cat; echo EOF"));
+    opts.stdin = Stdin::Bytes(b"hello\nworld\n".to_vec());
+    opts.timeout = Some(Duration::from_secs(60));
+    let o = run(&backend(WorkspaceMode::Bind), opts).await;
+    assert_eq!(o.status, Status::Exited { code: 0 });
+    assert_eq!(o.stdout.text(), "hello\nworld\nEOF\n");
+    // Without bytes, stdin is empty (not the host's terminal).
+    let o = run(
+        &backend(WorkspaceMode::Bind),
+        SandboxOpts::new(&ws, sh("busybox cat; echo EOF")),
+    )
+    .await;
+    assert_eq!(o.stdout.text(), "EOF\n");
+    assert_clean();
+}
+
+#[tokio::test]
+async fn output_is_capped_keeping_head_and_tail() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let mut opts = SandboxOpts::new(
+        &ws,
+        sh("echo BEGIN; busybox yes | busybox head -c 1000000; echo; echo END"),
+    );
+    opts.output_limit = 1000;
+    let o = run(&backend(WorkspaceMode::Bind), opts).await;
+    assert!(o.stdout.truncated);
+    assert_eq!(o.stdout.total_bytes, 6 + 1_000_000 + 1 + 4);
+    assert!(o.stdout.bytes.len() <= 1000);
+    assert!(o.stdout.text().starts_with("BEGIN") && o.stdout.text().ends_with("END\n"));
+    assert_clean();
+}
+
+#[tokio::test]
+async fn a_missing_or_unexecutable_program_is_an_error_and_nothing_is_left() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws, _) = bind_dir();
+    let b = backend(WorkspaceMode::Bind);
+    for argv0 in ["no-such-program", "/bin/no-such-program", "./nope"] {
+        let e = b
+            .sandbox()
+            .execute(SandboxOpts::new(&ws, [argv0]))
+            .await
+            .unwrap_err();
+        assert!(e.is_not_found(), "{argv0}: {e}");
+        assert_clean();
+    }
+    std::fs::write(ws.join("script"), "#!/bin/sh\necho hi\n").unwrap();
+    if is_root() {
+        chown_tree(&ws, 1000);
+    }
+    let e = b
+        .sandbox()
+        .execute(SandboxOpts::new(&ws, ["./script"]))
+        .await
+        .unwrap_err();
+    assert!(e.is_not_executable(), "{e}");
+    // A symlinked program is followed, as exec would.
+    let o = run(&b, SandboxOpts::new(&ws, ["busybox", "true"])).await;
+    assert_eq!(o.status, Status::Exited { code: 0 });
+    assert_clean();
+}
+
+#[tokio::test]
+async fn a_missing_image_is_named_with_its_remedy_and_never_pulled() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let image = "sandbox-docker-test-missing:never";
+    let b = DockerBackend::new(DockerConfig::new(image)).unwrap();
+    let e = b
+        .sandbox()
+        .execute(SandboxOpts::new(&ws, ["true"]))
+        .await
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, SandboxError::Unavailable { .. }), "{text}");
+    assert!(
+        text.contains(image) && text.contains("docker load"),
+        "{text}"
+    );
+    let e = b.sandbox().preflight().await.unwrap_err();
+    assert!(e.to_string().contains(image), "{e}");
+    let out = std::process::Command::new("docker")
+        .args(["images", "-q", image])
+        .output()
+        .unwrap();
+    assert!(out.stdout.is_empty(), "nothing was pulled");
+    assert_clean();
+}
+
+#[tokio::test]
+async fn preflight_runs_a_real_container_and_reports_the_engine() {
+    let _g = SERIAL.lock().await;
+    let b = backend(WorkspaceMode::Bind);
+    let p = b.sandbox().preflight().await.unwrap();
+    assert_eq!(p.backend, "docker");
+    assert!(
+        p.version.as_deref().unwrap_or("").starts_with("API 1."),
+        "{p:?}"
+    );
+    assert!(
+        p.details.iter().any(|d| d.contains("tini version")),
+        "{p:?}"
+    );
+    assert_clean();
+    // Copy mode's preflight exercises the uploads too.
+    let p = backend(WorkspaceMode::Copy)
+        .sandbox()
+        .preflight()
+        .await
+        .unwrap();
+    assert!(p.details.iter().any(|d| d.contains("Copy")), "{p:?}");
+    assert_clean();
+}
+
+#[tokio::test]
+async fn an_unreachable_engine_is_unavailable_with_a_remedy() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let old = std::env::var_os("DOCKER_HOST");
+    // Under SERIAL no other test reads the variable meanwhile.
+    std::env::set_var("DOCKER_HOST", "unix:///nonexistent/docker.sock");
+    let b = backend(WorkspaceMode::Bind);
+    let pre = b.sandbox().preflight().await;
+    let run = b.sandbox().execute(SandboxOpts::new(&ws, ["true"])).await;
+    // Bad input is reported as such, before the engine is even asked.
+    let bad = {
+        use std::os::unix::ffi::OsStringExt;
+        let argv = vec![
+            std::ffi::OsString::from("true"),
+            std::ffi::OsString::from_vec(vec![0xff]),
+        ];
+        b.sandbox().execute(SandboxOpts::new(&ws, argv)).await
+    };
+    match old {
+        Some(v) => std::env::set_var("DOCKER_HOST", v),
+        None => std::env::remove_var("DOCKER_HOST"),
+    }
+    for e in [pre.unwrap_err(), run.unwrap_err()] {
+        let text = e.to_string();
+        assert!(matches!(e, SandboxError::Unavailable { .. }), "{text}");
+        assert!(text.contains("systemctl start docker"), "{text}");
+    }
+    let e = bad.unwrap_err();
+    assert!(
+        matches!(e, SandboxError::InvalidConfig { field: "argv", .. }),
+        "{e}"
+    );
+}
+
+#[tokio::test]
+async fn verbs_out_of_order_are_state_errors() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let sb = backend(WorkspaceMode::Bind).sandbox();
+    assert!(matches!(sb.wait().await, Err(SandboxError::State { .. })));
+    assert!(matches!(sb.kill().await, Err(SandboxError::State { .. })));
+    assert!(matches!(sb.logs().await, Err(SandboxError::State { .. })));
+    // Bad options: refused before anything runs, and the sandbox is still usable.
+    let mut bad = SandboxOpts::new(&ws, ["true"]);
+    bad.cwd = Some("/etc".into());
+    assert!(matches!(
+        sb.run(bad).await,
+        Err(SandboxError::InvalidConfig { .. })
+    ));
+    assert_clean();
+    sb.run(SandboxOpts::new(&ws, ["true"])).await.unwrap();
+    assert!(matches!(
+        sb.run(SandboxOpts::new(&ws, ["true"])).await,
+        Err(SandboxError::State { .. })
+    ));
+    assert_eq!(sb.wait().await.unwrap().status, Status::Exited { code: 0 });
+    assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn many_sandboxes_at_once_do_not_interfere() {
+    let _g = SERIAL.lock().await;
+    let b = backend(WorkspaceMode::Bind);
+    let mut tasks = Vec::new();
+    let mut dirs = Vec::new();
+    for i in 0..12 {
+        let (d, ws) = dir();
+        dirs.push(d);
+        let sb = b.sandbox();
+        tasks.push(tokio::spawn(async move {
+            let o = sb
+                .execute(SandboxOpts::new(
+                    &ws,
+                    sh(&format!("echo {i} > mine; busybox cat mine")),
+                ))
+                .await
+                .unwrap();
+            (
+                i,
+                o.stdout.text(),
+                std::fs::read_to_string(ws.join("mine")).unwrap(),
+            )
+        }));
+    }
+    for t in tasks {
+        let (i, out, file) = t.await.unwrap();
+        assert_eq!(out, format!("{i}\n"));
+        assert_eq!(file, format!("{i}\n"));
+    }
+    assert_clean();
+}
+
+#[tokio::test]
+async fn cleanup_leftovers_removes_what_dead_owners_left_and_nothing_live() {
+    let _g = SERIAL.lock().await;
+    // A dead process of this machine: a child that has exited.
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    let me = sandbox_docker::owner();
+    let machine = me.rsplitn(3, '/').nth(2).unwrap().to_string();
+    let dead = format!("{machine}/{dead_pid}/1");
+    let label = |owner: &str| {
+        vec![
+            "--label".to_string(),
+            format!("{}={}", sandbox_docker::LABEL, sandbox_docker::LABEL_VALUE),
+            "--label".to_string(),
+            format!("{}={owner}", sandbox_docker::LABEL_OWNER),
+        ]
+    };
+    let create = |owner: &str| {
+        let mut args = vec!["create".to_string()];
+        args.extend(label(owner));
+        args.extend([image().to_string(), "true".to_string()]);
+        let out = std::process::Command::new("docker")
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    let leftover = create(&dead);
+    let live = create(&me);
+    let mut vol_args = vec!["volume".to_string(), "create".to_string()];
+    vol_args.extend(label(&dead));
+    let out = std::process::Command::new("docker")
+        .args(&vol_args)
+        .output()
+        .unwrap();
+    let dead_volume = String::from_utf8_lossy(&out.stdout).trim().to_string();
+
+    let docker = sandbox_docker::connect().await.unwrap();
+    // As root, runs also stage idmapped mounts under /run/sandbox-docker: a dead owner's
+    // (still mounted) is unmounted and removed, a live one's is left.
+    let staged = |name: &str, owner: &str| {
+        let dir = PathBuf::from("/run/sandbox-docker").join(name);
+        std::fs::create_dir_all(dir.join("0")).unwrap();
+        std::fs::write(dir.join("owner"), owner).unwrap();
+        dir
+    };
+    let (_src, src) = dir();
+    let dead_stage = is_root().then(|| {
+        let d = staged(&format!("sandbox-test-dead-{dead_pid}"), &dead);
+        let st = std::process::Command::new("mount")
+            .args(["--bind"])
+            .arg(&src)
+            .arg(d.join("0"))
+            .status()
+            .unwrap();
+        assert!(st.success());
+        d
+    });
+    let live_stage = is_root().then(|| staged(&format!("sandbox-test-live-{dead_pid}"), &me));
+    let removed = sandbox_docker::cleanup_leftovers(&docker, sandbox_docker::Scope::DeadOwners)
+        .await
+        .unwrap();
+    if let (Some(dead_stage), Some(live_stage)) = (&dead_stage, &live_stage) {
+        assert!(removed.staging.contains(dead_stage), "{removed:?}");
+        assert!(!dead_stage.exists());
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(
+            !mounts.contains(&*dead_stage.to_string_lossy()),
+            "still mounted"
+        );
+        assert!(live_stage.exists());
+        std::fs::remove_dir_all(live_stage).unwrap();
+    }
+    assert!(removed.containers.contains(&leftover), "{removed:?}");
+    assert!(!removed.containers.contains(&live), "{removed:?}");
+    assert_eq!(removed.volumes, vec![dead_volume]);
+    let still = ours().0;
+    assert_eq!(still.len(), 1);
+    assert!(live.starts_with(&still[0]));
+    let removed = sandbox_docker::cleanup_leftovers(&docker, sandbox_docker::Scope::All)
+        .await
+        .unwrap();
+    assert_eq!(removed.containers, vec![live]);
+    assert_clean();
+}
+
+/// A runtime shut down mid-run drops the supervisor: what the run made is still removed.
+#[test]
+fn a_runtime_shut_down_mid_run_still_removes_the_container() {
+    let g = SERIAL.blocking_lock();
+    let (_d, ws) = dir();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let sb = backend(WorkspaceMode::Bind).sandbox();
+    rt.block_on(sb.run(SandboxOpts::new(&ws, sh("busybox sleep 7795"))))
+        .unwrap();
+    assert_eq!(ours().0.len(), 1);
+    // No kill, no wait: the runtime goes away with the supervisor task in it.
+    drop(rt);
+    drop(sb);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ours() != (vec![], vec![]) {
+        assert!(Instant::now() < deadline, "left behind: {:?}", ours());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(host_processes_with("sleep 7795").is_empty());
+    drop(g);
+}
+
+#[tokio::test]
+async fn bad_configuration_is_refused_at_construction() {
+    assert!(DockerBackend::new(DockerConfig::new("")).is_err());
+    let mut c = DockerConfig::new("img");
+    c.cpus = Some(0.0);
+    assert!(DockerBackend::new(c).is_err());
+    let b = DockerBackend::new(DockerConfig::new("img")).unwrap();
+    assert_eq!(b.name(), "docker");
+    assert!(!b.capability().host_programs);
+}
+
+#[tokio::test]
+async fn rebuilding_an_image_keeps_one_copy_and_skips_unchanged_contents() {
+    let _g = SERIAL.lock().await;
+    let docker = sandbox_docker::connect().await.unwrap();
+    let tag = "sandbox-docker-test-rebuild:latest";
+    let id = |docker: sandbox_docker::Docker| async move {
+        docker.inspect_image(tag).await.ok().and_then(|i| i.id)
+    };
+    let exists = |image: &str| {
+        std::process::Command::new("docker")
+            .args(["image", "inspect", image])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    };
+    let one = [(PathBuf::from("/usr/bin/true"), PathBuf::from("/t"))];
+    let two = [(PathBuf::from("/usr/bin/false"), PathBuf::from("/t"))];
+    sandbox_docker::build_image_from_binaries(&docker, tag, &one)
+        .await
+        .unwrap();
+    let first = id(docker.clone()).await.unwrap();
+    sandbox_docker::build_image_from_binaries(&docker, tag, &one)
+        .await
+        .unwrap();
+    assert_eq!(id(docker.clone()).await.unwrap(), first, "unchanged: kept");
+    sandbox_docker::build_image_from_binaries(&docker, tag, &two)
+        .await
+        .unwrap();
+    let second = id(docker.clone()).await.unwrap();
+    assert_ne!(second, first);
+    assert!(!exists(&first), "the replaced image is removed");
+    let _ = docker
+        .remove_image(
+            tag,
+            None::<bollard::query_parameters::RemoveImageOptions>,
+            None,
+        )
+        .await;
+    assert!(!exists(tag));
+}

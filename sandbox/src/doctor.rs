@@ -48,6 +48,9 @@ pub struct BackendReport {
     pub name: &'static str,
     /// Its preflight passed here.
     pub works: bool,
+    /// It could be checked at all: false when it lacks configuration only the caller can
+    /// give (docker without an image).
+    pub checked: bool,
     /// The version of what it relies on (bwrap's version, the landlock ABI, the engine).
     pub version: Option<String>,
     /// Facts its preflight found.
@@ -113,6 +116,7 @@ async fn examine(name: &'static str, config: &Config, is_root: bool) -> BackendR
     let mut report = BackendReport {
         name,
         works: false,
+        checked: true,
         version: None,
         details: Vec::new(),
         problem: None,
@@ -161,10 +165,13 @@ fn default_lanes(name: &'static str, cap: &Capability, is_root: bool) -> Vec<Lan
 impl BackendReport {
     fn set_problem(&mut self, e: &SandboxError) {
         let (problem, remedy) = match e {
-            SandboxError::InvalidConfig { field: "image", .. } => (
-                "no container image named, and it runs every command in one".to_string(),
-                "name an image the engine has: `sandbox doctor --image IMAGE`".to_string(),
-            ),
+            SandboxError::InvalidConfig { field: "image", .. } => {
+                self.checked = false;
+                (
+                    "no container image named, and it runs every command in one".to_string(),
+                    "name an image the engine has: `sandbox doctor --image IMAGE`".to_string(),
+                )
+            }
             SandboxError::Unavailable { reason, remedy, .. } => (reason.clone(), remedy.clone()),
             SandboxError::NotSupported {
                 feature, remedy, ..
@@ -253,7 +260,11 @@ impl fmt::Display for DoctorReport {
                 }
                 writeln!(f)?;
             } else {
-                writeln!(f, "{}: does not work here", b.name)?;
+                if b.checked {
+                    writeln!(f, "{}: does not work here", b.name)?;
+                } else {
+                    writeln!(f, "{}: not checked", b.name)?;
+                }
                 if let Some(p) = &b.problem {
                     writeln!(f, "    problem     {p}")?;
                 }
@@ -335,5 +346,15 @@ mod tests {
             text.contains("none: over-grant (the host's whole network)"),
             "{text}"
         );
+    }
+
+    #[cfg(feature = "docker")]
+    #[tokio::test]
+    async fn docker_without_an_image_is_not_checked_and_says_how() {
+        let r = doctor(&Config::default()).await;
+        let docker = r.backends.iter().find(|b| b.name == "docker").unwrap();
+        assert!(!docker.works && !docker.checked, "{docker:?}");
+        assert!(docker.remedy.as_deref().unwrap().contains("--image"));
+        assert!(r.to_string().contains("docker: not checked"));
     }
 }

@@ -71,6 +71,8 @@ fn docker_image() -> String {
             let tag = "sandbox-cli-test:busybox";
             let script = format!(
                 r#"set -e
+                # Imported once per engine: a re-import would leave the old one dangling.
+                docker image inspect {tag} >/dev/null 2>&1 && exit 0
                 bb=$(command -v busybox)
                 d=$(mktemp -d)
                 trap 'rm -rf "$d"' EXIT

@@ -213,10 +213,15 @@ fn write_capability(f: &mut fmt::Formatter<'_>, c: &Capability) -> fmt::Result {
     )?;
     writeln!(
         f,
-        "    network     none: {}, loopback: {}, full: {}",
+        "    network     none: {}, loopback: {}, full: {}{}",
         enforcement(c.network_none),
         enforcement(c.network_loopback),
         enforcement(c.network_full),
+        match (c.network_full, c.full_network_is_host) {
+            (Enforcement::Unsupported, _) => "",
+            (_, true) => " (the host's own network, its loopback services included)",
+            (_, false) => " (not the host's loopback services)",
+        },
     )?;
     writeln!(
         f,

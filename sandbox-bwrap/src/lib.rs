@@ -222,6 +222,7 @@ fn capability(facts: &HostFacts) -> Capability {
         drops_host_root: true,
         signal_status: true,
         host_programs: true,
+        full_network_is_host: true,
         ..Capability::default()
     };
     host.apply(&mut cap);

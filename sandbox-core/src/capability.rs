@@ -49,6 +49,11 @@ pub struct Capability {
     pub network_loopback: Enforcement,
     /// Network mode `full`.
     pub network_full: Enforcement,
+    /// With `full`, the command is in the host's own network namespace, so it also reaches
+    /// services listening on the host's loopback (databases, an agent's local API). False
+    /// for a container on the engine's bridge, which reaches the host only through the
+    /// bridge's address.
+    pub full_network_is_host: bool,
     /// Every descendant dies with the command, including ones that double-fork and call
     /// `setsid`.
     pub tree_kill: bool,

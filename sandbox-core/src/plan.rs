@@ -399,6 +399,7 @@ mod tests {
             oom_status: true,
             snapshot: true,
             host_programs: true,
+            full_network_is_host: true,
         }
     }
 

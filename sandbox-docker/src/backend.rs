@@ -36,6 +36,8 @@ pub fn capability() -> Capability {
         oom_status: true,
         snapshot: true,
         host_programs: false,
+        // `full` is the engine's bridge, not the host's network namespace.
+        full_network_is_host: false,
     }
 }
 

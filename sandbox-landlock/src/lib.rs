@@ -165,6 +165,7 @@ fn capability(host: &Host) -> Capability {
         drops_host_root: !host.is_root || host.ns.is_ok(),
         signal_status: true,
         host_programs: true,
+        full_network_is_host: true,
         ..Capability::default()
     };
     support.apply(&mut cap);

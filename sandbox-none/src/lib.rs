@@ -59,6 +59,7 @@ pub fn capability() -> Capability {
         tree_kill: host.cgroup_kill.is_some(),
         signal_status: true,
         host_programs: true,
+        full_network_is_host: true,
         ..Capability::default()
     };
     host.apply(&mut cap);

@@ -2,7 +2,7 @@
 
 use std::ffi::CString;
 use std::io::{self, Write};
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -22,14 +22,9 @@ pub struct HostListener {
 }
 
 impl HostListener {
-    /// Listen on an ephemeral port of `127.0.0.1`.
+    /// Listen on an ephemeral port of `127.0.0.1`: the suite touches loopback only.
     pub fn start(token: &str) -> io::Result<Self> {
-        Self::start_on(IpAddr::V4(Ipv4Addr::LOCALHOST), token)
-    }
-
-    /// Listen on an ephemeral port of `ip`, one of the host's own addresses.
-    pub fn start_on(ip: IpAddr, token: &str) -> io::Result<Self> {
-        let listener = TcpListener::bind(SocketAddr::new(ip, 0))?;
+        let listener = TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -83,16 +78,6 @@ impl Drop for HostListener {
             let _ = t.join();
         }
     }
-}
-
-/// The host's own address on its default route, if it has one: reachable from the host's
-/// network namespace and from a container on an engine's bridge alike (which the host's
-/// `127.0.0.1` is not). Found by a route lookup (a UDP `connect` sends nothing).
-pub fn host_address() -> Option<IpAddr> {
-    let s = UdpSocket::bind("0.0.0.0:0").ok()?;
-    s.connect("192.0.2.1:9").ok()?;
-    let ip = s.local_addr().ok()?.ip();
-    (!ip.is_loopback() && !ip.is_unspecified()).then_some(ip)
 }
 
 /// Processes on the host whose command line has `arg` as one of its arguments, with their

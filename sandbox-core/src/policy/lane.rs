@@ -254,6 +254,7 @@ mod tests {
             oom_status: true,
             snapshot: true,
             host_programs: true,
+            full_network_is_host: true,
         }
     }
 

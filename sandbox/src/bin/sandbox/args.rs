@@ -1,0 +1,330 @@
+//! The command line, as clap derive types. Values are checked here where clap can say so
+//! in its own words (a bad number, an unknown mode); everything else is checked by the
+//! library before anything runs.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use serde::Deserialize;
+
+use sandbox::{Lane, NetworkMode};
+
+/// The exit statuses of `sandbox run`, shown in every `--help`.
+pub const RUN_EXIT_STATUS: &str = "\
+Exit status of `sandbox run`:
+  N      the program exited with status N
+  128+N  the program was killed by signal N; also when `sandbox` itself got signal N
+         (SIGINT, SIGTERM, SIGHUP) and killed the program's whole process tree, and 141
+         (SIGPIPE) when the reader of the output went away and the tree was killed
+  124    the --timeout fired and the program's whole process tree was killed
+  125    the sandbox failed or refused: an option error or a lane refusal (nothing was
+         run), a backend unavailable here, or a failure of the sandbox itself; one line
+         on stderr gives the reason and the remedy
+  126    the program exists but cannot be executed
+  127    the program was not found";
+
+const DOCTOR_EXIT_STATUS: &str = "\
+Exit status of `sandbox doctor`:
+  0      at least one confining backend works here (`sandbox run --backend auto` finds
+         one on some lane)
+  1      no confining backend works here; the report says why and what to do
+  125    an option error";
+
+const COMPLETIONS_EXIT_STATUS: &str = "\
+Exit status of `sandbox completions`:
+  0      the script was printed
+  125    an option error (an unknown shell)";
+
+const TOP_EXIT_STATUS: &str = "\
+Exit status: see `sandbox run --help` for how the program's own status is passed on;
+125 is always an error of `sandbox` itself (bad options, a sandbox that failed or refused).";
+
+/// Confine an untrusted command with the strongest sandbox this host offers.
+#[derive(Debug, Parser)]
+#[command(
+    name = "sandbox",
+    version,
+    propagate_version = true,
+    subcommand_required = true,
+    arg_required_else_help = true,
+    after_help = TOP_EXIT_STATUS
+)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run PROGRAM in a sandbox: writes only to the workspace, no network, a scrubbed
+    /// environment, the whole process tree killed at the end.
+    ///
+    /// Its output streams to ours as it is produced; its standard input is /dev/null.
+    #[command(
+        after_help = RUN_EXIT_STATUS,
+        override_usage = "sandbox run [OPTIONS] [--] PROGRAM [ARGS]..."
+    )]
+    Run(Box<RunArgs>),
+    /// Show, for every backend compiled in, whether it works here, what it enforces, and
+    /// what to do where it does not work.
+    #[command(after_help = DOCTOR_EXIT_STATUS)]
+    Doctor(DoctorArgs),
+    /// Print the completion script for SHELL on stdout.
+    #[command(after_help = COMPLETIONS_EXIT_STATUS)]
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `sandbox run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// The backend: `auto` picks the strongest one that enforces the request here
+    /// (never `none`) [default: auto]
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    pub backend: Option<BackendArg>,
+
+    /// The one writable directory (relative paths are taken against the current
+    /// directory) [default: the current directory]
+    #[arg(long, value_name = "DIR")]
+    pub workspace: Option<PathBuf>,
+
+    /// Also let the command read PATH (repeatable)
+    #[arg(long = "read", value_name = "PATH")]
+    pub read: Vec<PathBuf>,
+
+    /// Also let the command write PATH (repeatable)
+    #[arg(long = "write", value_name = "PATH")]
+    pub write: Vec<PathBuf>,
+
+    /// What the command may reach: nothing, a private loopback of its own, or the host's
+    /// network [default: none]
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub network: Option<NetworkArg>,
+
+    /// Pass the host's NAME, or set NAME=VALUE (repeatable); nothing else of the host's
+    /// environment reaches the command
+    #[arg(long = "env", value_name = "NAME[=VALUE]")]
+    pub env: Vec<OsString>,
+
+    /// Kill the whole process tree after SECONDS (decimals allowed) and exit 124
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub timeout: Option<Duration>,
+
+    /// Cap each output stream at BYTES: the first half is shown as it is produced, the
+    /// last part at the end, with a marker where bytes were dropped
+    #[arg(
+        long,
+        value_name = "BYTES",
+        value_parser = clap::value_parser!(u64).range(1..),
+        allow_negative_numbers = true
+    )]
+    pub max_output: Option<u64>,
+
+    /// Memory limit for the whole command, in MiB
+    #[arg(
+        long,
+        value_name = "MB",
+        value_parser = clap::value_parser!(u64).range(1..),
+        allow_negative_numbers = true
+    )]
+    pub memory: Option<u64>,
+
+    /// The trust tier: `strict` (everything enforced exactly, in its own process world),
+    /// `fast` (the same without process isolation), `trusted` (accepts over-grants, up to
+    /// no confinement: the only lane `none` runs on) [default: strict]
+    #[arg(long, value_enum, value_name = "NAME")]
+    pub lane: Option<LaneArg>,
+
+    /// The container image (docker backend only; with `auto` it selects docker)
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+
+    /// Run against a throwaway copy of the workspace; the original is never touched
+    #[arg(long)]
+    pub snapshot: bool,
+
+    /// Print the outcome as one JSON object on stdout after the run; the program's own
+    /// output all goes to stderr
+    #[arg(long)]
+    pub json: bool,
+
+    /// A TOML policy file holding any of the options above (keys: backend, workspace,
+    /// read, write, network, env, timeout, max-output, memory, lane, image, snapshot);
+    /// unknown keys are an error, flags override it, its relative paths are taken against
+    /// the file's directory
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// The program and its arguments, passed as an argv (never through a shell)
+    #[arg(
+        value_name = "PROGRAM",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// `sandbox doctor`.
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Print the report as one JSON object
+    #[arg(long)]
+    pub json: bool,
+
+    /// Check the docker backend with this image (it needs one to run anything)
+    #[arg(long, value_name = "IMAGE")]
+    pub image: Option<String>,
+}
+
+/// A backend name, as typed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendArg {
+    /// The strongest backend that enforces the request here.
+    Auto,
+    /// No confinement (only on `--lane trusted`).
+    None,
+    /// Namespaces with bubblewrap.
+    Bwrap,
+    /// Landlock and seccomp, no namespaces.
+    Landlock,
+    /// A container (needs --image).
+    Docker,
+}
+
+impl BackendArg {
+    /// The name the library knows it by.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Auto => sandbox::select::AUTO,
+            Self::None => "none",
+            Self::Bwrap => "bwrap",
+            Self::Landlock => "landlock",
+            Self::Docker => "docker",
+        }
+    }
+}
+
+/// A network mode, as typed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum NetworkArg {
+    /// No network at all.
+    None,
+    /// A private loopback; nothing of the host's.
+    Loopback,
+    /// The host's network.
+    Full,
+}
+
+impl From<NetworkArg> for NetworkMode {
+    fn from(n: NetworkArg) -> Self {
+        match n {
+            NetworkArg::None => Self::None,
+            NetworkArg::Loopback => Self::Loopback,
+            NetworkArg::Full => Self::Full,
+        }
+    }
+}
+
+/// A lane, as typed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LaneArg {
+    /// Everything enforced exactly, plus process isolation.
+    Strict,
+    /// Everything enforced exactly, without process isolation.
+    Fast,
+    /// Accepts documented over-grants, up to no confinement.
+    Trusted,
+}
+
+impl From<LaneArg> for Lane {
+    fn from(l: LaneArg) -> Self {
+        match l {
+            LaneArg::Strict => Self::Strict,
+            LaneArg::Fast => Self::Fast,
+            LaneArg::Trusted => Self::Trusted,
+        }
+    }
+}
+
+/// Seconds as typed: a positive, finite number, decimals allowed.
+pub fn parse_seconds(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a number of seconds"))?;
+    // NaN is refused here too: it is neither finite nor more than zero.
+    if !secs.is_finite() || secs <= 0.0 {
+        return Err(format!("`{s}` must be more than zero seconds"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("`{s}` is too many seconds"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn seconds_accept_decimals_and_refuse_nonsense() {
+        assert_eq!(parse_seconds("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_seconds("30"), Ok(Duration::from_secs(30)));
+        for bad in ["0", "-1", "abc", "NaN", "inf", "1e300"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn program_arguments_after_the_program_are_not_options() {
+        let cli = Cli::try_parse_from([
+            "sandbox",
+            "run",
+            "--network",
+            "loopback",
+            "--",
+            "ls",
+            "--network",
+            "-la",
+        ])
+        .unwrap();
+        let Command::Run(r) = cli.command else {
+            panic!("not run")
+        };
+        let r = *r;
+        assert_eq!(r.network, Some(NetworkArg::Loopback));
+        assert_eq!(r.command, ["ls", "--network", "-la"]);
+        let cli = Cli::try_parse_from(["sandbox", "run", "echo", "--json"]).unwrap();
+        let Command::Run(r) = cli.command else {
+            panic!("not run")
+        };
+        let r = *r;
+        assert!(!r.json);
+        assert_eq!(r.command, ["echo", "--json"]);
+    }
+
+    #[test]
+    fn every_subcommand_help_explains_exit_statuses() {
+        let mut cmd = Cli::command();
+        for sub in ["run", "doctor", "completions"] {
+            let help = cmd
+                .find_subcommand_mut(sub)
+                .unwrap()
+                .render_long_help()
+                .to_string();
+            assert!(help.contains("Exit status"), "{sub}: {help}");
+        }
+    }
+}

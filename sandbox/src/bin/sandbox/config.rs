@@ -1,0 +1,300 @@
+//! The policy file (`--config FILE`) and how it meets the flags.
+//!
+//! A project keeps its sandbox policy under version control, so the file says everything
+//! the flags can (with the same names), refuses keys it does not know (a typo must not
+//! silently drop a restriction), and takes its relative paths against its own directory
+//! (so `workspace = "."` means the project, wherever the command is typed). Flags override
+//! its single values; repeatable flags (`--read`, `--write`, `--env`) add to its lists.
+//! `--json` is not in it: how the outcome is shown is the caller's choice, not policy.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use sandbox::{Lane, NetworkMode};
+
+use crate::args::{BackendArg, RunArgs};
+use crate::error::CliError;
+
+/// The file, as written.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct PolicyFile {
+    backend: Option<BackendArg>,
+    workspace: Option<PathBuf>,
+    #[serde(default)]
+    read: Vec<PathBuf>,
+    #[serde(default)]
+    write: Vec<PathBuf>,
+    network: Option<NetworkMode>,
+    #[serde(default)]
+    env: Vec<String>,
+    timeout: Option<Seconds>,
+    max_output: Option<u64>,
+    memory: Option<u64>,
+    lane: Option<Lane>,
+    image: Option<String>,
+    snapshot: Option<bool>,
+}
+
+/// A number of seconds, whole or not.
+#[derive(Clone, Copy, Debug, Deserialize)]
+#[serde(untagged)]
+enum Seconds {
+    Whole(u64),
+    Fraction(f64),
+}
+
+/// Everything `run` needs, from the file and the flags, paths absolute.
+#[derive(Debug)]
+pub struct RunSpec {
+    pub backend: BackendArg,
+    pub workspace: PathBuf,
+    pub read: Vec<PathBuf>,
+    pub write: Vec<PathBuf>,
+    pub network: NetworkMode,
+    pub env: Vec<OsString>,
+    pub timeout: Option<Duration>,
+    pub max_output: Option<usize>,
+    pub memory_bytes: Option<u64>,
+    pub lane: Lane,
+    pub image: Option<String>,
+    pub snapshot: bool,
+    pub json: bool,
+    pub argv: Vec<OsString>,
+}
+
+impl PolicyFile {
+    /// Read and parse `path`.
+    pub fn load(path: &Path) -> Result<Self, CliError> {
+        let text = std::fs::read_to_string(path).map_err(|e| CliError::Config {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
+        })?;
+        Self::parse(&text).map_err(|reason| CliError::Config {
+            path: path.to_path_buf(),
+            reason,
+        })
+    }
+
+    fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))
+    }
+}
+
+/// `p` as an absolute path: relative ones are taken against `base`. Not canonicalised: the
+/// library does that, and reports a path that does not exist.
+fn absolute(base: &Path, p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+fn seconds(s: Seconds) -> Result<Duration, CliError> {
+    let d = match s {
+        Seconds::Whole(n) => Duration::from_secs(n),
+        Seconds::Fraction(f) => crate::args::parse_seconds(&f.to_string())
+            .map_err(|reason| CliError::option("timeout", reason))?,
+    };
+    if d.is_zero() {
+        return Err(CliError::option(
+            "timeout",
+            "must be more than zero seconds",
+        ));
+    }
+    Ok(d)
+}
+
+fn mib(mb: u64) -> Result<u64, CliError> {
+    mb.checked_mul(1 << 20)
+        .ok_or_else(|| CliError::option("memory", format!("{mb} MiB is too large")))
+}
+
+fn usize_bytes(n: u64) -> Result<usize, CliError> {
+    usize::try_from(n).map_err(|_| CliError::option("max-output", format!("{n} is too large")))
+}
+
+/// Merge the policy file (if any) and the flags, resolving relative paths: the file's
+/// against its directory, the flags' against `cwd`.
+pub fn resolve(args: RunArgs, cwd: &Path) -> Result<RunSpec, CliError> {
+    let (file, base) = match &args.config {
+        Some(path) => {
+            let path = absolute(cwd, path);
+            let file = PolicyFile::load(&path)?;
+            let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+            (file, base)
+        }
+        None => (PolicyFile::default(), cwd.to_path_buf()),
+    };
+    let workspace = match (&args.workspace, &file.workspace) {
+        (Some(w), _) => absolute(cwd, w),
+        (None, Some(w)) => absolute(&base, w),
+        (None, None) => cwd.to_path_buf(),
+    };
+    let mut read: Vec<PathBuf> = file.read.iter().map(|p| absolute(&base, p)).collect();
+    read.extend(args.read.iter().map(|p| absolute(cwd, p)));
+    let mut write: Vec<PathBuf> = file.write.iter().map(|p| absolute(&base, p)).collect();
+    write.extend(args.write.iter().map(|p| absolute(cwd, p)));
+    let mut env: Vec<OsString> = file.env.into_iter().map(OsString::from).collect();
+    env.extend(args.env);
+    let timeout = match (args.timeout, file.timeout) {
+        (Some(t), _) => Some(t),
+        (None, Some(s)) => Some(seconds(s)?),
+        (None, None) => None,
+    };
+    let max_output = args
+        .max_output
+        .or(file.max_output)
+        .map(usize_bytes)
+        .transpose()?;
+    if max_output == Some(0) {
+        return Err(CliError::option("max-output", "must be at least one byte"));
+    }
+    let memory_bytes = args.memory.or(file.memory).map(mib).transpose()?;
+    if memory_bytes == Some(0) {
+        return Err(CliError::option("memory", "must be at least 1 MiB"));
+    }
+    Ok(RunSpec {
+        backend: args.backend.or(file.backend).unwrap_or(BackendArg::Auto),
+        workspace,
+        read,
+        write,
+        network: args
+            .network
+            .map(NetworkMode::from)
+            .or(file.network)
+            .unwrap_or_default(),
+        env,
+        timeout,
+        max_output,
+        memory_bytes,
+        lane: args.lane.map(Lane::from).or(file.lane).unwrap_or_default(),
+        image: args.image.or(file.image),
+        snapshot: args.snapshot || file.snapshot.unwrap_or(false),
+        json: args.json,
+        argv: args.command,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::{Cli, Command};
+    use clap::Parser;
+
+    fn run_args(argv: &[&str]) -> RunArgs {
+        let mut full = vec!["sandbox", "run"];
+        full.extend_from_slice(argv);
+        match Cli::try_parse_from(full).unwrap().command {
+            Command::Run(r) => *r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_with_their_name() {
+        let e = PolicyFile::parse("netwrok = \"none\"\n").unwrap_err();
+        assert!(e.contains("netwrok"), "{e}");
+    }
+
+    #[test]
+    fn every_flag_has_a_key() {
+        let f = PolicyFile::parse(
+            r#"
+            backend = "bwrap"
+            workspace = "ws"
+            read = ["/etc"]
+            write = ["out"]
+            network = "loopback"
+            env = ["A=1", "B"]
+            timeout = 2.5
+            max-output = 1000
+            memory = 64
+            lane = "fast"
+            image = "debian"
+            snapshot = true
+            "#,
+        )
+        .unwrap();
+        assert_eq!(f.backend, Some(BackendArg::Bwrap));
+        assert_eq!(f.lane, Some(Lane::Fast));
+        assert_eq!(f.network, Some(NetworkMode::Loopback));
+        assert!(matches!(f.timeout, Some(Seconds::Fraction(t)) if t == 2.5));
+        assert!(PolicyFile::parse("timeout = 3").is_ok());
+        assert!(PolicyFile::parse("network = \"everything\"").is_err());
+    }
+
+    #[test]
+    fn flags_override_the_file_and_paths_resolve_against_their_origin() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("policy.toml");
+        std::fs::write(
+            &cfg,
+            "workspace = \"proj\"\nnetwork = \"full\"\nlane = \"fast\"\nread = [\"data\"]\n\
+             timeout = 7\nenv = [\"A=1\"]\n",
+        )
+        .unwrap();
+        let cwd = Path::new("/somewhere/else");
+        let spec = resolve(
+            run_args(&[
+                "--config",
+                cfg.to_str().unwrap(),
+                "--network",
+                "none",
+                "--read",
+                "mine",
+                "--env",
+                "A=2",
+                "--",
+                "true",
+            ]),
+            cwd,
+        )
+        .unwrap();
+        assert_eq!(spec.workspace, dir.path().join("proj"));
+        assert_eq!(spec.network, NetworkMode::None);
+        assert_eq!(spec.lane, Lane::Fast);
+        assert_eq!(spec.timeout, Some(Duration::from_secs(7)));
+        assert_eq!(spec.read, [dir.path().join("data"), cwd.join("mine")]);
+        assert_eq!(spec.env, ["A=1", "A=2"]);
+        let spec = resolve(
+            run_args(&[
+                "--config",
+                cfg.to_str().unwrap(),
+                "--workspace",
+                ".",
+                "true",
+            ]),
+            cwd,
+        )
+        .unwrap();
+        assert_eq!(spec.workspace, cwd.join("."));
+    }
+
+    #[test]
+    fn defaults_are_auto_current_directory_no_network_strict() {
+        let cwd = Path::new("/here");
+        let spec = resolve(run_args(&["true"]), cwd).unwrap();
+        assert_eq!(spec.backend, BackendArg::Auto);
+        assert_eq!(spec.workspace, cwd);
+        assert_eq!(spec.network, NetworkMode::None);
+        assert_eq!(spec.lane, Lane::Strict);
+        assert!(!spec.snapshot && spec.image.is_none() && spec.timeout.is_none());
+    }
+
+    #[test]
+    fn memory_is_mebibytes_and_overflow_is_an_error() {
+        let spec = resolve(run_args(&["--memory", "3", "true"]), Path::new("/")).unwrap();
+        assert_eq!(spec.memory_bytes, Some(3 << 20));
+        let e = resolve(
+            run_args(&["--memory", &u64::MAX.to_string(), "true"]),
+            Path::new("/"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("--memory"), "{e}");
+    }
+}

@@ -1,0 +1,82 @@
+//! The `sandbox` command: `sandbox run`, `sandbox doctor`, `sandbox completions`.
+//!
+//! Every error of `sandbox` itself, including a flag it does not know, exits 125 with the
+//! reason on stderr before anything runs, so a caller can always tell the program's own
+//! status from the sandbox's (`sandbox run --help` lists the statuses).
+
+mod args;
+mod config;
+mod error;
+mod run;
+mod stream;
+
+use clap::{CommandFactory, Parser};
+
+use sandbox::select::Config;
+
+use crate::args::{Cli, Command, DoctorArgs};
+use crate::error::SANDBOX_FAILED;
+
+fn main() {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            // Help and version go to stdout and succeed; every real error is ours: 125.
+            let code = if e.use_stderr() { SANDBOX_FAILED } else { 0 };
+            let _ = e.print();
+            std::process::exit(code);
+        }
+    };
+    let code = match cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "sandbox",
+                &mut std::io::stdout(),
+            );
+            0
+        }
+        Command::Run(args) => with_runtime(run::run(*args)),
+        Command::Doctor(args) => with_runtime(doctor(args)),
+    };
+    std::process::exit(code);
+}
+
+fn with_runtime(fut: impl std::future::Future<Output = i32>) -> i32 {
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt.block_on(fut),
+        Err(e) => {
+            eprintln!(
+                "sandbox: could not start the async runtime: {e}; remedy: check the host's \
+                 limits on threads and open files"
+            );
+            SANDBOX_FAILED
+        }
+    }
+}
+
+async fn doctor(args: DoctorArgs) -> i32 {
+    let mut config = Config::default();
+    config.image = args.image;
+    let report = sandbox::doctor::doctor(&config).await;
+    if args.json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("sandbox: could not write the report as JSON: {e}");
+                return SANDBOX_FAILED;
+            }
+        }
+    } else {
+        print!("{report}");
+    }
+    if report.can_confine() {
+        0
+    } else {
+        1
+    }
+}

@@ -1,0 +1,318 @@
+//! `sandbox run`: options to a sandbox, the program's output to the terminal as it comes,
+//! its status to ours.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Serialize;
+use tokio::signal::unix::{signal, Signal, SignalKind};
+
+use sandbox::select::{self, Choice, Config};
+use sandbox::{
+    DynSandbox, EffectivePolicy, Enforcement, EnvPolicy, Plan, SandboxError, SandboxOpts,
+    SandboxOutcome, Status,
+};
+
+use crate::args::{BackendArg, RunArgs};
+use crate::config::{self, RunSpec};
+use crate::error::{trusted_lane_hint, CliError};
+use crate::stream::{Dest, Terminal};
+
+/// The signal a shell pipeline's writer dies of when its reader goes away; the same on
+/// every Linux architecture.
+const SIGPIPE: i32 = 13;
+
+/// Run the command; the exit status of `sandbox`.
+pub async fn run(args: RunArgs) -> i32 {
+    let json = args.json;
+    match run_inner(args).await {
+        Ok(code) => code,
+        Err(e) => {
+            let (reason, remedy) = e.explain();
+            eprintln!("sandbox: {reason}; remedy: {remedy}");
+            if json {
+                print_json(&JsonError {
+                    status: "error",
+                    exit_status: e.exit_code(),
+                    error: ErrorBody {
+                        kind: e.kind(),
+                        reason,
+                        remedy,
+                    },
+                });
+            }
+            e.exit_code()
+        }
+    }
+}
+
+/// The signals that end `sandbox` itself. Once we handle them the program would
+/// otherwise outlive us, so each one kills the program's tree before we exit 128+N.
+struct Signals {
+    int: Signal,
+    term: Signal,
+    hup: Signal,
+}
+
+impl Signals {
+    fn new() -> Result<Self, CliError> {
+        let on = |kind: SignalKind| {
+            signal(kind).map_err(|source| CliError::Host {
+                context: "installing signal handlers",
+                source,
+            })
+        };
+        Ok(Self {
+            int: on(SignalKind::interrupt())?,
+            term: on(SignalKind::terminate())?,
+            hup: on(SignalKind::hangup())?,
+        })
+    }
+
+    /// The number of the next signal that arrives.
+    async fn recv(&mut self) -> i32 {
+        let kind = tokio::select! {
+            _ = self.int.recv() => SignalKind::interrupt(),
+            _ = self.term.recv() => SignalKind::terminate(),
+            _ = self.hup.recv() => SignalKind::hangup(),
+        };
+        kind.as_raw_value()
+    }
+}
+
+async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
+    let mut signals = Signals::new()?;
+    let cwd = std::env::current_dir().map_err(|source| CliError::Host {
+        context: "reading the current directory",
+        source,
+    })?;
+    let spec = config::resolve(args, &cwd)?;
+    let terminal = Terminal::new(
+        if spec.json {
+            Dest::Stderr
+        } else {
+            Dest::Stdout
+        },
+        spec.max_output,
+    );
+    let opts = build_opts(&spec, &cwd, &terminal)?;
+    let choice = match spec.backend {
+        BackendArg::Auto => Choice::auto(),
+        named => Choice::Named(named.name().to_string()),
+    };
+    let mut config = Config::default();
+    config.image = spec.image.clone();
+
+    let selected = tokio::select! {
+        s = select::select(&choice, &opts, &config) => {
+            s.map_err(|e| with_hint(e, &opts, &config))?
+        }
+        n = signals.recv() => return Ok(128 + n),
+    };
+    let backend = selected.backend;
+    if !spec.json {
+        warn_over_grants(&opts, backend.name(), &backend.capability());
+    }
+
+    let sandbox: Arc<DynSandbox> = Arc::from(backend.sandbox());
+    // Not raced against the signals: `run` returns as soon as the command is running, and
+    // a signal that came meanwhile is still pending below.
+    sandbox.run(opts).await?;
+    let (outcome, by_signal) = tokio::select! {
+        o = sandbox.wait() => (o?, None),
+        n = signals.recv() => {
+            sandbox.kill().await?;
+            (sandbox.wait().await?, Some(n))
+        }
+        () = terminal.closed() => {
+            sandbox.kill().await?;
+            (sandbox.wait().await?, Some(SIGPIPE))
+        }
+    };
+    terminal.finish();
+    let code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
+    if spec.json {
+        print_json(&JsonOutcome::new(&outcome, code));
+    }
+    Ok(code)
+}
+
+/// A policy refusal gets the command line's remedy when `--lane trusted` is what it takes
+/// (how `--backend none` learns where it runs).
+fn with_hint(e: SandboxError, opts: &SandboxOpts, config: &Config) -> CliError {
+    let hint = match &e {
+        SandboxError::PolicyRefused { backend, .. } => select::backend(backend, config)
+            .ok()
+            .and_then(|b| trusted_lane_hint(opts, b.name(), &b.capability())),
+        _ => None,
+    };
+    CliError::Sandbox { source: e, hint }
+}
+
+/// On a lane that accepts over-grants, say on stderr what is not enforced, before the run.
+fn warn_over_grants(opts: &SandboxOpts, backend: &'static str, cap: &sandbox::Capability) {
+    let Ok(plan) = Plan::new(opts, backend, cap) else {
+        return;
+    };
+    let over: Vec<String> = plan
+        .grants
+        .iter()
+        .filter_map(|g| match g.enforcement {
+            Enforcement::OverGrant(gives) => Some(format!("{} ({gives})", g.what)),
+            _ => None,
+        })
+        .collect();
+    if !over.is_empty() {
+        eprintln!(
+            "sandbox: warning: on lane `{}` backend `{backend}` does not enforce: {}",
+            opts.lane,
+            over.join(", ")
+        );
+    }
+}
+
+fn build_opts(
+    spec: &RunSpec,
+    cwd: &Path,
+    terminal: &Arc<Terminal>,
+) -> Result<SandboxOpts, CliError> {
+    let mut opts = SandboxOpts::new(&spec.workspace, spec.argv.iter().cloned());
+    // A person in a subdirectory of the workspace means to run the command there.
+    if let (Ok(ws), Ok(here)) = (spec.workspace.canonicalize(), cwd.canonicalize()) {
+        if here.starts_with(&ws) {
+            opts.cwd = Some(here);
+        }
+    }
+    opts.read_only_paths = spec.read.clone();
+    opts.writable_paths = spec.write.clone();
+    opts.network = spec.network;
+    opts.lane = spec.lane;
+    opts.timeout = spec.timeout;
+    if let Some(limit) = spec.max_output {
+        opts.output_limit = limit;
+    }
+    opts.limits.memory_bytes = spec.memory_bytes;
+    opts.snapshot = spec.snapshot;
+    opts.env = env_policy(&spec.env)?;
+    opts.output_sink = Some(terminal.sink());
+    Ok(opts)
+}
+
+/// `NAME` passes the host's value, `NAME=VALUE` sets one.
+fn env_policy(items: &[OsString]) -> Result<EnvPolicy, CliError> {
+    let mut env = EnvPolicy::default();
+    for item in items {
+        let bytes = item.as_bytes();
+        let (name, value) = match bytes.iter().position(|&b| b == b'=') {
+            Some(i) => (&bytes[..i], Some(&bytes[i + 1..])),
+            None => (bytes, None),
+        };
+        let name = std::str::from_utf8(name)
+            .ok()
+            .filter(|n| !n.is_empty())
+            .ok_or_else(|| {
+                CliError::option(
+                    "env",
+                    format!(
+                        "`{}` does not start with a variable name",
+                        item.to_string_lossy()
+                    ),
+                )
+            })?
+            .to_string();
+        match value {
+            Some(v) => env.set.push((name, OsString::from_vec(v.to_vec()))),
+            None => env.pass.push(name),
+        }
+    }
+    Ok(env)
+}
+
+fn print_json<T: Serialize>(value: &T) {
+    match serde_json::to_string(value) {
+        Ok(s) => println!("{s}"),
+        Err(e) => eprintln!("sandbox: could not write the JSON outcome: {e}"),
+    }
+}
+
+/// The `--json` outcome.
+#[derive(Debug, Serialize)]
+struct JsonOutcome<'a> {
+    /// `exited`, `signaled`, `timed_out`, `killed` or `out_of_memory`.
+    status: &'static str,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    timed_out: bool,
+    wall_time_secs: f64,
+    stdout_truncated: bool,
+    stderr_truncated: bool,
+    stdout_bytes: u64,
+    stderr_bytes: u64,
+    backend: &'static str,
+    /// What `sandbox run` exits with.
+    exit_status: i32,
+    policy: &'a EffectivePolicy,
+}
+
+impl<'a> JsonOutcome<'a> {
+    fn new(o: &'a SandboxOutcome, exit_status: i32) -> Self {
+        let (status, exit_code, signal) = match o.status {
+            Status::Exited { code } => ("exited", Some(code), None),
+            Status::Signaled { signal } => ("signaled", None, Some(signal)),
+            Status::TimedOut => ("timed_out", None, None),
+            Status::Killed => ("killed", None, None),
+            Status::OutOfMemory => ("out_of_memory", None, None),
+        };
+        Self {
+            status,
+            exit_code,
+            signal,
+            timed_out: o.status == Status::TimedOut,
+            wall_time_secs: o.wall_time.as_secs_f64(),
+            stdout_truncated: o.stdout.truncated,
+            stderr_truncated: o.stderr.truncated,
+            stdout_bytes: o.stdout.total_bytes,
+            stderr_bytes: o.stderr.total_bytes,
+            backend: o.backend,
+            exit_status,
+            policy: &o.policy,
+        }
+    }
+}
+
+/// The `--json` object when nothing ran, or the run failed.
+#[derive(Debug, Serialize)]
+struct JsonError {
+    status: &'static str,
+    exit_status: i32,
+    error: ErrorBody,
+}
+
+#[derive(Debug, Serialize)]
+struct ErrorBody {
+    kind: &'static str,
+    reason: String,
+    remedy: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_items_pass_or_set() {
+        let env = env_policy(&["HOME_X".into(), "A=b=c".into(), "E=".into()]).unwrap();
+        assert_eq!(env.pass, ["HOME_X"]);
+        assert_eq!(
+            env.set,
+            [
+                ("A".to_string(), "b=c".into()),
+                ("E".to_string(), "".into())
+            ]
+        );
+        assert!(env_policy(&["=x".into()]).is_err());
+        assert!(env_policy(&["".into()]).is_err());
+    }
+}

@@ -1,0 +1,365 @@
+//! `doctor`: what each compiled-in backend can do on this host, and what to do where it
+//! cannot.
+//!
+//! Every backend is constructed and preflighted (which runs a trivial command the real
+//! way); its capability is shown as data, field by field, together with the lanes a
+//! default request passes on. Nothing here decides by a backend's name: the report reads
+//! the same [`Capability`] the lane policy reads, so what `doctor` says a backend enforces
+//! is what `run` will accept from it.
+
+use std::fmt;
+
+use serde::Serialize;
+
+use sandbox_core::{Capability, Enforcement, Lane, SandboxError};
+
+use crate::select::{self, Config};
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct DoctorReport {
+    /// Facts about this host that decide what backends can do.
+    pub host: HostFacts,
+    /// One entry per compiled-in backend, in [`select::KNOWN`] order.
+    pub backends: Vec<BackendReport>,
+    /// What `auto` picks on each lane for a default request (no network, no extra paths)
+    /// when no image is named.
+    pub auto: Vec<AutoPick>,
+}
+
+/// Facts about this host.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct HostFacts {
+    /// The kernel release (`uname -r`), if readable.
+    pub kernel: Option<String>,
+    /// Whether this process runs as root; a lane then needs a backend that drops root.
+    pub root: bool,
+    /// The backends compiled into this build.
+    pub compiled_in: Vec<&'static str>,
+}
+
+/// One backend on this host.
+#[derive(Clone, Debug, Serialize)]
+#[non_exhaustive]
+pub struct BackendReport {
+    /// The backend.
+    pub name: &'static str,
+    /// Its preflight passed here.
+    pub works: bool,
+    /// It could be checked at all: false when it lacks configuration only the caller can
+    /// give (docker without an image).
+    pub checked: bool,
+    /// The version of what it relies on (bwrap's version, the landlock ABI, the engine).
+    pub version: Option<String>,
+    /// Facts its preflight found.
+    pub details: Vec<String>,
+    /// Why it does not work here.
+    pub problem: Option<String>,
+    /// What to do about it.
+    pub remedy: Option<String>,
+    /// What it can enforce here; absent when it could not even be constructed.
+    pub capability: Option<Capability>,
+    /// The lanes on which it runs a default request (network `none`, no extra paths, the
+    /// default process cap).
+    pub lanes: Vec<Lane>,
+    /// The container image it was checked with (docker only).
+    pub image: Option<String>,
+}
+
+/// What `auto` picks on one lane.
+#[derive(Clone, Debug, Serialize)]
+pub struct AutoPick {
+    /// The lane.
+    pub lane: Lane,
+    /// The backend, or none when no working backend runs a default request on it.
+    pub backend: Option<&'static str>,
+}
+
+/// Examine every compiled-in backend on this host.
+pub async fn doctor(config: &Config) -> DoctorReport {
+    let is_root = sandbox_core::process::HostSupport::detect(false).is_root;
+    let mut backends = Vec::new();
+    for name in select::compiled_in() {
+        backends.push(examine(name, config, is_root).await);
+    }
+    let auto = Lane::ALL
+        .iter()
+        .map(|&lane| AutoPick {
+            lane,
+            // As `sandbox run` without an image: a backend that works only with the
+            // image named here is not what it would pick.
+            backend: select::candidates(lane, &Config::default(), false)
+                .into_iter()
+                .find(|c| {
+                    backends.iter().any(|b| {
+                        b.name == *c && b.works && b.image.is_none() && b.lanes.contains(&lane)
+                    })
+                }),
+        })
+        .collect();
+    DoctorReport {
+        host: HostFacts {
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .ok()
+                .map(|s| s.trim().to_string()),
+            root: is_root,
+            compiled_in: select::compiled_in(),
+        },
+        backends,
+        auto,
+    }
+}
+
+async fn examine(name: &'static str, config: &Config, is_root: bool) -> BackendReport {
+    let mut report = BackendReport {
+        name,
+        works: false,
+        checked: true,
+        version: None,
+        details: Vec::new(),
+        problem: None,
+        remedy: None,
+        capability: None,
+        lanes: Vec::new(),
+        image: None,
+    };
+    // An image is for the container backend; the others are examined without one (they
+    // would refuse it).
+    let own = if name == "docker" {
+        config.clone()
+    } else {
+        Config::default()
+    };
+    report.image = own.image.clone();
+    let backend = match select::backend(name, &own) {
+        Ok(b) => b,
+        Err(e) => {
+            report.set_problem(&e);
+            return report;
+        }
+    };
+    let cap = backend.capability();
+    report.lanes = default_lanes(name, &cap, is_root);
+    report.capability = Some(cap);
+    match backend.sandbox().preflight().await {
+        Ok(p) => {
+            report.works = true;
+            report.version = p.version;
+            report.details = p.details;
+        }
+        Err(e) => report.set_problem(&e),
+    }
+    report
+}
+
+/// The lanes that accept a default request from a backend with `cap`.
+fn default_lanes(name: &'static str, cap: &Capability, is_root: bool) -> Vec<Lane> {
+    Lane::ALL
+        .into_iter()
+        .filter(|&lane| select::default_request_fits(lane, name, cap, is_root).is_ok())
+        .collect()
+}
+
+impl BackendReport {
+    fn set_problem(&mut self, e: &SandboxError) {
+        let (problem, remedy) = match e {
+            SandboxError::InvalidConfig { field: "image", .. } => {
+                self.checked = false;
+                (
+                    "no container image named, and it runs every command in one".to_string(),
+                    "name an image the engine has: `sandbox doctor --image IMAGE`".to_string(),
+                )
+            }
+            SandboxError::Unavailable { reason, remedy, .. } => (reason.clone(), remedy.clone()),
+            SandboxError::NotSupported {
+                feature, remedy, ..
+            } => (format!("cannot enforce {feature}"), remedy.clone()),
+            other => (
+                other.to_string(),
+                "see the error; `sandbox doctor --json` has the details".to_string(),
+            ),
+        };
+        self.problem = Some(problem);
+        self.remedy = Some(remedy);
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn enforcement(e: Enforcement) -> String {
+    match e {
+        Enforcement::Exact => "exact".into(),
+        Enforcement::OverGrant(gives) => format!("over-grant ({gives})"),
+        Enforcement::Unsupported => "no".into(),
+    }
+}
+
+fn write_capability(f: &mut fmt::Formatter<'_>, c: &Capability) -> fmt::Result {
+    writeln!(
+        f,
+        "    filesystem  writes confined: {}, reads confined: {}, read-only carve-outs: {}, snapshot: {}",
+        yes_no(c.confine_writes),
+        yes_no(c.confine_reads),
+        yes_no(c.readonly_carveouts),
+        yes_no(c.snapshot),
+    )?;
+    writeln!(
+        f,
+        "    network     none: {}, loopback: {}, full: {}{}",
+        enforcement(c.network_none),
+        enforcement(c.network_loopback),
+        enforcement(c.network_full),
+        match (c.network_full, c.full_network_is_host) {
+            (Enforcement::Unsupported, _) => "",
+            (_, true) => " (the host's own network, its loopback services included)",
+            (_, false) => " (not the host's loopback services)",
+        },
+    )?;
+    writeln!(
+        f,
+        "    processes   tree kill: {}, isolated from the host's: {}, host root dropped: {}",
+        yes_no(c.tree_kill),
+        yes_no(c.process_isolation),
+        yes_no(c.drops_host_root),
+    )?;
+    writeln!(
+        f,
+        "    limits      memory: {}, cpu time: {}, processes: {}, open files: {}",
+        yes_no(c.memory_limit),
+        yes_no(c.cpu_limit),
+        yes_no(c.process_limit),
+        yes_no(c.open_files_limit),
+    )?;
+    writeln!(
+        f,
+        "    status      signals told apart from exit codes: {}, out-of-memory reported: {}",
+        yes_no(c.signal_status),
+        yes_no(c.oom_status),
+    )
+}
+
+impl fmt::Display for DoctorReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let h = &self.host;
+        writeln!(
+            f,
+            "host: kernel {}, running as {}, backends compiled in: {}",
+            h.kernel.as_deref().unwrap_or("unknown"),
+            if h.root { "root" } else { "an ordinary user" },
+            h.compiled_in.join(", "),
+        )?;
+        for b in &self.backends {
+            writeln!(f)?;
+            if b.works {
+                write!(f, "{}: works", b.name)?;
+                if let Some(v) = &b.version {
+                    write!(f, " ({v})")?;
+                }
+                writeln!(f)?;
+            } else {
+                if b.checked {
+                    writeln!(f, "{}: does not work here", b.name)?;
+                } else {
+                    writeln!(f, "{}: not checked", b.name)?;
+                }
+                if let Some(p) = &b.problem {
+                    writeln!(f, "    problem     {p}")?;
+                }
+                if let Some(r) = &b.remedy {
+                    writeln!(f, "    remedy      {r}")?;
+                }
+            }
+            if let Some(image) = &b.image {
+                writeln!(f, "    image       {image}")?;
+            }
+            for d in &b.details {
+                writeln!(f, "    note        {d}")?;
+            }
+            if let Some(c) = &b.capability {
+                write_capability(f, c)?;
+                let lanes: Vec<&str> = b.lanes.iter().map(|l| l.as_str()).collect();
+                writeln!(
+                    f,
+                    "    lanes       {}",
+                    if lanes.is_empty() {
+                        "none (a default request is refused on every lane)".to_string()
+                    } else {
+                        lanes.join(", ")
+                    }
+                )?;
+            }
+        }
+        writeln!(f)?;
+        let picks: Vec<String> = self
+            .auto
+            .iter()
+            .map(|p| format!("{} -> {}", p.lane, p.backend.unwrap_or("nothing")))
+            .collect();
+        writeln!(f, "auto picks: {}", picks.join(", "))
+    }
+}
+
+impl DoctorReport {
+    /// True when some backend other than `none` works here: `sandbox run` can confine.
+    pub fn can_confine(&self) -> bool {
+        self.auto.iter().any(|p| p.backend.is_some())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn every_compiled_in_backend_is_reported_with_a_verdict() {
+        let r = doctor(&Config::default()).await;
+        let names: Vec<_> = r.backends.iter().map(|b| b.name).collect();
+        assert_eq!(names, select::compiled_in());
+        for b in &r.backends {
+            // A backend either works or says why not and what to do.
+            assert!(
+                b.works || (b.problem.is_some() && b.remedy.is_some()),
+                "{b:?}"
+            );
+        }
+        assert_eq!(r.auto.len(), 3);
+        let text = r.to_string();
+        for b in &r.backends {
+            assert!(text.contains(&format!("{}: ", b.name)), "{text}");
+        }
+    }
+
+    #[cfg(feature = "none")]
+    #[tokio::test]
+    async fn none_runs_a_default_request_only_on_trusted_and_auto_never_picks_it() {
+        let r = doctor(&Config::default()).await;
+        let none = r.backends.iter().find(|b| b.name == "none").unwrap();
+        assert_eq!(none.lanes, [Lane::Trusted]);
+        let cap = none.capability.as_ref().unwrap();
+        assert!(!cap.confine_writes && !cap.confine_reads);
+        assert!(r.auto.iter().all(|p| p.backend != Some("none")));
+        let text = r.to_string();
+        assert!(
+            text.contains("none: over-grant (the host's whole network)"),
+            "{text}"
+        );
+    }
+
+    #[cfg(feature = "docker")]
+    #[tokio::test]
+    async fn docker_without_an_image_is_not_checked_and_says_how() {
+        let r = doctor(&Config::default()).await;
+        let docker = r.backends.iter().find(|b| b.name == "docker").unwrap();
+        assert!(!docker.works && !docker.checked, "{docker:?}");
+        assert!(docker.remedy.as_deref().unwrap().contains("--image"));
+        assert!(r.to_string().contains("docker: not checked"));
+    }
+}

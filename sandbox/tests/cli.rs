@@ -1,0 +1,794 @@
+//! The `sandbox` command, run as a person or a script runs it: the built binary, its exit
+//! status, its stdout and stderr, and the effects on the filesystem, checked from here.
+//!
+//! The backend-independent cases (option errors, the policy file, doctor, completions)
+//! run once; the cases that run a program run once per compiled-in backend. A backend
+//! whose preflight fails here is skipped with its reason printed, unless it is named in
+//! `SANDBOX_TEST_REQUIRE` (a comma-separated list, or `all`), as CI does: then
+//! "unavailable" is a failure.
+
+// Helpers of a test target panic on failure like the tests that call them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_sandbox");
+
+fn sandbox() -> Command {
+    Command::new(BIN)
+}
+
+fn run_in(dir: &Path, args: &[&str]) -> Output {
+    sandbox()
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("the sandbox binary runs")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status
+        .code()
+        .unwrap_or_else(|| panic!("sandbox itself died by a signal: {o:?}"))
+}
+
+/// `sandbox doctor --json`, once; with the docker test image when docker is compiled in
+/// (docker runs nothing without an image).
+fn doctor() -> &'static Value {
+    static REPORT: OnceLock<Value> = OnceLock::new();
+    REPORT.get_or_init(|| {
+        let mut cmd = sandbox();
+        cmd.args(["doctor", "--json"]);
+        if cfg!(feature = "docker") {
+            cmd.args(["--image", &docker_image()]);
+        }
+        let o = cmd.output().unwrap();
+        serde_json::from_slice(&o.stdout)
+            .unwrap_or_else(|e| panic!("doctor --json is not JSON ({e}): {}", text(&o.stdout)))
+    })
+}
+
+/// The image the docker cases run in: `SANDBOX_TEST_DOCKER_IMAGE`, else one imported here
+/// from the host's static busybox (nothing can be pulled on the test machines).
+fn docker_image() -> String {
+    static IMAGE: OnceLock<String> = OnceLock::new();
+    IMAGE
+        .get_or_init(|| {
+            if let Ok(image) = std::env::var("SANDBOX_TEST_DOCKER_IMAGE") {
+                return image;
+            }
+            let tag = "sandbox-cli-test:busybox";
+            let script = format!(
+                r#"set -e
+                # Imported once per engine: a re-import would leave the old one dangling.
+                docker image inspect {tag} >/dev/null 2>&1 && exit 0
+                bb=$(command -v busybox)
+                d=$(mktemp -d)
+                trap 'rm -rf "$d"' EXIT
+                mkdir -p "$d/bin" "$d/tmp" "$d/etc"
+                chmod 1777 "$d/tmp"
+                cp "$bb" "$d/bin/busybox"
+                for a in $("$bb" --list); do
+                  [ "$a" = busybox ] || ln -s busybox "$d/bin/$a"
+                done
+                echo 'nobody:x:65534:65534:nobody:/:/bin/sh' > "$d/etc/passwd"
+                tar -C "$d" -c . | docker import -c 'ENV PATH=/bin' - {tag} >/dev/null"#
+            );
+            match Command::new("sh").args(["-c", &script]).output() {
+                Ok(o) if o.status.success() => {}
+                Ok(o) => eprintln!("could not build {tag}: {}", text(&o.stderr)),
+                Err(e) => eprintln!("could not build {tag}: {e}"),
+            }
+            tag.to_string()
+        })
+        .clone()
+}
+
+fn required(backend: &str) -> bool {
+    std::env::var("SANDBOX_TEST_REQUIRE").is_ok_and(|v| {
+        v.split(',')
+            .any(|b| b.trim() == backend || b.trim() == "all")
+    })
+}
+
+/// What `backend` enforces here, from doctor.
+fn capability(backend: &str) -> &'static Value {
+    doctor()["backends"]
+        .as_array()
+        .and_then(|bs| bs.iter().find(|b| b["name"] == backend))
+        .map(|b| &b["capability"])
+        .unwrap_or_else(|| panic!("doctor does not list {backend}"))
+}
+
+/// Whether `backend` works here; a printed reason when not.
+fn available(backend: &str) -> bool {
+    let entry = doctor()["backends"]
+        .as_array()
+        .and_then(|bs| bs.iter().find(|b| b["name"] == backend))
+        .unwrap_or_else(|| panic!("doctor does not list compiled-in backend {backend}"));
+    if entry["works"] == true {
+        return true;
+    }
+    let why = format!(
+        "{}; remedy: {}",
+        entry["problem"].as_str().unwrap_or("?"),
+        entry["remedy"].as_str().unwrap_or("?")
+    );
+    assert!(
+        !required(backend),
+        "backend {backend} is required (SANDBOX_TEST_REQUIRE) but unavailable: {why}"
+    );
+    // Straight to the descriptor: libtest captures `eprintln!`, and a skip must be seen.
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: backend {backend} does not work here: {why}"
+    );
+    false
+}
+
+/// A workspace that an unprivileged uid running these tests can use too.
+fn workspace() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}
+
+fn json_of(o: &Output) -> Value {
+    let out = text(&o.stdout);
+    let lines: Vec<&str> = out.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "--json prints exactly one line: {out:?}");
+    serde_json::from_str(lines[0]).unwrap_or_else(|e| panic!("not JSON ({e}): {out}"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Option errors: 125, a clear message, and nothing run.
+
+/// Each of these must exit 125 and leave the marker file uncreated.
+fn assert_refused_before_running(extra: &[&str], expect_in_stderr: &str) {
+    let ws = workspace();
+    let marker = ws.path().join("marker");
+    let marker_s = marker.to_str().unwrap().to_string();
+    let mut args = vec!["run"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", "touch", &marker_s]);
+    let o = run_in(ws.path(), &args);
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), 125, "{args:?}: stderr: {err}");
+    assert!(
+        err.to_lowercase()
+            .contains(&expect_in_stderr.to_lowercase()),
+        "{args:?}: stderr should mention {expect_in_stderr:?}: {err}"
+    );
+    assert!(!marker.exists(), "{args:?}: the program ran");
+}
+
+#[test]
+fn unknown_flag_is_125_before_anything_runs() {
+    assert_refused_before_running(&["--netwrok", "none"], "--netwrok");
+}
+
+#[test]
+fn bad_values_are_125_before_anything_runs() {
+    for (args, named) in [
+        (&["--network", "everything"][..], "everything"),
+        (&["--timeout", "soon"], "soon"),
+        (&["--timeout", "0"], "--timeout"),
+        (&["--timeout", "-3"], "--timeout"),
+        (&["--memory", "0"], "--memory"),
+        (&["--memory", "lots"], "--memory"),
+        (&["--memory", "-1"], "--memory"),
+        (&["--max-output", "0"], "--max-output"),
+        (&["--lane", "lax"], "lax"),
+        (&["--backend", "chroot"], "chroot"),
+        (&["--env", "=value"], "--env"),
+    ] {
+        assert_refused_before_running(args, named);
+    }
+}
+
+#[test]
+fn a_missing_workspace_is_125_before_anything_runs() {
+    assert_refused_before_running(
+        &["--workspace", "/nonexistent/sandbox-test-ws"],
+        "/nonexistent/sandbox-test-ws",
+    );
+    // Relative, from the current directory, as a person types it.
+    assert_refused_before_running(&["--workspace", "no-such-dir"], "no-such-dir");
+}
+
+#[test]
+fn image_with_a_backend_other_than_docker_is_125_before_anything_runs() {
+    for backend in ["none", "bwrap", "landlock"] {
+        assert_refused_before_running(
+            &[
+                "--backend",
+                backend,
+                "--lane",
+                "trusted",
+                "--image",
+                "debian",
+            ],
+            "image",
+        );
+    }
+}
+
+#[test]
+fn missing_program_is_a_usage_error() {
+    let o = run_in(Path::new("/"), &["run", "--backend", "none"]);
+    assert_eq!(code(&o), 125, "{}", text(&o.stderr));
+}
+
+#[test]
+fn no_subcommand_is_125_and_help_is_0() {
+    assert_eq!(code(&sandbox().output().unwrap()), 125);
+    for sub in [&["--help"][..], &["run", "--help"], &["doctor", "--help"]] {
+        let o = sandbox().args(sub).output().unwrap();
+        assert_eq!(code(&o), 0, "{sub:?}");
+    }
+}
+
+#[test]
+fn every_subcommand_help_explains_the_exit_statuses() {
+    for sub in ["run", "doctor", "completions"] {
+        let o = sandbox().args([sub, "--help"]).output().unwrap();
+        let help = text(&o.stdout);
+        assert!(help.contains("Exit status"), "{sub}: {help}");
+    }
+    let run_help = text(&sandbox().args(["run", "--help"]).output().unwrap().stdout);
+    for status in ["124", "125", "126", "127", "128+N"] {
+        assert!(run_help.contains(status), "{status}: {run_help}");
+    }
+}
+
+#[test]
+fn the_none_backend_off_the_trusted_lane_says_to_use_the_trusted_lane() {
+    if !cfg!(feature = "none") {
+        return;
+    }
+    let ws = workspace();
+    let o = run_in(ws.path(), &["run", "--backend", "none", "--", "true"]);
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), 125, "{err}");
+    assert!(err.contains("--lane trusted"), "{err}");
+    if available("none") {
+        // What the trusted lane would not enforce, named.
+        assert!(err.contains("network mode `none`"), "{err}");
+    }
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn a_backend_left_out_of_the_build_names_its_feature() {
+    for name in ["none", "bwrap", "landlock", "docker"] {
+        let compiled = doctor()["host"]["compiled_in"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|b| b == name);
+        if compiled {
+            continue;
+        }
+        let ws = workspace();
+        let o = run_in(
+            ws.path(),
+            &["run", "--backend", name, "--lane", "trusted", "--", "true"],
+        );
+        let err = text(&o.stderr);
+        assert_eq!(code(&o), 125, "{err}");
+        assert!(err.contains(&format!("--features {name}")), "{err}");
+    }
+}
+
+#[test]
+fn auto_runs_what_doctor_says_it_picks_and_never_none() {
+    for pick in doctor()["auto"].as_array().unwrap() {
+        let lane = pick["lane"].as_str().unwrap();
+        let ws = workspace();
+        let o = run_in(ws.path(), &["run", "--lane", lane, "--json", "--", "true"]);
+        match pick["backend"].as_str() {
+            Some(expected) => {
+                assert_eq!(code(&o), 0, "{lane}: {}", text(&o.stderr));
+                let j = json_of(&o);
+                assert_eq!(j["backend"], expected, "{lane}: {j}");
+                assert_ne!(j["backend"], "none");
+            }
+            None => {
+                assert_eq!(code(&o), 125, "{lane}: {}", text(&o.stderr));
+                assert_eq!(json_of(&o)["error"]["kind"], "unavailable");
+            }
+        }
+    }
+}
+
+#[cfg(feature = "docker")]
+#[test]
+fn an_image_without_a_backend_means_docker() {
+    if !available("docker") {
+        return;
+    }
+    let ws = workspace();
+    let image = docker_image();
+    let o = run_in(
+        ws.path(),
+        &["run", "--image", &image, "--json", "--", "true"],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert_eq!(json_of(&o)["backend"], "docker");
+}
+
+// ---------------------------------------------------------------------------------------
+// The policy file.
+
+#[test]
+fn policy_file_with_an_unknown_key_is_125_naming_it() {
+    let ws = workspace();
+    let cfg = ws.path().join("policy.toml");
+    std::fs::write(&cfg, "lane = \"trusted\"\nnetwrok = \"full\"\n").unwrap();
+    assert_refused_before_running(&["--config", cfg.to_str().unwrap()], "netwrok");
+    std::fs::write(&cfg, "timeout = \"soon\"\n").unwrap();
+    assert_refused_before_running(&["--config", cfg.to_str().unwrap()], "timeout");
+    assert_refused_before_running(&["--config", "/nonexistent/policy.toml"], "policy");
+}
+
+#[test]
+fn policy_file_values_apply_and_flags_override_them() {
+    if !cfg!(feature = "none") || !available("none") {
+        return;
+    }
+    let dir = workspace();
+    std::fs::create_dir(dir.path().join("proj")).unwrap();
+    let cfg = dir.path().join("policy.toml");
+    std::fs::write(
+        &cfg,
+        "backend = \"none\"\nlane = \"trusted\"\nworkspace = \"proj\"\nnetwork = \"loopback\"\n\
+         env = [\"FROM_FILE=file\", \"OVERRIDDEN=file\"]\n",
+    )
+    .unwrap();
+    let cfg_s = cfg.to_str().unwrap();
+    let elsewhere = workspace();
+    // The file alone: its workspace (relative to the file), lane, network and env apply.
+    let o = run_in(
+        elsewhere.path(),
+        &[
+            "run",
+            "--config",
+            cfg_s,
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$FROM_FILE $OVERRIDDEN\"; pwd",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let j = json_of(&o);
+    let proj = dir.path().join("proj").canonicalize().unwrap();
+    assert_eq!(j["policy"]["workspace"], proj.to_str().unwrap());
+    assert_eq!(j["policy"]["network"], "loopback");
+    assert_eq!(j["policy"]["lane"], "trusted");
+    let err = text(&o.stderr);
+    assert!(err.contains("file file"), "{err}");
+    assert!(err.contains(proj.to_str().unwrap()), "{err}");
+    // Flags override single values and add to lists (a later --env wins).
+    let o = run_in(
+        elsewhere.path(),
+        &[
+            "run",
+            "--config",
+            cfg_s,
+            "--network",
+            "full",
+            "--workspace",
+            ".",
+            "--env",
+            "OVERRIDDEN=flag",
+            "--json",
+            "--",
+            "sh",
+            "-c",
+            "echo \"$FROM_FILE $OVERRIDDEN\"",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let j = json_of(&o);
+    assert_eq!(j["policy"]["network"], "full");
+    let here = elsewhere.path().canonicalize().unwrap();
+    assert_eq!(j["policy"]["workspace"], here.to_str().unwrap());
+    assert!(text(&o.stderr).contains("file flag"), "{}", text(&o.stderr));
+}
+
+// ---------------------------------------------------------------------------------------
+// doctor and completions.
+
+#[test]
+fn doctor_reports_every_compiled_in_backend_in_json_and_text() {
+    let j = doctor();
+    let compiled: Vec<&str> = j["host"]["compiled_in"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(!compiled.is_empty());
+    let backends = j["backends"].as_array().unwrap();
+    assert_eq!(backends.len(), compiled.len());
+    for b in backends {
+        let name = b["name"].as_str().unwrap();
+        if b["works"] == true {
+            let cap = &b["capability"];
+            for field in [
+                "confine_writes",
+                "confine_reads",
+                "tree_kill",
+                "memory_limit",
+                "process_limit",
+            ] {
+                assert!(cap[field].is_boolean(), "{name}.{field}: {cap}");
+            }
+            for mode in ["network_none", "network_loopback", "network_full"] {
+                assert!(cap[mode]["kind"].is_string(), "{name}.{mode}: {cap}");
+            }
+        } else {
+            assert!(b["problem"].is_string() && b["remedy"].is_string(), "{b}");
+        }
+    }
+    let o = sandbox().arg("doctor").output().unwrap();
+    let human = text(&o.stdout);
+    for name in &compiled {
+        assert!(human.contains(&format!("{name}: ")), "{human}");
+    }
+    assert!(human.contains("auto picks"), "{human}");
+    // The exit status says whether anything confines here.
+    let confines = j["auto"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|p| !p["backend"].is_null());
+    assert_eq!(code(&o), if confines { 0 } else { 1 }, "{human}");
+}
+
+#[test]
+fn completions_are_printed_for_each_shell() {
+    for shell in ["bash", "zsh", "fish"] {
+        let o = sandbox().args(["completions", shell]).output().unwrap();
+        assert_eq!(code(&o), 0);
+        let script = text(&o.stdout);
+        assert!(script.contains("sandbox"), "{shell}");
+        assert!(script.contains("workspace"), "{shell}: {script}");
+    }
+    assert_eq!(
+        code(&sandbox().args(["completions", "cmd"]).output().unwrap()),
+        125
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Per backend: statuses, streaming, --json.
+
+/// The flags that select `backend` on a lane it runs on with default options.
+fn backend_flags(backend: &str) -> Vec<String> {
+    let lane = match backend {
+        "none" => "trusted",
+        "landlock" => "fast",
+        _ => "strict",
+    };
+    let mut v = vec![
+        "--backend".to_string(),
+        backend.to_string(),
+        "--lane".to_string(),
+        lane.to_string(),
+    ];
+    if backend == "docker" {
+        v.push("--image".into());
+        v.push(docker_image());
+    }
+    v
+}
+
+fn run_with(backend: &str, ws: &Path, extra: &[&str], argv: &[&str]) -> Output {
+    let flags = backend_flags(backend);
+    let mut args: Vec<&str> = vec!["run"];
+    args.extend(flags.iter().map(String::as_str));
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.extend_from_slice(argv);
+    run_in(ws, &args)
+}
+
+fn exit_code_is_the_programs(backend: &str) {
+    let ws = workspace();
+    for n in ["0", "3", "42"] {
+        let o = run_with(backend, ws.path(), &[], &["sh", "-c", &format!("exit {n}")]);
+        assert_eq!(code(&o).to_string(), n, "{}", text(&o.stderr));
+    }
+}
+
+fn a_signal_is_128_plus_n(backend: &str) {
+    let ws = workspace();
+    let o = run_with(
+        backend,
+        ws.path(),
+        &[],
+        &["sh", "-c", "kill -TERM $$; sleep 5"],
+    );
+    assert_eq!(code(&o), 128 + 15, "{}", text(&o.stderr));
+    let o = run_with(
+        backend,
+        ws.path(),
+        &["--json"],
+        &["sh", "-c", "kill -TERM $$; sleep 5"],
+    );
+    let j = json_of(&o);
+    assert_eq!(j["exit_status"], 143, "{j}");
+    if capability(backend)["signal_status"] == true {
+        assert_eq!(j["status"], "signaled", "{j}");
+        assert_eq!(j["signal"], 15, "{j}");
+    } else {
+        // The backend cannot tell a signal from an exit with 128+N, and says so.
+        assert_eq!(j["status"], "exited", "{j}");
+        assert_eq!(j["exit_code"], 143, "{j}");
+    }
+}
+
+fn the_timeout_is_124_and_kills_the_tree(backend: &str) {
+    let ws = workspace();
+    let marker = ws.path().join("survivor");
+    let script = format!(
+        "(setsid sh -c 'sleep 3; touch {}' &) ; sleep 60",
+        marker.display()
+    );
+    let started = std::time::Instant::now();
+    let o = run_with(
+        backend,
+        ws.path(),
+        &["--timeout", "1", "--json"],
+        &["sh", "-c", &script],
+    );
+    assert_eq!(code(&o), 124, "{}", text(&o.stderr));
+    assert!(started.elapsed().as_secs() < 50, "the timeout did not fire");
+    let j = json_of(&o);
+    assert_eq!(j["status"], "timed_out", "{j}");
+    assert_eq!(j["timed_out"], true, "{j}");
+    assert_eq!(j["exit_status"], 124, "{j}");
+    // The double-forked, setsid descendant died with the tree: its marker never appears.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert!(!marker.exists(), "a descendant outlived the timeout");
+}
+
+fn not_found_is_127(backend: &str) {
+    let ws = workspace();
+    let o = run_with(backend, ws.path(), &[], &["definitely-not-a-program-xyz"]);
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), 127, "{err}");
+    assert!(err.contains("definitely-not-a-program-xyz"), "{err}");
+}
+
+fn not_executable_is_126(backend: &str) {
+    let ws = workspace();
+    let script = ws.path().join("script.sh");
+    std::fs::write(&script, "#!/bin/sh\nexit 0\n").unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let o = run_with(backend, ws.path(), &[], &["./script.sh"]);
+    assert_eq!(code(&o), 126, "{}", text(&o.stderr));
+}
+
+fn json_has_the_outcome_and_output_goes_to_stderr(backend: &str) {
+    let ws = workspace();
+    let o = run_with(
+        backend,
+        ws.path(),
+        &["--json"],
+        &["sh", "-c", "echo to-stdout; echo to-stderr >&2; exit 5"],
+    );
+    assert_eq!(code(&o), 5, "{}", text(&o.stderr));
+    let j = json_of(&o);
+    assert_eq!(j["status"], "exited");
+    assert_eq!(j["exit_code"], 5);
+    assert_eq!(j["exit_status"], 5);
+    assert!(j["signal"].is_null());
+    assert_eq!(j["timed_out"], false);
+    assert!(j["wall_time_secs"].as_f64().unwrap() >= 0.0);
+    assert_eq!(j["stdout_truncated"], false);
+    assert_eq!(j["stderr_truncated"], false);
+    assert_eq!(j["backend"], backend);
+    assert_eq!(j["policy"]["backend"], backend);
+    assert_eq!(j["policy"]["network"], "none");
+    assert!(j["policy"]["grants"].is_array(), "{j}");
+    assert!(!text(&o.stdout).contains("to-stdout"));
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("to-stdout") && err.contains("to-stderr"),
+        "{err}"
+    );
+    // Without --json the streams stay apart.
+    let o = run_with(
+        backend,
+        ws.path(),
+        &[],
+        &["sh", "-c", "echo to-stdout; echo to-stderr >&2"],
+    );
+    assert_eq!(text(&o.stdout), "to-stdout\n");
+    assert!(text(&o.stderr).contains("to-stderr"));
+}
+
+fn max_output_truncates_and_says_so(backend: &str) {
+    let ws = workspace();
+    let o = run_with(
+        backend,
+        ws.path(),
+        &["--max-output", "1000", "--json"],
+        &[
+            "sh",
+            "-c",
+            "echo BEGIN; i=0; while [ $i -lt 2000 ]; do echo middle-line; i=$((i+1)); done; echo THE-END",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let j = json_of(&o);
+    assert_eq!(j["stdout_truncated"], true, "{j}");
+    assert_eq!(j["stdout_bytes"], 6 + 2000 * 12 + 8, "{j}");
+    let shown = text(&o.stderr);
+    assert!(shown.starts_with("BEGIN\n"), "{shown}");
+    assert!(shown.trim_end().ends_with("THE-END"), "{shown}");
+    assert!(shown.contains("bytes of output dropped"), "{shown}");
+    assert!(shown.len() < 1200, "shown {} bytes", shown.len());
+}
+
+fn output_streams_while_the_program_runs(backend: &str) {
+    let ws = workspace();
+    // The first line can only reach us while the program still runs if output is
+    // streamed: otherwise it would come at the end, a minute later. (A file handshake
+    // would not do: the docker backend may copy the workspace in and out.)
+    let flags = backend_flags(backend);
+    let mut child = sandbox()
+        .current_dir(ws.path())
+        .arg("run")
+        .args(&flags)
+        .args(["--", "sh", "-c", "echo first; sleep 60; echo second"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "first");
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the first line came only when the program ended"
+    );
+    let kill = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    assert_eq!(child.wait().unwrap().code(), Some(128 + 15));
+    assert!(
+        lines.next().is_none(),
+        "a line came after the interrupt: the program was not killed"
+    );
+}
+
+fn interrupting_sandbox_kills_the_tree_and_exits_128_plus_n(backend: &str) {
+    let ws = workspace();
+    let marker = ws.path().join("survivor");
+    let script = format!(
+        "(setsid sh -c 'sleep 3; touch {}' &); echo started; sleep 60",
+        marker.display()
+    );
+    let flags = backend_flags(backend);
+    let mut child = sandbox()
+        .current_dir(ws.path())
+        .arg("run")
+        .args(&flags)
+        .args(["--timeout", "120", "--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "started");
+    let kill = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(128 + 2), "{status:?}");
+    // The double-forked, setsid descendant died with the tree.
+    std::thread::sleep(std::time::Duration::from_secs(5));
+    assert!(!marker.exists(), "a descendant outlived sandbox's exit");
+}
+
+fn a_reader_that_goes_away_ends_the_program_as_sigpipe_would(backend: &str) {
+    let ws = workspace();
+    let flags = backend_flags(backend);
+    // `sandbox run -- yes | head -1`: without this the program would print forever into
+    // our drained pipe.
+    let mut child = sandbox()
+        .current_dir(ws.path())
+        .arg("run")
+        .args(&flags)
+        .args(["--", "sh", "-c", "while :; do echo y; done"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "y");
+    drop(lines);
+    assert_eq!(child.wait().unwrap().code(), Some(128 + 13));
+}
+
+fn relative_paths_are_taken_against_the_current_directory(backend: &str) {
+    let ws = workspace();
+    std::fs::create_dir(ws.path().join("sub")).unwrap();
+    let o = run_with(
+        backend,
+        ws.path(),
+        &["--workspace", "sub", "--json"],
+        &["pwd"],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let sub = ws.path().join("sub").canonicalize().unwrap();
+    assert_eq!(json_of(&o)["policy"]["workspace"], sub.to_str().unwrap());
+    // Run from a subdirectory of the workspace, the command starts there.
+    let o = run_in(
+        &ws.path().join("sub"),
+        &[
+            &["run"][..],
+            &backend_flags(backend)
+                .iter()
+                .map(String::as_str)
+                .collect::<Vec<_>>(),
+            &["--workspace", "..", "--", "pwd"],
+        ]
+        .concat(),
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout).trim(), sub.to_str().unwrap());
+}
+
+macro_rules! backend_cases {
+    ($module:ident, $feature:literal) => {
+        #[cfg(feature = $feature)]
+        mod $module {
+            macro_rules! case {
+                ($name:ident) => {
+                    #[test]
+                    fn $name() {
+                        if super::available($feature) {
+                            super::$name($feature);
+                        }
+                    }
+                };
+            }
+            case!(exit_code_is_the_programs);
+            case!(a_signal_is_128_plus_n);
+            case!(the_timeout_is_124_and_kills_the_tree);
+            case!(not_found_is_127);
+            case!(not_executable_is_126);
+            case!(json_has_the_outcome_and_output_goes_to_stderr);
+            case!(max_output_truncates_and_says_so);
+            case!(output_streams_while_the_program_runs);
+            case!(relative_paths_are_taken_against_the_current_directory);
+            case!(interrupting_sandbox_kills_the_tree_and_exits_128_plus_n);
+            case!(a_reader_that_goes_away_ends_the_program_as_sigpipe_would);
+        }
+    };
+}
+
+backend_cases!(none, "none");
+backend_cases!(bwrap, "bwrap");
+backend_cases!(landlock, "landlock");
+backend_cases!(docker, "docker");

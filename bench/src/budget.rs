@@ -20,6 +20,11 @@ pub struct Budget {
     pub startup_idle: Rounds,
     /// The same for container backends.
     pub startup_idle_slow: Rounds,
+    /// Start-up through the `sandbox` command, and for container backends: a whole
+    /// process per run costs far more than a library call, so fewer runs.
+    pub cli: Rounds,
+    /// The same for container backends.
+    pub cli_slow: Rounds,
     /// Bytes written by the flood.
     pub flood_bytes: u64,
     /// Flood: warm-up and measured runs per variant.
@@ -43,6 +48,15 @@ impl Budget {
             (self.startup_slow, self.startup_idle_slow)
         } else {
             (self.startup, self.startup_idle)
+        }
+    }
+
+    /// Rounds through the `sandbox` command.
+    pub fn cli_for(&self, slow: bool) -> Rounds {
+        if slow {
+            self.cli_slow
+        } else {
+            self.cli
         }
     }
 
@@ -88,6 +102,16 @@ impl Budget {
                 runs: 10,
                 idle: IDLE,
             },
+            cli: Rounds {
+                warmup: 3,
+                runs: 50,
+                idle: Duration::ZERO,
+            },
+            cli_slow: Rounds {
+                warmup: 1,
+                runs: 10,
+                idle: Duration::ZERO,
+            },
             flood_bytes: 1 << 30,
             flood: Rounds {
                 warmup: 1,
@@ -129,6 +153,16 @@ impl Budget {
                 warmup: 0,
                 runs: 2,
                 idle: IDLE,
+            },
+            cli: Rounds {
+                warmup: 0,
+                runs: 3,
+                idle: Duration::ZERO,
+            },
+            cli_slow: Rounds {
+                warmup: 0,
+                runs: 2,
+                idle: Duration::ZERO,
             },
             flood_bytes: 64 << 20,
             flood: Rounds {

@@ -37,7 +37,7 @@ pub async fn measure(
     host_true: &Path,
     budget: &Budget,
 ) -> Result<Row, BenchError> {
-    let (rounds, _) = budget.startup_for(s.slow);
+    let rounds = budget.cli_for(s.slow);
     let args = run_args(s);
     let bare_argv = vec![host_true.as_os_str().to_owned()];
     let probes: Vec<Probe<'_>> = vec![

@@ -171,10 +171,7 @@ fn notes(budget: &Budget) -> Vec<String> {
             "The `sandbox` command: {} + {} runs ({} + {} for container backends), \
              interleaved with a bare spawn; the figure is everything one invocation costs \
              (start of the process, backend construction, the preflight, the run).",
-            budget.cli.warmup,
-            budget.cli.runs,
-            budget.cli_slow.warmup,
-            budget.cli_slow.runs
+            budget.cli.warmup, budget.cli.runs, budget.cli_slow.warmup, budget.cli_slow.runs
         ),
         "Lane: the strictest lane the library accepts for these options on that backend \
          (decided by the library's own checks). All runs use the library's defaults \

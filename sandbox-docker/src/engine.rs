@@ -965,9 +965,11 @@ mod tests {
         assert_eq!(body.working_dir.as_deref(), Some(ws.as_str()));
         let mounts = body.host_config.and_then(|h| h.mounts).unwrap_or_default();
         assert!(
-            mounts.iter().any(|m| m.source.as_deref() == Some(ws.as_str())
-                && m.target.as_deref() == Some(ws.as_str())
-                && m.typ == Some(bollard::models::MountTypeEnum::BIND)),
+            mounts
+                .iter()
+                .any(|m| m.source.as_deref() == Some(ws.as_str())
+                    && m.target.as_deref() == Some(ws.as_str())
+                    && m.typ == Some(bollard::models::MountTypeEnum::BIND)),
             "{mounts:?}"
         );
     }

@@ -235,6 +235,18 @@ async fn bench(args: Args) -> ExitCode {
                 continue;
             }
         };
+        report.rows.push(Row {
+            backend: name.clone(),
+            what: "the first preflight in a process (one-time host surveys included; not in \
+                   the per-run figures below, but paid by every `sandbox` command)"
+                .into(),
+            median: stats::fmt_duration(s.preflight_time),
+            p95: "— (one run)".into(),
+            ratio: "—".into(),
+            baseline: "—".into(),
+            target: "—".into(),
+            verdict: table::Verdict::NoTarget,
+        });
         let wanted = |w: Only| args.only.is_empty() || args.only.contains(&w);
         if wanted(Only::Startup) {
             eprintln!("sandbox-bench: {name}: start-up (lane {})", s.lane);

@@ -232,6 +232,8 @@ pub struct Subject {
     pub cli_args: Vec<OsString>,
     /// One run costs hundreds of milliseconds (a container): fewer runs.
     pub slow: bool,
+    /// How long its first preflight took (one-time host surveys included).
+    pub preflight_time: std::time::Duration,
 }
 
 impl Subject {
@@ -272,13 +274,16 @@ impl Subject {
             direct: parts.direct,
             cli_args: parts.cli_args,
             slow: parts.slow,
+            preflight_time: std::time::Duration::ZERO,
         };
+        let started = std::time::Instant::now();
         subject
             .backend
             .sandbox()
             .preflight()
             .await
             .map_err(|e| e.to_string())?;
+        subject.preflight_time = started.elapsed();
         subject.lane = subject.pick_lane()?;
         Ok(subject)
     }

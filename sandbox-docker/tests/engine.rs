@@ -1000,14 +1000,16 @@ async fn cleanup_leftovers_removes_what_dead_owners_left_and_nothing_live() {
     }
     assert!(removed.containers.contains(&leftover), "{removed:?}");
     assert!(!removed.containers.contains(&live), "{removed:?}");
-    assert_eq!(removed.volumes, vec![dead_volume]);
+    // Other dead owners' leftovers on the same engine (a crashed earlier run) go too: the
+    // engine is shared, so only ours are asserted on.
+    assert!(removed.volumes.contains(&dead_volume), "{removed:?}");
     let still = ours().0;
     assert_eq!(still.len(), 1);
     assert!(live.starts_with(&still[0]));
     let removed = sandbox_docker::cleanup_leftovers(&docker, sandbox_docker::Scope::All)
         .await
         .unwrap();
-    assert_eq!(removed.containers, vec![live]);
+    assert!(removed.containers.contains(&live), "{removed:?}");
     assert_clean();
 }
 

@@ -224,6 +224,7 @@ pub fn cases() -> Vec<Case> {
         case!(api::exit_codes, always),
         case!(api::signal_status, signal_status),
         case!(api::argv_roundtrip, always),
+        case!(api::argv_arbitrary_bytes, always),
         case!(api::stdin, always),
         case!(api::timeout, always),
         case!(api::kill_during_wait, always),

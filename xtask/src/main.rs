@@ -5,6 +5,7 @@
 
 mod bench;
 mod conformance;
+mod soak;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -33,6 +34,12 @@ Tasks:
       ratios against baselines taken in the same run, print the markdown table and write
       it to bench/RESULTS.md (--quick: a handful of runs, written to
       <target>/bench-quick.md; proves the bench runs, judges no target).
+  soak [--backend NAME]... [--runs N] [--concurrent N] [--as-user UID]
+      Per backend (default: all), N runs one after another (default 1000) and N at once
+      (default 64, twice), with kills, timeouts, output floods and daemonizing children
+      mixed in; prints the host's counts (descriptors, threads, children, zombies,
+      cgroups, mounts, temp entries, containers, resident set) after a warm-up and after
+      the soak, and fails if anything grew (the resident set by 5% or more).
   help
       This text.
 ";
@@ -44,6 +51,7 @@ fn main() -> ExitCode {
     let result = match task.as_deref() {
         Some("conformance") => conformance::run(&rest),
         Some("bench") => bench::run(&rest),
+        Some("soak") => soak::run(&rest),
         None | Some("help" | "--help" | "-h") => {
             print!("{HELP}");
             Ok(())

@@ -9,7 +9,7 @@
 //! and its shared libraries, so no `/bin/sh`, no `/proc` assumed (where it matters, the
 //! probe says whether it could read `/proc`).
 //!
-//! Subcommands: `argv`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
+//! Subcommands: `argv`, `argv-hex`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
 //! `rename FROM TO`, `remove PATH`,
 //! `connect HOST:PORT`, `listen-connect`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
@@ -37,6 +37,7 @@ fn main() {
     let rest = &text[2..];
     match (cmd.as_str(), rest) {
         ("argv", _) => argv(&args),
+        ("argv-hex", _) => argv_hex(&args),
         ("exit", [n]) => exit(num(n) as i32),
         ("signal", [n]) => signal(num(n) as i32),
         ("read", [p]) => read(p),
@@ -171,6 +172,21 @@ fn cstr(p: &str) -> CString {
 /// The whole argv, so the host can check every argument arrived byte for byte.
 fn argv(args: &[OsString]) -> ! {
     let list: Vec<String> = args.iter().map(|a| esc(&a.to_string_lossy())).collect();
+    Json::new()
+        .raw("argv", format!("[{}]", list.join(",")))
+        .emit();
+    exit(0)
+}
+
+/// Every argument as hex, so that bytes that are not UTF-8 are reported exactly.
+fn argv_hex(args: &[OsString]) -> ! {
+    let list: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let hex: String = a.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+            format!("\"{hex}\"")
+        })
+        .collect();
     Json::new()
         .raw("argv", format!("[{}]", list.join(",")))
         .emit();

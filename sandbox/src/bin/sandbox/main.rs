@@ -7,6 +7,8 @@
 mod args;
 mod config;
 mod error;
+#[cfg(test)]
+mod props;
 mod run;
 mod stream;
 

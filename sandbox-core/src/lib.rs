@@ -27,6 +27,8 @@
 //!   that runs a process implements [`process::Launcher`] and gets a whole [`Sandbox`] from
 //!   [`process::ProcessSandbox`].
 //! - [`run`]: the one-run state machine, shared with backends that are not processes.
+//! - [`registry`]: what each backend crate says about itself ([`registry::BackendInfo`]),
+//!   the data the facade's one list of backends is made of.
 //!
 //! # Dependencies
 //!
@@ -43,6 +45,7 @@ mod outcome;
 mod plan;
 pub mod policy;
 pub mod process;
+pub mod registry;
 pub mod run;
 mod sandbox;
 #[cfg(feature = "seccomp")]

@@ -96,7 +96,9 @@ fn target_arch() -> Result<TargetArch, SandboxError> {
         Err(SandboxError::NotSupported {
             backend: "seccomp",
             feature: format!("a system-call filter on {}", std::env::consts::ARCH),
-            remedy: "use the docker backend on this architecture".into(),
+            remedy: "use a backend that does not filter system calls with this program \
+                     (a container engine applies its own profile)"
+                .into(),
         })
     }
 }

@@ -10,14 +10,13 @@ use serde_json::Value;
 
 use crate::{cargo, project_root, target_dir, Result};
 
-/// Every backend the workspace has, in matrix order.
-const ALL_BACKENDS: [&str; 4] = ["none", "bwrap", "landlock", "docker"];
-
 /// The suite's exit code for "backend unavailable" (see `sandbox_conformance::harness`).
 const UNAVAILABLE_EXIT: i32 = 3;
 
 #[derive(Debug, Default)]
 struct Options {
+    /// No backend named: every backend the suite knows (asked after the build).
+    every_backend: bool,
     backends: Vec<String>,
     require: Vec<String>,
     validate: bool,
@@ -60,9 +59,7 @@ fn parse(args: &[String]) -> Result<Options> {
         }
     }
     // Defaults: every backend, unless only validation was asked for.
-    if o.backends.is_empty() && !(o.validate && o.require.is_empty()) {
-        o.backends = ALL_BACKENDS.iter().map(|s| s.to_string()).collect();
-    }
+    o.every_backend = o.backends.is_empty() && !(o.validate && o.require.is_empty());
     for r in &o.require {
         if !o.backends.contains(r) {
             o.backends.push(r.clone());
@@ -118,6 +115,24 @@ fn build() -> Result<Built> {
         suite: suite.ok_or("cargo built no `conformance` test binary")?,
         probe: probe.ok_or("cargo built no `sandbox-probe` binary")?,
     })
+}
+
+/// Every backend the suite knows, in matrix order: the facade's registry, as the built
+/// suite prints it (xtask links no backend).
+fn every_backend(built: &Built) -> Result<Vec<String>> {
+    let out = Command::new(&built.suite)
+        .arg("--list-backends")
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("the suite could not list its backends ({})", out.status).into());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect())
 }
 
 /// One column of the matrix.
@@ -349,8 +364,13 @@ fn render(columns: &[Column], opts: &Options) -> String {
 
 /// The task.
 pub fn run(args: &[String]) -> Result<()> {
-    let opts = parse(args)?;
+    let mut opts = parse(args)?;
     let built = build()?;
+    if opts.every_backend {
+        let mut all = every_backend(&built)?;
+        all.retain(|b| !opts.backends.contains(b));
+        opts.backends.splice(0..0, all);
+    }
     let mut columns = Vec::new();
     for b in &opts.backends {
         columns.push(run_one(&built, b, false, &opts)?);
@@ -403,14 +423,14 @@ mod tests {
     #[test]
     fn defaults_to_every_backend() {
         let o = parse(&[]).unwrap();
-        assert_eq!(o.backends, ALL_BACKENDS);
+        assert!(o.every_backend && o.backends.is_empty());
         assert!(!o.validate && o.require.is_empty());
     }
 
     #[test]
     fn validate_alone_runs_only_the_validation() {
         let o = parse(&args(&["--validate"])).unwrap();
-        assert!(o.validate && o.backends.is_empty());
+        assert!(o.validate && o.backends.is_empty() && !o.every_backend);
     }
 
     #[test]

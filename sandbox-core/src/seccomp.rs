@@ -406,31 +406,26 @@ impl SeccompProgram {
 #[derive(Debug)]
 pub struct InstallSeccomp(Arc<SeccompProgram>);
 
-impl PreExec for InstallSeccomp {
+// SAFETY: `install` is async-signal-safe (its docs), on a program compiled before the fork
+// and kept alive by the Arc.
+unsafe impl PreExec for InstallSeccomp {
     fn pre_exec(&self) -> io::Result<()> {
-        let prog = libc::sock_fprog {
-            len: self.0.program.len() as libc::c_ushort,
-            filter: self.0.program.as_ptr() as *mut libc::sock_filter,
-        };
-        // SAFETY: two system calls on a program allocated before the fork and kept alive
-        // by the Arc; `no_new_privs` is required to install a filter without
-        // CAP_SYS_ADMIN, and stops setuid binaries from gaining privilege.
-        unsafe {
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0,
-                &prog as *const libc::sock_fprog,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        Ok(())
+        install(&self.0.program)
     }
+}
+
+/// Install `program` in the calling thread with seccompiler's `apply_filter`: sets
+/// `no_new_privs` (required to install a filter without `CAP_SYS_ADMIN`; it also stops
+/// setuid binaries from gaining privilege), then the filter.
+///
+/// Async-signal-safe, for between fork and exec: `apply_filter` makes two system calls on
+/// the slice and builds no error that allocates (`Prctl` and `Seccomp` carry an OS errno,
+/// passed on as it is; an empty program is `EINVAL`).
+pub fn install(program: &[sock_filter]) -> io::Result<()> {
+    seccompiler::apply_filter(program).map_err(|e| match e {
+        seccompiler::Error::Prctl(e) | seccompiler::Error::Seccomp(e) => e,
+        _ => io::Error::from_raw_os_error(libc::EINVAL),
+    })
 }
 
 #[cfg(test)]

@@ -2,8 +2,9 @@
 //! per case, `conformance::<area>::<case>`, so `cargo test -p sandbox-conformance -- fs::`
 //! runs the filesystem cases. See `sandbox_conformance::harness` for the environment.
 //!
-//! `conformance --list-backends` prints the registry's backends, one per line: how
-//! `cargo xtask conformance` learns them without linking any.
+//! `conformance --list-backends` prints the registry's backends, one per line (the name,
+//! then `unconfined` for a backend that confines nothing): how `cargo xtask conformance`
+//! learns them, and what to validate against, without linking any.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -60,7 +61,11 @@ fn build_probe_image(info: &BackendInfo, build: registry::BuildImageFn) {
 fn main() -> std::process::ExitCode {
     if std::env::args().nth(1).as_deref() == Some("--list-backends") {
         for k in registry::KNOWN {
-            println!("{}", k.name);
+            // The one that confines nothing is the one `--validate` runs the suite against.
+            match k.info {
+                Some(info) if info.unconfined => println!("{} unconfined", k.name),
+                _ => println!("{}", k.name),
+            }
         }
         return std::process::ExitCode::SUCCESS;
     }

@@ -117,9 +117,16 @@ fn build() -> Result<Built> {
     })
 }
 
-/// Every backend the suite knows, in matrix order: the facade's registry, as the built
+/// The backends the suite knows, in matrix order: the facade's registry, as the built
 /// suite prints it (xtask links no backend).
-fn every_backend(built: &Built) -> Result<Vec<String>> {
+#[derive(Debug, Default)]
+struct Known {
+    every: Vec<String>,
+    /// The one that confines nothing, which `--validate` runs the suite against.
+    unconfined: Option<String>,
+}
+
+fn known_backends(built: &Built) -> Result<Known> {
     let out = Command::new(&built.suite)
         .arg("--list-backends")
         .stderr(Stdio::inherit())
@@ -127,12 +134,21 @@ fn every_backend(built: &Built) -> Result<Vec<String>> {
     if !out.status.success() {
         return Err(format!("the suite could not list its backends ({})", out.status).into());
     }
-    Ok(String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(String::from)
-        .collect())
+    Ok(parse_known(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `NAME [unconfined]` a line.
+fn parse_known(text: &str) -> Known {
+    let mut known = Known::default();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let Some(name) = words.next() else { continue };
+        if words.next() == Some("unconfined") && known.unconfined.is_none() {
+            known.unconfined = Some(name.to_string());
+        }
+        known.every.push(name.to_string());
+    }
+    known
 }
 
 /// One column of the matrix.
@@ -366,8 +382,9 @@ fn render(columns: &[Column], opts: &Options) -> String {
 pub fn run(args: &[String]) -> Result<()> {
     let mut opts = parse(args)?;
     let built = build()?;
+    let known = known_backends(&built)?;
     if opts.every_backend {
-        let mut all = every_backend(&built)?;
+        let mut all = known.every.clone();
         all.retain(|b| !opts.backends.contains(b));
         opts.backends.splice(0..0, all);
     }
@@ -376,7 +393,10 @@ pub fn run(args: &[String]) -> Result<()> {
         columns.push(run_one(&built, b, false, &opts)?);
     }
     if opts.validate {
-        columns.push(run_one(&built, "none", true, &opts)?);
+        let against = known
+            .unconfined
+            .ok_or("the registry has no unconfined backend to validate the suite against")?;
+        columns.push(run_one(&built, &against, true, &opts)?);
     }
     if let Some(uid) = opts.as_user {
         // The copies of the binaries and the temp dirs of the unprivileged runs.
@@ -425,6 +445,14 @@ mod tests {
         let o = parse(&[]).unwrap();
         assert!(o.every_backend && o.backends.is_empty());
         assert!(!o.validate && o.require.is_empty());
+    }
+
+    #[test]
+    fn the_suites_list_names_the_unconfined_backend() {
+        let k = parse_known("a\nb unconfined\n\nc\n");
+        assert_eq!(k.every, ["a", "b", "c"]);
+        assert_eq!(k.unconfined.as_deref(), Some("b"));
+        assert_eq!(parse_known("a\n").unconfined, None);
     }
 
     #[test]

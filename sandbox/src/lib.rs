@@ -6,8 +6,9 @@
 //! [`SandboxOpts`], [`SandboxOutcome`], [`Capability`], lanes, errors) and adds:
 //!
 //! - one cargo feature per backend, of the backend's name: `none`, `bwrap`, `landlock`,
-//!   `docker` (all on by default); a build with one of them pulls in only that backend's
-//!   dependencies;
+//!   `docker` (all on by default, and all in the feature `backends`); a build with one of
+//!   them pulls in only that backend's dependencies, and each backend crate is re-exported
+//!   as `sandbox::registry::NAME`;
 //! - [`select()`] (a backend for a lane) and the [`mod@select`] module (for one
 //!   command's exact options): a backend by name, or `auto`, the strongest one that
 //!   enforces the request on this host ([`select::preference`] documents the order);

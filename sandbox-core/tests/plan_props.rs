@@ -207,7 +207,11 @@ fn env_name() -> impl Strategy<Value = String> {
 
 fn opts() -> impl Strategy<Value = SandboxOpts> {
     (
-        (workspace(), argv(), prop::option::weighted(0.3, inner_path())),
+        (
+            workspace(),
+            argv(),
+            prop::option::weighted(0.3, inner_path()),
+        ),
         (
             prop::collection::vec(inner_path(), 0..3),
             prop::collection::vec(grant_path(), 0..3),
@@ -218,7 +222,9 @@ fn opts() -> impl Strategy<Value = SandboxOpts> {
             ),
         ),
         (
-            prop::sample::select(&[NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full][..]),
+            prop::sample::select(
+                &[NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full][..],
+            ),
             prop::sample::select(&Lane::ALL[..]),
             prop::option::of(0u64..5),
             prop_oneof![1 => Just(0usize), 19 => 1usize..4],
@@ -227,10 +233,7 @@ fn opts() -> impl Strategy<Value = SandboxOpts> {
         ),
         (
             prop::collection::vec(env_name(), 0..3),
-            prop::collection::vec(
-                (env_name(), prop::collection::vec(any::<u8>(), 0..6)),
-                0..3,
-            ),
+            prop::collection::vec((env_name(), prop::collection::vec(any::<u8>(), 0..6)), 0..3),
         ),
     )
         .prop_map(
@@ -344,5 +347,8 @@ fn the_generator_reaches_accepted_plans() {
         })
         .expect("property");
     let accepted = accepted.get();
-    assert!(accepted >= 10, "only {accepted} of 200 requests were accepted");
+    assert!(
+        accepted >= 10,
+        "only {accepted} of 200 requests were accepted"
+    );
 }

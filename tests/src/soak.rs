@@ -106,7 +106,11 @@ impl fmt::Display for Counts {
 /// `(other threads, runtime threads)` of this process, told apart by name.
 fn threads() -> (usize, usize) {
     let (mut other, mut runtime) = (0, 0);
-    for t in std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten() {
+    for t in std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
         let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
         if comm.trim_end() == RUNTIME_THREAD {
             runtime += 1;
@@ -284,7 +288,11 @@ pub fn growth(before: &Counts, after: &Counts) -> Vec<String> {
     check("cgroups", before.cgroups, after.cgroups);
     check("mounts", before.mounts, after.mounts);
     check("temp entries", before.temp_entries, after.temp_entries);
-    check("containers and volumes", before.containers, after.containers);
+    check(
+        "containers and volumes",
+        before.containers,
+        after.containers,
+    );
     let allowed = before.rss_kib + before.rss_kib * RSS_SLACK_PERCENT / 100;
     if after.rss_kib > allowed {
         grew.push(format!(

@@ -5,6 +5,7 @@
 
 mod bench;
 mod conformance;
+mod fuzz;
 mod soak;
 
 use std::path::{Path, PathBuf};
@@ -19,12 +20,13 @@ Usage: cargo xtask <task> [options]
 Tasks:
   conformance [--backend NAME]... [--require NAME,...] [--validate] [--as-user UID]
               [-- <test harness args>]
-      Build the conformance suite once, run it for each backend (default: none, bwrap,
-      landlock, docker), print a backend-by-case matrix (pass / FAIL / skip (reason)) and
-      write it to target/conformance.md. Fails on any failing case and on any --require'd
-      backend that is unavailable; other unavailable backends are shown, not fatal.
-        --validate      run the confinement cases against `none`; each must fail there
-                        (the proof that it can fail)
+      Build the conformance suite once, run it for each backend (default: every backend
+      in the registry, `sandbox/src/registry.rs`), print a backend-by-case matrix
+      (pass / FAIL / skip (reason)) and write it to target/conformance.md. Fails on any
+      failing case and on any --require'd backend that is unavailable; other unavailable
+      backends are shown, not fatal.
+        --validate      run the confinement cases against the backend that confines
+                        nothing (`none`); each must fail there (the proof that it can fail)
         --as-user UID   run the suite as UID (setpriv, no groups, a TMPDIR it owns), for
                         the unprivileged run
         -- ARGS         passed to the test harness (e.g. `-- fs::` to run one area)
@@ -40,6 +42,11 @@ Tasks:
       mixed in; prints the host's counts (descriptors, threads, children, zombies,
       cgroups, mounts, temp entries, containers, resident set) after a warm-up and after
       the soak, and fails if anything grew (the resident set by 5% or more).
+  fuzz [--seconds N]
+      For half of N seconds (default 120), the property tests over Plan::new, the policy
+      file and the command line, repeated with new seeds (PROPTEST_CASES=4096 a run); for
+      the other half, the cargo-fuzz target over Plan::new (needs `cargo install
+      cargo-fuzz`). Fails on a panic or an accepted request wider than asked.
   help
       This text.
 ";
@@ -52,6 +59,7 @@ fn main() -> ExitCode {
         Some("conformance") => conformance::run(&rest),
         Some("bench") => bench::run(&rest),
         Some("soak") => soak::run(&rest),
+        Some("fuzz") => fuzz::run(&rest),
         None | Some("help" | "--help" | "-h") => {
             print!("{HELP}");
             Ok(())

@@ -96,7 +96,8 @@ pub(super) fn start(
                 backend,
                 feature: "killing every descendant of the command".into(),
                 remedy: "give the host a writable cgroup (cgroup v2 delegation, or root), or \
-                         use a backend that confines the process tree (bwrap, landlock)"
+                         use a backend that kills the tree itself (`sandbox doctor` shows \
+                         which do: \"tree kill: yes\")"
                     .into(),
             })
         }
@@ -328,7 +329,12 @@ fn group_has_live_member(pgid: Pid) -> bool {
         return true;
     };
     for e in rd.flatten() {
-        if !e.file_name().as_encoded_bytes().iter().all(u8::is_ascii_digit) {
+        if !e
+            .file_name()
+            .as_encoded_bytes()
+            .iter()
+            .all(u8::is_ascii_digit)
+        {
             continue;
         }
         let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
@@ -340,8 +346,7 @@ fn group_has_live_member(pgid: Pid) -> bool {
         };
         let mut f = rest.split_whitespace();
         let (state, pgrp) = (f.next(), f.nth(1));
-        if pgrp.and_then(|p| p.parse::<i32>().ok()) == Some(pgid.as_raw()) && state != Some("Z")
-        {
+        if pgrp.and_then(|p| p.parse::<i32>().ok()) == Some(pgid.as_raw()) && state != Some("Z") {
             return true;
         }
     }

@@ -18,11 +18,17 @@ pub fn violations(opts: &SandboxOpts, cap: &Capability, plan: &Plan) -> Vec<Stri
             v.push(what);
         }
     };
-    check(plan.argv == opts.argv, format!("argv changed: {:?}", plan.argv));
+    check(
+        plan.argv == opts.argv,
+        format!("argv changed: {:?}", plan.argv),
+    );
     let ws = canonical(&opts.workspace);
     check(
         ws.as_ref() == Some(&plan.workspace) && plan.workspace.is_dir(),
-        format!("workspace {:?} is not the asked one resolved", plan.workspace),
+        format!(
+            "workspace {:?} is not the asked one resolved",
+            plan.workspace
+        ),
     );
     check(
         plan.cwd.starts_with(&plan.workspace),
@@ -42,7 +48,10 @@ pub fn violations(opts: &SandboxOpts, cap: &Capability, plan: &Plan) -> Vec<Stri
                 .iter()
                 .zip(&opts.read_only_paths)
                 .all(|(got, asked)| Some(got) == canonical(asked).as_ref()),
-        format!("read grants {:?} are not the asked ones", plan.read_only_paths),
+        format!(
+            "read grants {:?} are not the asked ones",
+            plan.read_only_paths
+        ),
     );
     check(
         plan.writable_paths.len() == opts.writable_paths.len()
@@ -51,7 +60,10 @@ pub fn violations(opts: &SandboxOpts, cap: &Capability, plan: &Plan) -> Vec<Stri
                 .iter()
                 .zip(&opts.writable_paths)
                 .all(|(got, asked)| Some(got) == canonical(asked).as_ref()),
-        format!("write grants {:?} are not the asked ones", plan.writable_paths),
+        format!(
+            "write grants {:?} are not the asked ones",
+            plan.writable_paths
+        ),
     );
     for f in &plan.capture_files {
         check(

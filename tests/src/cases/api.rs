@@ -167,12 +167,18 @@ pub async fn argv_arbitrary_bytes(ctx: Arc<Context>) -> CaseResult {
         let mut opts = ctx.opts(ws.path(), &args);
         opts.capture_files = Vec::new();
         let outcome = match ctx.sandbox().execute(opts).await {
-            Err(SandboxError::InvalidConfig { field: "argv", reason }) if !utf8 => {
+            Err(SandboxError::InvalidConfig {
+                field: "argv",
+                reason,
+            }) if !utf8 => {
                 ensure!(
                     reason.contains("UTF-8"),
                     "run {run} (seed {seed}): argv refused, but not for being bytes: {reason}"
                 );
-                ensure!(!marker.exists(), "run {run}: something ran after the refusal");
+                ensure!(
+                    !marker.exists(),
+                    "run {run}: something ran after the refusal"
+                );
                 continue;
             }
             Err(e) => return Err(Failure::Broken(format!("run {run} (seed {seed}): {e}"))),
@@ -186,7 +192,11 @@ pub async fn argv_arbitrary_bytes(ctx: Arc<Context>) -> CaseResult {
         let got: Vec<String> = p
             .field("argv")
             .and_then(Value::as_array)
-            .map(|a| a.iter().map(|v| v.as_str().unwrap_or("?").to_owned()).collect())
+            .map(|a| {
+                a.iter()
+                    .map(|v| v.as_str().unwrap_or("?").to_owned())
+                    .collect()
+            })
             .ok_or_else(|| Failure::Broken(format!("no argv in the report: {}", p.describe())))?;
         let want: Vec<String> = sent
             .iter()

@@ -213,7 +213,10 @@ fn a_missing_workspace_is_125_before_anything_runs() {
 
 #[test]
 fn image_with_a_backend_other_than_docker_is_125_before_anything_runs() {
-    for backend in ["none", "bwrap", "landlock"] {
+    let host_program_backends = sandbox::registry::compiled_in()
+        .filter(|i| !i.needs_image())
+        .map(|i| i.name);
+    for backend in host_program_backends {
         assert_refused_before_running(
             &[
                 "--backend",
@@ -275,7 +278,7 @@ fn the_none_backend_off_the_trusted_lane_says_to_use_the_trusted_lane() {
 
 #[test]
 fn a_backend_left_out_of_the_build_names_its_feature() {
-    for name in ["none", "bwrap", "landlock", "docker"] {
+    for name in sandbox::registry::names() {
         let compiled = doctor()["host"]["compiled_in"]
             .as_array()
             .unwrap()

@@ -3,7 +3,6 @@
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::Path;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -50,14 +49,14 @@ pub async fn run(args: RunArgs) -> i32 {
 
 /// The signals that end `sandbox` itself. Once we handle them the program would
 /// otherwise outlive us, so each one kills the program's tree before we exit 128+N.
-struct Signals {
+pub struct Signals {
     int: Signal,
     term: Signal,
     hup: Signal,
 }
 
 impl Signals {
-    fn new() -> Result<Self, CliError> {
+    pub fn new() -> Result<Self, CliError> {
         let on = |kind: SignalKind| {
             signal(kind).map_err(|source| CliError::Host {
                 context: "installing signal handlers",
@@ -72,7 +71,7 @@ impl Signals {
     }
 
     /// The number of the next signal that arrives.
-    async fn recv(&mut self) -> i32 {
+    pub async fn recv(&mut self) -> i32 {
         let kind = tokio::select! {
             _ = self.int.recv() => SignalKind::interrupt(),
             _ = self.term.recv() => SignalKind::terminate(),
@@ -88,22 +87,21 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         context: "reading the current directory",
         source,
     })?;
-    let spec = config::resolve(args, &cwd)?;
+    let json = args.json;
+    let spec = config::resolve(args.policy, &cwd)?;
     let terminal = Terminal::new(
-        if spec.json {
-            Dest::Stderr
-        } else {
-            Dest::Stdout
-        },
+        if json { Dest::Stderr } else { Dest::Stdout },
         spec.max_output,
     );
-    let opts = build_opts(&spec, &cwd, &terminal)?;
-    let choice = match spec.backend {
-        BackendArg::Auto => Choice::auto(),
-        named => Choice::Named(named.name().to_string()),
-    };
-    let mut config = Config::default();
-    config.image = spec.image.clone();
+    let mut opts = policy_opts(&spec, args.command)?;
+    // A person in a subdirectory of the workspace means to run the command there.
+    if let (Ok(ws), Ok(here)) = (spec.workspace.canonicalize(), cwd.canonicalize()) {
+        if here.starts_with(&ws) {
+            opts.cwd = Some(here);
+        }
+    }
+    opts.output_sink = Some(terminal.sink());
+    let (choice, config) = choice_of(&spec);
 
     let selected = tokio::select! {
         s = select::select(&choice, &opts, &config) => {
@@ -112,7 +110,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         n = signals.recv() => return Ok(128 + n),
     };
     let backend = selected.backend;
-    if !spec.json {
+    if !json {
         warn_over_grants(&opts, backend.name(), &backend.capability());
     }
 
@@ -133,15 +131,26 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     };
     terminal.finish();
     let code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
-    if spec.json {
+    if json {
         print_json(&JsonOutcome::new(&outcome, code));
     }
     Ok(code)
 }
 
+/// The backend the policy names (or `auto`), and the selection's configuration.
+pub fn choice_of(spec: &RunSpec) -> (Choice, Config) {
+    let choice = match spec.backend {
+        BackendArg::Auto => Choice::auto(),
+        named => Choice::Named(named.name().to_string()),
+    };
+    let mut config = Config::default();
+    config.image = spec.image.clone();
+    (choice, config)
+}
+
 /// A policy refusal gets the command line's remedy when `--lane trusted` is what it takes
 /// (how `--backend none` learns where it runs).
-fn with_hint(e: SandboxError, opts: &SandboxOpts, config: &Config) -> CliError {
+pub fn with_hint(e: SandboxError, opts: &SandboxOpts, config: &Config) -> CliError {
     let hint = match &e {
         SandboxError::PolicyRefused { backend, .. } => select::backend(backend, config)
             .ok()
@@ -173,18 +182,10 @@ fn warn_over_grants(opts: &SandboxOpts, backend: &'static str, cap: &sandbox::Ca
     }
 }
 
-fn build_opts(
-    spec: &RunSpec,
-    cwd: &Path,
-    terminal: &Arc<Terminal>,
-) -> Result<SandboxOpts, CliError> {
-    let mut opts = SandboxOpts::new(&spec.workspace, spec.argv.iter().cloned());
-    // A person in a subdirectory of the workspace means to run the command there.
-    if let (Ok(ws), Ok(here)) = (spec.workspace.canonicalize(), cwd.canonicalize()) {
-        if here.starts_with(&ws) {
-            opts.cwd = Some(here);
-        }
-    }
+/// The library's options for running `argv` under the host's policy `spec`: the one place
+/// both `sandbox run` and `sandbox mcp` turn the policy into options.
+pub fn policy_opts(spec: &RunSpec, argv: Vec<OsString>) -> Result<SandboxOpts, CliError> {
+    let mut opts = SandboxOpts::new(&spec.workspace, argv);
     opts.read_only_paths = spec.read.clone();
     opts.writable_paths = spec.write.clone();
     opts.network = spec.network;
@@ -196,7 +197,6 @@ fn build_opts(
     opts.limits.memory_bytes = spec.memory_bytes;
     opts.snapshot = spec.snapshot;
     opts.env = env_policy(&spec.env)?;
-    opts.output_sink = Some(terminal.sink());
     Ok(opts)
 }
 

@@ -99,7 +99,10 @@ fn the_library_alone_has_no_backend_and_no_command_line() {
     }
     let cli = tree("cli");
     assert!(cli.contains("clap") && cli.contains("toml"), "{cli:?}");
-    assert!(!cli.contains("rmcp"), "the command without `mcp` has no MCP server");
+    assert!(
+        !cli.contains("rmcp"),
+        "the command without `mcp` has no MCP server"
+    );
     let mcp = tree("mcp");
     assert!(mcp.contains("rmcp") && mcp.contains("clap"), "{mcp:?}");
 }

@@ -345,6 +345,8 @@ fn an_attempt_to_widen_the_policy_is_refused(backend: &str) {
     for cwd in ["..", "/", "../.."] {
         let r = c.call("run_command", json!({"argv": touch, "cwd": cwd}));
         assert_eq!(structured(&r)["status"], "refused", "cwd {cwd}: {r}");
+        assert_eq!(structured(&r)["error"], "invalid_input", "cwd {cwd}: {r}");
+        assert!(content_text(&r).contains("`cwd`"), "cwd {cwd}: {r}");
         assert!(!marker.exists(), "cwd {cwd}: the command ran");
     }
     // A longer timeout than the host's does not lengthen it.

@@ -84,7 +84,7 @@ pub async fn serve(args: McpArgs) -> i32 {
         Err(e) => {
             let (reason, remedy) = e.explain();
             eprintln!("sandbox mcp: {reason}; remedy: {remedy}");
-            e.exit_code().max(SANDBOX_FAILED)
+            SANDBOX_FAILED
         }
     }
 }
@@ -201,12 +201,25 @@ impl Refusal {
 
 impl From<SandboxError> for Refusal {
     fn from(e: SandboxError) -> Self {
-        let cli = CliError::from(e);
-        let (reason, remedy) = cli.explain();
-        Self {
-            kind: cli.kind(),
-            reason,
-            remedy,
+        match e {
+            // What a call chose is at fault: say it in the tool's terms, not the flags'.
+            SandboxError::InvalidConfig { field, reason } if field == "cwd" || field == "argv" => {
+                let input = if field == "argv" {
+                    "argv/command"
+                } else {
+                    "cwd"
+                };
+                Self::input(format!("`{input}`: {reason}"))
+            }
+            e => {
+                let cli = CliError::from(e);
+                let (reason, remedy) = cli.explain();
+                Self {
+                    kind: cli.kind(),
+                    reason,
+                    remedy,
+                }
+            }
         }
     }
 }

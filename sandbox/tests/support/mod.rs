@@ -113,20 +113,44 @@ pub fn workspace() -> tempfile::TempDir {
     d
 }
 
-/// The flags that select `backend` on a lane it runs on with default options.
+/// Doctor's entry for `backend`.
+pub fn report(backend: &str) -> &'static Value {
+    doctor()["backends"]
+        .as_array()
+        .and_then(|bs| bs.iter().find(|b| b["name"] == backend))
+        .unwrap_or_else(|| panic!("doctor does not list {backend}"))
+}
+
+/// Whether `backend` confines writes here; a printed reason when not (`none`: the cases
+/// that use this are about confinement, which it does not claim).
+pub fn confines(backend: &str) -> bool {
+    if report(backend)["capability"]["confine_writes"] == true {
+        return true;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: backend {backend} does not confine writes (its capability), and these \
+         cases are about confinement"
+    );
+    false
+}
+
+/// The flags that select `backend` on a lane it runs on with default options: the
+/// strictest lane doctor says it runs a default request on.
 pub fn backend_flags(backend: &str) -> Vec<String> {
-    let lane = match backend {
-        "none" => "trusted",
-        "landlock" => "fast",
-        _ => "strict",
-    };
+    let report = report(backend);
+    let lane = report["lanes"]
+        .as_array()
+        .and_then(|l| l.first())
+        .and_then(Value::as_str)
+        .unwrap_or("strict");
     let mut v = vec![
         "--backend".to_string(),
         backend.to_string(),
         "--lane".to_string(),
         lane.to_string(),
     ];
-    if backend == "docker" {
+    if report["needs_image"] == true {
         v.push("--image".into());
         v.push(docker_image());
     }

@@ -14,7 +14,7 @@ use sandbox::{
     SandboxOutcome, Status,
 };
 
-use crate::args::{BackendArg, RunArgs};
+use crate::args::RunArgs;
 use crate::config::{self, RunSpec};
 use crate::error::{trusted_lane_hint, CliError};
 use crate::stream::{Dest, Terminal};
@@ -139,10 +139,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
 
 /// The backend the policy names (or `auto`), and the selection's configuration.
 pub fn choice_of(spec: &RunSpec) -> (Choice, Config) {
-    let choice = match spec.backend {
-        BackendArg::Auto => Choice::auto(),
-        named => Choice::Named(named.name().to_string()),
-    };
+    let choice = Choice::parse(spec.backend.name());
     let mut config = Config::default();
     config.image = spec.image.clone();
     (choice, config)

@@ -34,8 +34,7 @@ use tokio::sync::watch;
 
 use sandbox::select::{Choice, Config};
 use sandbox::{
-    DynSandbox, EnvPolicy, Lane, NetworkMode, SandboxError, SandboxOpts, SandboxOutcome, Status,
-    Stdin,
+    DynSandbox, EnvPolicy, Lane, NetworkMode, SandboxError, SandboxOpts, SandboxOutcome, Stdin,
 };
 
 /// How often a blocking wait lets Python's signal handlers run.
@@ -291,17 +290,10 @@ struct Outcome {
 
 impl From<&SandboxOutcome> for Outcome {
     fn from(o: &SandboxOutcome) -> Self {
-        let (status, code, signal) = match o.status {
-            Status::Exited { code } => ("exited", Some(code), None),
-            Status::Signaled { signal } => ("signaled", None, Some(signal)),
-            Status::TimedOut => ("timed_out", None, None),
-            Status::Killed => ("killed", None, None),
-            Status::OutOfMemory => ("out_of_memory", None, None),
-        };
         Self {
-            status,
-            code,
-            signal,
+            status: o.status.kind(),
+            code: o.status.code(),
+            signal: o.status.signal(),
             exit_status: o.status.shell_code(),
             stdout: o.stdout.bytes.clone(),
             stderr: o.stderr.bytes.clone(),
@@ -500,7 +492,8 @@ impl Process {
     }
 }
 
-/// Start `argv` in a sandbox and return the running `Process`.
+/// Start `argv` in a sandbox and return the running `Process` (`sandbox.run` is this, then
+/// `wait()`).
 #[pyfunction]
 #[pyo3(signature = (
     argv, *, workspace=None, read=Vec::new(), write=Vec::new(), network="none",
@@ -533,38 +526,6 @@ fn start(
     start_request(py, req)
 }
 
-/// Run `argv` in a sandbox to its end; the `Outcome`.
-#[pyfunction]
-#[pyo3(signature = (
-    argv, *, workspace=None, read=Vec::new(), write=Vec::new(), network="none",
-    lane="strict", timeout=None, memory_mb=None, env=None, backend="auto", image=None,
-    cwd=None, stdin=None, max_output=None
-))]
-#[allow(clippy::too_many_arguments)]
-fn run(
-    py: Python<'_>,
-    argv: &Bound<'_, PyAny>,
-    workspace: Option<PathBuf>,
-    read: Vec<PathBuf>,
-    write: Vec<PathBuf>,
-    network: &str,
-    lane: &str,
-    timeout: Option<f64>,
-    memory_mb: Option<u64>,
-    env: Option<HashMap<String, Option<String>>>,
-    backend: &str,
-    image: Option<String>,
-    cwd: Option<PathBuf>,
-    stdin: Option<&Bound<'_, PyAny>>,
-    max_output: Option<usize>,
-) -> PyResult<Py<Outcome>> {
-    let process = start(
-        py, argv, workspace, read, write, network, lane, timeout, memory_mb, env, backend, image,
-        cwd, stdin, max_output,
-    )?;
-    process.wait(py)
-}
-
 /// What each compiled-in backend can do on this host, and the fix where it cannot, as the
 /// JSON text of `sandbox doctor --json`.
 #[pyfunction]
@@ -592,7 +553,6 @@ fn doctor_text(py: Python<'_>, image: Option<String>) -> PyResult<String> {
 fn _sandbox(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Outcome>()?;
     m.add_class::<Process>()?;
-    m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(start, m)?)?;
     m.add_function(wrap_pyfunction!(doctor_json, m)?)?;
     m.add_function(wrap_pyfunction!(doctor_text, m)?)?;

@@ -3,7 +3,7 @@
 A backend that does not work here is skipped with doctor's reason, unless
 `SANDBOX_TEST_REQUIRE` names it (a comma-separated list, or `all`), as CI does: then it
 is a failure. The docker cases use `SANDBOX_TEST_DOCKER_IMAGE`, or an image imported
-here from the host's static busybox (the same tag as the Rust tests')."""
+from the host's static busybox by `sandbox/tests/busybox-image.sh` (as the Rust tests do)."""
 
 import os
 import shutil
@@ -15,6 +15,9 @@ import pytest
 import sandbox
 
 DOCKER_TAG = "sandbox-cli-test:busybox"
+# The same script, and so the same image, as the command's Rust tests.
+BUSYBOX_IMAGE = os.path.join(os.path.dirname(__file__), "..", "..", "sandbox", "tests",
+                             "busybox-image.sh")
 
 
 def required(backend):
@@ -26,21 +29,8 @@ def docker_image():
     image = os.environ.get("SANDBOX_TEST_DOCKER_IMAGE")
     if image:
         return image
-    script = f"""set -e
-    docker image inspect {DOCKER_TAG} >/dev/null 2>&1 && exit 0
-    bb=$(command -v busybox)
-    d=$(mktemp -d)
-    trap 'rm -rf "$d"' EXIT
-    mkdir -p "$d/bin" "$d/tmp" "$d/etc"
-    chmod 1777 "$d/tmp"
-    cp "$bb" "$d/bin/busybox"
-    for a in $("$bb" --list); do
-      [ "$a" = busybox ] || ln -s busybox "$d/bin/$a"
-    done
-    echo 'nobody:x:65534:65534:nobody:/:/bin/sh' > "$d/etc/passwd"
-    tar -C "$d" -c . | docker import -c 'ENV PATH=/bin' - {DOCKER_TAG} >/dev/null"""
     if shutil.which("docker"):
-        subprocess.run(["sh", "-c", script], check=False, capture_output=True)
+        subprocess.run(["sh", BUSYBOX_IMAGE, DOCKER_TAG], check=False, capture_output=True)
     return DOCKER_TAG
 
 

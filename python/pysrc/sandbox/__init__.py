@@ -17,7 +17,7 @@ import json
 
 from . import _sandbox
 from ._errors import InvalidOptions, PolicyRefused, SandboxError, SandboxUnavailable
-from ._sandbox import Outcome, Process, run, start
+from ._sandbox import Outcome, Process, start
 
 __all__ = [
     "AsyncProcess",
@@ -33,6 +33,18 @@ __all__ = [
     "start",
     "start_async",
 ]
+
+
+def run(argv, **options):
+    """Run `argv` in a sandbox to its end and return the `Outcome`.
+
+    The arguments are `start`'s: `workspace` (default: the current directory), `read` and
+    `write` (more paths), `network` ("none", "loopback", "full"), `lane` ("strict",
+    "fast", "trusted"), `timeout` (seconds), `memory_mb`, `env` (name -> value, or None to
+    pass the host's), `backend` ("auto" or a name), `image`, `cwd`, `stdin` (bytes or
+    str), `max_output` (bytes per stream). The GIL is released while it runs; Ctrl-C
+    kills the command's whole tree, then raises KeyboardInterrupt."""
+    return start(argv, **options).wait()
 
 
 def doctor(image=None, text=False):

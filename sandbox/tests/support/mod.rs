@@ -2,8 +2,7 @@
 //! here (from `sandbox doctor --json`), `SANDBOX_TEST_REQUIRE`, the docker test image, and
 //! the flags that select a backend on a lane it runs on.
 //!
-//! `tests/mcp.rs` uses it; `tests/cli.rs` still has its own copy of these helpers (to be
-//! moved here when that file is next touched).
+//! `tests/cli.rs` and `tests/mcp.rs` use it.
 
 #![allow(dead_code)]
 
@@ -37,8 +36,8 @@ pub fn doctor() -> &'static Value {
 }
 
 /// The image the docker cases run in: `SANDBOX_TEST_DOCKER_IMAGE`, else one imported here
-/// from the host's static busybox (nothing can be pulled on the test machines). The same
-/// tag as `tests/cli.rs`, so the engine holds one.
+/// from the host's static busybox by `tests/busybox-image.sh` (nothing can be pulled on
+/// the test machines).
 pub fn docker_image() -> String {
     static IMAGE: OnceLock<String> = OnceLock::new();
     IMAGE
@@ -47,22 +46,8 @@ pub fn docker_image() -> String {
                 return image;
             }
             let tag = "sandbox-cli-test:busybox";
-            let script = format!(
-                r#"set -e
-                docker image inspect {tag} >/dev/null 2>&1 && exit 0
-                bb=$(command -v busybox)
-                d=$(mktemp -d)
-                trap 'rm -rf "$d"' EXIT
-                mkdir -p "$d/bin" "$d/tmp" "$d/etc"
-                chmod 1777 "$d/tmp"
-                cp "$bb" "$d/bin/busybox"
-                for a in $("$bb" --list); do
-                  [ "$a" = busybox ] || ln -s busybox "$d/bin/$a"
-                done
-                echo 'nobody:x:65534:65534:nobody:/:/bin/sh' > "$d/etc/passwd"
-                tar -C "$d" -c . | docker import -c 'ENV PATH=/bin' - {tag} >/dev/null"#
-            );
-            match Command::new("sh").args(["-c", &script]).output() {
+            let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/busybox-image.sh");
+            match Command::new("sh").args([script, tag]).output() {
                 Ok(o) if o.status.success() => {}
                 Ok(o) => eprintln!("could not build {tag}: {}", text(&o.stderr)),
                 Err(e) => eprintln!("could not build {tag}: {e}"),

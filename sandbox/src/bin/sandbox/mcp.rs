@@ -63,7 +63,7 @@ use sandbox::{
 
 use crate::args::McpArgs;
 use crate::config::{self, RunSpec};
-use crate::error::{CliError, SANDBOX_FAILED};
+use crate::error::{over_grants, CliError, SANDBOX_FAILED};
 use crate::run::{self, Signals};
 
 /// The tool that runs a command.
@@ -432,19 +432,8 @@ impl Server {
     }
 }
 
-fn status_words(status: Status) -> (&'static str, Option<i32>, Option<i32>) {
-    match status {
-        Status::Exited { code } => ("exited", Some(code), None),
-        Status::Signaled { signal } => ("signaled", None, Some(signal)),
-        Status::TimedOut => ("timed_out", None, None),
-        Status::Killed => ("killed", None, None),
-        Status::OutOfMemory => ("out_of_memory", None, None),
-    }
-}
-
 /// The result of a command that ran.
 fn outcome_result(o: &SandboxOutcome, timeout: Option<Duration>) -> CallToolResult {
-    let (status, code, signal) = status_words(o.status);
     let policy = policy_line(&o.policy, timeout);
     let stdout = o.stdout.text();
     let stderr = o.stderr.text();
@@ -476,9 +465,9 @@ fn outcome_result(o: &SandboxOutcome, timeout: Option<Duration>) -> CallToolResu
         CallToolResult::error(vec![ContentBlock::text(text)])
     };
     r.structured_content = Some(json!({
-        "status": status,
-        "exit_code": code,
-        "signal": signal,
+        "status": o.status.kind(),
+        "exit_code": o.status.code(),
+        "signal": o.status.signal(),
         "exit_status": o.status.shell_code(),
         "stdout": stdout,
         "stderr": stderr,
@@ -528,14 +517,7 @@ fn policy_line(p: &EffectivePolicy, timeout: Option<Duration>) -> String {
     if let Some(t) = timeout {
         let _ = write!(s, " timeout={}s", t.as_secs_f64());
     }
-    let over: Vec<String> = p
-        .grants
-        .iter()
-        .filter_map(|g| match g.enforcement {
-            Enforcement::OverGrant(gives) => Some(format!("{} ({gives})", g.what)),
-            _ => None,
-        })
-        .collect();
+    let over = over_grants(&p.grants);
     if !over.is_empty() {
         let _ = write!(s, " not-enforced=[{}]", over.join("; "));
     }

@@ -10,13 +10,12 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    DynSandbox, EffectivePolicy, Enforcement, EnvPolicy, Plan, SandboxError, SandboxOpts,
-    SandboxOutcome, Status,
+    DynSandbox, EffectivePolicy, EnvPolicy, Plan, SandboxError, SandboxOpts, SandboxOutcome, Status,
 };
 
 use crate::args::RunArgs;
 use crate::config::{self, RunSpec};
-use crate::error::{trusted_lane_hint, CliError};
+use crate::error::{over_grants, trusted_lane_hint, CliError};
 use crate::stream::{Dest, Terminal};
 
 /// The signal a shell pipeline's writer dies of when its reader goes away; the same on
@@ -162,14 +161,7 @@ fn warn_over_grants(opts: &SandboxOpts, backend: &'static str, cap: &sandbox::Ca
     let Ok(plan) = Plan::new(opts, backend, cap) else {
         return;
     };
-    let over: Vec<String> = plan
-        .grants
-        .iter()
-        .filter_map(|g| match g.enforcement {
-            Enforcement::OverGrant(gives) => Some(format!("{} ({gives})", g.what)),
-            _ => None,
-        })
-        .collect();
+    let over = over_grants(&plan.grants);
     if !over.is_empty() {
         eprintln!(
             "sandbox: warning: on lane `{}` backend `{backend}` does not enforce: {}",
@@ -255,17 +247,10 @@ struct JsonOutcome<'a> {
 
 impl<'a> JsonOutcome<'a> {
     fn new(o: &'a SandboxOutcome, exit_status: i32) -> Self {
-        let (status, exit_code, signal) = match o.status {
-            Status::Exited { code } => ("exited", Some(code), None),
-            Status::Signaled { signal } => ("signaled", None, Some(signal)),
-            Status::TimedOut => ("timed_out", None, None),
-            Status::Killed => ("killed", None, None),
-            Status::OutOfMemory => ("out_of_memory", None, None),
-        };
         Self {
-            status,
-            exit_code,
-            signal,
+            status: o.status.kind(),
+            exit_code: o.status.code(),
+            signal: o.status.signal(),
             timed_out: o.status == Status::TimedOut,
             wall_time_secs: o.wall_time.as_secs_f64(),
             stdout_truncated: o.stdout.truncated,

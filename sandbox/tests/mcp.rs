@@ -39,13 +39,18 @@ struct Client {
 impl Client {
     /// `sandbox mcp` for `backend` in `ws` with `extra` policy flags, initialized.
     fn start(backend: &str, ws: &Path, extra: &[&str]) -> Self {
+        let mut args = vec!["--workspace".to_string(), ws.display().to_string()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        Self::start_in(backend, ws, &args)
+    }
+
+    /// `sandbox mcp` for `backend`, run in `dir` with `args`, initialized.
+    fn start_in(backend: &str, dir: &Path, args: &[String]) -> Self {
         let mut cmd = Command::new(BIN);
         cmd.arg("mcp")
             .args(backend_flags(backend))
-            .arg("--workspace")
-            .arg(ws)
-            .args(extra)
-            .current_dir(ws)
+            .args(args)
+            .current_dir(dir)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
@@ -378,6 +383,102 @@ fn an_attempt_to_widen_the_policy_is_refused(backend: &str) {
     assert!(c.disconnect().success());
 }
 
+fn the_policy_comes_from_the_config_file_and_the_flags(backend: &str) {
+    let project = workspace();
+    std::fs::create_dir(project.path().join("ws")).unwrap();
+    let data = project.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    std::fs::write(data.join("file"), "from data\n").unwrap();
+    let config = project.path().join("sandbox.toml");
+    std::fs::write(
+        &config,
+        "workspace = \"ws\"\nread = [\"data\"]\ntimeout = 1\nnetwork = \"loopback\"\n",
+    )
+    .unwrap();
+    let elsewhere = workspace();
+    let mut c = Client::start_in(
+        backend,
+        elsewhere.path(),
+        &[
+            "--config".to_string(),
+            config.display().to_string(),
+            "--network".to_string(),
+            "none".to_string(),
+        ],
+    );
+    let text = content_text(&c.call("explain_policy", json!({})));
+    // The file's relative paths are taken against its directory; the flag overrides it.
+    assert!(
+        text.contains(&format!("{}", project.path().join("ws").display())),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("Also readable: {}", data.display())),
+        "{text}"
+    );
+    assert!(text.contains("Timeout: 1 s"), "{text}");
+    assert!(text.contains("Network: none at all"), "{text}");
+    let r = c.call(
+        "run_command",
+        json!({"argv": ["cat", data.join("file").to_str().unwrap()]}),
+    );
+    assert_eq!(structured(&r)["stdout"], "from data\n", "{r}");
+    let r = c.call("run_command", json!({"command": "touch made; sleep 30"}));
+    assert_eq!(structured(&r)["status"], "timed_out", "{r}");
+    assert!(
+        project.path().join("ws/made").exists(),
+        "ran in the file's workspace"
+    );
+    assert!(c.disconnect().success());
+}
+
+fn calls_past_max_concurrent_wait_for_a_slot(backend: &str) {
+    let ws = workspace();
+    let fifo = ws.path().join("fifo");
+    make_fifo(&fifo);
+    let mut c = Client::start(backend, ws.path(), &["--max-concurrent", "1"]);
+    let first = c.next_id;
+    let second = first + 1;
+    c.next_id += 2;
+    let marker = unique_seconds();
+    let first_command = format!("cat fifo # {marker}");
+    for (id, command) in [(first, first_command.as_str()), (second, "touch second")] {
+        c.send(&json!({
+            "jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "run_command", "arguments": {"command": command}}
+        }));
+        // The first holds the slot before the second is even sent.
+        let deadline = Instant::now() + ANSWER;
+        while id == first && processes_with(&marker).is_empty() {
+            assert!(Instant::now() < deadline, "the first command did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    // The first blocks on the pipe; the second waits for its slot meanwhile.
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !ws.path().join("second").exists(),
+        "the second call ran while the first held the only slot"
+    );
+    std::fs::write(&fifo, "go\n").unwrap();
+    let r = c.response(first);
+    assert_eq!(r["result"]["structuredContent"]["stdout"], "go\n", "{r}");
+    let r = c.response(second);
+    assert_eq!(r["result"]["structuredContent"]["exit_code"], 0, "{r}");
+    assert!(ws.path().join("second").exists());
+    assert!(c.disconnect().success());
+}
+
+/// A named pipe at `path`, readable and writable by anyone (an unprivileged run included).
+fn make_fifo(path: &Path) {
+    let o = Command::new("mkfifo")
+        .args(["-m", "666"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "mkfifo: {o:?}");
+}
+
 fn a_disconnect_mid_command_leaves_no_process_behind(backend: &str) {
     let ws = workspace();
     let marker = unique_seconds();
@@ -529,6 +630,8 @@ macro_rules! backend_cases {
             case!(a_write_outside_the_workspace_fails_and_the_file_is_absent);
             case!(an_attempt_to_widen_the_policy_is_refused);
             case!(a_disconnect_mid_command_leaves_no_process_behind);
+            case!(the_policy_comes_from_the_config_file_and_the_flags);
+            case!(calls_past_max_concurrent_wait_for_a_slot);
             case!(malformed_json_rpc_gets_an_error_not_a_crash);
             case!(output_streams_as_progress_where_a_token_was_sent);
         }

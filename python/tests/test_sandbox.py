@@ -2,6 +2,9 @@
 
 import asyncio
 import os
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -138,6 +141,34 @@ def test_cancelling_the_waiting_task_kills_the_tree(backend, workspace):
                 timeout=3)
 
     asyncio.run(scenario())
+    assert processes_with(marker) == []
+
+
+def test_ctrl_c_during_run_kills_the_tree_then_raises(backend, workspace):
+    marker = unique_seconds()
+    # The marker reaches the child through its environment, so that only the sandboxed
+    # processes carry it in their command lines.
+    script = (
+        "import os, sys, sandbox\n"
+        "options = eval(os.environ['OPTIONS'])\n"
+        "try:\n"
+        "    sandbox.run(['sh', '-c', 'sleep ' + os.environ['MARK'] + ' & sleep ' + os.environ['MARK'] + '; :'], **options)\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(42)\n"
+    )
+    env = dict(os.environ, MARK=marker, OPTIONS=repr(dict(workspace=workspace, **backend)))
+    child = subprocess.Popen([sys.executable, "-c", script], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while len(processes_with(marker)) < 2:
+            assert time.monotonic() < deadline, "the command did not start"
+            assert child.poll() is None, "the program ended early"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        assert child.wait(timeout=60) == 42
+    finally:
+        if child.poll() is None:
+            child.kill()
     assert processes_with(marker) == []
 
 

@@ -7,13 +7,10 @@
 mod args;
 mod config;
 mod error;
-<<<<<<< HEAD
-#[cfg(test)]
-mod props;
-=======
 #[cfg(feature = "mcp")]
 mod mcp;
->>>>>>> main
+#[cfg(test)]
+mod props;
 mod run;
 mod stream;
 

@@ -8,8 +8,13 @@
 //! with every combination of claims. `cargo xtask fuzz --seconds N` runs these with a case
 //! count scaled to the time given (`PROPTEST_CASES`), then the `cargo fuzz` target.
 
+// The fixture's set-up failing is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// `..Capability::default()` keeps a field added later unclaimed, as the type's docs ask.
+#![allow(clippy::needless_update)]
+
 use std::ffi::OsString;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::time::Duration;

@@ -110,6 +110,12 @@ use crate::ruleset::{MountNs, Request};
 /// The backend's name.
 pub const NAME: &str = "landlock";
 
+/// What to do where no pid namespace can be made, for the `strict` lane.
+pub const PID_NS_REMEDY: &str = "enable unprivileged user namespaces (`sysctl \
+     user.max_user_namespaces=15000`; on Debian also `kernel.unprivileged_userns_clone=1`; on \
+     Ubuntu `kernel.apparmor_restrict_unprivileged_userns=0`), run the host as root, or use the \
+     `fast` lane, which does not need process isolation";
+
 /// A sandbox confined by landlock and seccomp.
 pub type LandlockSandbox = ProcessSandbox<LandlockBackend>;
 
@@ -151,7 +157,16 @@ fn capability(host: &Host) -> Capability {
         confine_writes: true,
         confine_reads: true,
         readonly_carveouts: true,
-        network_none: Enforcement::Exact,
+        // Seccomp leaves no socket but AF_UNIX either way; without a namespace of its own
+        // the command would still read the host's network state in /proc/net.
+        network_none: if host.ns.is_ok() {
+            Enforcement::Exact
+        } else {
+            Enforcement::OverGrant(
+                "no sockets, but the host's network state readable in /proc/net (unix socket \
+                 paths, listeners, routes)",
+            )
+        },
         network_loopback: if host.ns.is_ok() {
             Enforcement::Exact
         } else {
@@ -159,7 +174,8 @@ fn capability(host: &Host) -> Capability {
         },
         network_full: Enforcement::Exact,
         tree_kill: true,
-        process_isolation: false,
+        // Claimed exactly when a pid namespace with its own /proc was made here.
+        process_isolation: host.pid_ns.is_ok(),
         // Without a mount namespace a root host's command could still change the mode of
         // every root-owned file it can name (landlock has no right for that).
         drops_host_root: !host.is_root || host.ns.is_ok(),
@@ -209,7 +225,17 @@ impl Launcher for LandlockBackend {
         let dir = tempfile::tempdir()
             .map_err(|e| SandboxError::io("creating the preflight's workspace", e))?;
         let mut opts = SandboxOpts::new(dir.path(), ["true"]);
-        opts.lane = Lane::Fast;
+        // The strictest path this host claims: with the pid namespace where there is one.
+        opts.lane = if self.capability.process_isolation {
+            Lane::Strict
+        } else {
+            Lane::Fast
+        };
+        if !self.capability.network_none.is_exact() {
+            // No namespace: `none` is an over-grant that `fast` refuses; the run itself is
+            // what is checked here.
+            opts.network = NetworkMode::Full;
+        }
         opts.timeout = Some(Duration::from_secs(30));
         let outcome = ProcessSandbox::new(self.clone()).execute(opts).await?;
         if outcome.status != (Status::Exited { code: 0 }) {
@@ -237,6 +263,13 @@ impl Launcher for LandlockBackend {
                  by split landlock rules (the directories on the way to them fixed); the \
                  modes and timestamps of the user's own files outside the workspace not \
                  confined"
+            ),
+        });
+        details.push(match &self.host.pid_ns {
+            Ok(()) => "processes: a pid namespace with a private /proc on `strict`".into(),
+            Err(e) => format!(
+                "no process isolation ({e}): `strict` refuses this backend; remedy: \
+                 {PID_NS_REMEDY}"
             ),
         });
         Ok(Preflight::new(
@@ -286,7 +319,7 @@ impl Launcher for LandlockBackend {
         layers.push(Arc::new(compile::create(&spec)?));
 
         let net = match (plan.network, ns) {
-            (NetworkMode::Loopback, Some(_)) => true,
+            (NetworkMode::Loopback | NetworkMode::None, Some(_)) => true,
             (NetworkMode::Loopback, None) => {
                 // Only reachable on a lane that accepts the over-grant the capability
                 // states; the lane check has run.
@@ -295,24 +328,51 @@ impl Launcher for LandlockBackend {
                     .push("loopback over-granted as the host's network".into());
                 false
             }
+            (NetworkMode::None, None) => {
+                launch.notes.push(
+                    "network none: no sockets, but the host's /proc/net readable (no \
+                     namespace can be made here)"
+                        .into(),
+                );
+                false
+            }
             _ => false,
         };
+        // A pid namespace where the lane asks for process isolation (the lane check has
+        // run, so the host can make one); `fast` and `trusted` skip its cost.
+        let pid = plan.lane == Lane::Strict;
+        if pid && (ns.is_none() || self.host.pid_ns.is_err()) {
+            return Err(SandboxError::unavailable(
+                NAME,
+                "no pid namespace can be made on this host",
+                PID_NS_REMEDY,
+            ));
+        }
         let mut userns = false;
         if let Some(mode) = ns {
             userns = matches!(mode, NsMode::UserNs(_));
             if net {
-                launch.notes.push(
-                    if userns {
-                        "network: a private namespace (in a user namespace), loopback up"
-                    } else {
-                        "network: a private namespace, loopback up"
+                let inside = if userns { " (in a user namespace)" } else { "" };
+                launch.notes.push(match plan.network {
+                    NetworkMode::Loopback => {
+                        format!("network: a private namespace{inside}, loopback up")
                     }
-                    .into(),
+                    _ => format!(
+                        "network: a private namespace{inside} with no interface up; the \
+                         host's /proc/net out of sight"
+                    ),
+                });
+            }
+            if pid {
+                launch.notes.push(
+                    "processes: a pid namespace of its own, with a private /proc; a tiny \
+                     init (pid 1) reaps orphans and hands out the command's exact status"
+                        .into(),
                 );
             }
             launch
                 .pre_exec
-                .push(Box::new(mode.step(net, &spec, &plan.cwd)));
+                .push(Box::new(mode.step(net, pid, &spec, &plan.cwd)));
         } else {
             launch.notes.push(
                 "no mount namespace can be made here: the modes and timestamps of the user's \
@@ -331,7 +391,10 @@ impl Launcher for LandlockBackend {
                     .into(),
             );
         }
-        launch.pre_exec.push(Box::new(RestrictSelf { layers }));
+        launch.pre_exec.push(Box::new(RestrictSelf {
+            layers,
+            private_proc: pid,
+        }));
         if spec.deny_unix_sockets {
             launch.pre_exec.push(Box::new(filter::InstallFilter(
                 filter::unix_socket_filter()?
@@ -344,7 +407,11 @@ impl Launcher for LandlockBackend {
         launch
             .notes
             .push("seccomp: the shared filter, setsid and setpgid denied".into());
-        launch.tree_kill = Some(TreeKill::ProcessGroup);
+        launch.tree_kill = Some(if pid {
+            TreeKill::PidNamespace
+        } else {
+            TreeKill::ProcessGroup
+        });
         Ok(launch)
     }
 }
@@ -358,6 +425,7 @@ mod tests {
     fn without_namespaces() -> LandlockBackend {
         let mut host = Host::detect();
         host.ns = Err("disabled for the test".into());
+        host.pid_ns = Err("disabled for the test".into());
         let capability = capability(&host);
         LandlockBackend {
             host: Arc::new(host),
@@ -370,6 +438,8 @@ mod tests {
         let b = without_namespaces();
         let c = Launcher::capability(&b);
         assert!(matches!(c.network_loopback, Enforcement::OverGrant(_)));
+        assert!(matches!(c.network_none, Enforcement::OverGrant(_)));
+        assert!(!c.process_isolation);
         assert_eq!(c.drops_host_root, !b.host.is_root);
         assert!(c.readonly_carveouts && c.confine_writes && c.confine_reads);
     }
@@ -396,6 +466,8 @@ mod tests {
             ],
         );
         opts.readonly_carveouts = vec![".git/hooks".into()];
+        // `none` hides /proc/net only with a namespace: an over-grant here.
+        opts.network = NetworkMode::Full;
         // A root host without namespaces runs only on the lane that accepts it.
         opts.lane = if b.host.is_root {
             Lane::Trusted

@@ -148,6 +148,9 @@ pub(crate) struct Namespaces {
     /// A pid namespace of the command's own, with a private `/proc` (see [`PidInit`]),
     /// and the host process's argument area, wiped in its init.
     pub pid: Option<ArgArea>,
+    /// Cover what a root host's command must not read in `/proc` (after the private
+    /// `/proc` is mounted, where there is one).
+    pub mask: Option<&'static ProcMask>,
     /// The working directory, entered again after the mounts.
     pub cwd: CString,
 }
@@ -273,7 +276,9 @@ impl PreExec for Namespaces {
         if self.net {
             flags |= libc::CLONE_NEWNET;
         }
-        if self.mount.is_some() || self.pid.is_some() {
+        // The private /proc and the masks are mounts too: never in the host's namespace.
+        let own_mounts = self.mount.is_some() || self.pid.is_some() || self.mask.is_some();
+        if own_mounts {
             flags |= libc::CLONE_NEWNS;
         }
         if self.pid.is_some() {
@@ -341,19 +346,228 @@ impl PreExec for Namespaces {
             if self.net {
                 Self::loopback_up()?;
             }
+            if own_mounts && self.mount.is_none() {
+                // Nothing mounted here may reach the host's mount namespace.
+                check(libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ))?;
+            }
             if let Some(args) = self.pid {
-                if self.mount.is_none() {
-                    // The private /proc must not reach the host's mount namespace.
-                    check(libc::mount(
-                        std::ptr::null(),
-                        c"/".as_ptr(),
-                        std::ptr::null(),
-                        libc::MS_REC | libc::MS_PRIVATE,
-                        std::ptr::null(),
-                    ))?;
-                }
                 // Returns only in the command's process.
-                PidInit::start(args)?;
+                PidInit::start(args, self.mask)?;
+            } else if let Some(mask) = self.mask {
+                mask.apply()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What a root host's command must not read in `/proc` although uid 0 owns it: the files
+/// and directories an unprivileged user cannot read (`slabinfo`, `kpageflags`,
+/// `timer_list`, `/proc/sys/kernel/cad_pid`, ...: kernel-exploitation aids), and `keys`
+/// and `key-users`, which show every key and user quota to uid 0. Each is covered by a
+/// read-only bind of an empty mode-000 file (or directory) from a tiny tmpfs made in the
+/// child: opening it fails with `EACCES` for a uid 0 without capabilities, and nothing
+/// can unmount or change it (no `CAP_SYS_ADMIN`, a read-only mount). The lists are found
+/// once, in the parent, by walking the host's `/proc` (see [`ProcMask::of_this_host`]).
+#[derive(Debug, Default)]
+pub(crate) struct ProcMask {
+    pub files: Vec<CString>,
+    pub dirs: Vec<CString>,
+}
+
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+impl ProcMask {
+    /// This host's list, found once: the top of `/proc` and `/proc/sys`, `/proc/tty`,
+    /// `/proc/driver` beneath it (the pid directories are the processes' own).
+    pub fn of_this_host() -> &'static ProcMask {
+        static MASK: std::sync::OnceLock<ProcMask> = std::sync::OnceLock::new();
+        MASK.get_or_init(|| {
+            use std::os::unix::fs::PermissionsExt;
+            let mut mask = ProcMask::default();
+            let mut push = |p: &std::path::Path, dir: bool| {
+                let c = crate::host::c_path(p);
+                if dir {
+                    mask.dirs.push(c);
+                } else {
+                    mask.files.push(c);
+                }
+            };
+            for name in ["/proc/keys", "/proc/key-users"] {
+                push(std::path::Path::new(name), false);
+            }
+            let mut todo = vec![std::path::PathBuf::from("/proc")];
+            while let Some(dir) = todo.pop() {
+                let Ok(entries) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
+                for e in entries.flatten() {
+                    let path = e.path();
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    if dir == std::path::Path::new("/proc")
+                        && (name.bytes().all(|b| b.is_ascii_digit())
+                            || matches!(&*name, "self" | "thread-self"))
+                    {
+                        continue;
+                    }
+                    let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                        continue;
+                    };
+                    let mode = meta.permissions().mode();
+                    if meta.is_dir() {
+                        if mode & 0o005 != 0o005 {
+                            push(&path, true);
+                        } else if dir == std::path::Path::new("/proc")
+                            && matches!(&*name, "sys" | "tty" | "driver")
+                            || dir.starts_with("/proc/sys")
+                            || dir.starts_with("/proc/tty")
+                        {
+                            todo.push(path);
+                        }
+                    } else if meta.is_file() && mode & 0o004 == 0 && mode & 0o400 != 0 {
+                        push(&path, false);
+                    }
+                }
+            }
+            mask
+        })
+    }
+
+    /// Cover every listed path that exists in the current mount namespace's `/proc`.
+    ///
+    /// # Safety
+    ///
+    /// Only system calls; callable between fork and exec. Needs `CAP_SYS_ADMIN`.
+    unsafe fn apply(&self) -> io::Result<()> {
+        if self.files.is_empty() && self.dirs.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: system calls on static C strings, prepared paths and stack values.
+        unsafe {
+            let fs = libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC);
+            if fs < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fs = fs as libc::c_int;
+            let configured = libc::syscall(
+                libc::SYS_fsconfig,
+                fs,
+                FSCONFIG_SET_STRING,
+                c"mode".as_ptr(),
+                c"0".as_ptr(),
+                0,
+            ) == 0
+                && libc::syscall(
+                    libc::SYS_fsconfig,
+                    fs,
+                    FSCONFIG_SET_STRING,
+                    c"size".as_ptr(),
+                    c"4k".as_ptr(),
+                    0,
+                ) == 0
+                && libc::syscall(
+                    libc::SYS_fsconfig,
+                    fs,
+                    FSCONFIG_CMD_CREATE,
+                    std::ptr::null::<libc::c_char>(),
+                    std::ptr::null::<libc::c_char>(),
+                    0,
+                ) == 0;
+            if !configured {
+                let e = io::Error::last_os_error();
+                libc::close(fs);
+                return Err(e);
+            }
+            let mnt = libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, 0);
+            let e = io::Error::last_os_error();
+            libc::close(fs);
+            if mnt < 0 {
+                return Err(e);
+            }
+            let mnt = mnt as libc::c_int;
+            let r = self.cover(mnt);
+            libc::close(mnt);
+            r
+        }
+    }
+
+    /// Bind the mode-000 file and directory of the tmpfs `mnt` over the lists.
+    ///
+    /// # Safety
+    ///
+    /// Only system calls; callable between fork and exec.
+    unsafe fn cover(&self, mnt: libc::c_int) -> io::Result<()> {
+        // SAFETY: system calls on a descriptor, prepared paths and stack values.
+        unsafe {
+            let f = libc::openat(
+                mnt,
+                c"masked".as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                0,
+            );
+            if f < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            libc::close(f);
+            let attr = MountAttr {
+                attr_set: MOUNT_ATTR_RDONLY
+                    | MOUNT_ATTR_NOSUID
+                    | MOUNT_ATTR_NODEV
+                    | MOUNT_ATTR_NOEXEC,
+                attr_clr: 0,
+                propagation: 0,
+                userns_fd: 0,
+            };
+            let lists: [(&[CString], &CStr, libc::c_uint); 2] = [
+                (&self.files, c"masked", 0),
+                (&self.dirs, c"", libc::AT_EMPTY_PATH as libc::c_uint),
+            ];
+            for (targets, source, flags) in lists {
+                for target in targets {
+                    let t = libc::syscall(
+                        libc::SYS_open_tree,
+                        mnt,
+                        source.as_ptr(),
+                        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | flags,
+                    );
+                    if t < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    let t = t as libc::c_int;
+                    if libc::syscall(
+                        libc::SYS_mount_setattr,
+                        t,
+                        c"".as_ptr(),
+                        libc::AT_EMPTY_PATH as libc::c_uint,
+                        &attr as *const MountAttr,
+                        std::mem::size_of::<MountAttr>(),
+                    ) != 0
+                    {
+                        let e = io::Error::last_os_error();
+                        libc::close(t);
+                        return Err(e);
+                    }
+                    if let Err(e) = Namespaces::attach(t, target) {
+                        // Not in this /proc (another network namespace's interfaces, a
+                        // kernel without it): nothing to cover.
+                        if e.raw_os_error() != Some(libc::ENOENT) {
+                            return Err(e);
+                        }
+                    }
+                }
             }
         }
         Ok(())
@@ -519,7 +733,7 @@ impl PidInit {
     /// # Safety
     ///
     /// Only system calls; callable between fork and exec.
-    unsafe fn start(args: ArgArea) -> io::Result<()> {
+    unsafe fn start(args: ArgArea, mask: Option<&ProcMask>) -> io::Result<()> {
         // SAFETY: system calls on stack values (module docs).
         unsafe {
             // The host runtime's signal handlers (tokio's SIGCHLD) would run in the
@@ -548,7 +762,7 @@ impl PidInit {
             if init == 0 {
                 libc::close(report[0]);
                 libc::close(lifeline[1]);
-                return Self::init(report[1], lifeline[0], args);
+                return Self::init(report[1], lifeline[0], args, mask);
             }
             libc::close(report[1]);
             libc::close(lifeline[0]);
@@ -628,7 +842,12 @@ impl PidInit {
     /// # Safety
     ///
     /// Only system calls; callable between fork and exec.
-    unsafe fn init(report: libc::c_int, lifeline: libc::c_int, args: ArgArea) -> io::Result<()> {
+    unsafe fn init(
+        report: libc::c_int,
+        lifeline: libc::c_int,
+        args: ArgArea,
+        mask: Option<&ProcMask>,
+    ) -> io::Result<()> {
         // SAFETY: system calls on stack values and static C strings.
         unsafe {
             let fail = |e: i32| -> ! {
@@ -662,6 +881,11 @@ impl PidInit {
             {
                 fail(errno());
             }
+            if let Some(mask) = mask {
+                if let Err(e) = mask.apply() {
+                    fail(e.raw_os_error().unwrap_or(libc::EIO));
+                }
+            }
             let command = libc::fork();
             if command < 0 {
                 fail(errno());
@@ -687,6 +911,24 @@ impl PidInit {
                 }
             }
         }
+    }
+}
+
+/// `RLIMIT_NPROC` set inside the command's own user namespace, where it counts the
+/// sandbox's processes alone. Set on the host's side of the namespace (as core does where
+/// there is none) it would also count every process the user has on the host, and through
+/// the namespace's recorded limit keep doing so inside.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ProcessLimit(pub libc::rlim_t);
+
+impl PreExec for ProcessLimit {
+    fn pre_exec(&self) -> io::Result<()> {
+        let lim = libc::rlimit {
+            rlim_cur: self.0,
+            rlim_max: self.0,
+        };
+        // SAFETY: a system call on a stack value.
+        check(unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &lim) })
     }
 }
 
@@ -914,6 +1156,7 @@ mod tests {
                 readonly: vec![c(&ws.join("pin/ro"))],
             }),
             pid: None,
+            mask: (unsafe { libc::geteuid() } == 0).then(ProcMask::of_this_host),
             // The working directory inside the carve-out: entered again, read-only.
             cwd: c(&ws.join("pin/ro/sub")),
         };
@@ -954,6 +1197,15 @@ mod tests {
                 let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
                 if null < 0 || libc::write(null, b"x".as_ptr().cast(), 1) != 1 {
                     bad |= 32;
+                }
+                // A root host: root-only /proc files are covered (only the mount keeps
+                // this uid 0 out here, since it keeps its capabilities).
+                if libc::geteuid() == 0 {
+                    let st = libc::open(c"/proc/slabinfo".as_ptr(), libc::O_RDONLY);
+                    let mut sb: libc::stat = std::mem::zeroed();
+                    if st < 0 || libc::fstat(st, &mut sb) != 0 || sb.st_mode & 0o777 != 0 {
+                        bad |= 64;
+                    }
                 }
                 bad
             };
@@ -1045,6 +1297,7 @@ mod tests {
             net: true,
             mount: None,
             pid: None,
+            mask: None,
             cwd: c"/".to_owned(),
         };
         struct Both(Namespaces, DropCapabilities);
@@ -1071,6 +1324,7 @@ mod tests {
             net: true,
             mount: None,
             pid: None,
+            mask: None,
             cwd: c"/".to_owned(),
         };
         fn check() -> i32 {

@@ -10,7 +10,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use crate::child::{ArgArea, IdMaps, MountPlan, Namespaces};
+use crate::child::{ArgArea, IdMaps, MountPlan, Namespaces, ProcMask};
 use crate::error::Error;
 use sandbox_core::process::PreExec;
 
@@ -105,6 +105,9 @@ impl NsMode {
                 readonly: c(&spec.readonly_mounts),
             }),
             pid: pid.then(ArgArea::of_this_process),
+            // uid 0 without capabilities still reads what root owns; another uid does not.
+            // SAFETY: a plain query.
+            mask: (unsafe { libc::geteuid() } == 0).then(ProcMask::of_this_host),
             cwd: c_path(cwd),
         }
     }

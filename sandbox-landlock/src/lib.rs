@@ -102,7 +102,7 @@ use sandbox_core::{
     SandboxOpts, Status, TreeKill,
 };
 
-use crate::child::{DropCapabilities, RestrictSelf};
+use crate::child::{DropCapabilities, ProcessLimit, RestrictSelf};
 use crate::error::Error;
 use crate::host::{Host, NsMode};
 use crate::ruleset::{MountNs, Request};
@@ -373,6 +373,16 @@ impl Launcher for LandlockBackend {
             launch
                 .pre_exec
                 .push(Box::new(mode.step(net, pid, &spec, &plan.cwd)));
+            let by_rlimit =
+                HostSupport::detect(false).processes == Some(sandbox_core::LimitMechanism::Rlimit);
+            if let (true, true, Some(n)) = (userns, by_rlimit, plan.limits.max_processes) {
+                // Counted in the user namespace; the waiter and the init, ours, on top.
+                let ours = if pid { 2 } else { 0 };
+                launch.process_rlimit_inside = true;
+                launch.pre_exec.push(Box::new(ProcessLimit(
+                    n.saturating_add(ours) as libc::rlim_t
+                )));
+            }
         } else {
             launch.notes.push(
                 "no mount namespace can be made here: the modes and timestamps of the user's \

@@ -14,6 +14,12 @@
 //! - `unshare`, `open`, `write`, `close` (namespaces and their id maps), `mount`,
 //!   `open_tree`, `mount_setattr`, `move_mount`, `chdir` (read-only carve-outs), `socket`,
 //!   `ioctl` (the loopback);
+//! - `fsopen`, `fsconfig`, `fsmount`, `openat` (the tmpfs behind [`ProcMask`]);
+//! - `sigaction`, `sigprocmask`, `pipe2`, `fork`, `poll`, `read`, `waitpid`, `dup2`,
+//!   `close_range`, `kill`, `setrlimit`, `_exit` (the pid namespace's init and waiter,
+//!   [`PidInit`]: both are forks that never exec and never return into the caller's
+//!   code, so they too make nothing but these calls);
+//! - `landlock_add_rule` (the private `/proc`, [`RestrictSelf`]);
 //! - `prctl` (bounding set, ambient set, securebits, `no_new_privs`), `capset`, `capget`;
 //! - `landlock_restrict_self` (through `syscall`);
 //! - `seccomp` (through `syscall`, in [`crate::filter`] and core's shared filter).
@@ -26,13 +32,16 @@
 //! Core has already joined the cgroups, set the rlimits and marked every descriptor but
 //! stdio close-on-exec. Then, in the order [`crate::LandlockBackend`] lists them:
 //!
-//! 1. [`Namespaces`] (loopback, carve-outs): needs `CAP_SYS_ADMIN` (root's, or the new
-//!    user namespace's), so it comes before the capabilities go; and mounting must happen
+//! 1. [`Namespaces`] (network, carve-outs, root-only `/proc` files, and on `strict` the
+//!    pid namespace, whose init forks the command here: every later step runs in the
+//!    command's process alone): needs `CAP_SYS_ADMIN` (root's, or the new user
+//!    namespace's), so it comes before the capabilities go; and mounting must happen
 //!    before landlock, which forbids it.
-//! 2. [`DropCapabilities`] (root host, or a new user namespace): no capability survives.
-//! 3. [`RestrictSelf`]: `no_new_privs`, then landlock; works without capabilities because
-//!    `no_new_privs` is set.
-//! 4. The filters, last: they deny `unshare` and `socket` calls the steps above make.
+//! 2. [`ProcessLimit`] (a user namespace, no cgroup): `RLIMIT_NPROC` counted inside it.
+//! 3. [`DropCapabilities`] (root host, or a new user namespace): no capability survives.
+//! 4. [`RestrictSelf`]: `no_new_privs`, then landlock (with the private `/proc` granted);
+//!    works without capabilities because `no_new_privs` is set.
+//! 5. The filters, last: they deny `unshare` and `socket` calls the steps above make.
 
 use std::ffi::{CStr, CString};
 use std::io;

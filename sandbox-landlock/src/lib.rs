@@ -22,35 +22,47 @@
 //!   path is not confined there (see `src/filter.rs`). Denied calls fail with
 //!   `EPERM`; `no_new_privs` is set.
 //! - **Network**: `none` by seccomp (no socket but `AF_UNIX`) and landlock (TCP bind and
-//!   connect, ABI 4); `loopback` by a private network namespace with its own `lo` (made
-//!   through a user namespace when the host is not root); `full` unrestricted. Where no
-//!   namespace can be made, the capability says loopback is over-granted and the lane
-//!   decides.
+//!   connect, ABI 4), in a private network namespace with nothing up, so the host's
+//!   `/proc/net` (unix socket paths, listeners, routes) is out of sight; `loopback` by a
+//!   private network namespace with its own `lo`; both made through a user namespace when
+//!   the host is not root; `full` unrestricted. Where no namespace can be made, the
+//!   capability says `none` and `loopback` are over-granted and the lane decides.
+//! - **Processes** (on `strict`): a pid namespace of the command's own, with a private
+//!   `/proc` that shows only its processes; made in the forked child, with a tiny init as
+//!   pid 1 that reaps orphans and hands out the command's exact status (see
+//!   `PidInit` in `src/child.rs` for why the command is not pid 1 itself). `fast` and
+//!   `trusted` skip it (they do not require process isolation) and save its cost.
 //! - **Root**: a root host's command keeps uid 0 (a root-owned workspace must stay writable)
 //!   but loses every capability in all five sets, with `SECBIT_NOROOT` locked so no exec
 //!   gives any back; landlock scopes keep its signals and abstract unix sockets inside the
 //!   sandbox (ABI 6, required for a root host); and a first landlock layer lets it read the
 //!   system directories and the named read-only paths only as an unprivileged user could,
 //!   so root-only files like `/etc/shadow` stay closed although uid 0 owns them (see
-//!   `src/compile.rs`).
+//!   `src/compile.rs`); the root-only files of `/proc` (`slabinfo`, `kpageflags`,
+//!   `timer_list`, `keys`, ...) are covered by unreadable binds (`ProcMask` in
+//!   `src/child.rs`).
 //! - **Resources, output, timeout, tree kill, environment**: core's, as for every process
 //!   backend.
 //!
 //! # What it cannot
 //!
-//! - **Process isolation**: there is no pid namespace. The command can list host processes
-//!   in `/proc` and read their command lines (not their memory, environment or
-//!   descriptors: landlock denies ptrace out of the sandbox). It cannot signal them when
-//!   the ABI has signal scoping (6+). So the capability does not claim
-//!   `process_isolation`, and the `strict` lane refuses this backend; `fast` is its lane.
+//! - **Process isolation where no namespace can be made** (a host that is not root with
+//!   unprivileged user namespaces off): then there is no pid namespace, the command can
+//!   list host processes in `/proc` and read their command lines (not their memory,
+//!   environment or descriptors: landlock denies ptrace out of the sandbox), and cannot
+//!   signal them when the ABI has signal scoping (6+). The capability then does not claim
+//!   `process_isolation` (decided when the backend is built, by making one), and the
+//!   `strict` lane refuses this backend with the remedy ([`PID_NS_REMEDY`]); `fast` still
+//!   runs it.
 //! - `/tmp` is not writable unless named: set `TMPDIR` into the workspace for tools that
 //!   need one.
 //!
 //! # What it needs
 //!
 //! Linux with landlock enabled at ABI 3 or newer (6.2; ABI 6, Linux 6.12, when the host
-//! runs as root) and seccomp filters; for `loopback` and for carve-outs that leave the
-//! workspace root writable, unprivileged user namespaces (or root).
+//! runs as root) and seccomp filters; for `strict`, network `none` and `loopback`, and for
+//! carve-outs that leave the workspace root writable, unprivileged user namespaces (or
+//! root).
 //! [`Sandbox::preflight`](sandbox_core::Sandbox::preflight) checks each and runs a real
 //! command.
 //!

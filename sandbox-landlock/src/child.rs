@@ -276,7 +276,11 @@ impl Namespaces {
     }
 }
 
-impl PreExec for Namespaces {
+// SAFETY: only the system calls the module docs list, on C strings, byte buffers and
+// fixed-size arrays prepared before the fork; errors are raw errnos. The pid namespace's
+// init and waiter ([`PidInit`]) never return into the caller's code but through `_exit`
+// (or, in the command's process, `Ok`), and make only the same kind of calls.
+unsafe impl PreExec for Namespaces {
     fn pre_exec(&self) -> io::Result<()> {
         let mut flags = 0;
         if self.userns.is_some() {
@@ -930,7 +934,8 @@ impl PidInit {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ProcessLimit(pub libc::rlim_t);
 
-impl PreExec for ProcessLimit {
+// SAFETY: one `setrlimit` on a stack value.
+unsafe impl PreExec for ProcessLimit {
     fn pre_exec(&self) -> io::Result<()> {
         let lim = libc::rlimit {
             rlim_cur: self.0,
@@ -978,7 +983,8 @@ pub(crate) struct DropCapabilities {
     pub bounding: bool,
 }
 
-impl PreExec for DropCapabilities {
+// SAFETY: `prctl`, `capset` and `capget` on stack values; errors are raw errnos.
+unsafe impl PreExec for DropCapabilities {
     fn pre_exec(&self) -> io::Result<()> {
         // SAFETY: prctl/capset/capget on stack values (module docs).
         unsafe {
@@ -1053,7 +1059,10 @@ const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
 /// grants `/proc` (see `src/system.rs`), and what every layer handles.
 const PROC_ACCESS: u64 = (1 << 2) | (1 << 3);
 
-impl PreExec for RestrictSelf {
+// SAFETY: `prctl`, `open`, `landlock_add_rule`, `close` and `landlock_restrict_self` on
+// descriptors opened before the fork and stack values; iterating a slice allocated before
+// the fork allocates nothing.
+unsafe impl PreExec for RestrictSelf {
     fn pre_exec(&self) -> io::Result<()> {
         // SAFETY: system calls on descriptors opened before the fork; iterating a slice
         // allocated before the fork allocates nothing.
@@ -1310,7 +1319,8 @@ mod tests {
             cwd: c"/".to_owned(),
         };
         struct Both(Namespaces, DropCapabilities);
-        impl PreExec for Both {
+        // SAFETY: runs two steps that are each async-signal-safe, in turn.
+        unsafe impl PreExec for Both {
             fn pre_exec(&self) -> io::Result<()> {
                 self.0.pre_exec()?;
                 self.1.pre_exec()

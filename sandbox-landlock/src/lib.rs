@@ -109,6 +109,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_core::registry::{AutoRank, BackendInfo};
 use sandbox_core::{
     Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, SandboxError, SandboxExt,
     SandboxOpts, Status, TreeKill,
@@ -127,6 +128,25 @@ pub const PID_NS_REMEDY: &str = "enable unprivileged user namespaces (`sysctl \
      user.max_user_namespaces=15000`; on Debian also `kernel.unprivileged_userns_clone=1`; on \
      Ubuntu `kernel.apparmor_restrict_unprivileged_userns=0`), run the host as root, or use the \
      `fast` lane, which does not need process isolation";
+
+/// What the facade's registry knows of this backend. `auto` tries it first on `fast` and
+/// on `strict` (it costs about what a bare spawn does, its pid namespace a little more:
+/// the cheapest of the backends that qualify, as the bench measures; where it cannot make
+/// the namespace the `strict` lane refuses it and `auto` goes on to the next), and last on
+/// `trusted`.
+pub const INFO: BackendInfo = BackendInfo {
+    name: NAME,
+    summary: "landlock and seccomp; on strict a pid namespace with its own /proc",
+    auto_rank: AutoRank {
+        strict: Some(5),
+        fast: Some(10),
+        trusted: Some(30),
+    },
+    unconfined: false,
+    image: None,
+    make: |_| Ok(Arc::new(LandlockBackend::new())),
+    launcher: Some(|| Arc::new(LandlockBackend::new())),
+};
 
 /// A sandbox confined by landlock and seccomp.
 pub type LandlockSandbox = ProcessSandbox<LandlockBackend>;

@@ -283,15 +283,16 @@ impl Launcher for LandlockBackend {
         }
         let mut details = outcome.policy.notes.clone();
         details.push(match &self.host.ns {
-            Ok(NsMode::Plain) => "namespaces: a private network namespace for loopback, a \
-                                  read-only mount namespace for every run"
+            Ok(NsMode::Plain) => "namespaces: a private network namespace for `none` and \
+                                  `loopback`, a read-only mount namespace for every run"
                 .into(),
-            Ok(NsMode::UserNs(_)) => "namespaces: a private network namespace for loopback, \
-                                      a read-only mount namespace for every run, inside a \
-                                      user namespace"
+            Ok(NsMode::UserNs(_)) => "namespaces: a private network namespace for `none` and \
+                                      `loopback`, a read-only mount namespace for every run, \
+                                      inside a user namespace"
                 .into(),
             Err(e) => format!(
-                "no namespaces ({e}): loopback over-granted as the host's network; carve-outs \
+                "no namespaces ({e}): loopback over-granted as the host's network, `none` \
+                 with the host's /proc/net readable; carve-outs \
                  by split landlock rules (the directories on the way to them fixed); the \
                  modes and timestamps of the user's own files outside the workspace not \
                  confined"

@@ -38,6 +38,7 @@
 
 pub mod capability;
 mod error;
+mod grants;
 mod options;
 mod outcome;
 mod plan;

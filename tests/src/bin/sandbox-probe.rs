@@ -14,7 +14,7 @@
 //! `connect HOST:PORT`, `listen-connect`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `see-pid PID`, `open-files N`,
-//! `print TEXT [SECS]`, `barrier DIR N ID`.
+//! `print TEXT [SECS]`, `barrier DIR N ID`, `tree DIR`, `blocks PATH`.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
@@ -68,6 +68,8 @@ fn main() {
         ("print", [t]) => print_then_sleep(t, None),
         ("print", [t, s]) => print_then_sleep(t, Some(secs(s))),
         ("barrier", [dir, n, id]) => barrier(dir, num(n), id),
+        ("tree", [dir]) => tree(dir),
+        ("blocks", [p]) => blocks(p),
         _ => usage(&format!(
             "unknown subcommand or arguments: {}",
             text[1..].join(" ")
@@ -167,6 +169,60 @@ fn cstr(p: &str) -> CString {
 
 // ---------------------------------------------------------------------------------------
 // Subcommands.
+
+/// Walk `dir` without following links: every regular file's content and every link's
+/// target, so the host can see what a copy of a tree holds.
+fn tree(dir: &str) -> ! {
+    fn visit(p: &Path, files: &mut String, links: &mut String) -> io::Result<()> {
+        let mut names: Vec<_> = std::fs::read_dir(p)?.collect::<io::Result<Vec<_>>>()?;
+        names.sort_by_key(|e| e.file_name());
+        for e in names {
+            let path = e.path();
+            let m = std::fs::symlink_metadata(&path)?;
+            if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&path)?;
+                links.push_str(&format!("{}->{};", path.display(), t.display()));
+            } else if m.is_dir() {
+                visit(&path, files, links)?;
+            } else if m.is_file() {
+                use std::os::unix::fs::OpenOptionsExt;
+                let mut f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                    .open(&path)?;
+                let mut buf = Vec::new();
+                f.read_to_end(&mut buf)?;
+                files.push_str(&format!(
+                    "{}={};",
+                    path.display(),
+                    String::from_utf8_lossy(&buf)
+                ));
+            }
+        }
+        Ok(())
+    }
+    let (mut files, mut links) = (String::new(), String::new());
+    match visit(Path::new(dir), &mut files, &mut links) {
+        Ok(()) => {
+            ok().s("files", &files).s("links", &links).emit();
+            exit(0)
+        }
+        Err(e) => fail("tree", &e),
+    }
+}
+
+/// The size of `p` and the bytes the filesystem allocated for it (`st_blocks`).
+fn blocks(p: &str) -> ! {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) => {
+            ok().n("size", m.len() as i64)
+                .n("allocated", (m.blocks() * 512) as i64)
+                .emit();
+            exit(0)
+        }
+        Err(e) => fail("blocks", &e),
+    }
+}
 
 /// The whole argv, so the host can check every argument arrived byte for byte.
 fn argv(args: &[OsString]) -> ! {

@@ -28,13 +28,20 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use sandbox_core::process::tree::{self, Budget, Meta, Source, Visit};
 
+/// Where an upload is unpacked: the container's root. The engine refuses a symlink whose
+/// target climbs above the directory it unpacks into, so unpacking into the loader's
+/// `/.sandbox-load` made a workspace holding `up -> ../../x` fail to run at all (bwrap and
+/// landlock copy it as a link, unchanged). Unpacked at `/`, no target climbs above it and
+/// links arrive unchanged; [`Upload::top`] is then the mount point without its leading `/`.
+pub(crate) const UPLOAD_TO: &str = "/";
+
 /// How one tree is uploaded.
 #[derive(Clone, Debug)]
 pub(crate) struct Upload {
     /// The host tree.
     pub root: PathBuf,
     /// The archive's top directory: the loader's mount point for the tree's volume, as a
-    /// name relative to the upload destination.
+    /// name relative to [`UPLOAD_TO`].
     pub top: String,
     /// Owner of every entry (a writable tree: the command's uid), or `None` to keep each
     /// file's host owner (a read-only tree keeps its host permissions).

@@ -134,10 +134,15 @@ impl<W: Write> Visit for Archiver<'_, W> {
             return Ok(());
         }
         let (mut h, name) = self.header(rel, meta);
+        let len = src.len();
+        // The engine unpacks an upload densely (Go's archive/tar fills holes with zeros,
+        // whatever the archive says), so a file costs its whole length on the engine's
+        // disk: it is charged at that length, and one longer than the cap is refused
+        // before a byte is sent.
+        src.reserve(len)?;
         h.set_entry_type(tar::EntryType::Regular);
         // The size is the one the open file had; a file that shrinks meanwhile is padded,
         // so the header never lies about what follows.
-        let len = src.len();
         h.set_size(len);
         let body = (&mut *src).chain(io::repeat(0)).take(len);
         self.b.append_data(&mut h, &name, body)
@@ -338,7 +343,7 @@ pub(crate) fn apply_archive<R: Read>(archive: R, to: &WriteBack<'_>) -> io::Resu
                 rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700))?;
                 chmod_at(&dir, name, mode)?;
             }
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
+            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
                 present.insert(rel.clone());
                 let tmp = temp_name(name);
                 {
@@ -766,6 +771,55 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("not a directory"), "{e}");
         assert!(!outside.path().join("owned").exists());
+    }
+
+    #[test]
+    fn a_file_longer_than_the_cap_is_refused_before_it_is_sent() {
+        let d = tempfile::tempdir().unwrap();
+        let f = fs::File::create(d.path().join("hole")).unwrap();
+        // Sparse: nothing allocated, but the engine would unpack all of it.
+        f.set_len(sandbox_core::process::tree::MAX_COPY_BYTES + 1)
+            .unwrap();
+        drop(f);
+        let mut up = upload(d.path());
+        up.skip.clear();
+        up.read_only_inside.clear();
+        let mut out = Vec::new();
+        let e = write_archive(&up, &mut out).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge, "{e}");
+        assert!(e.to_string().contains("MAX_COPY_BYTES"), "{e}");
+        assert!(out.len() < 1 << 20, "{} bytes were sent", out.len());
+    }
+
+    #[test]
+    fn zeros_written_back_become_holes() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        fs::create_dir(&src).unwrap();
+        let mut data = vec![0u8; 8 << 20];
+        data[0] = 1;
+        data[(8 << 20) - 1] = 2;
+        fs::write(src.join("f"), &data).unwrap();
+        let mut out = Vec::new();
+        let mut up = upload(&src);
+        up.skip.clear();
+        up.read_only_inside.clear();
+        write_archive(&up, &mut out).unwrap();
+        let back = d.path().join("back");
+        fs::create_dir(&back).unwrap();
+        let seen = BTreeSet::new();
+        apply_archive(
+            &out[..],
+            &WriteBack {
+                root: &back,
+                uploaded: &seen,
+                keep: &[],
+                chown_new: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(fs::read(back.join("f")).unwrap(), data);
+        assert!(fs::metadata(back.join("f")).unwrap().blocks() * 512 < 1 << 20);
     }
 
     #[test]

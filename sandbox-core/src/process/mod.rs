@@ -202,6 +202,7 @@ impl HostSupport {
             LimitMechanism::CgroupV1 | LimitMechanism::CgroupV2
         );
         cap.snapshot = true;
+        cap.sparse_snapshot = true;
     }
 }
 

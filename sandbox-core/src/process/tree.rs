@@ -147,6 +147,10 @@ impl Meta {
 pub struct Source<'a> {
     file: File,
     len: u64,
+    /// Where [`io::Read`] goes on.
+    pos: u64,
+    /// The whole length was charged up front ([`Source::reserve`]).
+    prepaid: bool,
     budget: &'a Budget,
     used: &'a mut u64,
 }
@@ -195,27 +199,40 @@ impl Source<'_> {
         Ok(out)
     }
 
+    /// Charge `n` bytes now, for a consumer that will store the file's whole length
+    /// (holes included) rather than its data; reads are then not charged again. Fails,
+    /// naming the cap, before anything is read.
+    pub fn reserve(&mut self, n: u64) -> io::Result<()> {
+        self.budget.charge(self.used, n)?;
+        self.prepaid = true;
+        Ok(())
+    }
+
     /// Read at `off` into `buf`, counting the bytes against the budget.
     pub fn read_at(&mut self, buf: &mut [u8], off: u64) -> io::Result<usize> {
         let want = buf
             .len()
             .min(usize::try_from(self.len.saturating_sub(off)).unwrap_or(CHUNK));
         let n = rustix::io::pread(&self.file, &mut buf[..want], off)?;
-        self.budget.charge(self.used, n as u64)?;
+        if self.prepaid {
+            self.budget.check()?;
+        } else {
+            self.budget.charge(self.used, n as u64)?;
+        }
         Ok(n)
     }
 }
 
 /// Reads the whole file densely (holes read as zeros), counting against the budget.
+/// (From its own position, not the file offset, which `SEEK_DATA` moves.)
 impl io::Read for Source<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let pos = rustix::fs::seek(&self.file, SeekFrom::Current(0))?;
-        if pos >= self.len {
+        if self.pos >= self.len {
             return Ok(0);
         }
         let want = buf.len().min(CHUNK);
-        let n = self.read_at(&mut buf[..want], pos)?;
-        rustix::fs::seek(&self.file, SeekFrom::Start(pos + n as u64))?;
+        let n = self.read_at(&mut buf[..want], self.pos)?;
+        self.pos += n as u64;
         Ok(n)
     }
 }
@@ -331,6 +348,8 @@ fn walk_dir(
                     let mut src = Source {
                         file,
                         len: meta.len,
+                        pos: 0,
+                        prepaid: false,
                         budget,
                         used: &mut *used,
                     };
@@ -564,6 +583,8 @@ mod tests {
         let mut src = Source {
             file: File::open(d.path().join("sparse")).unwrap(),
             len: 64 << 20,
+            pos: 0,
+            prepaid: false,
             budget: &budget,
             used: &mut used,
         };

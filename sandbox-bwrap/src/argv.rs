@@ -334,6 +334,10 @@ pub(crate) fn build(
         &[
             "--unshare-user".as_ref(),
             "--unshare-pid".as_ref(),
+            // The waiter is the pid namespace's init: the kernel delivers no signal from
+            // inside the namespace to an init without a handler, SIGKILL included, so the
+            // command cannot kill it and lose its status.
+            "--as-pid-1".as_ref(),
             "--unshare-ipc".as_ref(),
             "--unshare-uts".as_ref(),
             "--unshare-cgroup-try".as_ref(),

@@ -556,10 +556,11 @@ async fn bad_input_is_refused_before_anything_runs() {
     o.read_only_paths = vec!["/".into()];
     let sb = sandbox();
     let e = sb.run(o).await.unwrap_err();
+    // `/` holds /proc, /sys and the engine's socket: refused as a control grant.
     assert!(
         matches!(
             e,
-            SandboxError::InvalidConfig {
+            SandboxError::ControlGrant {
                 field: "read_only_paths",
                 ..
             }
@@ -572,7 +573,16 @@ async fn bad_input_is_refused_before_anything_runs() {
     let mut o = SandboxOpts::new(ws.path(), ["true"]);
     o.writable_paths = vec!["/proc/self".into()];
     let e = sandbox().run(o).await.unwrap_err();
-    assert!(matches!(e, SandboxError::InvalidConfig { .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            SandboxError::ControlGrant {
+                field: "writable_paths",
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[tokio::test]

@@ -175,6 +175,13 @@ pub mod require {
             "to report signals apart from exit codes (capability.signal_status)",
         )
     }
+    /// `process_isolation` and `signal_status`: the command is in a pid namespace of its
+    /// own, and the backend reports its own status (a helper of the backend's stands
+    /// between).
+    pub fn isolated_status(c: &Capability) -> Result<(), String> {
+        process_isolation(c)?;
+        signal_status(c)
+    }
     /// `snapshot`.
     pub fn snapshot(c: &Capability) -> Result<(), String> {
         claim(c.snapshot, "snapshot runs (capability.snapshot)")
@@ -261,6 +268,7 @@ pub fn cases() -> Vec<Case> {
         case!(net::loopback_private, network_loopback, confinement),
         case!(net::full_reaches_host, network_full_host),
         case!(proc::no_survivor_after_wait, always),
+        case!(proc::helper_survives_the_command, isolated_status),
         case!(proc::no_survivor_after_kill, always),
         case!(proc::no_survivor_after_timeout, always),
         case!(

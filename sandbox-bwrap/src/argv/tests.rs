@@ -120,7 +120,11 @@ fn parse(args: &BwrapArgs) -> Vec<(String, Vec<String>)> {
         f if f.starts_with("--unshare-")
             || matches!(
                 f,
-                "--disable-userns" | "--die-with-parent" | "--new-session" | "--clearenv"
+                "--disable-userns"
+                    | "--die-with-parent"
+                    | "--new-session"
+                    | "--clearenv"
+                    | "--as-pid-1"
             ) =>
         {
             0
@@ -178,6 +182,7 @@ fn every_namespace_is_unshared_and_net_only_without_full() {
             "--unshare-ipc",
             "--unshare-uts",
             "--unshare-cgroup-try",
+            "--as-pid-1",
             "--die-with-parent",
             "--new-session",
             "--clearenv",
@@ -208,13 +213,15 @@ fn the_host_root_is_never_bound_wholesale() {
     }
     // Nor when the caller names it.
     for field in ["read_only_paths", "writable_paths"] {
-        let mut o = ws.opts();
+        // Core's plan refuses `/` already (it holds control mounts); the argv builder is
+        // the second line, checked on a plan that carries it anyway.
+        let mut pl = plan(&ws.opts());
         if field == "read_only_paths" {
-            o.read_only_paths = vec!["/".into()];
+            pl.read_only_paths = vec!["/".into()];
         } else {
-            o.writable_paths = vec!["/".into()];
+            pl.writable_paths = vec!["/".into()];
         }
-        let e = SandboxError::from(build(&plan(&o), &layout(&merged()), &[], FDS).unwrap_err());
+        let e = SandboxError::from(build(&pl, &layout(&merged()), &[], FDS).unwrap_err());
         assert!(
             matches!(e, SandboxError::InvalidConfig { field: f, .. } if f == field),
             "{e}"
@@ -418,9 +425,11 @@ fn a_named_path_replaces_the_system_mount_at_the_same_place() {
 fn proc_and_dev_cannot_be_granted() {
     let ws = Ws::new();
     for p in ["/proc/self", "/dev", "/proc"] {
-        let mut o = ws.opts();
-        o.read_only_paths = vec![p.into()];
-        let e = build(&plan(&o), &layout(&merged()), &[], FDS).unwrap_err();
+        // Core's plan refuses these already (control filesystems); the argv builder is
+        // the second line, checked on a plan that carries them anyway.
+        let mut pl = plan(&ws.opts());
+        pl.read_only_paths = vec![p.into()];
+        let e = build(&pl, &layout(&merged()), &[], FDS).unwrap_err();
         assert!(matches!(e, BwrapError::Path { .. }), "{p}: {e}");
     }
     // A path under /dev is a plain grant, mounted over the fresh /dev.

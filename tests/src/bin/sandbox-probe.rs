@@ -14,7 +14,8 @@
 //! `connect HOST:PORT`, `listen-connect`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `see-pid PID`, `open-files N`,
-//! `print TEXT [SECS]`, `barrier DIR N ID`, `tree DIR`, `blocks PATH`.
+//! `print TEXT [SECS]`, `barrier DIR N ID`, `tree DIR`, `blocks PATH`,
+//! `kill-parent CODE`.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
@@ -70,6 +71,7 @@ fn main() {
         ("barrier", [dir, n, id]) => barrier(dir, num(n), id),
         ("tree", [dir]) => tree(dir),
         ("blocks", [p]) => blocks(p),
+        ("kill-parent", [code]) => kill_parent(num(code) as i32),
         _ => usage(&format!(
             "unknown subcommand or arguments: {}",
             text[1..].join(" ")
@@ -209,6 +211,30 @@ fn tree(dir: &str) -> ! {
         }
         Err(e) => fail("tree", &e),
     }
+}
+
+/// SIGKILL our parent (a backend's helper inside the sandbox), but only when the parent
+/// is the pid namespace's init or its child (pid 1 within two hops): inside a sandbox's own
+/// pid namespace that is the sandbox's helper, never a host process (on the host, pid 1 is
+/// never this close to a test's probe). Then exit with `code`.
+fn kill_parent(code: i32) -> ! {
+    fn parent_of(pid: i32) -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        let after = &stat[stat.rfind(')')? + 1..];
+        after.split_whitespace().nth(1)?.parse().ok()
+    }
+    // SAFETY: a plain system call.
+    let ppid = unsafe { libc::getppid() };
+    let nested = ppid == 1 || parent_of(ppid) == Some(1);
+    // SAFETY: a plain system call on numbers.
+    let killed = nested && unsafe { libc::kill(ppid, libc::SIGKILL) } == 0;
+    ok().b("namespaced", nested)
+        .n("parent", i64::from(ppid))
+        .b("signal_sent", killed)
+        .emit();
+    std::thread::sleep(Duration::from_millis(300));
+    exit(code)
 }
 
 /// The size of `p` and the bytes the filesystem allocated for it (`st_blocks`).

@@ -286,6 +286,11 @@ pub fn cases() -> Vec<Case> {
             confinement
         ),
         case!(root::no_setuid_root_left, drops_host_root, confinement),
+        case!(
+            root::kernel_files_no_more_than_nobody,
+            drops_host_root,
+            confinement
+        ),
         case!(scale::concurrent_32, always),
     ]
 }

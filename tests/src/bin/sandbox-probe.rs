@@ -15,7 +15,7 @@
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `see-pid PID`, `open-files N`,
 //! `print TEXT [SECS]`, `barrier DIR N ID`, `tree DIR`, `blocks PATH`,
-//! `kill-parent CODE`.
+//! `kill-parent CODE`, `readable DIR DEPTH`.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
@@ -72,6 +72,7 @@ fn main() {
         ("tree", [dir]) => tree(dir),
         ("blocks", [p]) => blocks(p),
         ("kill-parent", [code]) => kill_parent(num(code) as i32),
+        ("readable", [dir, depth]) => readable(dir, num(depth) as usize),
         _ => usage(&format!(
             "unknown subcommand or arguments: {}",
             text[1..].join(" ")
@@ -235,6 +236,45 @@ fn kill_parent(code: i32) -> ! {
         .emit();
     std::thread::sleep(Duration::from_millis(300));
     exit(code)
+}
+
+/// Walk `dir` to `depth` levels without following links, and list the regular files that
+/// opened for reading although their mode gives others no read bit (what an unprivileged
+/// user could not open), with how many files were tried.
+fn readable(dir: &str, depth: usize) -> ! {
+    use std::os::unix::fs::OpenOptionsExt;
+    const MAX: usize = 200_000;
+    let mut found = Vec::new();
+    let mut tried = 0usize;
+    let mut stack = vec![(std::path::PathBuf::from(dir), 1usize)];
+    while let Some((d, level)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if m.is_dir() && level < depth {
+                stack.push((p, level + 1));
+            } else if m.is_file() && tried < MAX {
+                tried += 1;
+                let opened = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                    .open(&p)
+                    .is_ok();
+                if opened && m.mode() & 0o004 == 0 {
+                    found.push(p.display().to_string());
+                }
+            }
+        }
+    }
+    ok().n("tried", tried as i64)
+        .s("readable", &found.join("\n"))
+        .emit();
+    exit(0)
 }
 
 /// The size of `p` and the bytes the filesystem allocated for it (`st_blocks`).

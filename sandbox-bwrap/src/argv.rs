@@ -36,6 +36,11 @@ use crate::error::BwrapError;
 use crate::host::{SystemEntry, PROC_HIDDEN, PROC_READ_ONLY};
 use crate::rootview::Hidden;
 
+/// The most options bwrap reads from `--args` (its own `MAX_ARGS` is 9000; the margin is
+/// for what it adds). Past it bwrap fails with "Exceeded maximum number of arguments", so
+/// the run is refused before it starts, with the reason and a remedy.
+pub(crate) const MAX_OPTIONS: usize = 8900;
+
 /// Where the waiter is placed inside: a directory of the sandbox's own root tmpfs, which no
 /// caller path can cover (the host root cannot be named).
 pub(crate) const WAITER_PATH: &str = "/.sandbox-bwrap/waiter";
@@ -432,6 +437,12 @@ pub(crate) fn build(
         plan.program.clone().into(),
     ];
     command.extend(plan.argv.iter().cloned());
+    if o.len() > MAX_OPTIONS {
+        return Err(BwrapError::TooManyMounts {
+            options: o.len(),
+            hidden: hidden.len(),
+        });
+    }
     Ok(BwrapArgs {
         options: o,
         command,

@@ -260,6 +260,7 @@ pub fn cases() -> Vec<Case> {
         case!(hostwalk::sparse_stays_sparse, sparse_snapshot),
         case!(hostwalk::climbing_link_copied_as_link, snapshot),
         case!(fs::control_grants_refused, always),
+        case!(fs::large_read_grant_runs_or_is_refused, confine_reads),
         case!(fs::reads_outside_denied, confine_reads, confinement),
         case!(fs::writes_outside_denied, confine_writes, confinement),
         case!(fs::readonly_carveouts, carveouts, confinement),

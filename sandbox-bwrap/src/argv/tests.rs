@@ -676,3 +676,20 @@ fn a_program_hidden_as_root_only_is_bound_when_named_to_run() {
     assert!(has(&ops, "--ro-bind", &[s(&prog), s(&prog)]));
     assert!(!has(&ops, "--ro-bind", &["/dev/null", s(&prog)]));
 }
+
+#[test]
+fn more_mounts_than_bwrap_reads_are_refused_with_the_reason() {
+    let ws = Ws::new();
+    let hidden: Vec<Hidden> = (0..MAX_OPTIONS / 2)
+        .map(|i| Hidden {
+            path: PathBuf::from(format!("/etc/many/f{i}")),
+            dir: false,
+        })
+        .collect();
+    let e = build(&plan(&ws.opts()), &layout(&merged()), &hidden, FDS).unwrap_err();
+    assert!(
+        matches!(e, BwrapError::TooManyMounts { hidden: n, .. } if n == MAX_OPTIONS / 2),
+        "{e}"
+    );
+    assert!(e.to_string().contains("grant a smaller directory"), "{e}");
+}

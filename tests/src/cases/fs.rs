@@ -454,3 +454,34 @@ pub async fn control_grants_refused(ctx: Arc<Context>) -> CaseResult {
     }
     Ok(())
 }
+
+/// A read grant of a tree with thousands of root-only entries runs, or is refused before
+/// anything runs with a typed error; it never fails inside the launcher.
+pub async fn large_read_grant_runs_or_is_refused(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("large-grant")?;
+    let big = ctx.dir("large-tree", 0o755)?;
+    for i in 0..3500 {
+        plant(&big.join(format!("secret-{i}")), "s", 0o600)?;
+    }
+    let mut opts = ctx.opts(ws.path(), ["exit", "0"]);
+    opts.read_only_paths = vec![big.path().to_path_buf()];
+    let sb = ctx.sandbox();
+    match sb.run(opts).await {
+        Ok(()) => {
+            let out = sb.wait().await?;
+            ensure!(
+                out.status.success(),
+                "the run started but failed: {}",
+                describe(&out)
+            );
+        }
+        Err(e @ (SandboxError::NotSupported { .. } | SandboxError::InvalidConfig { .. })) => {
+            ensure!(
+                matches!(sb.wait().await, Err(SandboxError::State { .. })),
+                "refused ({e}), yet something was started"
+            );
+        }
+        Err(e) => return Err(Failure::Broken(format!("neither ran nor refused: {e}"))),
+    }
+    Ok(())
+}

@@ -265,6 +265,9 @@ pub(crate) fn build(
     for dir in PRIVATE_TMPFS {
         t.system(*dir, Op::Tmpfs);
     }
+    // bwrap's /dev is a tmpfs it cannot size, with a writable /dev/shm in it: a sized tmpfs
+    // of our own goes over /dev/shm, so no writable tmpfs escapes the memory limit.
+    t.system("/dev/shm", Op::Tmpfs);
 
     for p in &plan.read_only_paths {
         check_user_path("read_only_paths", p)?;
@@ -372,6 +375,7 @@ pub(crate) fn build(
     let seccomp = fds.seccomp.to_string();
     push(&mut o, &["--seccomp".as_ref(), seccomp.as_ref()]);
 
+    let tmpfs_size = plan.limits.memory_bytes.map(|b| b.to_string());
     let mut remount_ro: Vec<&Path> = Vec::new();
     for (dest, m) in t.ordered() {
         let d = dest.as_os_str();
@@ -379,7 +383,14 @@ pub(crate) fn build(
             Op::RoBind => push(&mut o, &["--ro-bind".as_ref(), d, d]),
             Op::Bind => push(&mut o, &["--bind".as_ref(), d, d]),
             Op::RoBindTry => push(&mut o, &["--ro-bind-try".as_ref(), d, d]),
-            Op::Tmpfs => push(&mut o, &["--tmpfs".as_ref(), d]),
+            Op::Tmpfs => {
+                // Inside the run's memory limit (the kernel's default is half of RAM, for
+                // each tmpfs); an explicitly unlimited run keeps the kernel's default.
+                if let Some(size) = &tmpfs_size {
+                    push(&mut o, &["--size".as_ref(), size.as_ref()]);
+                }
+                push(&mut o, &["--tmpfs".as_ref(), d]);
+            }
             Op::Proc => push(&mut o, &["--proc".as_ref(), d]),
             Op::Dev => push(&mut o, &["--dev".as_ref(), d]),
             Op::Symlink(target) => push(&mut o, &["--symlink".as_ref(), target.as_os_str(), d]),

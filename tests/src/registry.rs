@@ -279,6 +279,7 @@ pub fn cases() -> Vec<Case> {
         ),
         case!(limits::process_cap, process_limit),
         case!(limits::memory, memory_limit),
+        case!(limits::default_memory_bounds_the_host, memory_limit),
         case!(limits::open_files, open_files_limit),
         case!(limits::cpu_time, cpu_limit),
         case!(

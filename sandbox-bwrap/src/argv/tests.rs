@@ -115,8 +115,8 @@ fn args_of(plan: &Plan, sys: &[(PathBuf, SystemEntry)]) -> BwrapArgs {
 fn parse(args: &BwrapArgs) -> Vec<(String, Vec<String>)> {
     let arity = |f: &str| match f {
         "--setenv" | "--ro-bind" | "--bind" | "--ro-bind-try" | "--symlink" | "--ro-bind-data" => 2,
-        "--cap-drop" | "--seccomp" | "--tmpfs" | "--proc" | "--dev" | "--dir" | "--perms"
-        | "--remount-ro" | "--chdir" => 1,
+        "--size" | "--cap-drop" | "--seccomp" | "--tmpfs" | "--proc" | "--dev" | "--dir"
+        | "--perms" | "--remount-ro" | "--chdir" => 1,
         f if f.starts_with("--unshare-")
             || matches!(
                 f,
@@ -692,4 +692,26 @@ fn more_mounts_than_bwrap_reads_are_refused_with_the_reason() {
         "{e}"
     );
     assert!(e.to_string().contains("grant a smaller directory"), "{e}");
+}
+
+#[test]
+fn every_writable_tmpfs_is_sized_inside_the_memory_limit() {
+    let ws = Ws::new();
+    let mut o = ws.opts();
+    o.limits.memory_bytes = Some(256 << 20);
+    let ops = parse(&args_of(&plan(&o), &merged()));
+    for dir in ["/tmp", "/home", "/root", "/run", "/dev/shm"] {
+        let at = position(&ops, "--tmpfs", &[dir]).unwrap_or_else(|| panic!("no tmpfs at {dir}"));
+        assert_eq!(
+            ops[at - 1],
+            ("--size".to_string(), vec![(256u64 << 20).to_string()])
+        );
+    }
+    let dev = position(&ops, "--dev", &["/dev"]).unwrap();
+    let shm = position(&ops, "--tmpfs", &["/dev/shm"]).unwrap();
+    assert!(dev < shm, "/dev/shm is mounted over bwrap's /dev");
+    // Unlimited, said explicitly: the kernel's default size.
+    o.limits.memory_bytes = None;
+    let ops = parse(&args_of(&plan(&o), &merged()));
+    assert!(!ops.iter().any(|(f, _)| f == "--size"));
 }

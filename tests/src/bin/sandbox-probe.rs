@@ -15,7 +15,7 @@
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `see-pid PID`, `open-files N`,
 //! `print TEXT [SECS]`, `barrier DIR N ID`, `tree DIR`, `blocks PATH`,
-//! `kill-parent CODE`, `readable DIR DEPTH`.
+//! `kill-parent CODE`, `readable DIR DEPTH`, `tmpfs DIR`.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
@@ -73,6 +73,7 @@ fn main() {
         ("blocks", [p]) => blocks(p),
         ("kill-parent", [code]) => kill_parent(num(code) as i32),
         ("readable", [dir, depth]) => readable(dir, num(depth) as usize),
+        ("tmpfs", [dir]) => tmpfs(dir),
         _ => usage(&format!(
             "unknown subcommand or arguments: {}",
             text[1..].join(" ")
@@ -273,6 +274,31 @@ fn readable(dir: &str, depth: usize) -> ! {
     }
     ok().n("tried", tried as i64)
         .s("readable", &found.join("\n"))
+        .emit();
+    exit(0)
+}
+
+/// Whether `dir` is on a tmpfs, its size, and whether we can create a file in it.
+fn tmpfs(dir: &str) -> ! {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    // SAFETY: a zeroed statfs is a valid out-parameter; the path outlives the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let c = cstr(dir);
+    // SAFETY: as above.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        fail("statfs", &io::Error::last_os_error());
+    }
+    let probe = Path::new(dir).join(format!(".probe-{}", std::process::id()));
+    let writable = std::fs::write(&probe, b"x").is_ok();
+    let _ = std::fs::remove_file(&probe);
+    #[allow(clippy::unnecessary_cast)]
+    let is_tmpfs = st.f_type as i64 == TMPFS_MAGIC;
+    ok().b("tmpfs", is_tmpfs)
+        .n(
+            "size",
+            (st.f_blocks as i64).saturating_mul(st.f_bsize as i64),
+        )
+        .b("writable", writable)
         .emit();
     exit(0)
 }

@@ -190,7 +190,9 @@ fn build_opts(
     if let Some(limit) = spec.max_output {
         opts.output_limit = limit;
     }
-    opts.limits.memory_bytes = spec.memory_bytes;
+    if let Some(limit) = spec.memory_bytes {
+        opts.limits.memory_bytes = limit;
+    }
     opts.snapshot = spec.snapshot;
     opts.env = env_policy(&spec.env)?;
     opts.output_sink = Some(terminal.sink());

@@ -28,13 +28,13 @@ pub enum SandboxError {
     /// A read or write grant names something that would let the command undo its own
     /// confinement (a cgroup, sysfs, procfs or device filesystem, or a container engine's
     /// socket), however the path was spelled; nothing was started.
-    #[error("{field}: {path} is refused: it is {what}; remedy: {remedy}")]
+    #[error("{field}: {path} is refused: {what}; remedy: {remedy}")]
     ControlGrant {
         /// The option at fault (`read_only_paths`, `writable_paths`).
         field: &'static str,
         /// The grant, resolved.
         path: PathBuf,
-        /// What it is or holds (`on cgroupfs (v2)`, `holds a proc mount at /x/proc`).
+        /// What it is or holds (`it is on cgroupfs (v2)`, `it holds a proc mount at /x/proc`).
         what: String,
         /// What to do instead.
         remedy: String,

@@ -104,7 +104,7 @@ pub(crate) fn check(field: &'static str, path: &Path) -> Result<(), SandboxError
         #[allow(clippy::unnecessary_cast)]
         let magic = fs.f_type as i64;
         if let Some((_, name)) = CONTROL_FS.iter().find(|(m, _)| *m == magic) {
-            return Err(refused(field, path, format!("on {name}")));
+            return Err(refused(field, path, format!("it is on {name}")));
         }
     }
     let table = mounts();
@@ -119,7 +119,7 @@ pub(crate) fn check(field: &'static str, path: &Path) -> Result<(), SandboxError
             return Err(refused(
                 field,
                 path,
-                format!("on devtmpfs (mounted at {})", point.display()),
+                format!("it is on devtmpfs (mounted at {})", point.display()),
             ));
         }
     }
@@ -130,7 +130,7 @@ pub(crate) fn check(field: &'static str, path: &Path) -> Result<(), SandboxError
         return Err(refused(
             field,
             path,
-            format!("holds a {fstype} mount at {}", point.display()),
+            format!("it holds a {fstype} mount at {}", point.display()),
         ));
     }
     let grant = std::fs::metadata(path).ok();
@@ -149,7 +149,7 @@ pub(crate) fn check(field: &'static str, path: &Path) -> Result<(), SandboxError
             return Err(refused(
                 field,
                 path,
-                format!("holds the container engine's control socket {sock}"),
+                format!("it holds the container engine's control socket {sock}"),
             ));
         }
     }

@@ -208,17 +208,22 @@ impl Source<'_> {
         Ok(())
     }
 
+    /// Count `n` bytes moved without [`Source::read_at`] (a copy in the kernel).
+    fn charge(&mut self, n: u64) -> io::Result<()> {
+        if self.prepaid {
+            self.budget.check()
+        } else {
+            self.budget.charge(self.used, n)
+        }
+    }
+
     /// Read at `off` into `buf`, counting the bytes against the budget.
     pub fn read_at(&mut self, buf: &mut [u8], off: u64) -> io::Result<usize> {
         let want = buf
             .len()
             .min(usize::try_from(self.len.saturating_sub(off)).unwrap_or(CHUNK));
         let n = rustix::io::pread(&self.file, &mut buf[..want], off)?;
-        if self.prepaid {
-            self.budget.check()?;
-        } else {
-            self.budget.charge(self.used, n as u64)?;
-        }
+        self.charge(n as u64)?;
         Ok(n)
     }
 }
@@ -422,14 +427,37 @@ pub fn open_beneath(root: impl AsFd, rel: &Path) -> io::Result<OwnedFd> {
 }
 
 /// Copy `src`'s data into `dst` (a new, empty file) keeping its holes, then give `dst` the
-/// source's length.
+/// source's length. Each data range goes through `copy_file_range` (in the kernel, shared
+/// extents where the filesystem can), chunk by chunk so the budget is checked between;
+/// where the kernel cannot (across filesystems on some kernels), through a buffer.
 pub fn copy_sparse(src: &mut Source<'_>, dst: &File) -> io::Result<()> {
-    let mut buf = vec![0u8; CHUNK];
+    let mut buf: Vec<u8> = Vec::new();
     for (start, len) in src.data_ranges()? {
-        let mut off = start;
         let end = start + len;
+        let mut off = start;
         while off < end {
             let want = usize::try_from(end - off).unwrap_or(CHUNK).min(CHUNK);
+            if buf.is_empty() {
+                let (mut from, mut to) = (off, off);
+                match rustix::fs::copy_file_range(
+                    &src.file,
+                    Some(&mut from),
+                    dst,
+                    Some(&mut to),
+                    want,
+                ) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        src.charge(n as u64)?;
+                        off += n as u64;
+                        continue;
+                    }
+                    Err(Errno::XDEV | Errno::INVAL | Errno::NOSYS | Errno::OPNOTSUPP) => {
+                        buf = vec![0u8; CHUNK];
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+            }
             let n = src.read_at(&mut buf[..want], off)?;
             if n == 0 {
                 break;

@@ -190,6 +190,23 @@ pub(super) fn start(
     Ok(handle)
 }
 
+/// A run that timed out before its command started (the snapshot copy took the whole
+/// timeout): its outcome is known at once.
+pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration) -> RunHandle {
+    let (handle, control) = run_channel(plan.output_limit);
+    let outcome = SandboxOutcome {
+        status: Status::TimedOut,
+        stdout: snapshot(&control.stdout),
+        stderr: snapshot(&control.stderr),
+        wall_time,
+        backend,
+        files: Default::default(),
+        policy: plan.effective_policy(backend),
+    };
+    control.finish(Ok(outcome));
+    handle
+}
+
 struct Supervised {
     backend: &'static str,
     plan: Plan,

@@ -167,3 +167,21 @@ pub async fn orphans_reaped(ctx: Arc<Context>) -> CaseResult {
     );
     Ok(())
 }
+
+/// The command SIGKILLs its parent inside the sandbox (a backend's helper that reports its
+/// status) and exits 3: the outcome is exit 3, not a status forged by the helper's death.
+pub async fn helper_survives_the_command(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("helper")?;
+    let p = ctx.probe_in(ws.path(), ["kill-parent", "3"]).await?;
+    ensure!(
+        p.field("namespaced").and_then(|v| v.as_bool()) == Some(true),
+        "the probe is not in a pid namespace of its own, so it sent nothing: {}",
+        p.describe()
+    );
+    forbid!(
+        !matches!(p.outcome.status, sandbox_core::Status::Exited { code: 3 }),
+        "the command exited 3 after killing its parent, but the outcome is {:?}",
+        p.outcome.status
+    );
+    Ok(())
+}

@@ -200,9 +200,15 @@ impl Table {
         }
     }
 
-    /// Whether a mount at or above `path` shows it.
-    fn covers(&self, path: &Path) -> bool {
-        self.mounts.keys().any(|d| path.starts_with(d))
+    /// Whether `path` shows the host's own file inside: the deepest mount over it is a
+    /// bind (a private tmpfs over a host path hides it).
+    fn shows_host(&self, path: &Path) -> bool {
+        let deepest = self
+            .mounts
+            .iter()
+            .filter(|(dest, _)| path.starts_with(dest))
+            .max_by_key(|(dest, _)| depth(dest));
+        matches!(deepest, Some((_, m)) if m.op != Op::Tmpfs)
     }
 
     /// Whether a mount strictly above `path` holds it (else it sits on our root).
@@ -277,7 +283,7 @@ pub(crate) fn bundle(
     // A program outside everything shown (a tool in the caller's home, a test binary in a
     // build directory) gets its own file: naming it to run grants it, not its directory.
     // A symlinked system directory counts as shown through its target.
-    if !table.covers(&plan.program) {
+    if !table.shows_host(&plan.program) {
         check_user_path("argv", &plan.program)?;
         table.user(&plan.program, Origin::Program);
     }
@@ -729,6 +735,15 @@ mod tests {
                 );
             }
         }
+        // Under a private tmpfs, the program's file is still bound.
+        let tmp = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        let prog = tmp.path().canonicalize().unwrap().join("prog");
+        std::fs::copy(&me, &prog).unwrap();
+        let b = build(
+            &SandboxOpts::new(ws.path(), [prog.as_os_str()]),
+            InsideLimits::default(),
+        );
+        assert_eq!(mount_of(&b, &prog).unwrap().0, "bind");
         // A system program gets nothing of its own.
         let b = build(
             &SandboxOpts::new(ws.path(), ["true"]),

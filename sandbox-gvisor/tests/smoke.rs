@@ -98,17 +98,29 @@ async fn a_command_runs_writes_its_workspace_and_leaves_nothing() {
     let before = bundles();
     let sb = sandbox_gvisor::sandbox();
     let out = sb.execute(opts).await.unwrap();
-    assert_eq!(out.status, Status::Exited { code: 7 }, "{}", out.stderr.text());
+    assert_eq!(
+        out.status,
+        Status::Exited { code: 7 },
+        "{}",
+        out.stderr.text()
+    );
     assert!(!out.stdout.text().contains("READ"), "{}", out.stdout.text());
     let made = ws.path().join("out.txt");
     assert_eq!(std::fs::read_to_string(&made).unwrap(), "made\n");
     // A root host runs the command as the workspace's owner; otherwise as the caller.
-    let expected = if is_root() { 65534 } else { nix::unistd::geteuid().as_raw() };
+    let expected = if is_root() {
+        65534
+    } else {
+        nix::unistd::geteuid().as_raw()
+    };
     assert_eq!(std::fs::metadata(&made).unwrap().uid(), expected);
     // Nothing of runsc is left: no process of this run, no bundle, no mount.
     let ours = format!("sandbox-{}-", std::process::id());
     assert_eq!(runsc_processes(&ours), Vec::<String>::new());
-    let after: Vec<_> = bundles().into_iter().filter(|b| !before.contains(b)).collect();
+    let after: Vec<_> = bundles()
+        .into_iter()
+        .filter(|b| !before.contains(b))
+        .collect();
     assert_eq!(after, Vec::<PathBuf>::new());
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains("sandbox-gvisor-"), "{mounts}");
@@ -172,7 +184,13 @@ async fn root_owned_workspace_is_refused_on_a_root_host() {
     let marker = ws.path().join("ran");
     let opts = SandboxOpts::new(
         ws.path(),
-        ["/bin/sh", "-c", "touch \"$1\"", "sh", marker.to_str().unwrap()],
+        [
+            "/bin/sh",
+            "-c",
+            "touch \"$1\"",
+            "sh",
+            marker.to_str().unwrap(),
+        ],
     );
     let e = sandbox_gvisor::sandbox().run(opts).await.unwrap_err();
     assert!(
@@ -195,5 +213,8 @@ async fn preflight_runs_a_real_command() {
         .await
         .unwrap();
     assert_eq!(pre.backend, "gvisor");
-    assert!(pre.version.as_deref().unwrap_or("").contains("runsc"), "{pre:?}");
+    assert!(
+        pre.version.as_deref().unwrap_or("").contains("runsc"),
+        "{pre:?}"
+    );
 }

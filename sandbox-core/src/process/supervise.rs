@@ -72,7 +72,7 @@ pub(super) fn start(
             value: n,
             mechanism,
         });
-        if mechanism == LimitMechanism::Rlimit && !launch.process_rlimit_inside {
+        if mechanism == LimitMechanism::Rlimit && !launch.process_rlimit_inside && !inside {
             rlimits.push((libc::RLIMIT_NPROC, n));
         }
     }

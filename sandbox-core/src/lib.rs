@@ -38,6 +38,7 @@
 
 pub mod capability;
 mod error;
+pub mod idmap;
 mod options;
 mod outcome;
 mod plan;

@@ -36,16 +36,22 @@ pub(crate) enum GvisorError {
     /// runsc is not installed.
     #[error("runsc was not found ({0})")]
     Missing(String),
-    /// A root host with a tree no unprivileged uid may write.
+    /// A root host could not hand a tree to the command's uid.
     #[error(
-        "{path} belongs to root, and a command under a root host runs as an unprivileged \
-         uid that cannot write it (root inside the sandbox would read root-only files)"
+        "{path} belongs to uid {owner}, and the command (uid {uid}) gets it through an \
+         idmapped mount, which failed: {source}"
     )]
-    RootOwned {
+    Handover {
         /// The option it came from.
         field: &'static str,
         /// The path.
         path: PathBuf,
+        /// Its owner.
+        owner: u32,
+        /// The command's uid.
+        uid: u32,
+        /// Why.
+        source: std::io::Error,
     },
 }
 
@@ -57,11 +63,12 @@ impl From<GvisorError> for SandboxError {
                 SandboxError::invalid(field, text)
             }
             GvisorError::Missing(_) => SandboxError::unavailable(NAME, text, INSTALL),
-            GvisorError::RootOwned { field, .. } => SandboxError::NotSupported {
+            GvisorError::Handover { field, .. } => SandboxError::NotSupported {
                 backend: NAME,
                 feature: format!("{field}: {text}"),
-                remedy: "run the host as the tree's owner, or give the tree to an ordinary \
-                         user (the command then runs as that user), or use the bwrap backend"
+                remedy: "use a kernel and filesystem with idmapped mounts (Linux 5.12+), give \
+                         the tree to an ordinary user (the command then runs as that user), \
+                         or run the host as the tree's owner"
                     .into(),
             },
         }

@@ -40,8 +40,12 @@
 //! - A **root** host runs runsc as root (the gofer needs it to serve files) and the
 //!   command as the **workspace's owner** (group 0 replaced by `nogroup`): the Sentry
 //!   checks every access against that uid, so root-only files stay unreadable and what
-//!   the command makes belongs to that user. A root-owned workspace or writable path is
-//!   refused with a remedy: a uid-0 command would own root's files.
+//!   the command makes belongs to that user. With a root-owned workspace (CI) it runs as
+//!   `nobody`, and the workspace (and any writable path the command's uid does not own)
+//!   is handed over by an **idmapped mount** ([`sandbox_core::idmap`], Linux 5.12+) on
+//!   which its owner's files appear as the command's: the command writes it live, what
+//!   it makes is the owner's on disk, and setuid bits are refused by the filter. Where
+//!   idmapped mounts cannot be made, such a run is refused with the remedy.
 //!
 //! # What it cannot do
 //!
@@ -196,15 +200,6 @@ impl Launcher for GvisorBackend {
             .prefix("sandbox-gvisor-preflight-")
             .tempdir()
             .map_err(|e| SandboxError::io("creating the preflight workspace", e))?;
-        if self.facts.is_root {
-            // A root host runs the command as the workspace's owner, never as root.
-            nix::unistd::chown(
-                dir.path(),
-                Some(nix::unistd::Uid::from_raw(spec::NOBODY)),
-                Some(nix::unistd::Gid::from_raw(spec::NOBODY)),
-            )
-            .map_err(|e| SandboxError::io("handing the preflight workspace over", e.into()))?;
-        }
         let mut opts = SandboxOpts::new(dir.path(), ["true"]);
         opts.lane = Lane::Trusted;
         opts.limits = ResourceLimits::none();
@@ -254,26 +249,34 @@ impl Launcher for GvisorBackend {
                     .into(),
             });
         }
-        let owner = std::fs::metadata(&plan.workspace)
-            .map(|m| (m.uid(), m.gid()))
-            .map_err(|e| SandboxError::io("reading the workspace's owner", e))?;
-        let who =
-            spec::identity(self.facts.is_root, owner).map_err(|()| GvisorError::RootOwned {
-                field: "workspace",
-                path: plan.workspace.clone(),
-            })?;
+        let owner_of = |p: &Path| {
+            std::fs::metadata(p)
+                .map(|m| (m.uid(), m.gid()))
+                .map_err(|e| SandboxError::io(format!("reading the owner of {}", p.display()), e))
+        };
+        let who = spec::identity(self.facts.is_root, owner_of(&plan.workspace)?);
+        let mut written = bundle::Written::new()?;
+        // A root host hands each writable tree the command's uid does not own over by an
+        // idmapped mount: its owner's files appear as the command's, live.
+        let mut staged = Vec::new();
         if self.facts.is_root {
-            for p in &plan.writable_paths {
-                let uid = std::fs::metadata(p)
-                    .map(|m| m.uid())
-                    .map_err(|e| SandboxError::io("reading a writable path's owner", e))?;
-                if uid == 0 {
-                    return Err(GvisorError::RootOwned {
-                        field: "writable_paths",
-                        path: p.clone(),
-                    }
-                    .into());
+            let trees = std::iter::once(("workspace", &plan.workspace))
+                .chain(plan.writable_paths.iter().map(|p| ("writable_paths", p)));
+            for (field, tree) in trees {
+                let (uid, gid) = owner_of(tree)?;
+                if uid == who.uid {
+                    continue;
                 }
+                let at = written
+                    .stage(tree, (uid, gid), (who.uid, who.gid))
+                    .map_err(|source| GvisorError::Handover {
+                        field,
+                        path: tree.clone(),
+                        owner: uid,
+                        uid: who.uid,
+                        source,
+                    })?;
+                staged.push((tree.clone(), at));
             }
         }
         let host = HostSupport::detect(true);
@@ -286,9 +289,10 @@ impl Launcher for GvisorBackend {
         };
         let layout = spec::Layout {
             system: &self.facts.system,
+            staged: &staged,
         };
         let b = spec::bundle(plan, layout, who, limits, &|p: &Path| p.is_dir())?;
-        let written = bundle::write(&b)?;
+        written.write(&b)?;
         let args = spec::runsc_args(
             &written.state(),
             written.path(),
@@ -318,6 +322,13 @@ impl Launcher for GvisorBackend {
             "runs as uid {} gid {} inside the Sentry, no capabilities",
             who.uid, who.gid
         ));
+        for (tree, _) in &staged {
+            launch.notes.push(format!(
+                "{} handed to uid {} by an idmapped mount",
+                tree.display(),
+                who.uid
+            ));
+        }
         launch.keep_alive.push(Box::new(written));
         Ok(launch)
     }

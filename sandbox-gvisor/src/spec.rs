@@ -60,18 +60,21 @@ pub(crate) const NOBODY: u32 = 65534;
 /// - A host that is not root runs runsc rootless, whose one mapped uid is the caller:
 ///   the command is uid 0 *inside* (no capabilities), which is the caller on the host.
 /// - A root host runs the command as the workspace's owner when that is an ordinary
-///   user (group 0 replaced by `nogroup`), so what it makes belongs to that user; a
-///   root-owned workspace is refused (root inside would own root's files).
-pub(crate) fn identity(host_is_root: bool, owner: (u32, u32)) -> Result<Identity, ()> {
+///   user (group 0 replaced by `nogroup`), so what it makes belongs to that user; with a
+///   root-owned workspace, as `nobody`, the workspace handed over by an idmapped mount.
+pub(crate) fn identity(host_is_root: bool, owner: (u32, u32)) -> Identity {
     if !host_is_root {
-        return Ok(Identity { uid: 0, gid: 0 });
+        return Identity { uid: 0, gid: 0 };
     }
     match owner {
-        (0, _) => Err(()),
-        (uid, gid) => Ok(Identity {
+        (0, _) => Identity {
+            uid: NOBODY,
+            gid: NOBODY,
+        },
+        (uid, gid) => Identity {
             uid,
             gid: if gid == 0 { NOBODY } else { gid },
-        }),
+        },
     }
 }
 
@@ -93,6 +96,9 @@ pub(crate) struct InsideLimits {
 pub(crate) struct Layout<'a> {
     /// The system directories and how the host has each.
     pub system: &'a [(PathBuf, SystemEntry)],
+    /// Caller's paths bound from elsewhere: the idmapped staging mount that hands a tree
+    /// to the command's uid (destination, source).
+    pub staged: &'a [(PathBuf, PathBuf)],
 }
 
 /// Something to make in the bundle's root directory before runsc starts: a mount point
@@ -305,7 +311,11 @@ pub(crate) fn bundle(
             }
             Op::RoBind | Op::Bind => {
                 let rw = if m.op == Op::Bind { "rw" } else { "ro" };
-                json!({"destination": d, "type": "bind", "source": d,
+                let source = match layout.staged.iter().find(|(at, _)| at == dest) {
+                    Some((_, from)) => text("mounts", "a path", from.as_os_str())?,
+                    None => d,
+                };
+                json!({"destination": d, "type": "bind", "source": source,
                        "options": ["rbind", rw, "nosuid", "nodev"]})
             }
         };
@@ -521,9 +531,16 @@ mod tests {
     fn build(opts: &SandboxOpts, limits: InsideLimits) -> Bundle {
         let plan = Plan::new(opts, "gvisor", &cap()).unwrap();
         let sys = system();
-        bundle(&plan, Layout { system: &sys }, WHO, limits, &|p: &Path| {
-            p.is_dir()
-        })
+        bundle(
+            &plan,
+            Layout {
+                system: &sys,
+                staged: &[],
+            },
+            WHO,
+            limits,
+            &|p: &Path| p.is_dir(),
+        )
         .unwrap()
     }
 
@@ -619,6 +636,29 @@ mod tests {
     }
 
     #[test]
+    fn a_staged_tree_is_bound_from_its_staging_mount() {
+        let ws = tempfile::tempdir().unwrap();
+        let opts = SandboxOpts::new(ws.path(), ["true"]);
+        let plan = Plan::new(&opts, "gvisor", &cap()).unwrap();
+        let sys = system();
+        let w = ws.path().canonicalize().unwrap();
+        let staged = [(w.clone(), PathBuf::from("/b/stage/0"))];
+        let layout = Layout {
+            system: &sys,
+            staged: &staged,
+        };
+        let b = bundle(&plan, layout, WHO, InsideLimits::default(), &|_| true).unwrap();
+        let m = b.config["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| Path::new(m["destination"].as_str().unwrap()) == w)
+            .unwrap();
+        assert_eq!(m["source"], "/b/stage/0");
+        assert_eq!(m["options"][1], "rw");
+    }
+
+    #[test]
     fn a_path_named_twice_gets_the_restriction() {
         let ws = tempfile::tempdir().unwrap();
         let mut opts = SandboxOpts::new(ws.path(), ["true"]);
@@ -641,7 +681,10 @@ mod tests {
             let sys = system();
             let e = bundle(
                 &plan,
-                Layout { system: &sys },
+                Layout {
+                    system: &sys,
+                    staged: &[],
+                },
                 WHO,
                 InsideLimits::default(),
                 &|_| true,
@@ -784,25 +827,11 @@ mod tests {
 
     #[test]
     fn identity_follows_the_rules() {
-        assert_eq!(
-            identity(false, (1000, 1000)),
-            Ok(Identity { uid: 0, gid: 0 })
-        );
-        assert_eq!(
-            identity(true, (1000, 1000)),
-            Ok(Identity {
-                uid: 1000,
-                gid: 1000
-            })
-        );
-        assert_eq!(
-            identity(true, (1000, 0)),
-            Ok(Identity {
-                uid: 1000,
-                gid: NOBODY
-            })
-        );
-        assert_eq!(identity(true, (0, 0)), Err(()));
+        let id = |uid, gid| Identity { uid, gid };
+        assert_eq!(identity(false, (1000, 1000)), id(0, 0));
+        assert_eq!(identity(true, (1000, 1000)), id(1000, 1000));
+        assert_eq!(identity(true, (1000, 0)), id(1000, NOBODY));
+        assert_eq!(identity(true, (0, 0)), id(NOBODY, NOBODY));
     }
 
     #[test]
@@ -833,7 +862,10 @@ mod tests {
         let sys = system();
         let e = bundle(
             &plan,
-            Layout { system: &sys },
+            Layout {
+                system: &sys,
+                staged: &[],
+            },
             WHO,
             InsideLimits::default(),
             &|_| true,

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sandbox_core::{Sandbox, SandboxError, SandboxExt, SandboxOpts, Status};
+use sandbox_core::{Sandbox, SandboxExt, SandboxOpts, Status};
 use sandbox_gvisor::GvisorBackend;
 
 /// One test at a time: the leftover checks look at every run of this process.
@@ -31,19 +31,22 @@ fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
-/// A workspace the command may write: on a root host, handed to `nobody` (a root-owned
-/// one is refused, see `root_owned_workspace_is_refused`).
-fn workspace() -> tempfile::TempDir {
+/// A workspace owned by `uid` (on a root host; otherwise the caller's own).
+fn workspace_of(uid: Option<u32>) -> tempfile::TempDir {
     let d = tempfile::tempdir().unwrap();
-    if is_root() {
+    if let (Some(uid), true) = (uid, is_root()) {
         nix::unistd::chown(
             d.path(),
-            Some(nix::unistd::Uid::from_raw(65534)),
-            Some(nix::unistd::Gid::from_raw(65534)),
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(uid)),
         )
         .unwrap();
     }
     d
+}
+
+fn workspace() -> tempfile::TempDir {
+    workspace_of(None)
 }
 
 /// The runsc processes whose command line names `needle`.
@@ -106,14 +109,18 @@ async fn a_command_runs_writes_its_workspace_and_leaves_nothing() {
     );
     assert!(!out.stdout.text().contains("READ"), "{}", out.stdout.text());
     let made = ws.path().join("out.txt");
-    assert_eq!(std::fs::read_to_string(&made).unwrap(), "made\n");
-    // A root host runs the command as the workspace's owner; otherwise as the caller.
-    let expected = if is_root() {
-        65534
-    } else {
+    assert_eq!(
+        std::fs::read_to_string(&made).ok().as_deref(),
+        Some("made\n"),
+        "{}",
+        out.stderr.text()
+    );
+    // The file belongs to the workspace's owner on disk: the caller, or on a root host
+    // root (the command ran as `nobody` through an idmapped mount).
+    assert_eq!(
+        std::fs::metadata(&made).unwrap().uid(),
         nix::unistd::geteuid().as_raw()
-    };
-    assert_eq!(std::fs::metadata(&made).unwrap().uid(), expected);
+    );
     // Nothing of runsc is left: no process of this run, no bundle, no mount.
     let ours = format!("sandbox-{}-", std::process::id());
     assert_eq!(runsc_processes(&ours), Vec::<String>::new());
@@ -175,30 +182,38 @@ async fn setuid_bits_are_refused() {
 }
 
 #[tokio::test]
-async fn root_owned_workspace_is_refused_on_a_root_host() {
+async fn a_root_host_runs_the_command_as_the_workspace_owner_or_nobody() {
     if !available() || !is_root() {
         return;
     }
     let _one = SERIAL.lock().await;
-    let ws = tempfile::tempdir().unwrap();
-    let marker = ws.path().join("ran");
-    let opts = SandboxOpts::new(
-        ws.path(),
-        [
-            "/bin/sh",
-            "-c",
-            "touch \"$1\"",
-            "sh",
-            marker.to_str().unwrap(),
-        ],
-    );
-    let e = sandbox_gvisor::sandbox().run(opts).await.unwrap_err();
-    assert!(
-        matches!(&e, SandboxError::NotSupported { backend: "gvisor", feature, .. }
-            if feature.contains("workspace")),
-        "{e}"
-    );
-    assert!(!marker.exists());
+    let root_only = tempfile::tempdir().unwrap();
+    let secret = root_only.path().join("secret");
+    std::fs::write(&secret, "s3cret").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    for (owner, expected_uid) in [(Some(4242), 4242), (None, 65534)] {
+        let ws = workspace_of(owner);
+        let mut opts = SandboxOpts::new(
+            ws.path(),
+            [
+                "/bin/sh",
+                "-c",
+                "id -u > uid.txt; cat \"$1\" && echo READ",
+                "sh",
+                secret.to_str().unwrap(),
+            ],
+        );
+        opts.read_only_paths.push(root_only.path().into());
+        let out = sandbox_gvisor::sandbox().execute(opts).await.unwrap();
+        assert!(!out.stdout.text().contains("READ"), "{}", out.stdout.text());
+        let uid = std::fs::read_to_string(ws.path().join("uid.txt")).unwrap();
+        assert_eq!(uid.trim(), expected_uid.to_string(), "{owner:?}");
+        // On disk the file is the workspace owner's.
+        let on_disk = std::fs::metadata(ws.path().join("uid.txt")).unwrap().uid();
+        assert_eq!(on_disk, owner.unwrap_or(0));
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains("sandbox-gvisor-"), "{mounts}");
 }
 
 #[tokio::test]

@@ -372,6 +372,17 @@ pub(crate) fn bundle(
         }
     }
     let none: [&str; 0] = [];
+    // With the full network, runsc's host network is the network namespace it runs in:
+    // the spec must not ask for a new one.
+    let mut namespaces = vec![
+        json!({"type": "pid"}),
+        json!({"type": "ipc"}),
+        json!({"type": "uts"}),
+        json!({"type": "mount"}),
+    ];
+    if plan.network != NetworkMode::Full {
+        namespaces.push(json!({"type": "network"}));
+    }
     let config = json!({
         "ociVersion": "1.0.2",
         "process": {
@@ -391,10 +402,7 @@ pub(crate) fn bundle(
         "hostname": "sandbox",
         "mounts": mounts,
         "linux": {
-            "namespaces": [
-                {"type": "pid"}, {"type": "network"}, {"type": "ipc"},
-                {"type": "uts"}, {"type": "mount"}
-            ],
+            "namespaces": namespaces,
             "seccomp": no_setuid_filter(),
         },
     });
@@ -832,6 +840,24 @@ mod tests {
         assert_eq!(identity(true, (1000, 1000)), id(1000, 1000));
         assert_eq!(identity(true, (1000, 0)), id(1000, NOBODY));
         assert_eq!(identity(true, (0, 0)), id(NOBODY, NOBODY));
+    }
+
+    #[test]
+    fn only_the_full_network_shares_the_hosts_namespace() {
+        let ws = tempfile::tempdir().unwrap();
+        let has_netns = |mode| {
+            let mut opts = SandboxOpts::new(ws.path(), ["true"]);
+            opts.network = mode;
+            let b = build(&opts, InsideLimits::default());
+            b.config["linux"]["namespaces"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["type"] == "network")
+        };
+        assert!(has_netns(NetworkMode::None));
+        assert!(has_netns(NetworkMode::Loopback));
+        assert!(!has_netns(NetworkMode::Full));
     }
 
     #[test]

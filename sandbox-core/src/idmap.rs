@@ -26,6 +26,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+/// One mapping of an idmapped mount: files of on-disk `(uid, gid)` (the first) shown as
+/// owned by the second.
+pub type Mapping = ((u32, u32), (u32, u32));
+
 // From <linux/mount.h>; not all in the libc crate's version.
 const OPEN_TREE_CLONE: libc::c_uint = 1;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
@@ -68,11 +72,7 @@ impl IdmappedMount {
     /// another. A runtime whose file server creates files as root and then hands them to
     /// the command's uid (gVisor's gofer) needs root itself mapped, to an on-disk id that
     /// no account uses, or its creations fail with `EOVERFLOW`.
-    pub fn create_with(
-        source: &Path,
-        staging: &Path,
-        maps: &[((u32, u32), (u32, u32))],
-    ) -> io::Result<Self> {
+    pub fn create_with(source: &Path, staging: &Path, maps: &[Mapping]) -> io::Result<Self> {
         // The mount point must be of the source's kind: a directory, or a file for a
         // named writable file.
         if fs::metadata(source)?.is_dir() {
@@ -207,7 +207,7 @@ fn last(what: &str) -> io::Error {
 
 /// A user namespace whose single mapping shows on-disk `from` as `to`: a descriptor of
 /// it, kept alive by the descriptor alone.
-fn user_namespace(maps: &[((u32, u32), (u32, u32))]) -> io::Result<OwnedFd> {
+fn user_namespace(maps: &[Mapping]) -> io::Result<OwnedFd> {
     let mut ready = [0i32; 2];
     let mut go = [0i32; 2];
     // SAFETY: pipe2 fills the two-element arrays we own.

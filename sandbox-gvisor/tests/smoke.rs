@@ -5,6 +5,8 @@
 //! Skipped, with a message, on a host without runsc; `SANDBOX_REQUIRE_GVISOR=1` makes that
 //! a failure (CI installs runsc).
 
+#![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
+
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 use std::time::Duration;

@@ -51,6 +51,15 @@ fn workspace() -> tempfile::TempDir {
     workspace_of(None)
 }
 
+/// What every runsc process of this binary's runs has in its command line, the gofer
+/// included: the bundle directory's prefix (`--root=TMP/sandbox-gvisor-…/state`).
+fn ours() -> String {
+    std::env::temp_dir()
+        .join("sandbox-gvisor-")
+        .to_string_lossy()
+        .into_owned()
+}
+
 /// The runsc processes whose command line names `needle`.
 fn runsc_processes(needle: &str) -> Vec<String> {
     let mut found = Vec::new();
@@ -61,6 +70,24 @@ fn runsc_processes(needle: &str) -> Vec<String> {
         let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
         if cmd.contains("runsc") && cmd.contains(needle) {
             found.push(cmd);
+        }
+    }
+    found
+}
+
+/// The pids of [`runsc_processes`].
+fn runsc_pids(needle: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd);
+        if cmd.contains("runsc") && cmd.contains(needle) {
+            found.push(pid);
         }
     }
     found
@@ -124,7 +151,7 @@ async fn a_command_runs_writes_its_workspace_and_leaves_nothing() {
         nix::unistd::geteuid().as_raw()
     );
     // Nothing of runsc is left: no process of this run, no bundle, no mount.
-    let ours = format!("sandbox-{}-", std::process::id());
+    let ours = ours();
     assert_eq!(runsc_processes(&ours), Vec::<String>::new());
     let after: Vec<_> = bundles()
         .into_iter()
@@ -150,7 +177,7 @@ async fn kill_leaves_no_runsc_process_behind() {
     let sb = sandbox_gvisor::sandbox();
     sb.run(opts).await.unwrap();
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let ours = format!("sandbox-{}-", std::process::id());
+    let ours = ours();
     assert!(
         !runsc_processes(&ours).is_empty(),
         "runsc is not running after 1.5 s"
@@ -159,6 +186,45 @@ async fn kill_leaves_no_runsc_process_behind() {
     let out = sb.wait().await.unwrap();
     assert_eq!(out.status, Status::Killed);
     assert_eq!(runsc_processes(&ours), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn sigkill_of_runsc_from_outside_leaves_nothing() {
+    if !available() {
+        return;
+    }
+    let _one = SERIAL.lock().await;
+    let ws = workspace();
+    let mut opts = SandboxOpts::new(ws.path(), ["/bin/sh", "-c", "sleep 300"]);
+    opts.timeout = Some(Duration::from_secs(120));
+    let before = bundles();
+    let sb = sandbox_gvisor::sandbox();
+    sb.run(opts).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let ours = ours();
+    // Every runsc process of the run, the Sentry and the gofer included, killed by someone
+    // else (the OOM killer, an operator).
+    let pids = runsc_pids(&ours);
+    assert!(pids.len() >= 2, "runsc's processes: {pids:?}");
+    for pid in &pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), sb.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(out.status, Status::Exited { code: 0 });
+    assert_eq!(runsc_processes(&ours), Vec::<String>::new());
+    let after: Vec<_> = bundles()
+        .into_iter()
+        .filter(|b| !before.contains(b))
+        .collect();
+    assert_eq!(after, Vec::<PathBuf>::new());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains("sandbox-gvisor-"), "{mounts}");
 }
 
 #[tokio::test]

@@ -89,6 +89,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_core::registry::{AutoRank, BackendInfo};
 use sandbox_core::{
     Capability, Enforcement, Lane, LimitMechanism, NetworkMode, Plan, Preflight, ResourceLimits,
     SandboxError, SandboxExt, SandboxOpts, Status, TreeKill, DEFAULT_PATH,
@@ -99,6 +100,24 @@ use crate::host::HostFacts;
 
 /// The backend's name.
 pub const NAME: &str = "gvisor";
+
+/// What the facade's registry knows of this backend. On `strict` and `trusted`, `auto`
+/// tries it after bwrap (a runtime per command costs more than namespaces) and before
+/// docker (no image or engine needed, and a kernel of its own); on `fast`, where every
+/// backend enforces the same and the cheapest start wins, last.
+pub const INFO: BackendInfo = BackendInfo {
+    name: NAME,
+    summary: "gVisor's user-space kernel (runsc)",
+    auto_rank: AutoRank {
+        strict: Some(15),
+        fast: Some(40),
+        trusted: Some(15),
+    },
+    unconfined: false,
+    image: None,
+    make: |_| Ok(Arc::new(GvisorBackend::new())),
+    launcher: Some(|| Arc::new(GvisorBackend::new())),
+};
 
 /// A sandbox run by gVisor.
 pub type GvisorSandbox = ProcessSandbox<GvisorBackend>;
@@ -227,7 +246,7 @@ impl Launcher for GvisorBackend {
             "platform ptrace; network none/loopback: gVisor's own loopback".into(),
         ];
         details.push(if self.facts.is_root {
-            "host is root: runsc as root, the command as the workspace's owner; full network \
+            "host is root: runsc as root, the command as the workspace's owner (nobody, through an idmapped mount, for a root-owned one); full network \
              is the host's"
                 .into()
         } else {

@@ -9,13 +9,15 @@
 //! `run` does, so nothing is weakened), and (3) passes its preflight on this host, which
 //! does the real thing on a trivial command.
 //!
-//! - `strict` and `trusted`: `bwrap`, then `docker`, then `landlock`. Namespaces give the
-//!   strongest confinement of a host program (own mount, pid, network and user world);
-//!   a container is as strong but needs an image and an engine; landlock with seccomp
-//!   cannot isolate processes, so the `strict` lane refuses it anyway.
-//! - `fast`: `landlock`, then `bwrap`, then `docker`. On this lane every backend enforces
-//!   everything asked exactly (that is what the lane means), so the cheapest start wins:
-//!   landlock costs about what a bare spawn does.
+//! - `strict` and `trusted`: `bwrap`, then `gvisor`, then `docker`, then `landlock`.
+//!   Namespaces give the strongest confinement of a host program (own mount, pid, network
+//!   and user world) at the cost of a spawn; gVisor adds a kernel of its own between the
+//!   command and the host's, at the cost of a runtime per command; a container is as
+//!   strong as namespaces but needs an image and an engine; landlock with seccomp cannot
+//!   isolate processes, so the `strict` lane refuses it anyway.
+//! - `fast`: `landlock`, then `bwrap`, then `docker`, then `gvisor`. On this lane every
+//!   backend enforces everything asked exactly (that is what the lane means), so the
+//!   cheapest start wins: landlock costs about what a bare spawn does.
 //! - A backend that confines nothing ([`BackendInfo::unconfined`]: `none`) comes last, and
 //!   only with [`Choice::Auto`]`{ allow_none: true }`; even then the lane decides (it runs
 //!   only on `trusted`).
@@ -435,12 +437,12 @@ mod tests {
     fn the_ranks_give_the_documented_order() {
         assert_eq!(
             names(preference(Lane::Fast)),
-            documented(&["landlock", "bwrap", "docker"])
+            documented(&["landlock", "bwrap", "docker", "gvisor"])
         );
         for lane in [Lane::Strict, Lane::Trusted] {
             assert_eq!(
                 names(preference(lane)),
-                documented(&["bwrap", "docker", "landlock"])
+                documented(&["bwrap", "gvisor", "docker", "landlock"])
             );
         }
     }

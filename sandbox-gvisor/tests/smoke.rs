@@ -2,8 +2,8 @@
 //! bundle, its uid rules, runsc's leftovers). The shared behaviour is the conformance
 //! suite's (`cargo xtask conformance --backend gvisor`).
 //!
-//! Skipped, with a message, on a host without runsc; `SANDBOX_REQUIRE_GVISOR=1` makes that
-//! a failure (CI installs runsc).
+//! Skipped, with a message, on a host without runsc; `SANDBOX_TEST_REQUIRE=gvisor` (or
+//! `all`) makes that a failure, as CI does.
 
 #![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
 
@@ -20,9 +20,13 @@ static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 fn available() -> bool {
     let found = which::which("runsc").is_ok();
     if !found {
+        let required = std::env::var("SANDBOX_TEST_REQUIRE").is_ok_and(|v| {
+            v.split(',')
+                .any(|b| b.trim() == "gvisor" || b.trim() == "all")
+        });
         assert!(
-            std::env::var_os("SANDBOX_REQUIRE_GVISOR").is_none(),
-            "runsc is required here but not installed"
+            !required,
+            "gvisor is required (SANDBOX_TEST_REQUIRE) but runsc is not installed"
         );
         eprintln!("skipped: runsc is not installed");
     }

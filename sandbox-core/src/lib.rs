@@ -43,6 +43,7 @@
 pub mod capability;
 mod error;
 pub mod idmap;
+pub mod layout;
 mod options;
 mod outcome;
 mod plan;

@@ -1,36 +1,11 @@
 //! What the backend learns about the host once, when it is constructed: where runsc is,
 //! its version, whether the host is root, and how the system directories are laid out
-//! (asked of the host: a merged `/usr` is read from the symlinks, never assumed).
+//! (`sandbox_core::layout`).
 
 use std::path::PathBuf;
 use std::process::Command;
 
-/// The top-level directories the sandbox gets read-only, as the host has them. `/bin`,
-/// `/lib*` and `/sbin` are symlinks into `/usr` on a merged-`/usr` host and directories on
-/// an older one; `/opt` and `/nix/store` exist only on some hosts.
-pub(crate) const SYSTEM_DIRS: &[&str] = &[
-    "/usr",
-    "/etc",
-    "/opt",
-    "/nix/store",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib64",
-    "/lib32",
-    "/libx32",
-];
-
-/// One system directory as the host has it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum SystemEntry {
-    /// A real directory: bound read-only.
-    Dir,
-    /// A symlink: recreated in the sandbox's root with the same target.
-    Symlink(PathBuf),
-    /// Not on this host.
-    Absent,
-}
+use sandbox_core::layout::SystemEntry;
 
 /// The facts, found once.
 #[derive(Clone, Debug)]
@@ -42,7 +17,7 @@ pub(crate) struct HostFacts {
     /// The host process runs as root: runsc runs as root and the command as an
     /// unprivileged uid; otherwise runsc runs rootless as the caller.
     pub is_root: bool,
-    /// Each of [`SYSTEM_DIRS`], in that order.
+    /// Each of [`sandbox_core::layout::SYSTEM_DIRS`], in that order.
     pub system: Vec<(PathBuf, SystemEntry)>,
 }
 
@@ -57,21 +32,7 @@ impl HostFacts {
             let text = String::from_utf8_lossy(&out.stdout);
             text.lines().next().map(|l| l.trim().to_owned())
         });
-        let system = SYSTEM_DIRS
-            .iter()
-            .map(|d| {
-                let p = PathBuf::from(d);
-                let entry = match std::fs::symlink_metadata(&p) {
-                    Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(&p) {
-                        Ok(t) => SystemEntry::Symlink(t),
-                        Err(_) => SystemEntry::Absent,
-                    },
-                    Ok(m) if m.is_dir() => SystemEntry::Dir,
-                    _ => SystemEntry::Absent,
-                };
-                (p, entry)
-            })
-            .collect();
+        let system = sandbox_core::layout::system_layout();
         Self {
             runsc,
             version,

@@ -32,15 +32,14 @@
 //! sandbox's own processes; an OCI seccomp filter, applied by the Sentry, that refuses
 //! setuid and setgid bits on every call that sets a mode.
 
-use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
+use sandbox_core::layout::{depth, MountTable, Origin, SystemEntry};
 use sandbox_core::{NetworkMode, Plan};
 use serde_json::{json, Value};
 
 use crate::error::GvisorError;
-use crate::host::SystemEntry;
 
 /// The private tmpfs directories.
 const PRIVATE_TMPFS: &[&str] = &["/tmp", "/home", "/root", "/run"];
@@ -125,29 +124,6 @@ enum Op {
     Tmpfs,
 }
 
-/// Who asked for a mount, and with what weight at the same path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Origin {
-    System,
-    Program,
-    ReadOnlyPath,
-    Writable,
-    Workspace,
-    Carveout,
-}
-
-#[derive(Clone, Debug)]
-struct Mount {
-    op: Op,
-    origin: Origin,
-}
-
-fn depth(p: &Path) -> usize {
-    p.components()
-        .filter(|c| matches!(c, Component::Normal(_)))
-        .count()
-}
-
 fn text<'a>(field: &'static str, what: &'static str, s: &'a OsStr) -> Result<&'a str, GvisorError> {
     s.to_str().ok_or_else(|| GvisorError::NotUtf8 {
         field,
@@ -175,67 +151,30 @@ fn check_user_path(field: &'static str, p: &Path) -> Result<(), GvisorError> {
     }
 }
 
-/// The mount table: one mount per destination.
-#[derive(Default)]
-struct Table {
-    mounts: BTreeMap<PathBuf, Mount>,
+/// The shared mount table (`sandbox_core::layout`) with this backend's operations.
+type Table = MountTable<Op>;
+
+/// A caller's path, bound writable or read-only by its origin.
+fn grant(t: &mut Table, dest: &Path, origin: Origin) {
+    let op = if origin.writable() {
+        Op::Bind
+    } else {
+        Op::RoBind
+    };
+    t.caller(dest, origin, op);
 }
 
-impl Table {
-    fn system(&mut self, dest: impl Into<PathBuf>, op: Op) {
-        self.mounts.insert(
-            dest.into(),
-            Mount {
-                op,
-                origin: Origin::System,
-            },
-        );
-    }
+/// Whether `path` shows the host's own file inside: the deepest mount over it is a bind
+/// (a private tmpfs over a host path hides it).
+fn shows_host(t: &Table, path: &Path) -> bool {
+    matches!(t.deepest(path, |_| true), Some((_, m)) if m.op != Op::Tmpfs)
+}
 
-    /// A caller's path: replaces a system mount, and another caller's of less weight.
-    fn user(&mut self, dest: &Path, origin: Origin) {
-        let op = match origin {
-            Origin::Writable | Origin::Workspace => Op::Bind,
-            _ => Op::RoBind,
-        };
-        match self.mounts.get(dest) {
-            Some(m) if m.origin != Origin::System && m.origin >= origin => {}
-            _ => {
-                self.mounts.insert(dest.to_path_buf(), Mount { op, origin });
-            }
-        }
-    }
-
-    /// Whether `path` shows the host's own file inside: the deepest mount over it is a
-    /// bind (a private tmpfs over a host path hides it).
-    fn shows_host(&self, path: &Path) -> bool {
-        let deepest = self
-            .mounts
-            .iter()
-            .filter(|(dest, _)| path.starts_with(dest))
-            .max_by_key(|(dest, _)| depth(dest));
-        matches!(deepest, Some((_, m)) if m.op != Op::Tmpfs)
-    }
-
-    /// Whether a mount strictly above `path` holds it (else it sits on our root).
-    fn above(&self, path: &Path) -> bool {
-        self.mounts
-            .keys()
-            .any(|d| d.as_path() != path && path.starts_with(d))
-    }
-
-    /// In mount order: shallowest first; at one depth, system mounts before the caller's.
-    fn ordered(&self) -> Vec<(&PathBuf, &Mount)> {
-        let mut v: Vec<_> = self.mounts.iter().collect();
-        v.sort_by(|(a, ma), (b, mb)| {
-            (depth(a), ma.origin != Origin::System, *a).cmp(&(
-                depth(b),
-                mb.origin != Origin::System,
-                *b,
-            ))
-        });
-        v
-    }
+/// Whether a mount strictly above `path` holds it (else it sits on our own root).
+fn above(t: &Table, path: &Path) -> bool {
+    t.mounts
+        .keys()
+        .any(|d| d.as_path() != path && path.starts_with(d))
 }
 
 /// The bundle for `plan`. `is_dir` says whether a host path is a directory (for the
@@ -283,15 +222,15 @@ pub(crate) fn bundle(
     for (field, origin, paths) in lists {
         for p in paths {
             check_user_path(field, p)?;
-            table.user(p, origin);
+            grant(&mut table, p, origin);
         }
     }
     // A program outside everything shown (a tool in the caller's home, a test binary in a
     // build directory) gets its own file: naming it to run grants it, not its directory.
     // A symlinked system directory counts as shown through its target.
-    if !table.shows_host(&plan.program) {
+    if !shows_host(&table, &plan.program) {
         check_user_path("argv", &plan.program)?;
-        table.user(&plan.program, Origin::Program);
+        grant(&mut table, &plan.program, Origin::Program);
     }
 
     let mut mounts = vec![
@@ -321,7 +260,7 @@ pub(crate) fn bundle(
         };
         mounts.push(entry);
         // Mount points on our own (read-only) root are made in the bundle beforehand.
-        if !table.above(dest) {
+        if !above(&table, dest) {
             let mut parents: Vec<PathBuf> = dest
                 .ancestors()
                 .skip(1)

@@ -438,27 +438,13 @@ pub(crate) fn runsc_args(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandbox_core::{Capability, Enforcement, SandboxOpts};
+    use sandbox_core::{Capability, SandboxOpts};
 
+    /// The backend's own capability, as on a root host (every network mode).
     fn cap() -> Capability {
-        Capability {
-            confine_writes: true,
-            confine_reads: true,
-            readonly_carveouts: true,
-            network_none: Enforcement::Exact,
-            network_loopback: Enforcement::Exact,
-            network_full: Enforcement::Exact,
-            tree_kill: true,
-            process_isolation: true,
-            drops_host_root: true,
-            memory_limit: true,
-            cpu_limit: true,
-            process_limit: true,
-            open_files_limit: true,
-            host_programs: true,
-            full_network_is_host: true,
-            ..Capability::default()
-        }
+        let mut facts = crate::host::HostFacts::detect();
+        facts.is_root = true;
+        crate::capability(&facts)
     }
 
     fn system() -> Vec<(PathBuf, SystemEntry)> {
@@ -468,6 +454,17 @@ mod tests {
             ("/opt".into(), SystemEntry::Absent),
             ("/bin".into(), SystemEntry::Symlink("usr/bin".into())),
         ]
+    }
+
+    /// The error `bundle` gives for `opts`.
+    fn refusal(opts: &SandboxOpts) -> GvisorError {
+        let plan = Plan::new(opts, "gvisor", &cap()).unwrap();
+        let sys = system();
+        let layout = Layout {
+            system: &sys,
+            staged: &[],
+        };
+        bundle(&plan, layout, WHO, InsideLimits::default(), &|_| true).unwrap_err()
     }
 
     const WHO: Identity = Identity {
@@ -624,19 +621,7 @@ mod tests {
         for bad in ["/", "/proc", "/sys/kernel", "/dev"] {
             let mut opts = SandboxOpts::new(ws.path(), ["true"]);
             opts.read_only_paths.push(bad.into());
-            let plan = Plan::new(&opts, "gvisor", &cap()).unwrap();
-            let sys = system();
-            let e = bundle(
-                &plan,
-                Layout {
-                    system: &sys,
-                    staged: &[],
-                },
-                WHO,
-                InsideLimits::default(),
-                &|_| true,
-            )
-            .unwrap_err();
+            let e = refusal(&opts);
             assert!(
                 matches!(e, GvisorError::Path { field: "read_only_paths", ref path, .. } if path == Path::new(bad)),
                 "{bad}: {e}"
@@ -823,19 +808,7 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         let bad = OsString::from_vec(vec![0xff, 0xfe]);
         let opts = SandboxOpts::new(ws.path(), [OsString::from("true"), bad]);
-        let plan = Plan::new(&opts, "gvisor", &cap()).unwrap();
-        let sys = system();
-        let e = bundle(
-            &plan,
-            Layout {
-                system: &sys,
-                staged: &[],
-            },
-            WHO,
-            InsideLimits::default(),
-            &|_| true,
-        )
-        .unwrap_err();
+        let e = refusal(&opts);
         assert!(
             matches!(e, GvisorError::NotUtf8 { field: "argv", .. }),
             "{e}"

@@ -97,6 +97,18 @@ fn runsc_pids(needle: &str) -> Vec<i32> {
     found
 }
 
+/// No runsc process of ours, no bundle made since `before`, no staging mount.
+fn assert_nothing_left(before: &[PathBuf]) {
+    assert_eq!(runsc_processes(&ours()), Vec::<String>::new());
+    let after: Vec<_> = bundles()
+        .into_iter()
+        .filter(|b| !before.contains(b))
+        .collect();
+    assert_eq!(after, Vec::<PathBuf>::new());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains("sandbox-gvisor-"), "{mounts}");
+}
+
 fn bundles() -> Vec<PathBuf> {
     std::fs::read_dir(std::env::temp_dir())
         .unwrap()
@@ -155,15 +167,7 @@ async fn a_command_runs_writes_its_workspace_and_leaves_nothing() {
         nix::unistd::geteuid().as_raw()
     );
     // Nothing of runsc is left: no process of this run, no bundle, no mount.
-    let ours = ours();
-    assert_eq!(runsc_processes(&ours), Vec::<String>::new());
-    let after: Vec<_> = bundles()
-        .into_iter()
-        .filter(|b| !before.contains(b))
-        .collect();
-    assert_eq!(after, Vec::<PathBuf>::new());
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mounts.contains("sandbox-gvisor-"), "{mounts}");
+    assert_nothing_left(&before);
 }
 
 #[tokio::test]
@@ -221,14 +225,7 @@ async fn sigkill_of_runsc_from_outside_leaves_nothing() {
         .unwrap()
         .unwrap();
     assert_ne!(out.status, Status::Exited { code: 0 });
-    assert_eq!(runsc_processes(&ours), Vec::<String>::new());
-    let after: Vec<_> = bundles()
-        .into_iter()
-        .filter(|b| !before.contains(b))
-        .collect();
-    assert_eq!(after, Vec::<PathBuf>::new());
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mounts.contains("sandbox-gvisor-"), "{mounts}");
+    assert_nothing_left(&before);
 }
 
 #[tokio::test]

@@ -44,8 +44,11 @@
 //!   `nobody`, and the workspace (and any writable path the command's uid does not own)
 //!   is handed over by an **idmapped mount** ([`sandbox_core::idmap`], Linux 5.12+) on
 //!   which its owner's files appear as the command's: the command writes it live, what
-//!   it makes is the owner's on disk, and setuid bits are refused by the filter. Where
-//!   idmapped mounts cannot be made, such a run is refused with the remedy.
+//!   it makes is the owner's on disk, and setuid bits are refused by the filter. runsc's
+//!   gofer creates each file as root and then hands it to the command's uid, so root is
+//!   mapped too, to an on-disk id no account has (`bundle::SPARE_ID`), which a new file
+//!   holds for that moment, inside the tree's own (root-owned) directory. Where idmapped
+//!   mounts cannot be made, such a run is refused with the remedy.
 //!
 //! # What it cannot do
 //!
@@ -71,10 +74,11 @@
 //!
 //! # Dependencies
 //!
-//! `sandbox-core` (everything shared), `async-trait` (the launcher trait), `serde_json`
-//! (the OCI spec), `tempfile` (the bundle and runsc's state, per run), `thiserror` (the
-//! backend's error), `which` (finding runsc), `nix` (the host's uid), `libc` (mode and
-//! open-flag constants for the filter), `tokio` (the preflight's run).
+//! `sandbox-core` (everything shared: the process machinery, the mount table, idmapped
+//! mounts), `async-trait` (the launcher trait), `serde_json` (the OCI spec), `tempfile`
+//! (the bundle and runsc's state, per run), `thiserror` (the backend's error), `which`
+//! (finding runsc), `nix` (the host's uid), `libc` (mode and open-flag constants for the
+//! filter), `tokio` (the preflight's run), `tracing` (a staging mount that would not go).
 
 mod bundle;
 mod error;
@@ -246,8 +250,8 @@ impl Launcher for GvisorBackend {
             "platform ptrace; network none/loopback: gVisor's own loopback".into(),
         ];
         details.push(if self.facts.is_root {
-            "host is root: runsc as root, the command as the workspace's owner (nobody, through an idmapped mount, for a root-owned one); full network \
-             is the host's"
+            "host is root: runsc as root, the command as the workspace's owner (nobody, \
+             through an idmapped mount, for a root-owned one); full network is the host's"
                 .into()
         } else {
             "rootless: runsc and the command as this user; no full network".into()

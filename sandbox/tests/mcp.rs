@@ -644,4 +644,3 @@ backend_cases!(none, "none");
 backend_cases!(bwrap, "bwrap");
 backend_cases!(landlock, "landlock");
 backend_cases!(docker, "docker");
-backend_cases!(gvisor, "gvisor");

@@ -44,6 +44,8 @@
 pub mod capability;
 mod error;
 mod grants;
+pub mod idmap;
+pub mod layout;
 mod options;
 mod outcome;
 mod plan;

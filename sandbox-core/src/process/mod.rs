@@ -78,6 +78,15 @@ pub struct Launch {
     /// of the user on the host, and refuse the launcher's own namespace set-up). Core then
     /// leaves it off the launcher; the limit is still recorded.
     pub process_rlimit_inside: bool,
+    /// The backend runs the command under a kernel of its own (gVisor's Sentry): the
+    /// command's processes, descriptors and address space are not the launcher's, so the
+    /// backend sets the process cap, the open-files limit and (where no cgroup can hold
+    /// it) the memory limit inside, in its own spec. On the launcher they would bind the
+    /// runtime instead (its threads, its descriptors, its reserved address space) and
+    /// break it. Core records them as rlimits and leaves them off the launcher and its
+    /// cgroup; the CPU-time limit and a cgroup memory limit still bind the launcher's
+    /// whole tree, which is where the command's time and memory are spent.
+    pub limits_inside: bool,
 }
 
 impl fmt::Debug for Launch {
@@ -95,6 +104,7 @@ impl fmt::Debug for Launch {
             .field("notes", &self.notes)
             .field("exit_status_pipe", &self.exit_status_pipe)
             .field("process_rlimit_inside", &self.process_rlimit_inside)
+            .field("limits_inside", &self.limits_inside)
             .finish()
     }
 }
@@ -116,6 +126,7 @@ impl Launch {
             notes: Vec::new(),
             exit_status_pipe: None,
             process_rlimit_inside: false,
+            limits_inside: false,
         }
     }
 
@@ -140,6 +151,7 @@ impl Launch {
             notes: Vec::new(),
             exit_status_pipe: None,
             process_rlimit_inside: false,
+            limits_inside: false,
         }
     }
 }

@@ -739,8 +739,9 @@ fn cat() -> ! {
 }
 
 /// Double fork with `setsid` in between, as a daemon escaping its parent does. The
-/// grandchild writes `PID SETSID_OK ERRNO` to PIDFILE, then lives forever; the host checks
-/// from outside that it does not outlive the run. With RELEASE, the probe itself stays
+/// grandchild writes `PID SETSID_OK ERRNO` to PIDFILE, then lives forever, rewriting a
+/// counter in `PIDFILE.beat` every 100 ms; the host checks from outside that it does not
+/// outlive the run (in its `/proc`, and by the heartbeat stopping). With RELEASE, the probe itself stays
 /// until that file exists (so the host can look while the run is still going).
 fn daemonize(pidfile: &str, release: Option<&str>) -> ! {
     // SAFETY: the probe is single-threaded, so the children may use std freely.
@@ -763,8 +764,12 @@ fn daemonize(pidfile: &str, release: Option<&str>) -> ! {
             if std::fs::write(&tmp, line).is_ok() {
                 let _ = std::fs::rename(&tmp, pidfile);
             }
-            loop {
-                std::thread::sleep(Duration::from_secs(1));
+            // A heartbeat the host can watch where the daemon is not a host process
+            // (under a user-space kernel such as gVisor's): it stops only when we die.
+            let beat = format!("{pidfile}.beat");
+            for n in 0u64.. {
+                let _ = std::fs::write(&beat, n.to_string());
+                std::thread::sleep(Duration::from_millis(100));
             }
         }
         // SAFETY: leave at once, without running anything of the parent's.

@@ -27,6 +27,8 @@
 //!   that runs a process implements [`process::Launcher`] and gets a whole [`Sandbox`] from
 //!   [`process::ProcessSandbox`].
 //! - [`run`]: the one-run state machine, shared with backends that are not processes.
+//! - [`changes`]: the copy-on-write layer over the workspace and the change set a host
+//!   reviews, applies or discards.
 //!
 //! # Dependencies
 //!
@@ -37,6 +39,7 @@
 //! and, behind the `seccomp` feature, `seccompiler` (the shared system-call filter).
 
 pub mod capability;
+pub mod changes;
 mod error;
 mod options;
 mod outcome;
@@ -49,6 +52,7 @@ mod sandbox;
 pub mod seccomp;
 
 pub use capability::{Capability, Enforcement};
+pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};
 pub use error::{Result, SandboxError};
 pub use options::{
     EnvPolicy, OutputSink, ResourceLimits, SandboxOpts, Stdin, StreamKind, DEFAULT_MAX_PROCESSES,

@@ -35,6 +35,8 @@ pub fn capability() -> Capability {
         signal_status: false,
         oom_status: true,
         snapshot: true,
+        // No change set yet: a review is refused (`Discard` uses the volume copy).
+        change_layer: None,
         host_programs: false,
         // `full` is the engine's bridge, not the host's network namespace.
         full_network_is_host: false,

@@ -92,13 +92,15 @@ mod host;
 mod ruleset;
 mod system;
 
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
 use sandbox_core::{
-    Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, SandboxError, SandboxExt,
+    Capability, Changes, Enforcement, Lane, NetworkMode, Plan, Preflight, SandboxError, SandboxExt,
     SandboxOpts, Status, TreeKill,
 };
 
@@ -283,7 +285,8 @@ impl Launcher for LandlockBackend {
                  there stay closed"
             ));
         }
-        layers.push(Arc::new(compile::create(&spec)?));
+        let own = Arc::new(compile::create(&spec)?);
+        layers.push(own.clone());
 
         let net = match (plan.network, ns) {
             (NetworkMode::Loopback, Some(_)) => true,
@@ -330,6 +333,23 @@ impl Launcher for LandlockBackend {
                  inheritable); SECBIT_NOROOT locked"
                     .into(),
             );
+        }
+        if plan.changes != Changes::Direct {
+            // The layer over the workspace hides the workspace's inodes from its rules.
+            let rules = spec
+                .rules
+                .iter()
+                .filter(|r| r.path.starts_with(&plan.workspace))
+                .map(|r| {
+                    CString::new(r.path.as_os_str().as_bytes())
+                        .map(|c| (c, r.access.bits()))
+                        .map_err(|_| SandboxError::invalid("workspace", "contains a NUL byte"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            launch.pre_exec.push(Box::new(child::RulesOnLayer {
+                ruleset: own,
+                rules,
+            }));
         }
         launch.pre_exec.push(Box::new(RestrictSelf { layers }));
         if spec.deny_unix_sockets {

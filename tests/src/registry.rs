@@ -179,6 +179,13 @@ pub mod require {
     pub fn snapshot(c: &Capability) -> Result<(), String> {
         claim(c.snapshot, "snapshot runs (capability.snapshot)")
     }
+    /// `change_layer`: a copy-on-write layer with a change set to review.
+    pub fn change_layer(c: &Capability) -> Result<(), String> {
+        claim(
+            c.change_layer.is_some(),
+            "a copy-on-write layer with a change set (capability.change_layer)",
+        )
+    }
     /// `host_programs`: argv\[0\] is resolved on the host before anything runs.
     pub fn host_programs(c: &Capability) -> Result<(), String> {
         claim(
@@ -239,6 +246,11 @@ pub fn cases() -> Vec<Case> {
         case!(fs::unknown_program, host_programs),
         case!(fs::capture_files, always),
         case!(fs::snapshot, snapshot),
+        case!(changes::untouched_until_applied, change_layer),
+        case!(changes::lists_exactly_what_changed, change_layer),
+        case!(changes::apply_matches_the_command_view, change_layer),
+        case!(changes::apply_refuses_escapes, change_layer),
+        case!(changes::conflict_detected, change_layer),
         case!(fs::reads_outside_denied, confine_reads, confinement),
         case!(fs::writes_outside_denied, confine_writes, confinement),
         case!(fs::readonly_carveouts, carveouts, confinement),
@@ -333,6 +345,7 @@ mod tests {
             open_files_limit: true,
             signal_status: true,
             snapshot: true,
+            change_layer: Some(sandbox_core::LayerMechanism::Overlay),
             host_programs: true,
             full_network_is_host: true,
             ..Capability::default()

@@ -26,6 +26,7 @@ fn cap() -> Capability {
         signal_status: true,
         oom_status: true,
         snapshot: true,
+        change_layer: None,
         host_programs: true,
         full_network_is_host: true,
     }

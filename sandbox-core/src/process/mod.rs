@@ -30,10 +30,11 @@ use async_trait::async_trait;
 
 pub use child::PreExec;
 
+use crate::changes::Layer;
 use crate::outcome::{LimitMechanism, TreeKill};
 use crate::run::RunSlot;
 use crate::{
-    Capability, Logs, Plan, Preflight, Sandbox, SandboxError, SandboxOpts, SandboxOutcome,
+    Capability, Changes, Logs, Plan, Preflight, Sandbox, SandboxError, SandboxOpts, SandboxOutcome,
 };
 
 /// What to spawn for one run: the result of a backend's pure policy function plus the
@@ -201,6 +202,11 @@ impl HostSupport {
             LimitMechanism::CgroupV1 | LimitMechanism::CgroupV2
         );
         cap.snapshot = true;
+        cap.change_layer = Some(if crate::changes::overlay_supported() {
+            crate::LayerMechanism::Overlay
+        } else {
+            crate::LayerMechanism::Reflink
+        });
     }
 }
 
@@ -243,19 +249,43 @@ impl<L: Launcher> Sandbox for ProcessSandbox<L> {
     async fn run(&self, opts: SandboxOpts) -> Result<(), SandboxError> {
         let guard = self.slot.begin()?;
         let name = self.launcher.name();
-        let mut plan = Plan::new(&opts, name, &self.launcher.capability())?;
-        let snapshot = if plan.snapshot {
-            let copy = files::snapshot_copy(&plan.workspace)?;
-            plan.rebase_workspace(copy.path());
-            Some(copy)
-        } else {
-            None
+        let cap = self.launcher.capability();
+        let mut plan = Plan::new(&opts, name, &cap)?;
+        // The layer over the workspace: overlay is mounted in the child over the
+        // workspace's own path; a copy moves the plan onto it.
+        let layer = match plan.changes {
+            Changes::Direct => None,
+            Changes::Discard | Changes::Review => Some(Layer::prepare(
+                &plan.workspace,
+                cap.change_layer.unwrap_or(crate::LayerMechanism::Copy),
+            )?),
+        };
+        let mount = match &layer {
+            Some(l) if l.mechanism() == crate::LayerMechanism::Overlay => {
+                l.mount_step(&plan.cwd)?
+            }
+            Some(l) => {
+                plan.rebase_workspace(l.source());
+                None
+            }
+            None => None,
         };
         let mut launch = self.launcher.prepare(&plan)?;
-        if let Some(copy) = snapshot {
-            launch.keep_alive.push(Box::new(copy));
+        if let Some(step) = mount {
+            launch.pre_exec.insert(0, Box::new(step));
         }
-        let handle = supervise::start(name, plan, launch)?;
+        if let Some(l) = &layer {
+            launch.notes.push(format!(
+                "workspace layer: {} ({})",
+                l.mechanism().as_str(),
+                if plan.changes == Changes::Review {
+                    "changes held for review"
+                } else {
+                    "changes discarded"
+                }
+            ));
+        }
+        let handle = supervise::start(name, plan, launch, layer)?;
         guard.started(handle);
         Ok(())
     }

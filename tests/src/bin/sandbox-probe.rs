@@ -870,7 +870,15 @@ fn edit(ops: &[String]) -> ! {
             }
             [o, t, p] if o == "symlink" => std::os::unix::fs::symlink(t, p),
             [o, a, b] if o == "link" => std::fs::hard_link(a, b),
-            [o, a, b] if o == "rename" => std::fs::rename(a, b),
+            // As `mv` does: where the kernel refuses to reparent (EXDEV, which landlock
+            // also answers for a cross-directory rename it will not allow), copy and
+            // remove.
+            [o, a, b] if o == "rename" => match std::fs::rename(a, b) {
+                Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                    std::fs::copy(a, b).and_then(|_| std::fs::remove_file(a))
+                }
+                r => r,
+            },
             [o, p] if o == "remove" => match std::fs::symlink_metadata(p) {
                 Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
                 _ => std::fs::remove_file(p),

@@ -267,3 +267,6 @@ impl ChangeSet {
         g.as_ref().map(|l| l.dir().to_path_buf())
     }
 }
+
+#[cfg(test)]
+mod tests;

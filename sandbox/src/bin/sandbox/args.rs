@@ -146,9 +146,21 @@ pub struct RunArgs {
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
 
-    /// Run against a throwaway copy of the workspace; the original is never touched
+    /// Run against a throwaway copy of the workspace; the original is never touched (the
+    /// same as `--changes discard`)
     #[arg(long)]
     pub snapshot: bool,
+
+    /// Run on a copy-on-write layer over the workspace, then: `ask` (show what changed and
+    /// ask, on a terminal; without one nothing is applied), `apply` (write it into the
+    /// workspace unless something escapes it or conflicts), `discard` (throw it away).
+    /// Without it the command writes the workspace directly
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub changes: Option<ChangesArg>,
+
+    /// With `--changes`: show a unified diff of the changed text files
+    #[arg(long)]
+    pub changes_diff: bool,
 
     /// Print the outcome as one JSON object on stdout after the run; the program's own
     /// output all goes to stderr
@@ -156,7 +168,7 @@ pub struct RunArgs {
     pub json: bool,
 
     /// A TOML policy file holding any of the options above (keys: backend, workspace,
-    /// read, write, network, env, timeout, max-output, memory, lane, image, snapshot);
+    /// read, write, network, env, timeout, max-output, memory, lane, image, snapshot, changes);
     /// unknown keys are an error, flags override it, its relative paths are taken against
     /// the file's directory
     #[arg(long, value_name = "FILE")]
@@ -232,6 +244,19 @@ impl From<NetworkArg> for NetworkMode {
             NetworkArg::Full => Self::Full,
         }
     }
+}
+
+/// What to do with the command's changes, as typed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChangesArg {
+    /// Show the change set and ask whether to apply it (nothing applied without a
+    /// terminal).
+    Ask,
+    /// Apply it unless something escapes the workspace or conflicts.
+    Apply,
+    /// Throw it away.
+    Discard,
 }
 
 /// A lane, as typed.

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use sandbox::{Lane, NetworkMode};
 
-use crate::args::{BackendArg, RunArgs};
+use crate::args::{BackendArg, ChangesArg, RunArgs};
 use crate::error::CliError;
 
 /// The file, as written.
@@ -37,6 +37,7 @@ pub struct PolicyFile {
     lane: Option<Lane>,
     image: Option<String>,
     snapshot: Option<bool>,
+    changes: Option<ChangesArg>,
 }
 
 /// A number of seconds, whole or not.
@@ -62,6 +63,9 @@ pub struct RunSpec {
     pub lane: Lane,
     pub image: Option<String>,
     pub snapshot: bool,
+    /// `None`: the command writes the workspace directly.
+    pub changes: Option<ChangesArg>,
+    pub changes_diff: bool,
     pub json: bool,
     pub argv: Vec<OsString>,
 }
@@ -158,6 +162,23 @@ pub fn resolve(args: RunArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     if memory_bytes == Some(0) {
         return Err(CliError::option("memory", "must be at least 1 MiB"));
     }
+    let snapshot = args.snapshot || file.snapshot.unwrap_or(false);
+    let changes = match (args.changes.or(file.changes), snapshot) {
+        (Some(c), true) if c != ChangesArg::Discard => {
+            return Err(CliError::option(
+                "changes",
+                "--snapshot means --changes discard; give one or the other",
+            ))
+        }
+        (c, true) => c.or(Some(ChangesArg::Discard)),
+        (c, false) => c,
+    };
+    if args.changes_diff && changes.is_none() {
+        return Err(CliError::option(
+            "changes-diff",
+            "shows the change set of --changes ask|apply|discard; give one",
+        ));
+    }
     Ok(RunSpec {
         backend: args.backend.or(file.backend).unwrap_or(BackendArg::Auto),
         workspace,
@@ -174,7 +195,9 @@ pub fn resolve(args: RunArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         memory_bytes,
         lane: args.lane.map(Lane::from).or(file.lane).unwrap_or_default(),
         image: args.image.or(file.image),
-        snapshot: args.snapshot || file.snapshot.unwrap_or(false),
+        snapshot,
+        changes,
+        changes_diff: args.changes_diff,
         json: args.json,
         argv: args.command,
     })
@@ -217,6 +240,7 @@ mod tests {
             lane = "fast"
             image = "debian"
             snapshot = true
+            changes = "discard"
             "#,
         )
         .unwrap();

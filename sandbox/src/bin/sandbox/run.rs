@@ -11,11 +11,12 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    DynSandbox, EffectivePolicy, Enforcement, EnvPolicy, Plan, SandboxError, SandboxOpts,
-    SandboxOutcome, Status,
+    ChangeSet, Changes, DynSandbox, EffectivePolicy, Enforcement, EnvPolicy, Plan, SandboxError,
+    SandboxOpts, SandboxOutcome, Status,
 };
 
-use crate::args::{BackendArg, RunArgs};
+use crate::args::{BackendArg, ChangesArg, RunArgs};
+use crate::changes;
 use crate::config::{self, RunSpec};
 use crate::error::{trusted_lane_hint, CliError};
 use crate::stream::{Dest, Terminal};
@@ -132,9 +133,24 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         }
     };
     terminal.finish();
-    let code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
+    let mut code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
+    // A change set is only acted on when the command ended by itself.
+    let settled = match (&outcome.changes, spec.changes, by_signal) {
+        (Some(set), Some(mode), None) => Some(changes::settle(set, mode, spec.changes_diff)),
+        (Some(set), Some(_), Some(_)) => {
+            set.discard();
+            eprintln!("sandbox: interrupted: the command's changes were discarded");
+            None
+        }
+        _ => None,
+    };
+    if settled.as_ref().is_some_and(|s| s.failed) {
+        code = crate::error::SANDBOX_FAILED;
+    }
     if spec.json {
-        print_json(&JsonOutcome::new(&outcome, code));
+        let mut j = JsonOutcome::new(&outcome, code);
+        j.changes_settled = settled.as_ref();
+        print_json(&j);
     }
     Ok(code)
 }
@@ -195,6 +211,11 @@ fn build_opts(
     }
     opts.limits.memory_bytes = spec.memory_bytes;
     opts.snapshot = spec.snapshot;
+    opts.changes = match spec.changes {
+        None => Changes::Direct,
+        Some(ChangesArg::Discard) => Changes::Discard,
+        Some(ChangesArg::Ask | ChangesArg::Apply) => Changes::Review,
+    };
     opts.env = env_policy(&spec.env)?;
     opts.output_sink = Some(terminal.sink());
     Ok(opts)
@@ -254,6 +275,12 @@ struct JsonOutcome<'a> {
     /// What `sandbox run` exits with.
     exit_status: i32,
     policy: &'a EffectivePolicy,
+    /// With `--changes`: every change the command made in its layer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changes: Option<&'a ChangeSet>,
+    /// With `--changes`: whether they were applied, and why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changes_settled: Option<&'a changes::Settled>,
 }
 
 impl<'a> JsonOutcome<'a> {
@@ -278,6 +305,8 @@ impl<'a> JsonOutcome<'a> {
             backend: o.backend,
             exit_status,
             policy: &o.policy,
+            changes: o.changes.as_ref(),
+            changes_settled: None,
         }
     }
 }

@@ -35,6 +35,11 @@
 //!   `src/compile.rs`).
 //! - **Resources, output, timeout, tree kill, environment**: core's, as for every process
 //!   backend.
+//! - **Change sets**: core's copy-on-write layer (`sandbox_core::changes`), an overlay
+//!   core mounts over the workspace in the child before this backend's steps. Landlock
+//!   skips a directory a mount covers, so the workspace's rules are added once more on the
+//!   overlay after it is mounted (`child::RulesOnLayer`); the upper directory itself is in
+//!   a temp dir the command is granted nothing of.
 //!
 //! # What it cannot
 //!
@@ -43,6 +48,9 @@
 //!   descriptors: landlock denies ptrace out of the sandbox). It cannot signal them when
 //!   the ABI has signal scoping (6+). So the capability does not claim
 //!   `process_isolation`, and the `strict` lane refuses this backend; `fast` is its lane.
+//! - As root, a rename across directories is refused with `EXDEV` (a root host's first
+//!   layer handles reads only, and landlock denies reparenting unless every layer grants
+//!   it): `mv` falls back to copy and delete, as across filesystems.
 //! - `/tmp` is not writable unless named: set `TMPDIR` into the workspace for tools that
 //!   need one.
 //!

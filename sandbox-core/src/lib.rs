@@ -29,6 +29,10 @@
 //! - [`run`]: the one-run state machine, shared with backends that are not processes.
 //! - [`changes`]: the copy-on-write layer over the workspace and the change set a host
 //!   reviews, applies or discards.
+//! - [`syscalls`]: the one table of denied system calls, rendered to the BPF program
+//!   (`seccomp`, behind the feature of that name) and to container profiles.
+//! - [`registry`]: what each backend crate says about itself ([`registry::BackendInfo`]),
+//!   the data the facade's one list of backends is made of.
 //!
 //! # Dependencies
 //!
@@ -46,10 +50,12 @@ mod outcome;
 mod plan;
 pub mod policy;
 pub mod process;
+pub mod registry;
 pub mod run;
 mod sandbox;
 #[cfg(feature = "seccomp")]
 pub mod seccomp;
+pub mod syscalls;
 
 pub use capability::{Capability, Enforcement};
 pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};

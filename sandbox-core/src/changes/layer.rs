@@ -375,7 +375,9 @@ fn check(r: libc::c_int) -> io::Result<()> {
     }
 }
 
-impl PreExec for OverlayMount {
+// SAFETY: `unshare`, `open`/`write`/`close` of the id maps, `mount` and `chdir` on C
+// strings and byte buffers prepared before the fork; errors are raw errnos.
+unsafe impl PreExec for OverlayMount {
     fn pre_exec(&self) -> io::Result<()> {
         let mut flags = libc::CLONE_NEWNS;
         if self.userns.is_some() {

@@ -15,7 +15,7 @@ use sandbox::{
     SandboxOpts, SandboxOutcome, Status,
 };
 
-use crate::args::{BackendArg, ChangesArg, RunArgs};
+use crate::args::{ChangesArg, RunArgs};
 use crate::changes;
 use crate::config::{self, RunSpec};
 use crate::error::{trusted_lane_hint, CliError};
@@ -99,10 +99,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         spec.max_output,
     );
     let opts = build_opts(&spec, &cwd, &terminal)?;
-    let choice = match spec.backend {
-        BackendArg::Auto => Choice::auto(),
-        named => Choice::Named(named.name().to_string()),
-    };
+    let choice = Choice::parse(spec.backend.name());
     let mut config = Config::default();
     config.image = spec.image.clone();
 

@@ -322,9 +322,12 @@ impl OverlayMount {
             )
         });
         // No redirects and no metacopy, so the upper directory alone is the change set;
+        // `volatile`: no sync of the host's filesystem when the namespace (and the mount)
+        // goes away, which would make every run pay for everyone's dirty pages (the layer
+        // is read from the page cache right after; nothing needs it to survive a crash);
         // `userxattr` for a mount in a user namespace (trusted.* cannot be set there).
         let mut data = format!(
-            "lowerdir={},upperdir={},workdir={},redirect_dir=nofollow,metacopy=off,index=off,xino=off",
+            "lowerdir={},upperdir={},workdir={},redirect_dir=nofollow,metacopy=off,index=off,xino=off,volatile",
             lower.display(),
             upper.display(),
             work.display()

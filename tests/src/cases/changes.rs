@@ -191,10 +191,8 @@ pub async fn untouched_until_applied(ctx: Arc<Context>) -> CaseResult {
     Ok(())
 }
 
-/// The change set lists exactly what the command did: add, modify, delete, chmod, symlink,
-/// a rename across directories, a deleted directory with its contents.
-pub async fn lists_exactly_what_changed(ctx: Arc<Context>) -> CaseResult {
-    let ws = ctx.workspace("cow-list")?;
+/// The workspace the listing and apply cases start from.
+fn plant_tree(ws: &Path) -> std::io::Result<()> {
     for (p, c) in [
         ("keep.txt", "keep"),
         ("mod.txt", "old"),
@@ -205,41 +203,36 @@ pub async fn lists_exactly_what_changed(ctx: Arc<Context>) -> CaseResult {
         ("gone/sub/b", "b"),
         ("dst/.keep", ""),
     ] {
-        plant(ws.path(), p, c)?;
+        plant(ws, p, c)?;
     }
+    Ok(())
+}
+
+/// What the command does to [`plant_tree`]: modify, add, delete, chmod, symlink, rename
+/// across directories, delete a directory with its contents.
+#[rustfmt::skip]
+const EDITS: &[&str] = &[
+    "write", "mod.txt", "new!", ",", "write", "add.txt", "added", ",", "remove", "del.txt", ",",
+    "chmod", "chm.txt", "600", ",", "symlink", "keep.txt", "link", ",", "rename",
+    "src/moved.txt", "dst/moved.txt", ",", "remove", "gone",
+];
+
+/// More for the apply case: a deleted directory made again, a new directory with a mode,
+/// a file replaced by a directory; then the command lists what it sees.
+#[rustfmt::skip]
+const MORE_EDITS: &[&str] = &[
+    ",", "mkdir", "gone", ",", "write", "gone/again", "g", ",", "mkdir", "newdir", ",",
+    "write", "newdir/x", "x", ",", "chmod", "newdir", "750", ",", "remove", "was-file", ",",
+    "mkdir", "was-file", ",", "tree",
+];
+
+/// The change set lists exactly what the command did: add, modify, delete, chmod, symlink,
+/// a rename across directories, a deleted directory with its contents.
+pub async fn lists_exactly_what_changed(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("cow-list")?;
+    plant_tree(ws.path())?;
     settle().await;
-    let (_out, set) = review(
-        &ctx,
-        ws.path(),
-        &[
-            "write",
-            "mod.txt",
-            "new!",
-            ",",
-            "write",
-            "add.txt",
-            "added",
-            ",",
-            "remove",
-            "del.txt",
-            ",",
-            "chmod",
-            "chm.txt",
-            "600",
-            ",",
-            "symlink",
-            "keep.txt",
-            "link",
-            ",",
-            "rename",
-            "src/moved.txt",
-            "dst/moved.txt",
-            ",",
-            "remove",
-            "gone",
-        ],
-    )
-    .await?;
+    let (_out, set) = review(&ctx, ws.path(), EDITS).await?;
     let want: BTreeSet<(PathBuf, String)> = [
         ("add.txt", "added"),
         ("chm.txt", "mode 644->600"),
@@ -283,78 +276,12 @@ pub async fn lists_exactly_what_changed(ctx: Arc<Context>) -> CaseResult {
 /// After apply the real workspace is exactly what the command saw at its end.
 pub async fn apply_matches_the_command_view(ctx: Arc<Context>) -> CaseResult {
     let ws = ctx.workspace("cow-apply")?;
-    for (p, c) in [
-        ("keep.txt", "keep"),
-        ("mod.txt", "old"),
-        ("del.txt", "bye"),
-        ("chm.txt", "mode"),
-        ("src/moved.txt", "m"),
-        ("gone/a", "a"),
-        ("gone/sub/b", "b"),
-        ("dst/.keep", ""),
-        ("was-file", "f"),
-    ] {
-        plant(ws.path(), p, c)?;
-    }
+    plant_tree(ws.path())?;
+    plant(ws.path(), "was-file", "f")?;
     settle().await;
-    let (out, set) = review(
-        &ctx,
-        ws.path(),
-        &[
-            "write",
-            "mod.txt",
-            "new!",
-            ",",
-            "write",
-            "add.txt",
-            "added",
-            ",",
-            "remove",
-            "del.txt",
-            ",",
-            "chmod",
-            "chm.txt",
-            "600",
-            ",",
-            "symlink",
-            "keep.txt",
-            "link",
-            ",",
-            "rename",
-            "src/moved.txt",
-            "dst/moved.txt",
-            ",",
-            "remove",
-            "gone",
-            ",",
-            "mkdir",
-            "gone",
-            ",",
-            "write",
-            "gone/again",
-            "g",
-            ",",
-            "mkdir",
-            "newdir",
-            ",",
-            "write",
-            "newdir/x",
-            "x",
-            ",",
-            "chmod",
-            "newdir",
-            "750",
-            ",",
-            "remove",
-            "was-file",
-            ",",
-            "mkdir",
-            "was-file",
-            ",",
-            "tree",
-        ],
-    )
-    .await?;
+    let mut ops = EDITS.to_vec();
+    ops.extend_from_slice(MORE_EDITS);
+    let (out, set) = review(&ctx, ws.path(), &ops).await?;
     let text = out.stdout.text();
     let seen: Vec<String> = text
         .lines()

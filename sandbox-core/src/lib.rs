@@ -38,8 +38,9 @@
 //!
 //! `tokio` (process, timers, channels), `async-trait` (an object-safe async trait),
 //! `thiserror` (the typed error), `serde` (outcomes and policies as JSON), `nix` and `libc`
-//! (signals, credentials, the raw calls between fork and exec), `which` (resolving
-//! `argv[0]` as a shell would), `tempfile` (snapshot copies), `tracing` (diagnostics),
+//! (signals, credentials, the raw calls between fork and exec; with nix's `dir` feature,
+//! the descriptor-relative walks over the change layer), `which` (resolving `argv[0]` as a
+//! shell would), `tempfile` (snapshot copies, the layer's directory), `tracing` (diagnostics),
 //! and, behind the `seccomp` feature, `seccompiler` (the shared system-call filter).
 
 pub mod capability;

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use sandbox::{Lane, NetworkMode};
 
-use crate::args::{BackendArg, ChangesArg, RunArgs};
+use crate::args::{BackendArg, PolicyArgs};
 use crate::error::CliError;
 
 /// The file, as written.
@@ -37,7 +37,6 @@ pub struct PolicyFile {
     lane: Option<Lane>,
     image: Option<String>,
     snapshot: Option<bool>,
-    changes: Option<ChangesArg>,
 }
 
 /// A number of seconds, whole or not.
@@ -48,7 +47,8 @@ enum Seconds {
     Fraction(f64),
 }
 
-/// Everything `run` needs, from the file and the flags, paths absolute.
+/// The host's policy, from the file and the flags, paths absolute: everything `run` and
+/// `mcp` need but the command itself.
 #[derive(Debug)]
 pub struct RunSpec {
     pub backend: BackendArg,
@@ -63,11 +63,6 @@ pub struct RunSpec {
     pub lane: Lane,
     pub image: Option<String>,
     pub snapshot: bool,
-    /// `None`: the command writes the workspace directly.
-    pub changes: Option<ChangesArg>,
-    pub changes_diff: bool,
-    pub json: bool,
-    pub argv: Vec<OsString>,
 }
 
 impl PolicyFile {
@@ -124,7 +119,7 @@ fn usize_bytes(n: u64) -> Result<usize, CliError> {
 
 /// Merge the policy file (if any) and the flags, resolving relative paths: the file's
 /// against its directory, the flags' against `cwd`.
-pub fn resolve(args: RunArgs, cwd: &Path) -> Result<RunSpec, CliError> {
+pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     let (file, base) = match &args.config {
         Some(path) => {
             let path = absolute(cwd, path);
@@ -162,23 +157,6 @@ pub fn resolve(args: RunArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     if memory_bytes == Some(0) {
         return Err(CliError::option("memory", "must be at least 1 MiB"));
     }
-    let snapshot = args.snapshot || file.snapshot.unwrap_or(false);
-    let changes = match (args.changes.or(file.changes), snapshot) {
-        (Some(c), true) if c != ChangesArg::Discard => {
-            return Err(CliError::option(
-                "changes",
-                "--snapshot means --changes discard; give one or the other",
-            ))
-        }
-        (c, true) => c.or(Some(ChangesArg::Discard)),
-        (c, false) => c,
-    };
-    if args.changes_diff && changes.is_none() {
-        return Err(CliError::option(
-            "changes-diff",
-            "shows the change set of --changes ask|apply|discard; give one",
-        ));
-    }
     Ok(RunSpec {
         backend: args.backend.or(file.backend).unwrap_or(BackendArg::AUTO),
         workspace,
@@ -195,11 +173,7 @@ pub fn resolve(args: RunArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         memory_bytes,
         lane: args.lane.map(Lane::from).or(file.lane).unwrap_or_default(),
         image: args.image.or(file.image),
-        snapshot,
-        changes,
-        changes_diff: args.changes_diff,
-        json: args.json,
-        argv: args.command,
+        snapshot: args.snapshot || file.snapshot.unwrap_or(false),
     })
 }
 
@@ -209,11 +183,11 @@ mod tests {
     use crate::args::{Cli, Command};
     use clap::Parser;
 
-    fn run_args(argv: &[&str]) -> RunArgs {
+    fn run_args(argv: &[&str]) -> PolicyArgs {
         let mut full = vec!["sandbox", "run"];
         full.extend_from_slice(argv);
         match Cli::try_parse_from(full).unwrap().command {
-            Command::Run(r) => *r,
+            Command::Run(r) => r.policy,
             other => panic!("{other:?}"),
         }
     }
@@ -240,7 +214,6 @@ mod tests {
             lane = "fast"
             image = "debian"
             snapshot = true
-            changes = "discard"
             "#,
         )
         .unwrap();

@@ -156,6 +156,12 @@ pub mod require {
             "process isolation (capability.process_isolation)",
         )
     }
+    /// `process_isolation` and `signal_status`: a command in its own process world still
+    /// dies of the signals it sends itself.
+    pub fn isolated_signals(c: &Capability) -> Result<(), String> {
+        process_isolation(c)?;
+        signal_status(c)
+    }
     /// `process_limit`.
     pub fn process_limit(c: &Capability) -> Result<(), String> {
         claim(
@@ -241,6 +247,7 @@ pub fn cases() -> Vec<Case> {
         case!(api::exit_codes, always),
         case!(api::signal_status, signal_status),
         case!(api::argv_roundtrip, always),
+        case!(api::argv_arbitrary_bytes, always),
         case!(api::stdin, always),
         case!(api::timeout, always),
         case!(api::kill_during_wait, always),
@@ -266,6 +273,7 @@ pub fn cases() -> Vec<Case> {
         case!(fs::readonly_carveouts, carveouts, confinement),
         case!(fd::host_fds_not_inherited, always),
         case!(net::none_blocks_host, network_none, confinement),
+        case!(net::none_hides_host_network, network_none, confinement),
         case!(net::loopback_private, network_loopback, confinement),
         case!(net::full_reaches_host, network_full_host),
         case!(
@@ -281,6 +289,8 @@ pub fn cases() -> Vec<Case> {
             process_isolation,
             confinement
         ),
+        case!(proc::self_signals, isolated_signals),
+        case!(proc::orphans_reaped, process_isolation),
         case!(limits::process_cap, process_limit),
         case!(limits::memory, memory_limit),
         case!(limits::open_files, open_files_limit),

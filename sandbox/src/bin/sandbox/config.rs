@@ -78,8 +78,23 @@ impl PolicyFile {
         })
     }
 
-    fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))
+    }
+}
+
+#[cfg(test)]
+impl PolicyFile {
+    pub(crate) fn read_paths(&self) -> &[PathBuf] {
+        &self.read
+    }
+
+    pub(crate) fn write_paths(&self) -> &[PathBuf] {
+        &self.write
+    }
+
+    pub(crate) fn network(&self) -> Option<NetworkMode> {
+        self.network
     }
 }
 

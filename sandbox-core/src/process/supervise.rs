@@ -14,9 +14,13 @@ use super::cgroup::{CgroupSupport, RunCgroups};
 use super::child::ChildSetup;
 use super::output::{drain, snapshot};
 use super::{files, HostSupport, Launch};
+use crate::changes::scan::scan;
+use crate::changes::Layer;
 use crate::outcome::{LimitMechanism, LimitRecord};
 use crate::run::{run_channel, RunControl, RunHandle};
-use crate::{Plan, SandboxError, SandboxOutcome, Status, StreamKind};
+use crate::{
+    ChangeSet, Changes, LayerMechanism, Plan, SandboxError, SandboxOutcome, Status, StreamKind,
+};
 
 /// How long to wait for the tree to be gone and the pipes to close after a kill.
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
@@ -26,6 +30,7 @@ pub(super) fn start(
     backend: &'static str,
     plan: Plan,
     mut launch: Launch,
+    layer: Option<Layer>,
 ) -> Result<RunHandle, SandboxError> {
     let drops_uid = launch.credentials.is_some_and(|(uid, _)| uid != 0);
     let host = HostSupport::detect(drops_uid);
@@ -189,6 +194,7 @@ pub(super) fn start(
         backend,
         plan,
         launch,
+        layer,
         cgroups,
         pgid,
         started,
@@ -198,8 +204,8 @@ pub(super) fn start(
     Ok(handle)
 }
 
-/// A run that timed out before its command started (the snapshot copy took the whole
-/// timeout): its outcome is known at once.
+/// A run that timed out before its command started (the layer's copy took the whole
+/// timeout): its outcome is known at once, and nothing was changed.
 pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration) -> RunHandle {
     let (handle, control) = run_channel(plan.output_limit);
     let outcome = SandboxOutcome {
@@ -210,6 +216,7 @@ pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration)
         backend,
         files: Default::default(),
         policy: plan.effective_policy(backend),
+        changes: None,
     };
     control.finish(Ok(outcome));
     handle
@@ -219,6 +226,8 @@ struct Supervised {
     backend: &'static str,
     plan: Plan,
     launch: Launch,
+    /// The layer over the workspace (review or discard), while the command runs.
+    layer: Option<Layer>,
     cgroups: Option<Arc<RunCgroups>>,
     pgid: Option<Pid>,
     started: Instant,
@@ -286,25 +295,74 @@ impl Supervised {
             End::Exited(_) if oom && unreported => Status::OutOfMemory,
             End::Exited(_) => decode(reported.or(exit), oom),
         };
-        let files = files::capture_files(
-            &self.plan.workspace,
-            &self.plan.capture_files,
-            self.plan.output_limit,
-        );
+        let files = match &self.layer {
+            // The command's view is the overlay, which is gone with its namespace: read
+            // through the layer.
+            Some(l) if l.mechanism() == LayerMechanism::Overlay => self
+                .plan
+                .capture_files
+                .iter()
+                .filter_map(|n| Some((n.clone(), l.read_merged(n, self.plan.output_limit)?)))
+                .collect(),
+            _ => files::capture_files(
+                &self.plan.workspace,
+                &self.plan.capture_files,
+                self.plan.output_limit,
+            ),
+        };
+        let Supervised {
+            backend,
+            cgroups,
+            launch,
+            layer,
+            plan,
+            policy,
+            ..
+        } = self;
+        // The tree is dead: the layer holds exactly what the command left.
+        let changes = match layer {
+            Some(l) if plan.changes == Changes::Review => {
+                let scanned =
+                    tokio::task::spawn_blocking(move || scan(&l).map(|c| ChangeSet::new(l, c)))
+                        .await;
+                match scanned {
+                    Ok(Ok(set)) => Some(set),
+                    Ok(Err(e)) => {
+                        drop((cgroups, launch));
+                        control.finish(Err(SandboxError::io(
+                            "reading the command's changes from its layer",
+                            e,
+                        )));
+                        return;
+                    }
+                    Err(e) => {
+                        drop((cgroups, launch));
+                        control.finish(Err(SandboxError::io(
+                            "reading the command's changes from its layer",
+                            std::io::Error::other(e),
+                        )));
+                        return;
+                    }
+                }
+            }
+            other => {
+                // Discard: the layer goes with the rest below.
+                let _ = tokio::task::spawn_blocking(move || drop(other)).await;
+                None
+            }
+        };
         let outcome = SandboxOutcome {
             status,
             stdout: snapshot(&control.stdout),
             stderr: snapshot(&control.stderr),
             wall_time,
-            backend: self.backend,
+            backend,
             files,
-            policy: self.policy.clone(),
+            policy,
+            changes,
         };
         // Remove the cgroups and the launch's resources (temp dirs, the snapshot copy)
         // before reporting, so that `wait` returning means nothing is left behind.
-        let Supervised {
-            cgroups, launch, ..
-        } = self;
         let _ = tokio::task::spawn_blocking(move || {
             drop(cgroups);
             drop(launch);

@@ -241,6 +241,8 @@ fn capability(facts: &HostFacts) -> Capability {
         network_full: full,
         tree_kill: true,
         process_isolation: true,
+        // The waiter is the pid namespace's init (`--as-pid-1`) and waits for orphans.
+        reaps_orphans: true,
         drops_host_root: true,
         signal_status: true,
         host_programs: true,

@@ -74,6 +74,11 @@ pub struct Capability {
     pub signal_status: bool,
     /// A kill by the out-of-memory killer is reported as such.
     pub oom_status: bool,
+    /// A descendant orphaned while the command runs is reaped then by an init of the
+    /// sandbox's own (a pid namespace's init that waits for orphans), so zombies do not
+    /// pile up for the run's lifetime. False where the command itself is the sandbox's
+    /// first process and nothing else waits for orphans (gVisor's `runsc run`).
+    pub reaps_orphans: bool,
     /// The command can run against a throwaway copy of the workspace.
     pub snapshot: bool,
     /// The snapshot copy keeps a sparse file's holes. False where the copy is unpacked by

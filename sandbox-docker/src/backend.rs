@@ -34,6 +34,7 @@ pub fn capability() -> Capability {
         // The engine's init reports a command killed by signal N as exit code 128+N.
         signal_status: false,
         oom_status: true,
+        reaps_orphans: true,
         snapshot: true,
         // The engine unpacks an upload densely, whatever the archive says.
         sparse_snapshot: false,

@@ -218,6 +218,8 @@ fn capability(host: &Host) -> Capability {
         tree_kill: true,
         // Claimed exactly when a pid namespace with its own /proc was made here.
         process_isolation: host.pid_ns.is_ok(),
+        // The pid namespace's tiny init waits for orphans.
+        reaps_orphans: host.pid_ns.is_ok(),
         // Without a mount namespace a root host's command could still change the mode of
         // every root-owned file it can name (landlock has no right for that).
         drops_host_root: !host.is_root || host.ns.is_ok(),

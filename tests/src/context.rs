@@ -507,6 +507,7 @@ mod tests {
             open_files_limit: true,
             signal_status: true,
             oom_status: true,
+            reaps_orphans: true,
             snapshot: true,
             sparse_snapshot: true,
             change_layer: Some(sandbox_core::LayerMechanism::Overlay),

@@ -162,6 +162,25 @@ pub mod require {
         process_isolation(c)?;
         signal_status(c)
     }
+    /// `process_isolation` and `reaps_orphans`: an init of the sandbox's own waits for
+    /// orphans while the command runs.
+    pub fn reaps_orphans(c: &Capability) -> Result<(), String> {
+        process_isolation(c)?;
+        claim(
+            c.reaps_orphans,
+            "an init that reaps orphans while the command runs (capability.reaps_orphans)",
+        )
+    }
+    /// `memory_limit` and `confine_writes`: the writable tmpfs the command sees are the
+    /// sandbox's own, so they can be sized inside the limit.
+    pub fn memory_limit_confined(c: &Capability) -> Result<(), String> {
+        memory_limit(c)?;
+        claim(
+            c.confine_writes,
+            "confined writes, so that the writable tmpfs are the sandbox's own \
+             (capability.confine_writes)",
+        )
+    }
     /// `process_limit`.
     pub fn process_limit(c: &Capability) -> Result<(), String> {
         claim(
@@ -313,10 +332,13 @@ pub fn cases() -> Vec<Case> {
             confinement
         ),
         case!(proc::self_signals, isolated_signals),
-        case!(proc::orphans_reaped, process_isolation),
+        case!(proc::orphans_reaped, reaps_orphans),
         case!(limits::process_cap, process_limit),
         case!(limits::memory, memory_limit),
-        case!(limits::default_memory_bounds_the_host, memory_limit),
+        case!(
+            limits::default_memory_bounds_the_host,
+            memory_limit_confined
+        ),
         case!(limits::open_files, open_files_limit),
         case!(limits::cpu_time, cpu_limit),
         case!(

@@ -25,6 +25,7 @@ fn cap() -> Capability {
         open_files_limit: true,
         signal_status: true,
         oom_status: true,
+        reaps_orphans: true,
         snapshot: true,
         sparse_snapshot: true,
         change_layer: None,

@@ -37,6 +37,7 @@
 //! and, behind the `seccomp` feature, `seccompiler` (the shared system-call filter).
 
 pub mod capability;
+pub mod egress;
 mod error;
 mod options;
 mod outcome;
@@ -49,6 +50,9 @@ mod sandbox;
 pub mod seccomp;
 
 pub use capability::{Capability, Enforcement};
+pub use egress::{
+    ConnectionRecord, EgressRun, ProxyProtocol, Resolver, SystemResolver, PROXY_PORT,
+};
 pub use error::{Result, SandboxError};
 pub use options::{
     EnvPolicy, OutputSink, ResourceLimits, SandboxOpts, Stdin, StreamKind, DEFAULT_MAX_PROCESSES,
@@ -59,5 +63,5 @@ pub use outcome::{
     TreeKill,
 };
 pub use plan::{Plan, DEFAULT_PATH};
-pub use policy::{Lane, NetworkMode};
+pub use policy::{Allowlist, Decision, HostPattern, Lane, NetworkMode};
 pub use sandbox::{Backend, DynSandbox, Preflight, Sandbox, SandboxExt};

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Lane, NetworkMode};
+use crate::{Lane, NetworkMode, Resolver};
 
 /// The default cap on each captured output stream: 8 MiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 8 << 20;
@@ -149,6 +149,15 @@ pub struct SandboxOpts {
     pub snapshot: bool,
     /// Sees output as it is produced (optional).
     pub output_sink: Option<OutputSink>,
+    /// With network mode `proxy`: the hosts the command may reach, as patterns
+    /// (`crates.io`, `*.githubusercontent.com`, `example.com:8443`, `10.0.0.0/8`; see
+    /// [`policy::Allowlist`](crate::policy::Allowlist)). Required and non-empty with
+    /// `proxy`, refused with any other mode.
+    pub allow_hosts: Vec<String>,
+    /// With network mode `proxy`: how the proxy resolves allowed names. `None` is the
+    /// host's resolver. For tests (a table of names to loopback addresses) and for hosts
+    /// with their own resolver; never reachable from inside the sandbox.
+    pub resolver: Option<Arc<dyn Resolver>>,
 }
 
 impl SandboxOpts {
@@ -175,6 +184,8 @@ impl SandboxOpts {
             capture_files: Vec::new(),
             snapshot: false,
             output_sink: None,
+            allow_hosts: Vec::new(),
+            resolver: None,
         }
     }
 }

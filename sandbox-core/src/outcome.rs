@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::capability::Enforcement;
-use crate::{Lane, NetworkMode};
+use crate::egress::ConnectionRecord;
+use crate::{Allowlist, Lane, NetworkMode};
 
 /// How the command ended. Signals, timeouts, the caller's kill and the OOM killer are
 /// distinct cases, never folded into an exit code.
@@ -173,6 +174,8 @@ pub struct EffectivePolicy {
     pub tree_kill: Option<TreeKill>,
     /// Backend-specific facts worth recording (the landlock ABI, the image, ...).
     pub notes: Vec<String>,
+    /// With network mode `proxy`: the allowlist the proxy applied.
+    pub allow_hosts: Allowlist,
 }
 
 impl EffectivePolicy {
@@ -185,7 +188,8 @@ impl EffectivePolicy {
 
     /// Could the command reach any network beyond its own private loopback?
     pub fn can_reach_network(&self) -> bool {
-        self.network == NetworkMode::Full || self.over_granted("network mode").unwrap_or(true)
+        matches!(self.network, NetworkMode::Full | NetworkMode::Proxy)
+            || self.over_granted("network mode").unwrap_or(true)
     }
 
     /// Could the command read files beyond the workspace, the system directories and the
@@ -223,6 +227,8 @@ pub struct SandboxOutcome {
     pub files: BTreeMap<PathBuf, Vec<u8>>,
     /// What was enforced.
     pub policy: EffectivePolicy,
+    /// With network mode `proxy`: every connection attempt through the proxy, in order.
+    pub connections: Vec<ConnectionRecord>,
 }
 
 impl SandboxOutcome {
@@ -245,7 +251,17 @@ impl SandboxOutcome {
             backend,
             files,
             policy,
+            connections: Vec::new(),
         }
+    }
+
+    /// The attempts the proxy denied, one line each (`sandbox: denied connect to
+    /// pastebin.com:443 (not in the allowlist)`).
+    pub fn denied_lines(&self) -> Vec<String> {
+        self.connections
+            .iter()
+            .filter_map(ConnectionRecord::denied_line)
+            .collect()
     }
 }
 

@@ -498,6 +498,7 @@ mod tests {
             network_none: Enforcement::Exact,
             network_loopback: Enforcement::Exact,
             network_full: Enforcement::Exact,
+            network_proxy: Enforcement::Exact,
             tree_kill: true,
             process_isolation: true,
             drops_host_root: true,

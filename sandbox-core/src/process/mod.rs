@@ -30,6 +30,7 @@ use async_trait::async_trait;
 
 pub use child::PreExec;
 
+use crate::egress::EgressRun;
 use crate::outcome::{LimitMechanism, TreeKill};
 use crate::run::RunSlot;
 use crate::{
@@ -77,6 +78,9 @@ pub struct Launch {
     /// of the user on the host, and refuse the launcher's own namespace set-up). Core then
     /// leaves it off the launcher; the limit is still recorded.
     pub process_rlimit_inside: bool,
+    /// Network mode `proxy`: the run's proxy, started by the backend in `prepare`. Core
+    /// ends it once the command's tree is dead and puts its record in the outcome.
+    pub egress: Option<Box<dyn EgressRun>>,
 }
 
 impl fmt::Debug for Launch {
@@ -94,6 +98,7 @@ impl fmt::Debug for Launch {
             .field("notes", &self.notes)
             .field("exit_status_pipe", &self.exit_status_pipe)
             .field("process_rlimit_inside", &self.process_rlimit_inside)
+            .field("egress", &self.egress)
             .finish()
     }
 }
@@ -115,6 +120,7 @@ impl Launch {
             notes: Vec::new(),
             exit_status_pipe: None,
             process_rlimit_inside: false,
+            egress: None,
         }
     }
 
@@ -139,6 +145,7 @@ impl Launch {
             notes: Vec::new(),
             exit_status_pipe: None,
             process_rlimit_inside: false,
+            egress: None,
         }
     }
 }

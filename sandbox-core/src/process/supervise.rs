@@ -228,8 +228,14 @@ impl Supervised {
             _ = &mut timer => End::TimedOut,
             _ = control.kill_rx.wait_for(|k| *k) => End::Killed,
         };
-        // Whatever ended it, nothing of the tree may outlive the run.
+        // Whatever ended it, nothing of the tree may outlive the run; then nor may its proxy.
         self.kill_tree().await;
+        let connections = self
+            .launch
+            .egress
+            .as_ref()
+            .map(|e| e.finish())
+            .unwrap_or_default();
         let exit = match end {
             End::Exited(s) => Some(s),
             _ => child.wait().await.ok(),
@@ -272,6 +278,7 @@ impl Supervised {
             backend: self.backend,
             files,
             policy: self.policy.clone(),
+            connections,
         };
         // Remove the cgroups and the launch's resources (temp dirs, the snapshot copy)
         // before reporting, so that `wait` returning means nothing is left behind.

@@ -74,6 +74,9 @@ pub struct ConnectionRecord {
     pub bytes_out: u64,
     /// Bytes from the destination to the command.
     pub bytes_in: u64,
+    /// Why an allowed connection could not be made (the name did not resolve, the
+    /// destination refused).
+    pub error: Option<String>,
 }
 
 impl ConnectionRecord {
@@ -99,8 +102,10 @@ fn unix_secs<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
 
 /// A run's proxy, as core sees it. Dropping it stops the proxy too (the backstop when a
 /// run fails to start).
+#[async_trait]
 pub trait EgressRun: Send + Sync + fmt::Debug + 'static {
     /// Stop accepting, end every relay, close the listener, and return the record. Called
-    /// once the command's whole tree is dead.
-    fn finish(&self) -> Vec<ConnectionRecord>;
+    /// once the command's whole tree is dead; returns once every task and descriptor of the
+    /// proxy is gone.
+    async fn finish(&self) -> Vec<ConnectionRecord>;
 }

@@ -230,12 +230,10 @@ impl Supervised {
         };
         // Whatever ended it, nothing of the tree may outlive the run; then nor may its proxy.
         self.kill_tree().await;
-        let connections = self
-            .launch
-            .egress
-            .as_ref()
-            .map(|e| e.finish())
-            .unwrap_or_default();
+        let connections = match &self.launch.egress {
+            Some(e) => e.finish().await,
+            None => Vec::new(),
+        };
         let exit = match end {
             End::Exited(s) => Some(s),
             _ => child.wait().await.ok(),

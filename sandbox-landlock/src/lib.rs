@@ -158,6 +158,13 @@ fn capability(host: &Host) -> Capability {
             Enforcement::OverGrant("the host's whole network")
         },
         network_full: Enforcement::Exact,
+        // The proxy's listener is made inside the command's private network namespace;
+        // without one there is nothing to hold the command to the proxy.
+        network_proxy: if host.ns.is_ok() {
+            Enforcement::Exact
+        } else {
+            Enforcement::Unsupported
+        },
         tree_kill: true,
         process_isolation: false,
         // Without a mount namespace a root host's command could still change the mode of
@@ -286,7 +293,15 @@ impl Launcher for LandlockBackend {
         layers.push(Arc::new(compile::create(&spec)?));
 
         let net = match (plan.network, ns) {
-            (NetworkMode::Loopback, Some(_)) => true,
+            (NetworkMode::Loopback | NetworkMode::Proxy, Some(_)) => true,
+            (NetworkMode::Proxy, None) => {
+                // The capability says unsupported and the lane refused; never run it open.
+                return Err(SandboxError::NotSupported {
+                    backend: NAME,
+                    feature: "network mode `proxy` without a network namespace".into(),
+                    remedy: "enable unprivileged user namespaces, or run the host as root".into(),
+                });
+            }
             (NetworkMode::Loopback, None) => {
                 // Only reachable on a lane that accepts the over-grant the capability
                 // states; the lane check has run.
@@ -313,6 +328,18 @@ impl Launcher for LandlockBackend {
             launch
                 .pre_exec
                 .push(Box::new(mode.step(net, &spec, &plan.cwd)));
+            if plan.network == NetworkMode::Proxy {
+                // Right after the namespace is made: the listener is created in it and
+                // handed to the host's proxy, then closed here, before the command runs.
+                let (child_end, proxy) = sandbox_proxy::start_for_plan(plan)?;
+                launch.pre_exec.push(Box::new(sandbox_proxy::SendListener {
+                    sock: std::os::fd::AsRawFd::as_raw_fd(&child_end),
+                    port: sandbox_core::PROXY_PORT,
+                }));
+                launch.keep_alive.push(Box::new(child_end));
+                launch.egress = Some(Box::new(proxy));
+                launch.notes.push(sandbox_proxy::note(plan));
+            }
         } else {
             launch.notes.push(
                 "no mount namespace can be made here: the modes and timestamps of the user's \

@@ -58,7 +58,7 @@ use std::time::{Duration, SystemTime};
 use async_trait::async_trait;
 use sandbox_core::egress::{ConnectionRecord, EgressRun, ProxyProtocol, Resolver};
 use sandbox_core::policy::{host_local, Target, NOT_IN_ALLOWLIST};
-use sandbox_core::{Allowlist, Decision, SystemResolver, PROXY_PORT};
+use sandbox_core::{Allowlist, Decision, SandboxError, SystemResolver, PROXY_PORT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -151,6 +151,37 @@ pub fn start_for_handover(config: ProxyConfig) -> io::Result<(OwnedFd, ProxyRun)
     let (host, child) = std::os::unix::net::UnixStream::pair()?;
     let run = spawn(config, receive_listener(host))?;
     Ok((OwnedFd::from(child), run))
+}
+
+/// [`start_for_handover`] for a checked plan of network mode `proxy`, as a backend's
+/// `prepare` calls it; errors say what failed.
+pub fn start_for_plan(plan: &sandbox_core::Plan) -> Result<(OwnedFd, ProxyRun), SandboxError> {
+    if plan.network != sandbox_core::NetworkMode::Proxy || plan.allowlist.is_empty() {
+        return Err(SandboxError::invalid(
+            "allow_hosts",
+            "the egress proxy needs network mode `proxy` and a non-empty allowlist",
+        ));
+    }
+    start_for_handover(ProxyConfig::new(
+        plan.allowlist.clone(),
+        plan.resolver.clone(),
+    ))
+    .map_err(|e| SandboxError::io("starting the egress proxy", e))
+}
+
+/// The effective policy's note for a run through the proxy.
+pub fn note(plan: &sandbox_core::Plan) -> String {
+    let hosts: Vec<&str> = plan
+        .allowlist
+        .patterns()
+        .iter()
+        .map(|p| p.as_str())
+        .collect();
+    format!(
+        "network: a private namespace whose one way out is the egress proxy on \
+         127.0.0.1:{PROXY_PORT} (HTTP CONNECT, HTTP, SOCKS5), allowing {}",
+        hosts.join(", ")
+    )
 }
 
 impl ProxyRun {

@@ -30,7 +30,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::RawFd;
 use std::path::{Component, Path, PathBuf};
 
-use sandbox_core::{Lane, NetworkMode, Plan};
+use sandbox_core::{Lane, NetworkMode, Plan, PROXY_PORT};
 
 use crate::error::BwrapError;
 use crate::host::{SystemEntry, PROC_HIDDEN, PROC_READ_ONLY};
@@ -67,6 +67,8 @@ pub(crate) struct Fds {
     pub waiter: RawFd,
     /// The write end of the status pipe.
     pub status: RawFd,
+    /// Network mode `proxy`: the unix socket the waiter sends the proxy's listener on.
+    pub proxy: Option<RawFd>,
 }
 
 /// bwrap's arguments: the options (handed over on a descriptor with `--args`, so that
@@ -425,6 +427,9 @@ pub(crate) fn build(
         fds.status.to_string().into(),
         flags.into(),
         nproc.into(),
+        fds.proxy
+            .map_or_else(|| "-".to_string(), |fd| format!("{fd}:{PROXY_PORT}"))
+            .into(),
         plan.program.clone().into(),
     ];
     command.extend(plan.argv.iter().cloned());

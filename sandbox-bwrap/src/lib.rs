@@ -217,6 +217,9 @@ fn capability(facts: &HostFacts) -> Capability {
         network_none: Enforcement::Exact,
         network_loopback: Enforcement::Exact,
         network_full: full,
+        // bwrap's own network namespace holds only `lo`; the waiter hands the proxy its
+        // listener from inside it.
+        network_proxy: Enforcement::Exact,
         tree_kill: true,
         process_isolation: true,
         drops_host_root: true,

@@ -10,7 +10,7 @@
 //! library, and handed to bwrap on a descriptor (`--ro-bind-data`), so it exists only inside
 //! the sandbox and needs nothing installed on the host.
 //!
-//! Usage: `waiter STATUS_FD FLAGS NPROC PROGRAM ARGV0 [ARGS...]`
+//! Usage: `waiter STATUS_FD FLAGS NPROC PROXY PROGRAM ARGV0 [ARGS...]`
 //!
 //! - `STATUS_FD`: where to write the status (4 bytes, native endian); closed on exec so the
 //!   command never holds it.
@@ -21,6 +21,10 @@
 //! - `NPROC`: `-`, or the process cap: `RLIMIT_NPROC` set here, inside the sandbox's user
 //!   namespace, counts the processes of this sandbox alone (bwrap's init and the waiter
 //!   included), where on the host it would count every process of the user.
+//! - `PROXY`: `-`, or `FD:PORT` for network mode `proxy`: a listener on `127.0.0.1:PORT` is
+//!   made here, in the sandbox's own network namespace, and sent over the unix socket `FD`
+//!   (`SCM_RIGHTS`) to the host's proxy; both are closed before the command starts, so the
+//!   command never holds either.
 //! - `PROGRAM`: absolute path to execute; `ARGV0` and `ARGS` its argv.
 //!
 //! Exit: the command's exit code, or 128+N when it was killed by signal N (what bwrap would
@@ -42,7 +46,40 @@ extern "C" {
     fn fcntl(fd: i32, cmd: i32, arg: i32) -> i32;
     fn syscall(nr: i64, a: u64, b: u64, c: u64) -> i64;
     fn setrlimit(resource: i32, rlim: *const Rlimit) -> i32;
+    fn sendmsg(fd: i32, msg: *const Msghdr, flags: i32) -> isize;
 }
+/// `struct iovec`.
+#[repr(C)]
+struct Iovec {
+    base: *mut u8,
+    len: usize,
+}
+/// `struct msghdr` of 64-bit Linux.
+#[repr(C)]
+struct Msghdr {
+    name: *mut u8,
+    namelen: u32,
+    iov: *mut Iovec,
+    iovlen: usize,
+    control: *mut u8,
+    controllen: usize,
+    flags: i32,
+}
+/// `struct cmsghdr` followed by one descriptor: `CMSG_SPACE(sizeof(int))` is 24 bytes on
+/// 64-bit Linux, the header 16.
+#[repr(C)]
+struct FdMessage {
+    len: usize,
+    level: i32,
+    kind: i32,
+    fd: i32,
+    pad: i32,
+}
+const SOL_SOCKET: i32 = 1;
+const SCM_RIGHTS: i32 = 1;
+const MSG_NOSIGNAL: i32 = 0x4000;
+/// `CMSG_LEN(sizeof(int))`.
+const CMSG_LEN_ONE_FD: usize = 20;
 /// `struct rlimit`: two `rlim_t` (64-bit on every 64-bit Linux target).
 #[repr(C)]
 struct Rlimit {
@@ -102,10 +139,44 @@ fn scope_abstract_unix() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Make the proxy's listener here and send it on `sock`; then close both.
+fn hand_over_listener(sock: i32, port: u16) -> std::io::Result<()> {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    // SAFETY: the descriptor was named by the host for us alone; owned (and closed) here.
+    let sock = unsafe { OwnedFd::from_raw_fd(sock) };
+    let listener = std::net::TcpListener::bind(("127.0.0.1", port))?;
+    let mut byte = [0u8; 1];
+    let mut iov = Iovec {
+        base: byte.as_mut_ptr(),
+        len: 1,
+    };
+    let mut cmsg = FdMessage {
+        len: CMSG_LEN_ONE_FD,
+        level: SOL_SOCKET,
+        kind: SCM_RIGHTS,
+        fd: listener.as_raw_fd(),
+        pad: 0,
+    };
+    let msg = Msghdr {
+        name: std::ptr::null_mut(),
+        namelen: 0,
+        iov: &mut iov,
+        iovlen: 1,
+        control: (&mut cmsg as *mut FdMessage).cast(),
+        controllen: std::mem::size_of::<FdMessage>(),
+        flags: 0,
+    };
+    // SAFETY: every pointer in `msg` points at a live local of the length given.
+    if unsafe { sendmsg(sock.as_raw_fd(), &msg, MSG_NOSIGNAL) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
-    if args.len() < 6 {
-        return fail("usage: waiter STATUS_FD FLAGS NPROC PROGRAM ARGV0 [ARGS...]");
+    if args.len() < 7 {
+        return fail("usage: waiter STATUS_FD FLAGS NPROC PROXY PROGRAM ARGV0 [ARGS...]");
     }
     let Some(status_fd) = std::str::from_utf8(args[1].as_bytes())
         .ok()
@@ -147,16 +218,29 @@ fn main() -> ExitCode {
             ));
         }
     }
+    if args[4] != "-" {
+        let parsed = std::str::from_utf8(args[4].as_bytes())
+            .ok()
+            .and_then(|s| s.split_once(':'))
+            .and_then(|(fd, port)| Some((fd.parse::<i32>().ok()?, port.parse::<u16>().ok()?)))
+            .filter(|(fd, _)| *fd > 2 && *fd != status_fd);
+        let Some((fd, port)) = parsed else {
+            return fail("PROXY is not FD:PORT");
+        };
+        if let Err(e) = hand_over_listener(fd, port) {
+            return fail(&format!("cannot hand the proxy its listener: {e}"));
+        }
+    }
     // SAFETY: the descriptor was checked open above and is owned here alone.
     let mut status_out = unsafe { File::from_raw_fd(status_fd) };
 
-    let mut cmd = Command::new(&args[4]);
+    let mut cmd = Command::new(&args[5]);
     if flags.contains(&b'p') {
         cmd.env_remove("PWD");
     }
     // Its own process group: a command that signals its group (`kill 0`) does not take the
     // waiter, and so its report, down with it.
-    cmd.arg0(&args[5]).args(&args[6..]).process_group(0);
+    cmd.arg0(&args[6]).args(&args[7..]).process_group(0);
     let raw = match cmd.spawn() {
         Ok(mut child) => match child.wait() {
             Ok(status) => status.into_raw(),
@@ -165,7 +249,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!(
                 "sandbox: cannot execute {}: {e}",
-                std::path::Path::new(&args[4]).display()
+                std::path::Path::new(&args[5]).display()
             );
             // As shells report it: 127 not found, 126 found but not executable.
             let code = if e.kind() == std::io::ErrorKind::NotFound {

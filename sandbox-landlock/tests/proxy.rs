@@ -56,7 +56,11 @@ async fn allowed_name_reached_denied_and_direct_refused() {
     ));
     let out = run(o).await;
     let text = out.stdout.text();
-    assert!(text.contains("hello from upstream\nallowed=0"), "{text}\n{}", out.stderr.text());
+    assert!(
+        text.contains("hello from upstream\nallowed=0"),
+        "{text}\n{}",
+        out.stderr.text()
+    );
     assert!(!text.contains("denied=0"), "{text}");
     assert!(!text.contains("direct=0"), "{text}");
     assert_eq!(out.connections.len(), 2, "{:#?}", out.connections);

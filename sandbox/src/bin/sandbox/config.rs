@@ -30,6 +30,8 @@ pub struct PolicyFile {
     write: Vec<PathBuf>,
     network: Option<NetworkMode>,
     #[serde(default)]
+    allow_hosts: Vec<String>,
+    #[serde(default)]
     env: Vec<String>,
     timeout: Option<Seconds>,
     max_output: Option<u64>,
@@ -55,6 +57,7 @@ pub struct RunSpec {
     pub read: Vec<PathBuf>,
     pub write: Vec<PathBuf>,
     pub network: NetworkMode,
+    pub allow_hosts: Vec<String>,
     pub env: Vec<OsString>,
     pub timeout: Option<Duration>,
     pub max_output: Option<usize>,
@@ -158,16 +161,26 @@ pub fn resolve(args: RunArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     if memory_bytes == Some(0) {
         return Err(CliError::option("memory", "must be at least 1 MiB"));
     }
+    let mut allow_hosts = file.allow_hosts;
+    allow_hosts.extend(args.allow_host);
+    // An allowlist implies the proxy, unless a mode was named (then the library refuses an
+    // allowlist with any other mode, rather than ignoring it).
+    let network = args
+        .network
+        .map(NetworkMode::from)
+        .or(file.network)
+        .unwrap_or(if allow_hosts.is_empty() {
+            NetworkMode::None
+        } else {
+            NetworkMode::Proxy
+        });
     Ok(RunSpec {
         backend: args.backend.or(file.backend).unwrap_or(BackendArg::Auto),
         workspace,
         read,
         write,
-        network: args
-            .network
-            .map(NetworkMode::from)
-            .or(file.network)
-            .unwrap_or_default(),
+        network,
+        allow_hosts,
         env,
         timeout,
         max_output,
@@ -273,6 +286,35 @@ mod tests {
         )
         .unwrap();
         assert_eq!(spec.workspace, cwd.join("."));
+    }
+
+    #[test]
+    fn allow_hosts_from_the_file_and_the_flags_add_up_and_imply_the_proxy() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("policy.toml");
+        std::fs::write(&cfg, "allow-hosts = [\"crates.io\", \"*.crates.io\"]\n").unwrap();
+        let cwd = Path::new("/here");
+        let spec = resolve(
+            run_args(&[
+                "--config",
+                cfg.to_str().unwrap(),
+                "--allow-host",
+                "pypi.org",
+                "true",
+            ]),
+            cwd,
+        )
+        .unwrap();
+        assert_eq!(spec.allow_hosts, ["crates.io", "*.crates.io", "pypi.org"]);
+        assert_eq!(spec.network, NetworkMode::Proxy);
+        // A mode named explicitly is kept (the library then refuses the mismatch).
+        let spec = resolve(
+            run_args(&["--network", "loopback", "--allow-host", "x.org", "true"]),
+            cwd,
+        )
+        .unwrap();
+        assert_eq!(spec.network, NetworkMode::Loopback);
+        assert!(PolicyFile::parse("allow-hosts = \"crates.io\"").is_err());
     }
 
     #[test]

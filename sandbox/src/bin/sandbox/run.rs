@@ -11,8 +11,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    DynSandbox, EffectivePolicy, Enforcement, EnvPolicy, Plan, SandboxError, SandboxOpts,
-    SandboxOutcome, Status,
+    ConnectionRecord, DynSandbox, EffectivePolicy, Enforcement, EnvPolicy, Plan, SandboxError,
+    SandboxOpts, SandboxOutcome, Status,
 };
 
 use crate::args::{BackendArg, RunArgs};
@@ -132,6 +132,10 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         }
     };
     terminal.finish();
+    // After the command's own output: what the proxy refused, one line each.
+    for line in outcome.denied_lines() {
+        eprintln!("{line}");
+    }
     let code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
     if spec.json {
         print_json(&JsonOutcome::new(&outcome, code));
@@ -188,6 +192,7 @@ fn build_opts(
     opts.read_only_paths = spec.read.clone();
     opts.writable_paths = spec.write.clone();
     opts.network = spec.network;
+    opts.allow_hosts = spec.allow_hosts.clone();
     opts.lane = spec.lane;
     opts.timeout = spec.timeout;
     if let Some(limit) = spec.max_output {
@@ -254,6 +259,8 @@ struct JsonOutcome<'a> {
     /// What `sandbox run` exits with.
     exit_status: i32,
     policy: &'a EffectivePolicy,
+    /// Network `proxy`: every connection attempt, allowed or denied.
+    connections: &'a [ConnectionRecord],
 }
 
 impl<'a> JsonOutcome<'a> {
@@ -278,6 +285,7 @@ impl<'a> JsonOutcome<'a> {
             backend: o.backend,
             exit_status,
             policy: &o.policy,
+            connections: &o.connections,
         }
     }
 }

@@ -280,6 +280,7 @@ impl Context {
                     readonly_carveouts: true,
                     network_none: Exact,
                     network_loopback: Exact,
+                    network_proxy: Exact,
                     process_isolation: true,
                     drops_host_root: true,
                     ..self.cap.clone()

@@ -127,9 +127,15 @@ impl Drop for Upstream {
 /// The names the cases use, all standing for the host's loopback.
 fn resolver() -> Arc<TableResolver> {
     Arc::new(
-        ["allowed.test", "denied.test", "a.wild.test", "git.test", "pypi.test"]
-            .iter()
-            .fold(TableResolver::new(), |t, n| t.with(n, LO)),
+        [
+            "allowed.test",
+            "denied.test",
+            "a.wild.test",
+            "git.test",
+            "pypi.test",
+        ]
+        .iter()
+        .fold(TableResolver::new(), |t, n| t.with(n, LO)),
     )
 }
 
@@ -166,12 +172,24 @@ pub async fn bad_input_refused(ctx: Arc<Context>) -> CaseResult {
     let marker_s = marker.to_string_lossy().into_owned();
     for (mode, allow, why) in [
         (NetworkMode::Proxy, vec![], "at least one allowed host"),
-        (NetworkMode::Proxy, vec!["exa mple.com"], "not a valid host name"),
+        (
+            NetworkMode::Proxy,
+            vec!["exa mple.com"],
+            "not a valid host name",
+        ),
         (NetworkMode::Proxy, vec!["crates.io:0"], "1 to 65535"),
         (NetworkMode::Proxy, vec!["crates.io:65536"], "1 to 65535"),
         (NetworkMode::Proxy, vec!["*.com"], "top-level"),
-        (NetworkMode::Full, vec!["crates.io"], "only to network mode `proxy`"),
-        (NetworkMode::None, vec!["crates.io"], "only to network mode `proxy`"),
+        (
+            NetworkMode::Full,
+            vec!["crates.io"],
+            "only to network mode `proxy`",
+        ),
+        (
+            NetworkMode::None,
+            vec!["crates.io"],
+            "only to network mode `proxy`",
+        ),
     ] {
         let mut o = ctx.opts(ws.path(), ["write", &marker_s]);
         o.network = mode;
@@ -324,10 +342,7 @@ pub async fn wildcard_rebound_to_loopback_refused(ctx: Arc<Context>) -> CaseResu
     let ws = ctx.workspace("egress-rebind")?;
     tmp_in(ws.path())?;
     let up = Upstream::start(None)?;
-    let script = format!(
-        "curl -fsS --max-time 10 http://a.wild.test:{}/",
-        up.port
-    );
+    let script = format!("curl -fsS --max-time 10 http://a.wild.test:{}/", up.port);
     let o = ctx
         .run(proxy_opts(
             &ctx,
@@ -519,9 +534,19 @@ pub async fn proxy_itself_refused(ctx: Arc<Context>) -> CaseResult {
 pub async fn raw_sockets_and_io_uring_refused(ctx: Arc<Context>) -> CaseResult {
     let ws = ctx.workspace("egress-raw")?;
     let allow = ["allowed.test".to_string()];
-    for call in ["socket-packet", "socket-raw-icmp", "socket-raw-udp", "io_uring_setup"] {
+    for call in [
+        "socket-packet",
+        "socket-raw-icmp",
+        "socket-raw-udp",
+        "io_uring_setup",
+    ] {
         let p = ctx
-            .probe_run(probe_proxy_opts(&ctx, ws.path(), &["syscall", call], &allow))
+            .probe_run(probe_proxy_opts(
+                &ctx,
+                ws.path(),
+                &["syscall", call],
+                &allow,
+            ))
             .await?;
         p.report()?;
         ensure!(
@@ -620,9 +645,21 @@ pub async fn git_clone_over_http(ctx: Arc<Context>) -> CaseResult {
     host_cmd(&srv.join("src"), &["git", "add", "hello.txt"])?;
     host_cmd(
         &srv.join("src"),
-        &["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"],
+        &[
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "one",
+        ],
     )?;
-    host_cmd(srv.path(), &["git", "clone", "-q", "--bare", "src", "repo.git"])?;
+    host_cmd(
+        srv.path(),
+        &["git", "clone", "-q", "--bare", "src", "repo.git"],
+    )?;
     host_cmd(&srv.join("repo.git"), &["git", "update-server-info"])?;
     let up = Upstream::start(Some(srv.path().to_path_buf()))?;
 
@@ -646,7 +683,10 @@ pub async fn git_clone_over_http(ctx: Arc<Context>) -> CaseResult {
         crate::context::describe(&o)
     );
     ensure!(
-        std::fs::read_to_string(ws.join("out/hello.txt")).ok().as_deref() == Some(&content),
+        std::fs::read_to_string(ws.join("out/hello.txt"))
+            .ok()
+            .as_deref()
+            == Some(&content),
         "the clone is not in the workspace"
     );
     ensure!(

@@ -30,7 +30,7 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::RawFd;
 use std::path::{Component, Path, PathBuf};
 
-use sandbox_core::{Lane, NetworkMode, Plan, PROXY_PORT};
+use sandbox_core::{Lane, NetworkMode, Plan};
 
 use crate::error::BwrapError;
 use crate::host::{SystemEntry, PROC_HIDDEN, PROC_READ_ONLY};
@@ -67,7 +67,8 @@ pub(crate) struct Fds {
     pub waiter: RawFd,
     /// The write end of the status pipe.
     pub status: RawFd,
-    /// Network mode `proxy`: the unix socket the waiter sends the proxy's listener on.
+    /// Network mode `proxy` or host ports: the unix socket the waiter sends the listeners
+    /// on (the proxy's, then each host port's).
     pub proxy: Option<RawFd>,
 }
 
@@ -428,7 +429,16 @@ pub(crate) fn build(
         flags.into(),
         nproc.into(),
         fds.proxy
-            .map_or_else(|| "-".to_string(), |fd| format!("{fd}:{PROXY_PORT}"))
+            .map_or_else(
+                || "-".to_string(),
+                |fd| {
+                    let ports: Vec<String> = sandbox_proxy::inside_ports(plan)
+                        .iter()
+                        .map(u16::to_string)
+                        .collect();
+                    format!("{fd}:{}", ports.join(","))
+                },
+            )
             .into(),
         plan.program.clone().into(),
     ];

@@ -220,6 +220,7 @@ fn capability(facts: &HostFacts) -> Capability {
         // bwrap's own network namespace holds only `lo`; the waiter hands the proxy its
         // listener from inside it.
         network_proxy: Enforcement::Exact,
+        host_ports: true,
         tree_kill: true,
         process_isolation: true,
         drops_host_root: true,

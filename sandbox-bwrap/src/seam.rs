@@ -10,7 +10,7 @@ use std::path::Path;
 
 use sandbox_core::process::Launch;
 use sandbox_core::seccomp::{SeccompProgram, SyscallPolicy};
-use sandbox_core::{NetworkMode, Plan, SandboxError, TreeKill};
+use sandbox_core::{Plan, SandboxError, TreeKill};
 
 use crate::argv::{self, BwrapArgs, Fds, Layout};
 use crate::rootview::Hidden;
@@ -72,11 +72,7 @@ pub(crate) fn launch(
     let (status_r, status_w) = pipe().map_err(io_err("the status pipe"))?;
     // Network mode `proxy`: the waiter makes the listener inside bwrap's network namespace
     // and sends it here, to the proxy this run owns.
-    let proxy = if plan.network == NetworkMode::Proxy {
-        Some(sandbox_proxy::start_for_plan(plan)?)
-    } else {
-        None
-    };
+    let handover = sandbox_proxy::start_for_plan(plan)?;
     let BwrapArgs { options, command } = argv::build(
         plan,
         layout,
@@ -85,7 +81,7 @@ pub(crate) fn launch(
             seccomp: seccomp.as_raw_fd(),
             waiter: waiter.as_raw_fd(),
             status: status_w.as_raw_fd(),
-            proxy: proxy.as_ref().map(|(fd, _)| fd.as_raw_fd()),
+            proxy: handover.as_ref().map(|h| h.child_end.as_raw_fd()),
         },
     )?;
     let opts_fd = memfd("sandbox-bwrap-args", &nul_separated(&options))
@@ -96,9 +92,9 @@ pub(crate) fn launch(
     // bwrap itself needs no environment: the command's is set with --clearenv/--setenv.
     let mut launch = Launch::wrapped(bwrap.to_path_buf(), args, Vec::new(), plan);
     launch.pass_fds = vec![opts_fd, seccomp, waiter, status_w];
-    if let Some((child_end, run)) = proxy {
-        launch.pass_fds.push(child_end);
-        launch.egress = Some(Box::new(run));
+    if let Some(h) = handover {
+        launch.pass_fds.push(h.child_end);
+        launch.egress = Some(Box::new(h.run));
         notes.push(sandbox_proxy::note(plan));
     }
     launch.exit_status_pipe = Some(status_r);

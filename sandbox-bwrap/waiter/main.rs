@@ -21,10 +21,11 @@
 //! - `NPROC`: `-`, or the process cap: `RLIMIT_NPROC` set here, inside the sandbox's user
 //!   namespace, counts the processes of this sandbox alone (bwrap's init and the waiter
 //!   included), where on the host it would count every process of the user.
-//! - `PROXY`: `-`, or `FD:PORT` for network mode `proxy`: a listener on `127.0.0.1:PORT` is
-//!   made here, in the sandbox's own network namespace, and sent over the unix socket `FD`
-//!   (`SCM_RIGHTS`) to the host's proxy; both are closed before the command starts, so the
-//!   command never holds either.
+//! - `PROXY`: `-`, or `FD:PORT[,PORT...]` for network mode `proxy` and host ports: a
+//!   listener on `127.0.0.1:PORT` for each port is made here, in the sandbox's own network
+//!   namespace, and all are sent in one message over the unix socket `FD` (`SCM_RIGHTS`)
+//!   to the host; all are closed before the command starts, so the command never holds
+//!   any.
 //! - `PROGRAM`: absolute path to execute; `ARGV0` and `ARGS` its argv.
 //!
 //! Exit: the command's exit code, or 128+N when it was killed by signal N (what bwrap would
@@ -65,21 +66,11 @@ struct Msghdr {
     controllen: usize,
     flags: i32,
 }
-/// `struct cmsghdr` followed by one descriptor: `CMSG_SPACE(sizeof(int))` is 24 bytes on
-/// 64-bit Linux, the header 16.
-#[repr(C)]
-struct FdMessage {
-    len: usize,
-    level: i32,
-    kind: i32,
-    fd: i32,
-    pad: i32,
-}
 const SOL_SOCKET: i32 = 1;
 const SCM_RIGHTS: i32 = 1;
 const MSG_NOSIGNAL: i32 = 0x4000;
-/// `CMSG_LEN(sizeof(int))`.
-const CMSG_LEN_ONE_FD: usize = 20;
+/// `sizeof(struct cmsghdr)` on 64-bit Linux (the descriptors follow it).
+const CMSG_HDR: usize = 16;
 /// `struct rlimit`: two `rlim_t` (64-bit on every 64-bit Linux target).
 #[repr(C)]
 struct Rlimit {
@@ -139,31 +130,45 @@ fn scope_abstract_unix() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Make the proxy's listener here and send it on `sock`; then close both.
-fn hand_over_listener(sock: i32, port: u16) -> std::io::Result<()> {
+/// Make a listener on `127.0.0.1:PORT` for each of `ports` here and send them all on
+/// `sock` in one message; then close everything.
+fn hand_over_listeners(sock: i32, ports: &[u16]) -> std::io::Result<()> {
     use std::os::fd::{AsRawFd, OwnedFd};
     // SAFETY: the descriptor was named by the host for us alone; owned (and closed) here.
     let sock = unsafe { OwnedFd::from_raw_fd(sock) };
-    let listener = std::net::TcpListener::bind(("127.0.0.1", port))?;
+    let listeners = ports
+        .iter()
+        .map(|p| std::net::TcpListener::bind(("127.0.0.1", *p)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    // struct cmsghdr { size_t len; int level; int type; } then the descriptors, in a
+    // buffer of u64 words so it is aligned as the kernel expects.
+    let len = CMSG_HDR + 4 * listeners.len();
+    let mut words = vec![0u64; len.div_ceil(8)];
+    {
+        // SAFETY: viewing the words as bytes; the length is the buffer's own.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8)
+        };
+        bytes[..8].copy_from_slice(&len.to_ne_bytes());
+        bytes[8..12].copy_from_slice(&SOL_SOCKET.to_ne_bytes());
+        bytes[12..16].copy_from_slice(&SCM_RIGHTS.to_ne_bytes());
+        for (i, l) in listeners.iter().enumerate() {
+            let at = CMSG_HDR + 4 * i;
+            bytes[at..at + 4].copy_from_slice(&l.as_raw_fd().to_ne_bytes());
+        }
+    }
     let mut byte = [0u8; 1];
     let mut iov = Iovec {
         base: byte.as_mut_ptr(),
         len: 1,
-    };
-    let mut cmsg = FdMessage {
-        len: CMSG_LEN_ONE_FD,
-        level: SOL_SOCKET,
-        kind: SCM_RIGHTS,
-        fd: listener.as_raw_fd(),
-        pad: 0,
     };
     let msg = Msghdr {
         name: std::ptr::null_mut(),
         namelen: 0,
         iov: &mut iov,
         iovlen: 1,
-        control: (&mut cmsg as *mut FdMessage).cast(),
-        controllen: std::mem::size_of::<FdMessage>(),
+        control: words.as_mut_ptr().cast(),
+        controllen: words.len() * 8,
         flags: 0,
     };
     // SAFETY: every pointer in `msg` points at a live local of the length given.
@@ -222,13 +227,19 @@ fn main() -> ExitCode {
         let parsed = std::str::from_utf8(args[4].as_bytes())
             .ok()
             .and_then(|s| s.split_once(':'))
-            .and_then(|(fd, port)| Some((fd.parse::<i32>().ok()?, port.parse::<u16>().ok()?)))
-            .filter(|(fd, _)| *fd > 2 && *fd != status_fd);
-        let Some((fd, port)) = parsed else {
-            return fail("PROXY is not FD:PORT");
+            .and_then(|(fd, ports)| {
+                let ports = ports
+                    .split(',')
+                    .map(|p| p.parse::<u16>().ok())
+                    .collect::<Option<Vec<_>>>()?;
+                Some((fd.parse::<i32>().ok()?, ports))
+            })
+            .filter(|(fd, ports)| *fd > 2 && *fd != status_fd && !ports.is_empty());
+        let Some((fd, ports)) = parsed else {
+            return fail("PROXY is not FD:PORT[,PORT...]");
         };
-        if let Err(e) = hand_over_listener(fd, port) {
-            return fail(&format!("cannot hand the proxy its listener: {e}"));
+        if let Err(e) = hand_over_listeners(fd, &ports) {
+            return fail(&format!("cannot hand the host its listeners: {e}"));
         }
     }
     // SAFETY: the descriptor was checked open above and is owned here alone.

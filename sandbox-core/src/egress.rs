@@ -51,6 +51,8 @@ pub enum ProxyProtocol {
     Http,
     /// SOCKS5.
     Socks5,
+    /// A host port forwarded by number (`host_ports`): no name, no allowlist.
+    HostPort,
 }
 
 /// One connection attempt through the proxy.

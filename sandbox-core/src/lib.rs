@@ -62,6 +62,6 @@ pub use outcome::{
     Captured, EffectivePolicy, Grant, LimitMechanism, LimitRecord, Logs, SandboxOutcome, Status,
     TreeKill,
 };
-pub use plan::{Plan, DEFAULT_PATH};
+pub use plan::{Plan, DEFAULT_PATH, MAX_HOST_PORTS};
 pub use policy::{Allowlist, Decision, HostPattern, Lane, NetworkMode};
 pub use sandbox::{Backend, DynSandbox, Preflight, Sandbox, SandboxExt};

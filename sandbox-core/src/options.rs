@@ -158,6 +158,10 @@ pub struct SandboxOpts {
     /// host's resolver. For tests (a table of names to loopback addresses) and for hosts
     /// with their own resolver; never reachable from inside the sandbox.
     pub resolver: Option<Arc<dyn Resolver>>,
+    /// Host ports by number: the command's `127.0.0.1:PORT` reaches the host's
+    /// `127.0.0.1:PORT` (a database or an API the host runs for the agent), and nothing
+    /// else of the host's. With network `loopback` or `proxy` only.
+    pub host_ports: Vec<u16>,
 }
 
 impl SandboxOpts {
@@ -186,6 +190,7 @@ impl SandboxOpts {
             output_sink: None,
             allow_hosts: Vec::new(),
             resolver: None,
+            host_ports: Vec::new(),
         }
     }
 }

@@ -66,6 +66,8 @@ pub struct Plan {
     pub allowlist: Allowlist,
     /// With network mode `proxy`: the resolver the caller named, if any.
     pub resolver: Option<Arc<dyn Resolver>>,
+    /// Host ports forwarded into the command's namespace (sorted, distinct).
+    pub host_ports: Vec<u16>,
 }
 
 fn canonical_dir(field: &'static str, path: &Path) -> Result<PathBuf, SandboxError> {
@@ -234,6 +236,7 @@ impl Plan {
         }
 
         let allowlist = check_allow_hosts(opts)?;
+        let host_ports = check_host_ports(opts)?;
         let env = build_env(opts, &workspace)?;
         let path_var = env
             .iter()
@@ -259,6 +262,15 @@ impl Plan {
                 host_is_root,
             },
         )?;
+        if !host_ports.is_empty() && !cap.host_ports {
+            return Err(SandboxError::NotSupported {
+                backend,
+                feature: "host ports (`host_ports`)".into(),
+                remedy: "use a backend whose capability lists host ports (bwrap, landlock; see \
+                         `sandbox doctor`)"
+                    .into(),
+            });
+        }
 
         Ok(Self {
             argv: opts.argv.clone(),
@@ -282,6 +294,7 @@ impl Plan {
             host_is_root,
             allowlist,
             resolver: opts.resolver.clone(),
+            host_ports,
         })
     }
 
@@ -360,6 +373,55 @@ fn check_allow_hosts(opts: &SandboxOpts) -> Result<Allowlist, SandboxError> {
     }
     Allowlist::parse(&opts.allow_hosts)
         .map_err(|e| SandboxError::invalid("allow_hosts", e.to_string()))
+}
+
+/// The most host ports one run may forward (each is a listener handed over at start).
+pub const MAX_HOST_PORTS: usize = 32;
+
+/// Host ports: only with `loopback` or `proxy` (with `full` the host's loopback is already
+/// the command's; with `none` there is no network to put them in), distinct, not the
+/// proxy's own port, at most [`MAX_HOST_PORTS`].
+fn check_host_ports(opts: &SandboxOpts) -> Result<Vec<u16>, SandboxError> {
+    if opts.host_ports.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !matches!(opts.network, NetworkMode::Loopback | NetworkMode::Proxy) {
+        return Err(SandboxError::invalid(
+            "host_ports",
+            format!(
+                "host ports need network mode `loopback` or `proxy`, not `{}` (with `full` \
+                 the host's loopback is already reachable; with `none` there is no network)",
+                opts.network
+            ),
+        ));
+    }
+    let mut ports = opts.host_ports.clone();
+    ports.sort_unstable();
+    if let Some(w) = ports.windows(2).find(|w| w[0] == w[1]) {
+        return Err(SandboxError::invalid(
+            "host_ports",
+            format!("port {} is named twice", w[0]),
+        ));
+    }
+    if ports.contains(&0) {
+        return Err(SandboxError::invalid(
+            "host_ports",
+            "port 0 is not a port; name one from 1 to 65535",
+        ));
+    }
+    if opts.network == NetworkMode::Proxy && ports.contains(&PROXY_PORT) {
+        return Err(SandboxError::invalid(
+            "host_ports",
+            format!("port {PROXY_PORT} is the proxy's own inside the sandbox"),
+        ));
+    }
+    if ports.len() > MAX_HOST_PORTS {
+        return Err(SandboxError::invalid(
+            "host_ports",
+            format!("{} ports; at most {MAX_HOST_PORTS}", ports.len()),
+        ));
+    }
+    Ok(ports)
 }
 
 /// The proxy variables of a `proxy` run, upper and lower case, pointing at the proxy inside
@@ -459,6 +521,7 @@ mod tests {
             network_loopback: Enforcement::Exact,
             network_full: Enforcement::Exact,
             network_proxy: Enforcement::Exact,
+            host_ports: true,
             tree_kill: true,
             process_isolation: true,
             drops_host_root: true,
@@ -526,6 +589,49 @@ mod tests {
         opts.network = NetworkMode::Loopback;
         let plan = Plan::new(&opts, "t", &cap()).unwrap();
         assert!(plan.env_var("HTTP_PROXY").is_none());
+    }
+
+    #[test]
+    fn host_ports_need_loopback_or_proxy_distinct_and_nonzero() {
+        let d = ws();
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.host_ports = vec![5432];
+        for mode in [NetworkMode::None, NetworkMode::Full] {
+            opts.network = mode;
+            let e = Plan::new(&opts, "t", &cap()).unwrap_err();
+            assert!(
+                matches!(&e, SandboxError::InvalidConfig { field: "host_ports", reason } if reason.contains("loopback")),
+                "{mode}: {e}"
+            );
+        }
+        opts.network = NetworkMode::Loopback;
+        for bad in [vec![0], vec![5432, 5432]] {
+            opts.host_ports = bad.clone();
+            let e = Plan::new(&opts, "t", &cap()).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    SandboxError::InvalidConfig {
+                        field: "host_ports",
+                        ..
+                    }
+                ),
+                "{bad:?}: {e}"
+            );
+        }
+        opts.host_ports = vec![8080, 5432];
+        assert_eq!(
+            Plan::new(&opts, "t", &cap()).unwrap().host_ports,
+            [5432, 8080]
+        );
+        let mut c = cap();
+        c.host_ports = false;
+        let e = Plan::new(&opts, "t", &c).unwrap_err();
+        assert!(matches!(e, SandboxError::NotSupported { .. }), "{e}");
+        opts.network = NetworkMode::Proxy;
+        opts.allow_hosts = vec!["x.org".into()];
+        opts.host_ports = vec![3128];
+        assert!(Plan::new(&opts, "t", &cap()).is_err());
     }
 
     #[test]

@@ -165,6 +165,7 @@ fn capability(host: &Host) -> Capability {
         } else {
             Enforcement::Unsupported
         },
+        host_ports: host.ns.is_ok(),
         tree_kill: true,
         process_isolation: false,
         // Without a mount namespace a root host's command could still change the mode of
@@ -328,16 +329,16 @@ impl Launcher for LandlockBackend {
             launch
                 .pre_exec
                 .push(Box::new(mode.step(net, &spec, &plan.cwd)));
-            if plan.network == NetworkMode::Proxy {
-                // Right after the namespace is made: the listener is created in it and
-                // handed to the host's proxy, then closed here, before the command runs.
-                let (child_end, proxy) = sandbox_proxy::start_for_plan(plan)?;
+            // The proxy and host ports: right after the namespace is made, their listeners
+            // are created in it and handed to the host, then closed here, before the
+            // command runs.
+            if let Some(h) = sandbox_proxy::start_for_plan(plan)? {
                 launch.pre_exec.push(Box::new(sandbox_proxy::SendListener {
-                    sock: std::os::fd::AsRawFd::as_raw_fd(&child_end),
-                    port: sandbox_core::PROXY_PORT,
+                    sock: std::os::fd::AsRawFd::as_raw_fd(&h.child_end),
+                    ports: h.ports,
                 }));
-                launch.keep_alive.push(Box::new(child_end));
-                launch.egress = Some(Box::new(proxy));
+                launch.keep_alive.push(Box::new(h.child_end));
+                launch.egress = Some(Box::new(h.run));
                 launch.notes.push(sandbox_proxy::note(plan));
             }
         } else {

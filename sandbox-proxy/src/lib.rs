@@ -64,7 +64,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-pub use handover::{receive_listener, send_listener_raw, SendListener};
+pub use handover::{receive_listener, receive_listeners, send_listeners_raw, SendListener};
 pub use resolve::TableResolver;
 
 /// How long an upstream connect may take.
@@ -96,6 +96,19 @@ impl ProxyConfig {
 /// A listener still to come (handed over from the command's namespace), or one at hand.
 pub type ListenerSource = Pin<Box<dyn Future<Output = io::Result<std::net::TcpListener>> + Send>>;
 
+/// Several listeners to come, in the order of their [`Role`]s.
+pub type ListenersSource =
+    Pin<Box<dyn Future<Output = io::Result<Vec<std::net::TcpListener>>> + Send>>;
+
+/// What a listener is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The allowlist proxy.
+    Proxy,
+    /// A host port: every connection goes to the host's `127.0.0.1:PORT`, nothing else.
+    HostPort(u16),
+}
+
 /// The record of one attempt, shared with its relay.
 #[derive(Debug)]
 struct Entry {
@@ -112,13 +125,43 @@ impl Entry {
 
 #[derive(Debug)]
 struct Shared {
-    config: ProxyConfig,
+    /// The allowlist proxy's configuration; `None` when only host ports are served.
+    config: Option<ProxyConfig>,
     entries: Mutex<Vec<Arc<Entry>>>,
     /// Where the proxy listens on the host side (filled in once known).
     local: Mutex<Option<SocketAddr>>,
 }
 
-/// A running proxy, owned by one run.
+impl Shared {
+    /// A new attempt in the record, shared with its relay.
+    fn record(
+        &self,
+        protocol: ProxyProtocol,
+        host: &str,
+        port: u16,
+        decision: Decision,
+    ) -> Arc<Entry> {
+        let entry = Arc::new(Entry {
+            record: Mutex::new(ConnectionRecord {
+                at: SystemTime::now(),
+                protocol,
+                host: host.to_string(),
+                port,
+                decision,
+                peer: None,
+                bytes_out: 0,
+                bytes_in: 0,
+                error: None,
+            }),
+        });
+        if let Ok(mut e) = self.entries.lock() {
+            e.push(entry.clone());
+        }
+        entry
+    }
+}
+
+/// A running proxy (and host-port forwarders), owned by one run.
 #[derive(Debug)]
 pub struct ProxyRun {
     shared: Arc<Shared>,
@@ -128,6 +171,23 @@ pub struct ProxyRun {
 
 /// Start the proxy on the listener `source` yields, on the current tokio runtime.
 pub fn spawn(config: ProxyConfig, source: ListenerSource) -> io::Result<ProxyRun> {
+    spawn_roles(
+        Some(config),
+        vec![Role::Proxy],
+        Box::pin(async move { Ok(vec![source.await?]) }),
+    )
+}
+
+/// Start serving each listener `source` yields in its role (the allowlist proxy, host
+/// ports), on the current tokio runtime.
+pub fn spawn_roles(
+    config: Option<ProxyConfig>,
+    roles: Vec<Role>,
+    source: ListenersSource,
+) -> io::Result<ProxyRun> {
+    if roles.contains(&Role::Proxy) && config.is_none() {
+        return Err(io::Error::other("the proxy role needs its configuration"));
+    }
     let rt = tokio::runtime::Handle::try_current()
         .map_err(|e| io::Error::other(format!("the proxy needs a tokio runtime: {e}")))?;
     let shared = Arc::new(Shared {
@@ -136,7 +196,7 @@ pub fn spawn(config: ProxyConfig, source: ListenerSource) -> io::Result<ProxyRun
         local: Mutex::new(None),
     });
     let (stop, stop_rx) = watch::channel(false);
-    let task = rt.spawn(accept_loop(shared.clone(), source, stop_rx));
+    let task = rt.spawn(accept_loop(shared.clone(), roles, source, stop_rx));
     Ok(ProxyRun {
         shared,
         stop,
@@ -149,38 +209,102 @@ pub fn spawn(config: ProxyConfig, source: ListenerSource) -> io::Result<ProxyRun
 /// and the running proxy. Call from within the tokio runtime (`Launcher::prepare`).
 pub fn start_for_handover(config: ProxyConfig) -> io::Result<(OwnedFd, ProxyRun)> {
     let (host, child) = std::os::unix::net::UnixStream::pair()?;
-    let run = spawn(config, receive_listener(host))?;
+    let run = spawn_roles(Some(config), vec![Role::Proxy], receive_listeners(host, 1))?;
     Ok((OwnedFd::from(child), run))
 }
 
-/// [`start_for_handover`] for a checked plan of network mode `proxy`, as a backend's
-/// `prepare` calls it; errors say what failed.
-pub fn start_for_plan(plan: &sandbox_core::Plan) -> Result<(OwnedFd, ProxyRun), SandboxError> {
-    if plan.network != sandbox_core::NetworkMode::Proxy || plan.allowlist.is_empty() {
-        return Err(SandboxError::invalid(
-            "allow_hosts",
-            "the egress proxy needs network mode `proxy` and a non-empty allowlist",
-        ));
-    }
-    start_for_handover(ProxyConfig::new(
-        plan.allowlist.clone(),
-        plan.resolver.clone(),
-    ))
-    .map_err(|e| SandboxError::io("starting the egress proxy", e))
+/// What a backend needs for a run with the proxy or host ports: the ports to listen on
+/// inside (in the order they are to be sent), the pair's child end, and the running
+/// service. `None` when the plan asks for neither.
+#[derive(Debug)]
+pub struct Handover {
+    /// The ports the child must listen on, on `127.0.0.1`, and send in this order.
+    pub ports: Vec<u16>,
+    /// The child's end of the pair.
+    pub child_end: OwnedFd,
+    /// The running service (core ends it after the command's tree).
+    pub run: ProxyRun,
 }
 
-/// The effective policy's note for a run through the proxy.
+/// The listeners `plan` needs, in the order they are handed over: the proxy first, then
+/// each host port.
+pub fn roles(plan: &sandbox_core::Plan) -> Vec<Role> {
+    let mut roles = Vec::new();
+    if plan.network == sandbox_core::NetworkMode::Proxy {
+        roles.push(Role::Proxy);
+    }
+    roles.extend(plan.host_ports.iter().map(|&p| Role::HostPort(p)));
+    roles
+}
+
+/// The ports to listen on inside for `plan`, in [`roles`] order: what a backend tells its
+/// child (or bwrap's waiter) to make and send.
+pub fn inside_ports(plan: &sandbox_core::Plan) -> Vec<u16> {
+    roles(plan)
+        .into_iter()
+        .map(|r| match r {
+            Role::Proxy => PROXY_PORT,
+            Role::HostPort(p) => p,
+        })
+        .collect()
+}
+
+/// Start what `plan` asks for (network mode `proxy`, host ports); called from a backend's
+/// `prepare`; errors say what failed.
+pub fn start_for_plan(plan: &sandbox_core::Plan) -> Result<Option<Handover>, SandboxError> {
+    let proxy = plan.network == sandbox_core::NetworkMode::Proxy;
+    if proxy && plan.allowlist.is_empty() {
+        return Err(SandboxError::invalid(
+            "allow_hosts",
+            "the egress proxy needs a non-empty allowlist",
+        ));
+    }
+    let roles = roles(plan);
+    if roles.is_empty() {
+        return Ok(None);
+    }
+    let ports = inside_ports(plan);
+    let config = proxy.then(|| ProxyConfig::new(plan.allowlist.clone(), plan.resolver.clone()));
+    let start = || -> io::Result<Handover> {
+        let (host, child) = std::os::unix::net::UnixStream::pair()?;
+        let run = spawn_roles(config, roles, receive_listeners(host, ports.len()))?;
+        Ok(Handover {
+            ports: ports.clone(),
+            child_end: OwnedFd::from(child),
+            run,
+        })
+    };
+    start()
+        .map(Some)
+        .map_err(|e| SandboxError::io("starting the egress proxy", e))
+}
+
+/// The effective policy's note for a run through the proxy or with host ports.
 pub fn note(plan: &sandbox_core::Plan) -> String {
-    let hosts: Vec<&str> = plan
-        .allowlist
-        .patterns()
-        .iter()
-        .map(|p| p.as_str())
-        .collect();
+    let mut parts = Vec::new();
+    if plan.network == sandbox_core::NetworkMode::Proxy {
+        let hosts: Vec<&str> = plan
+            .allowlist
+            .patterns()
+            .iter()
+            .map(|p| p.as_str())
+            .collect();
+        parts.push(format!(
+            "the egress proxy on 127.0.0.1:{PROXY_PORT} (HTTP CONNECT, HTTP, SOCKS5), \
+             allowing {}",
+            hosts.join(", ")
+        ));
+    }
+    if !plan.host_ports.is_empty() {
+        let ports: Vec<String> = plan.host_ports.iter().map(u16::to_string).collect();
+        parts.push(format!(
+            "the host's 127.0.0.1 ports {} (and no other)",
+            ports.join(", ")
+        ));
+    }
     format!(
-        "network: a private namespace whose one way out is the egress proxy on \
-         127.0.0.1:{PROXY_PORT} (HTTP CONNECT, HTTP, SOCKS5), allowing {}",
-        hosts.join(", ")
+        "network: a private namespace whose ways out are {}",
+        parts.join("; ")
     )
 }
 
@@ -220,40 +344,100 @@ impl Drop for ProxyRun {
     }
 }
 
-async fn accept_loop(shared: Arc<Shared>, source: ListenerSource, mut stop: watch::Receiver<bool>) {
-    let listener = tokio::select! {
+async fn accept_loop(
+    shared: Arc<Shared>,
+    roles: Vec<Role>,
+    source: ListenersSource,
+    mut stop: watch::Receiver<bool>,
+) {
+    let listeners = tokio::select! {
         l = source => l,
         _ = stop.wait_for(|s| *s) => return,
     };
-    let listener = match listener.and_then(|l| {
-        l.set_nonblocking(true)?;
-        TcpListener::from_std(l)
+    let listeners = match listeners.and_then(|ls| {
+        ls.into_iter()
+            .map(|l| {
+                l.set_nonblocking(true)?;
+                TcpListener::from_std(l)
+            })
+            .collect::<io::Result<Vec<_>>>()
     }) {
-        Ok(l) => l,
+        Ok(l) if l.len() == roles.len() => l,
+        Ok(l) => {
+            tracing::warn!(
+                "the egress proxy got {} listeners for {} roles",
+                l.len(),
+                roles.len()
+            );
+            return;
+        }
         Err(e) => {
             tracing::warn!("the egress proxy got no listener: {e}");
             return;
         }
     };
-    if let Ok(mut local) = shared.local.lock() {
-        *local = listener.local_addr().ok();
+    // One acceptor per listener hands connections to this loop, which owns every relay.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(Role, TcpStream)>(64);
+    let mut acceptors = JoinSet::new();
+    for (role, listener) in roles.into_iter().zip(listeners) {
+        if role == Role::Proxy {
+            if let Ok(mut local) = shared.local.lock() {
+                *local = listener.local_addr().ok();
+            }
+        }
+        let tx = tx.clone();
+        acceptors.spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        if tx.send((role, stream)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => tracing::debug!("egress proxy accept: {e}"),
+                }
+            }
+        });
     }
+    drop(tx);
     let mut relays = JoinSet::new();
     loop {
         tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    let _ = stream.set_nodelay(true);
+            Some((role, stream)) = rx.recv() => match role {
+                Role::Proxy => {
                     relays.spawn(serve(shared.clone(), stream));
                 }
-                Err(e) => tracing::debug!("egress proxy accept: {e}"),
+                Role::HostPort(port) => {
+                    relays.spawn(serve_host_port(shared.clone(), stream, port));
+                }
             },
             Some(_) = relays.join_next(), if !relays.is_empty() => {}
             _ = stop.wait_for(|s| *s) => break,
         }
     }
-    drop(listener);
+    acceptors.shutdown().await;
     relays.shutdown().await;
+}
+
+/// A host port: relay to the host's `127.0.0.1:PORT`, recorded like any connection.
+async fn serve_host_port(shared: Arc<Shared>, client: TcpStream, port: u16) {
+    let to = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port);
+    let entry = shared.record(
+        ProxyProtocol::HostPort,
+        &to.ip().to_string(),
+        port,
+        Decision::Allowed(format!("host port {port}")),
+    );
+    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(to)).await {
+        Ok(Ok(upstream)) => {
+            let _ = upstream.set_nodelay(true);
+            entry.update(|r| r.peer = Some(to));
+            relay::run(&entry, client, upstream).await;
+        }
+        Ok(Err(e)) => entry.update(|r| r.error = Some(e.to_string())),
+        Err(_) => entry.update(|r| r.error = Some("timed out".into())),
+    }
 }
 
 /// One client connection: find the protocol, decide, relay.
@@ -425,10 +609,10 @@ async fn serve_http(shared: &Shared, mut client: TcpStream) {
         }
     };
     if !preface.is_empty() {
+        entry.update(|r| r.bytes_out += preface.len() as u64);
         if upstream.write_all(&preface).await.is_err() {
             return;
         }
-        entry.update(|r| r.bytes_out += preface.len() as u64);
     }
     relay::run(&entry, client, upstream).await;
 }
@@ -446,22 +630,12 @@ async fn connect(
     host: &str,
     port: u16,
 ) -> Result<(Arc<Entry>, TcpStream), Refusal> {
-    let entry = Arc::new(Entry {
-        record: Mutex::new(ConnectionRecord {
-            at: SystemTime::now(),
-            protocol,
-            host: host.to_string(),
-            port,
-            decision: Decision::Denied(NOT_IN_ALLOWLIST.into()),
-            peer: None,
-            bytes_out: 0,
-            bytes_in: 0,
-            error: None,
-        }),
-    });
-    if let Ok(mut e) = shared.entries.lock() {
-        e.push(entry.clone());
-    }
+    let entry = shared.record(
+        protocol,
+        host,
+        port,
+        Decision::Denied(NOT_IN_ALLOWLIST.into()),
+    );
     let deny = |why: String| {
         entry.update(|r| r.decision = Decision::Denied(why.clone()));
         Refusal {
@@ -490,12 +664,15 @@ async fn connect(
             return Err(deny("the proxy's own address".into()));
         }
     }
-    let Some(rule) = shared.config.allowlist.check(&target, port).cloned() else {
+    let Some(config) = shared.config.as_ref() else {
+        return Err(deny("no proxy in this run".into()));
+    };
+    let Some(rule) = config.allowlist.check(&target, port).cloned() else {
         return Err(deny(NOT_IN_ALLOWLIST.into()));
     };
     let addrs = match &target {
         Target::Ip(ip) => vec![SocketAddr::new(*ip, port)],
-        Target::Name(name) => match shared.config.resolver.resolve(name, port).await {
+        Target::Name(name) => match config.resolver.resolve(name, port).await {
             Ok(a) if !a.is_empty() => a,
             Ok(_) => return Err(fail("the name has no address".into())),
             Err(e) => return Err(fail(format!("the name did not resolve: {e}"))),

@@ -1,5 +1,6 @@
 //! The byte relay of an allowed connection, counting each way into the record as it goes
-//! (so the record is right even when the run ends mid-transfer).
+//! (so the record is right even when the run ends mid-transfer): bytes taken from one side
+//! for the other.
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -27,13 +28,15 @@ async fn pump(
             Ok(0) | Err(_) => break,
             Ok(n) => n,
         };
-        if to.write_all(&buf[..n]).await.is_err() {
-            break;
-        }
+        // Counted before it is passed on: once the far side has the bytes, the record has
+        // them too (a run that ends right after cannot lose them from the record).
         entry.update(|r| match way {
             Way::Out => r.bytes_out += n as u64,
             Way::In => r.bytes_in += n as u64,
         });
+        if to.write_all(&buf[..n]).await.is_err() {
+            break;
+        }
     }
     // Half-close, so the far side sees the end of this direction.
     let _ = to.shutdown().await;

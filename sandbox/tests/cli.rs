@@ -184,6 +184,10 @@ fn bad_allowlists_are_125_before_anything_runs() {
     assert_refused_before_running(&["--allow-host", "*.com"], "top-level");
     assert_refused_before_running(&["--allow-host", "https://crates.io"], "URL");
     assert_refused_before_running(&["--network", "proxy"], "at least one allowed host");
+    assert_refused_before_running(&["--host-port", "0"], "0");
+    assert_refused_before_running(&["--host-port", "65536"], "65536");
+    assert_refused_before_running(&["--network", "full", "--host-port", "5432"], "loopback");
+    assert_refused_before_running(&["--network", "none", "--host-port", "5432"], "loopback");
     assert_refused_before_running(
         &["--network", "full", "--allow-host", "crates.io"],
         "only to network mode `proxy`",

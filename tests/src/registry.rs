@@ -148,6 +148,10 @@ pub mod require {
         network_proxy(c)?;
         host_programs(c)
     }
+    /// `host_ports`.
+    pub fn host_ports(c: &Capability) -> Result<(), String> {
+        claim(c.host_ports, "host ports (capability.host_ports)")
+    }
     /// `process_isolation`.
     pub fn process_isolation(c: &Capability) -> Result<(), String> {
         claim(
@@ -268,6 +272,7 @@ pub fn cases() -> Vec<Case> {
         case!(egress::python_urllib_through_the_proxy, proxy_tools),
         case!(egress::git_clone_over_http, proxy_tools),
         case!(egress::pip_install_from_a_local_index, proxy_tools),
+        case!(egress::host_port_reaches_exactly_that_port, host_ports),
         case!(proc::no_survivor_after_wait, always),
         case!(proc::no_survivor_after_kill, always),
         case!(proc::no_survivor_after_timeout, always),

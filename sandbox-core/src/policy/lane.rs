@@ -257,6 +257,7 @@ mod tests {
             network_loopback: Enforcement::Exact,
             network_full: Enforcement::Exact,
             network_proxy: Enforcement::Exact,
+            host_ports: true,
             tree_kill: true,
             process_isolation: true,
             drops_host_root: true,

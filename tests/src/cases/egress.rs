@@ -213,6 +213,35 @@ pub async fn bad_input_refused(ctx: Arc<Context>) -> CaseResult {
         }
         ensure!(!marker.exists(), "{mode} {allow:?}: the command ran");
     }
+    for (mode, ports) in [
+        (NetworkMode::Full, vec![5432]),
+        (NetworkMode::None, vec![5432]),
+        (NetworkMode::Loopback, vec![0]),
+        (NetworkMode::Loopback, vec![5432, 5432]),
+    ] {
+        let mut o = ctx.opts(ws.path(), ["write", &marker_s]);
+        o.network = mode;
+        o.host_ports = ports.clone();
+        let sb = ctx.sandbox();
+        match sb.run(o).await {
+            Err(SandboxError::InvalidConfig {
+                field: "host_ports",
+                ..
+            }) => {}
+            Err(e) => {
+                return Err(Failure::Broken(format!(
+                    "{mode} host ports {ports:?}: expected InvalidConfig on host_ports, got: {e}"
+                )))
+            }
+            Ok(()) => {
+                let _ = sb.kill().await;
+                return Err(Failure::Broken(format!(
+                    "{mode} host ports {ports:?} was accepted"
+                )));
+            }
+        }
+        ensure!(!marker.exists(), "{mode} {ports:?}: the command ran");
+    }
     Ok(())
 }
 
@@ -225,7 +254,12 @@ pub async fn allowed_name_reached(ctx: Arc<Context>) -> CaseResult {
     let rule = format!("allowed.test:{}", up.port);
     let script = format!("curl -fsS --max-time 20 http://allowed.test:{}/", up.port);
     let o = ctx
-        .run(proxy_opts(&ctx, ws.path(), &script, &[rule.clone()]))
+        .run(proxy_opts(
+            &ctx,
+            ws.path(),
+            &script,
+            std::slice::from_ref(&rule),
+        ))
         .await?;
     ensure!(
         o.status.success() && o.stdout.text().contains(&up.token),
@@ -764,6 +798,55 @@ pub async fn pip_install_from_a_local_index(ctx: Arc<Context>) -> CaseResult {
         "hits {}, records {:?}",
         up.hits(),
         o.connections
+    );
+    Ok(())
+}
+
+/// Host ports by number: with `loopback` and with `proxy`, the command's `127.0.0.1:PORT`
+/// reaches the host's, and a neighbouring host port stays out of reach.
+pub async fn host_port_reaches_exactly_that_port(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-host-port")?;
+    let given = HostListener::start(&format!("given-{}", token()))?;
+    let neighbour = HostListener::start(&format!("neighbour-{}", token()))?;
+    for mode in [NetworkMode::Loopback, NetworkMode::Proxy] {
+        let run = |addr: SocketAddr| {
+            let mut o = ctx.opts(ws.path(), ["connect".to_string(), addr.to_string()]);
+            o.network = mode;
+            if mode == NetworkMode::Proxy {
+                o.allow_hosts = vec!["allowed.test".into()];
+                o.resolver = Some(resolver());
+            }
+            o.host_ports = vec![given.addr().port()];
+            o
+        };
+        let reached = ctx.probe_run(run(given.addr())).await?;
+        ensure!(
+            reached.succeeded() && reached.stdout_contains(given.token()),
+            "{mode}: the command's 127.0.0.1:{} did not reach the host's: {}",
+            given.addr().port(),
+            reached.describe()
+        );
+        ensure!(
+            matches!(reached.outcome.connections.as_slice(),
+                [c] if c.protocol == ProxyProtocol::HostPort && c.port == given.addr().port()
+                    && c.bytes_in >= given.token().len() as u64),
+            "{mode}: the host-port connection is not recorded: {:?}",
+            reached.outcome.connections
+        );
+        let before = neighbour.accepted();
+        let other = ctx.probe_run(run(neighbour.addr())).await?;
+        other.report()?;
+        ensure!(
+            !other.succeeded() && neighbour.accepted() == before,
+            "{mode}: a host port that was not given ({}) was reached: {}",
+            neighbour.addr().port(),
+            other.describe()
+        );
+    }
+    ensure!(
+        given.accepted() == 2,
+        "the given port saw {} connections",
+        given.accepted()
     );
     Ok(())
 }

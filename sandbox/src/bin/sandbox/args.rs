@@ -115,6 +115,15 @@ pub struct RunArgs {
     #[arg(long = "allow-host", value_name = "PATTERN")]
     pub allow_host: Vec<String>,
 
+    /// Let the command's 127.0.0.1:PORT reach the host's 127.0.0.1:PORT, and nothing else of
+    /// the host's (repeatable; with `--network loopback`, which it implies, or `proxy`)
+    #[arg(
+        long = "host-port",
+        value_name = "PORT",
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub host_port: Vec<u16>,
+
     /// Pass the host's NAME, or set NAME=VALUE (repeatable); nothing else of the host's
     /// environment reaches the command
     #[arg(long = "env", value_name = "NAME[=VALUE]")]

@@ -32,6 +32,8 @@ pub struct PolicyFile {
     #[serde(default)]
     allow_hosts: Vec<String>,
     #[serde(default)]
+    host_ports: Vec<u16>,
+    #[serde(default)]
     env: Vec<String>,
     timeout: Option<Seconds>,
     max_output: Option<u64>,
@@ -58,6 +60,7 @@ pub struct RunSpec {
     pub write: Vec<PathBuf>,
     pub network: NetworkMode,
     pub allow_hosts: Vec<String>,
+    pub host_ports: Vec<u16>,
     pub env: Vec<OsString>,
     pub timeout: Option<Duration>,
     pub max_output: Option<usize>,
@@ -163,17 +166,22 @@ pub fn resolve(args: RunArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     }
     let mut allow_hosts = file.allow_hosts;
     allow_hosts.extend(args.allow_host);
-    // An allowlist implies the proxy, unless a mode was named (then the library refuses an
-    // allowlist with any other mode, rather than ignoring it).
+    let mut host_ports = file.host_ports;
+    host_ports.extend(args.host_port);
+    // An allowlist implies the proxy and host ports a private loopback, unless a mode was
+    // named (then the library refuses a mismatch, rather than ignoring it).
+    let implied = if !allow_hosts.is_empty() {
+        NetworkMode::Proxy
+    } else if !host_ports.is_empty() {
+        NetworkMode::Loopback
+    } else {
+        NetworkMode::None
+    };
     let network = args
         .network
         .map(NetworkMode::from)
         .or(file.network)
-        .unwrap_or(if allow_hosts.is_empty() {
-            NetworkMode::None
-        } else {
-            NetworkMode::Proxy
-        });
+        .unwrap_or(implied);
     Ok(RunSpec {
         backend: args.backend.or(file.backend).unwrap_or(BackendArg::Auto),
         workspace,
@@ -181,6 +189,7 @@ pub fn resolve(args: RunArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         write,
         network,
         allow_hosts,
+        host_ports,
         env,
         timeout,
         max_output,

@@ -193,6 +193,7 @@ fn build_opts(
     opts.writable_paths = spec.write.clone();
     opts.network = spec.network;
     opts.allow_hosts = spec.allow_hosts.clone();
+    opts.host_ports = spec.host_ports.clone();
     opts.lane = spec.lane;
     opts.timeout = spec.timeout;
     if let Some(limit) = spec.max_output {

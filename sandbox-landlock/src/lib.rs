@@ -23,9 +23,11 @@
 //!   `EPERM`; `no_new_privs` is set.
 //! - **Network**: `none` by seccomp (no socket but `AF_UNIX`) and landlock (TCP bind and
 //!   connect, ABI 4); `loopback` by a private network namespace with its own `lo` (made
-//!   through a user namespace when the host is not root); `full` unrestricted. Where no
-//!   namespace can be made, the capability says loopback is over-granted and the lane
-//!   decides.
+//!   through a user namespace when the host is not root); `full` unrestricted; `proxy`
+//!   and host ports are `loopback` plus listeners made in that namespace between fork and
+//!   exec and handed to the run's proxy (`sandbox-proxy`). Where no namespace can be made,
+//!   the capability says loopback is over-granted and the lane decides, and refuses
+//!   `proxy` and host ports.
 //! - **Root**: a root host's command keeps uid 0 (a root-owned workspace must stay writable)
 //!   but loses every capability in all five sets, with `SECBIT_NOROOT` locked so no exec
 //!   gives any back; landlock scopes keep its signals and abstract unix sockets inside the
@@ -78,7 +80,8 @@
 //!
 //! # Dependencies
 //!
-//! `sandbox-core` (the contract and the process machinery), `landlock` (rulesets, ABI
+//! `sandbox-core` (the contract and the process machinery), `sandbox-proxy` (the egress
+//! proxy and host ports of network mode `proxy`), `landlock` (rulesets, ABI
 //! vocabulary, hard-requirement mode), `seccompiler` (this backend's own small filter),
 //! `libc` (the raw calls between fork and exec), `thiserror` (the private error type),
 //! `tempfile` (the preflight's throwaway workspace), `async-trait` (the launcher trait).

@@ -13,6 +13,9 @@
 //!
 //! The first byte tells them apart (5 is SOCKS5's version; an HTTP method is a letter).
 //!
+//! It also serves host ports by number (`host_ports`): a listener per port, each
+//! connection relayed to the host's `127.0.0.1:PORT` alone, and recorded.
+//!
 //! # The decision, in order
 //!
 //! 1. The host must be a valid name or IP literal.

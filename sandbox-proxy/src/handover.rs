@@ -109,7 +109,10 @@ pub struct SendListener {
     pub ports: Vec<u16>,
 }
 
-impl PreExec for SendListener {
+// SAFETY: `send_listeners_raw` makes only `socket`, `bind`, `listen`, `sendmsg` and
+// `close` on stack arrays and the port list allocated before the fork (only read here);
+// its errors are raw errnos (`last_os_error`, `from_raw_os_error`), which do not allocate.
+unsafe impl PreExec for SendListener {
     fn pre_exec(&self) -> io::Result<()> {
         send_listeners_raw(self.sock, &self.ports)
     }

@@ -295,3 +295,49 @@ async fn finish_closes_the_listener_and_ends_open_relays() {
         .expect("the idle client's connection was closed");
     assert!(matches!(n, Ok(0) | Err(_)));
 }
+
+/// SOCKS5 BIND and UDP ASSOCIATE would open ways in and out (UDP included) that the
+/// allowlist does not cover: both are refused with "command not supported", nothing is
+/// connected, nothing recorded as allowed.
+#[tokio::test(flavor = "multi_thread")]
+async fn socks5_bind_and_udp_associate_are_refused() {
+    let f = fixture(&["allowed.test".into(), "127.0.0.0/8".into()]).await;
+    for cmd in [2u8, 3u8] {
+        let mut s = tokio::net::TcpStream::connect((LO, f.proxy_port))
+            .await
+            .unwrap();
+        s.write_all(&[5, 1, 0]).await.unwrap();
+        let mut greet = [0u8; 2];
+        s.read_exact(&mut greet).await.unwrap();
+        assert_eq!(greet, [5, 0]);
+        s.write_all(&[5, cmd, 0, 1, 127, 0, 0, 1, 0, 80])
+            .await
+            .unwrap();
+        let mut reply = [0u8; 10];
+        s.read_exact(&mut reply).await.unwrap();
+        assert_eq!(reply[1], 7, "command {cmd}: {reply:?}");
+    }
+    assert!(f.proxy.finish().await.is_empty());
+    assert_eq!(f.lookups.load(Ordering::SeqCst), 0);
+}
+
+/// Only `http://` absolute URIs and CONNECT are proxied: anything else is a 400 with a
+/// reason, never forwarded.
+#[tokio::test(flavor = "multi_thread")]
+async fn other_request_forms_are_refused() {
+    let f = fixture(&["allowed.test".into()]).await;
+    for req in [
+        "GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n",
+        "GET https://allowed.test/ HTTP/1.1\r\n\r\n",
+        "GET ftp://allowed.test/ HTTP/1.1\r\n\r\n",
+    ] {
+        let mut s = tokio::net::TcpStream::connect((LO, f.proxy_port))
+            .await
+            .unwrap();
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut got = String::new();
+        s.read_to_string(&mut got).await.unwrap();
+        assert!(got.starts_with("HTTP/1.1 400"), "{req:?}: {got}");
+    }
+    assert!(f.proxy.finish().await.is_empty());
+}

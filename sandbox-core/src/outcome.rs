@@ -176,6 +176,8 @@ pub struct EffectivePolicy {
     pub notes: Vec<String>,
     /// With network mode `proxy`: the allowlist the proxy applied.
     pub allow_hosts: Allowlist,
+    /// The host's `127.0.0.1` ports the command could reach by number.
+    pub host_ports: Vec<u16>,
 }
 
 impl EffectivePolicy {
@@ -189,6 +191,7 @@ impl EffectivePolicy {
     /// Could the command reach any network beyond its own private loopback?
     pub fn can_reach_network(&self) -> bool {
         matches!(self.network, NetworkMode::Full | NetworkMode::Proxy)
+            || !self.host_ports.is_empty()
             || self.over_granted("network mode").unwrap_or(true)
     }
 

@@ -327,6 +327,7 @@ impl Plan {
             tree_kill: None,
             notes: Vec::new(),
             allow_hosts: self.allowlist.clone(),
+            host_ports: self.host_ports.clone(),
         }
     }
 

@@ -97,6 +97,16 @@ pub mod require {
             "read confinement (capability.confine_reads)",
         )
     }
+    /// `confine_reads`, read as "host services stay out of reach": a backend that keeps the
+    /// host's files unreadable must not hand over a host service that has no file (an
+    /// abstract unix socket) either.
+    pub fn host_services(c: &Capability) -> Result<(), String> {
+        claim(
+            c.confine_reads,
+            "read confinement (capability.confine_reads), which includes the host's \
+             services that have no file",
+        )
+    }
     /// `confine_writes`.
     pub fn confine_writes(c: &Capability) -> Result<(), String> {
         claim(
@@ -259,6 +269,11 @@ pub fn cases() -> Vec<Case> {
         case!(net::none_blocks_host, network_none, confinement),
         case!(net::loopback_private, network_loopback, confinement),
         case!(net::full_reaches_host, network_full_host),
+        case!(
+            net::host_abstract_socket_unreachable,
+            host_services,
+            confinement
+        ),
         case!(egress::bad_input_refused, always),
         case!(egress::allowed_name_reached, proxy_tools),
         case!(egress::denied_name_refused_and_recorded, proxy_tools),

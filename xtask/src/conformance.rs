@@ -10,6 +10,9 @@ use serde_json::Value;
 
 use crate::{cargo, project_root, target_dir, Result};
 
+/// `--require all`.
+const ALL: &str = "all";
+
 /// The suite's exit code for "backend unavailable" (see `sandbox_conformance::harness`).
 const UNAVAILABLE_EXIT: i32 = 3;
 
@@ -17,6 +20,8 @@ const UNAVAILABLE_EXIT: i32 = 3;
 struct Options {
     /// No backend named: every backend the suite knows (asked after the build).
     every_backend: bool,
+    /// `--require all`: every backend the suite knows is required.
+    require_all: bool,
     backends: Vec<String>,
     require: Vec<String>,
     validate: bool,
@@ -58,8 +63,15 @@ fn parse(args: &[String]) -> Result<Options> {
             }
         }
     }
+    // `--require all`: every backend the suite knows, each required (resolved after the
+    // build, from the suite's list).
+    if let Some(i) = o.require.iter().position(|r| r == ALL) {
+        o.require.remove(i);
+        o.require_all = true;
+    }
     // Defaults: every backend, unless only validation was asked for.
-    o.every_backend = o.backends.is_empty() && !(o.validate && o.require.is_empty());
+    o.every_backend =
+        o.require_all || (o.backends.is_empty() && !(o.validate && o.require.is_empty()));
     for r in &o.require {
         if !o.backends.contains(r) {
             o.backends.push(r.clone());
@@ -388,6 +400,9 @@ pub fn run(args: &[String]) -> Result<()> {
         all.retain(|b| !opts.backends.contains(b));
         opts.backends.splice(0..0, all);
     }
+    if opts.require_all {
+        opts.require = known.every.clone();
+    }
     let mut columns = Vec::new();
     for b in &opts.backends {
         columns.push(run_one(&built, b, false, &opts)?);
@@ -453,6 +468,17 @@ mod tests {
         assert_eq!(k.every, ["a", "b", "c"]);
         assert_eq!(k.unconfined.as_deref(), Some("b"));
         assert_eq!(parse_known("a\n").unconfined, None);
+    }
+
+    #[test]
+    fn require_all_runs_and_requires_every_backend() {
+        let o = parse(&args(&["--require", "all", "--validate"])).unwrap();
+        assert!(o.require_all && o.every_backend && o.validate);
+        assert!(
+            o.require.is_empty(),
+            "resolved after the build: {:?}",
+            o.require
+        );
     }
 
     #[test]

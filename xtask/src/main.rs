@@ -16,13 +16,14 @@ const HELP: &str = "\
 Usage: cargo xtask <task> [options]
 
 Tasks:
-  conformance [--backend NAME]... [--require NAME,...] [--validate] [--as-user UID]
+  conformance [--backend NAME]... [--require NAME,...|all] [--validate] [--as-user UID]
               [-- <test harness args>]
       Build the conformance suite once, run it for each backend (default: every backend
       in the registry, `sandbox/src/registry.rs`), print a backend-by-case matrix
       (pass / FAIL / skip (reason)) and write it to target/conformance.md. Fails on any
       failing case and on any --require'd backend that is unavailable; other unavailable
       backends are shown, not fatal.
+        --require all   every backend in the registry, each required (what CI runs)
         --validate      run the confinement cases against the backend that confines
                         nothing (`none`); each must fail there (the proof that it can fail)
         --as-user UID   run the suite as UID (setpriv, no groups, a TMPDIR it owns), for

@@ -11,7 +11,8 @@
 //!
 //! Subcommands: `argv`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
 //! `rename FROM TO`, `remove PATH`,
-//! `connect HOST:PORT`, `listen-connect`, `dns-udp HOST:PORT`, `udp-route HOST:PORT`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
+//! `connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `dns-udp HOST:PORT`,
+//! `udp-route HOST:PORT`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `see-pid PID`, `open-files N`,
 //! `print TEXT [SECS]`, `barrier DIR N ID`.
@@ -45,6 +46,7 @@ fn main() {
         ("rename", [from, to]) => rename(from, to),
         ("remove", [p]) => remove(p),
         ("connect", [addr]) => connect(addr),
+        ("connect-abstract", [name]) => connect_abstract(name),
         ("listen-connect", []) => listen_connect(),
         ("dns-udp", [addr]) => dns_udp(addr),
         ("udp-route", [addr]) => udp_route(addr),
@@ -314,6 +316,32 @@ fn udp_route(addr: &str) -> ! {
         }
         Err(e) => fail("udp-route", &e),
     }
+}
+
+/// Connect to the abstract unix socket `NAME` (no file: only the network namespace, or a
+/// filter, stands between it and the host's), then read what the peer says.
+fn connect_abstract(name: &str) -> ! {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
+    let addr = match UnixAddr::from_abstract_name(name.as_bytes()) {
+        Ok(a) => a,
+        Err(e) => fail("connect-abstract", &e),
+    };
+    let mut s = match UnixStream::connect_addr(&addr) {
+        Ok(s) => s,
+        Err(e) => fail("connect-abstract", &e),
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while got.len() < 256 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    ok().s("received", &String::from_utf8_lossy(&got)).emit();
+    exit(0)
 }
 
 /// Serve and connect on our own loopback: what a test suite inside a sandbox does.

@@ -7,7 +7,7 @@ use sandbox_core::NetworkMode;
 
 use super::CaseResult;
 use crate::context::{token, Context};
-use crate::host::HostListener;
+use crate::host::{AbstractListener, HostListener};
 
 /// Network `none`: a listener on the host's 127.0.0.1 is not reachable.
 pub async fn none_blocks_host(ctx: Arc<Context>) -> CaseResult {
@@ -71,5 +71,37 @@ pub async fn full_reaches_host(ctx: Arc<Context>) -> CaseResult {
         listener.accepted() > 0,
         "the host's listener saw no connection"
     );
+    Ok(())
+}
+
+/// An abstract unix socket of the host (a service that has no file, so no path rule
+/// covers it) is out of reach in every network mode the backend enforces exactly.
+pub async fn host_abstract_socket_unreachable(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("net-abstract")?;
+    let t = token();
+    let listener = AbstractListener::start(&format!("sandbox-conformance-{t}"), &t)?;
+    let cap = ctx.capability();
+    let modes: Vec<NetworkMode> = [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full]
+        .into_iter()
+        .filter(|m| cap.network(*m).is_exact())
+        .collect();
+    ensure!(
+        !modes.is_empty(),
+        "the backend enforces no network mode exactly, so nothing could be judged"
+    );
+    for mode in modes {
+        let mut opts = ctx.opts(ws.path(), ["connect-abstract", listener.name()]);
+        opts.network = mode;
+        let p = ctx.probe_run(opts).await?;
+        p.report()?;
+        forbid!(
+            p.succeeded() || p.stdout_contains(listener.token()) || listener.accepted() > 0,
+            "with network `{mode}` the command reached the host's abstract unix socket \
+             @{} ({} connection(s)): {}",
+            listener.name(),
+            listener.accepted(),
+            p.describe()
+        );
+    }
     Ok(())
 }

@@ -49,6 +49,13 @@ pub struct Capability {
     pub network_loopback: Enforcement,
     /// Network mode `full`.
     pub network_full: Enforcement,
+    /// Network mode `proxy`: a private loopback whose one way out is the allowlist proxy,
+    /// exposed inside on `127.0.0.1:PROXY_PORT`; no resolver, no other address.
+    pub network_proxy: Enforcement,
+    /// `host_ports` (with `loopback` or `proxy`): the command's `127.0.0.1:PORT` reaches the
+    /// host's, through a listener made in the command's namespace; nothing else of the
+    /// host's. A hard requirement when asked, on every lane.
+    pub host_ports: bool,
     /// With `full`, the command is in the host's own network namespace, so it also reaches
     /// services listening on the host's loopback (databases, an agent's local API). False
     /// for a container on the engine's bridge, which reaches the host only through the
@@ -103,6 +110,7 @@ impl Capability {
             crate::NetworkMode::None => self.network_none,
             crate::NetworkMode::Loopback => self.network_loopback,
             crate::NetworkMode::Full => self.network_full,
+            crate::NetworkMode::Proxy => self.network_proxy,
         }
     }
 }

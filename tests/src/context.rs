@@ -280,6 +280,7 @@ impl Context {
                     readonly_carveouts: true,
                     network_none: Exact,
                     network_loopback: Exact,
+                    network_proxy: Exact,
                     process_isolation: true,
                     drops_host_root: true,
                     ..self.cap.clone()
@@ -498,6 +499,8 @@ mod tests {
             network_none: Enforcement::Exact,
             network_loopback: Enforcement::Exact,
             network_full: Enforcement::Exact,
+            network_proxy: Enforcement::Exact,
+            host_ports: true,
             tree_kill: true,
             process_isolation: true,
             drops_host_root: true,

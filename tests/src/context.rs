@@ -527,9 +527,11 @@ mod tests {
             ..everything()
         };
         assert_eq!(strictest_lane("x", &fast), Some(Lane::Fast));
+        // The default request has a memory limit (`DEFAULT_MEMORY_BYTES`).
         let unconfined = Capability {
             tree_kill: true,
             process_limit: true,
+            memory_limit: true,
             network_full: Enforcement::Exact,
             ..Capability::default()
         };

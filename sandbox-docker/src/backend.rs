@@ -10,8 +10,8 @@ use sandbox_core::{
 };
 
 use crate::config::DockerConfig;
-use crate::engine::{self, RunKind};
 use crate::error::DockerError;
+use crate::run::{self as engine, RunKind};
 use crate::NAME;
 
 /// What the docker backend enforces: the same on every host, since the engine does the
@@ -75,7 +75,7 @@ impl DockerBackend {
         opts: &SandboxOpts,
     ) -> Result<bollard::models::ContainerCreateBody, SandboxError> {
         let plan = Plan::new(opts, NAME, &capability())?;
-        engine::plain_body(&self.config, &plan)
+        crate::prepare::plain_body(&self.config, &plan)
     }
 
     /// A fresh sandbox for one command, as its concrete type.

@@ -7,15 +7,15 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{killpg, Signal};
+use async_trait::async_trait;
 use nix::unistd::Pid;
-use tokio::io::AsyncWriteExt;
 
 use super::cgroup::{CgroupSupport, RunCgroups};
 use super::child::ChildSetup;
-use super::output::{drain, snapshot};
+use super::output::drain;
 use super::{files, HostSupport, Launch};
 use crate::outcome::{LimitMechanism, LimitRecord};
-use crate::run::{run_channel, RunControl, RunHandle};
+use crate::run::{feed_stdin, run_channel, supervise, End, Finished, Job, RunHandle};
 use crate::{Plan, SandboxError, SandboxOutcome, Status, StreamKind};
 
 /// How long to wait for the tree to be gone and the pipes to close after a kill.
@@ -151,98 +151,74 @@ pub(super) fn start(
     let pgid = child.id().map(|p| Pid::from_raw(p as i32));
 
     let (handle, control) = run_channel(plan.output_limit);
-    let out = child.stdout.take().map(|r| {
-        tokio::spawn(drain(
-            r,
-            control.stdout.clone(),
-            StreamKind::Stdout,
-            plan.output_sink.clone(),
-        ))
-    });
-    let err = child.stderr.take().map(|r| {
-        tokio::spawn(drain(
-            r,
-            control.stderr.clone(),
-            StreamKind::Stderr,
-            plan.output_sink.clone(),
-        ))
-    });
-    if let (Some(mut stdin), crate::Stdin::Bytes(bytes)) = (child.stdin.take(), &plan.stdin) {
-        let bytes = bytes.clone();
-        tokio::spawn(async move {
-            // A command that does not read its input closes the pipe: not an error.
-            let _ = stdin.write_all(&bytes).await;
-            let _ = stdin.shutdown().await;
-        });
+    let tap = control.tap(plan.output_sink.clone());
+    let mut readers = Vec::new();
+    if let Some(r) = child.stdout.take() {
+        readers.push(tokio::spawn(drain(r, tap.clone(), StreamKind::Stdout)));
+    }
+    if let Some(r) = child.stderr.take() {
+        readers.push(tokio::spawn(drain(r, tap, StreamKind::Stderr)));
+    }
+    if let (Some(stdin), crate::Stdin::Bytes(bytes)) = (child.stdin.take(), &plan.stdin) {
+        feed_stdin(stdin, bytes.clone());
     }
 
+    let timeout = plan.timeout;
     let run = Supervised {
         backend,
         plan,
         launch,
         cgroups,
         pgid,
-        started,
         policy,
+        child,
+        exit: None,
     };
-    tokio::spawn(run.supervise(child, control, [out, err]));
+    supervise(run, control, readers, started, timeout);
     Ok(handle)
 }
 
+/// A spawned launch, as the run supervisor drives it.
 struct Supervised {
     backend: &'static str,
     plan: Plan,
     launch: Launch,
     cgroups: Option<Arc<RunCgroups>>,
     pgid: Option<Pid>,
-    started: Instant,
     policy: crate::EffectivePolicy,
+    child: tokio::process::Child,
+    /// The launcher's status once it is reaped.
+    exit: Option<std::process::ExitStatus>,
 }
 
-enum End {
-    Exited(std::process::ExitStatus),
-    TimedOut,
-    Killed,
-}
+#[async_trait]
+impl Job for Supervised {
+    /// The launcher's status; an error waiting for it counts as killed.
+    type Exit = Option<std::process::ExitStatus>;
 
-impl Supervised {
-    async fn supervise(
-        self,
-        mut child: tokio::process::Child,
-        mut control: RunControl,
-        drains: [Option<tokio::task::JoinHandle<()>>; 2],
-    ) {
-        let deadline = self.plan.timeout.map(|t| tokio::time::Instant::now() + t);
-        let timer = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(timer);
-        let end = tokio::select! {
-            status = child.wait() => match status {
-                Ok(s) => End::Exited(s),
-                Err(_) => End::Killed,
-            },
-            _ = &mut timer => End::TimedOut,
-            _ = control.kill_rx.wait_for(|k| *k) => End::Killed,
-        };
-        // Whatever ended it, nothing of the tree may outlive the run.
-        self.kill_tree().await;
-        let exit = match end {
-            End::Exited(s) => Some(s),
-            _ => child.wait().await.ok(),
-        };
-        let wall_time = self.started.elapsed();
-        // The pipes close once the last writer is dead; bound the wait in case something
-        // outside our reach holds them.
-        for d in drains.into_iter().flatten() {
-            let abort = d.abort_handle();
-            if tokio::time::timeout(TEARDOWN_LIMIT, d).await.is_err() {
-                abort.abort();
-            }
+    async fn exited(&mut self) -> Self::Exit {
+        self.child.wait().await.ok()
+    }
+
+    async fn stop(&mut self, end: &End<Self::Exit>) {
+        if let Some(pgid) = self.pgid {
+            let _ = killpg(pgid, Signal::SIGKILL);
         }
+        if let Some(cg) = self.cgroups.clone() {
+            // cgroup.kill, or the v1 kill loop: both may sleep briefly.
+            let _ = tokio::task::spawn_blocking(move || cg.kill_all(TEARDOWN_LIMIT)).await;
+        }
+        self.exit = match end {
+            End::Exited(s) => *s,
+            _ => self.child.wait().await.ok(),
+        };
+    }
+
+    async fn finish(
+        self,
+        end: End<Self::Exit>,
+        finished: Finished,
+    ) -> Result<SandboxOutcome, SandboxError> {
         let oom = self.cgroups.as_ref().is_some_and(|c| c.oom_killed());
         // The backend's helper knows the command's own status; the launcher's may fold a
         // signal into an exit code. A helper that died before reporting under the OOM
@@ -255,9 +231,9 @@ impl Supervised {
         let unreported = self.launch.exit_status_pipe.is_some() && reported.is_none();
         let status = match end {
             End::TimedOut => Status::TimedOut,
-            End::Killed => Status::Killed,
-            End::Exited(_) if oom && unreported => Status::OutOfMemory,
-            End::Exited(_) => decode(reported.or(exit), oom),
+            End::Killed | End::Exited(None) => Status::Killed,
+            End::Exited(Some(_)) if oom && unreported => Status::OutOfMemory,
+            End::Exited(Some(_)) => decode(reported.or(self.exit), oom),
         };
         let files = files::capture_files(
             &self.plan.workspace,
@@ -266,9 +242,9 @@ impl Supervised {
         );
         let outcome = SandboxOutcome {
             status,
-            stdout: snapshot(&control.stdout),
-            stderr: snapshot(&control.stderr),
-            wall_time,
+            stdout: finished.stdout,
+            stderr: finished.stderr,
+            wall_time: finished.wall_time,
             backend: self.backend,
             files,
             policy: self.policy.clone(),
@@ -283,17 +259,7 @@ impl Supervised {
             drop(launch);
         })
         .await;
-        control.finish(Ok(outcome));
-    }
-
-    async fn kill_tree(&self) {
-        if let Some(pgid) = self.pgid {
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
-        if let Some(cg) = self.cgroups.clone() {
-            // cgroup.kill, or the v1 kill loop: both may sleep briefly.
-            let _ = tokio::task::spawn_blocking(move || cg.kill_all(TEARDOWN_LIMIT)).await;
-        }
+        Ok(outcome)
     }
 }
 

@@ -1,0 +1,277 @@
+//! One run on the engine: create what it needs, start it, supervise it to its end, bring
+//! the changes back, remove everything.
+//!
+//! Order matters for "nothing half-started or left behind": every input error is found by
+//! the plan and the pure [`spec`](crate::spec) before the engine is asked for anything;
+//! each object is recorded in [`Resources`] the moment it exists, and any error after the
+//! first one removes them all before `run` returns. The supervision itself (the timeout
+//! and kill race, the output capture, the order of teardown) is core's
+//! [`supervise`](sandbox_core::run::supervise); this module supplies the engine's verbs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bollard::container::LogOutput;
+use bollard::query_parameters::{
+    InspectContainerOptions, KillContainerOptionsBuilder, WaitContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use sandbox_core::run::{
+    feed_stdin, run_channel, supervise, End, Finished, Job, OutputTap, RunHandle,
+};
+use sandbox_core::{
+    EffectivePolicy, Plan, SandboxError, SandboxOutcome, Status, Stdin, StreamKind,
+};
+
+use crate::config::DockerConfig;
+use crate::create::{self, Made, Output, Setup};
+use crate::error::DockerError;
+use crate::handover::{Handover, Via};
+use crate::resources::Resources;
+use crate::{copy, labels, prepare, report, spec, NAME};
+
+/// How long teardown waits for a killed container to stop.
+const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
+
+/// Knobs that differ between a user's run and the preflight's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RunKind {
+    /// Look `argv[0]` up in the image first (off for the preflight, whose program is the
+    /// engine's own init, mounted only at start).
+    pub resolve_program: bool,
+    /// The role label.
+    pub role: &'static str,
+}
+
+/// Start `plan` in a container; returns once it runs.
+pub(crate) async fn start(
+    config: &DockerConfig,
+    plan: Plan,
+    kind: RunKind,
+) -> Result<RunHandle, SandboxError> {
+    let identity = prepare::identity(&plan);
+    let run_id = labels::run_id();
+    let spec_for = |handovers: &[Handover]| {
+        spec::container(&spec::SpecInput {
+            plan: &plan,
+            config,
+            identity,
+            handovers,
+            run_id: &run_id,
+            labels: labels::labels(kind.role),
+        })
+    };
+    let mut handovers = prepare::handovers(config, &plan, &identity, true);
+    // Every input error surfaces here, before anything is made.
+    let mut body = spec_for(&handovers)?;
+    prepare::copyable(&handovers)?;
+    let docker = crate::client::connect_inner().await?;
+    let image = crate::image::ensure(&docker, config).await?;
+
+    // From here on the host or the engine holds objects of ours: any error removes them.
+    let mut resources = Resources::new(docker.clone());
+    let mut notes = Vec::new();
+    if handovers
+        .iter()
+        .any(|h| matches!(h.via, Via::IdmappedBind { .. }))
+    {
+        if let Err(e) =
+            prepare::stage_idmapped(&run_id, &handovers, &identity, &mut resources).await
+        {
+            // Not a weaker confinement: the same trees, handed over by copy instead.
+            notes.push(format!(
+                "idmapped mounts are unavailable here ({e}); trees the command's uid does not \
+                 own travel by copy"
+            ));
+            if let Err(cleanup) = resources.remove_all().await {
+                tracing::error!("sandbox-docker: removing staging mounts: {cleanup}");
+            }
+            handovers = prepare::handovers(config, &plan, &identity, false);
+            prepare::copyable(&handovers)?;
+            body = spec_for(&handovers)?;
+        }
+    }
+    let mut policy = report::policy(&plan, config, &identity, &handovers, &image);
+    policy.notes.append(&mut notes);
+
+    let setup = Setup {
+        docker: &docker,
+        config,
+        plan: &plan,
+        handovers: &handovers,
+        identity: &identity,
+        run_id: &run_id,
+        kind,
+    };
+    let made = match create::make(&setup, &mut resources, body).await {
+        Ok(m) => m,
+        Err(e) => {
+            if let Err(cleanup) = resources.remove_all().await {
+                tracing::error!("sandbox-docker: removing a failed run: {cleanup}");
+            }
+            return Err(e.into());
+        }
+    };
+    let Made {
+        id,
+        uploaded,
+        output,
+        input,
+        mut notes,
+    } = made;
+    policy.notes.append(&mut notes);
+
+    let (handle, control) = run_channel(plan.output_limit);
+    let reader = tokio::spawn(pump(output, control.tap(plan.output_sink.clone())));
+    if let Stdin::Bytes(bytes) = &plan.stdin {
+        feed_stdin(input, bytes.clone());
+    }
+    let timeout = plan.timeout;
+    let run = Run {
+        docker,
+        resources,
+        id,
+        plan,
+        policy,
+        handovers,
+        uploaded,
+    };
+    supervise(run, control, vec![reader], Instant::now(), timeout);
+    Ok(handle)
+}
+
+/// Copy the output into the captures (and the sink) as it arrives.
+pub(crate) async fn pump(mut output: Output, tap: OutputTap) {
+    while let Some(Ok(item)) = output.next().await {
+        match item {
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                tap.push(StreamKind::Stdout, &message)
+            }
+            LogOutput::StdErr { message } => tap.push(StreamKind::Stderr, &message),
+            LogOutput::StdIn { .. } => {}
+        }
+    }
+}
+
+/// Return once the container is not running. The engine's wait answers when it stops;
+/// if the connection breaks instead, fall back to asking.
+pub(crate) async fn wait_stopped(docker: &Docker, id: &str) {
+    loop {
+        let opts = WaitContainerOptionsBuilder::new()
+            .condition("not-running")
+            .build();
+        let mut wait = docker.wait_container(id, Some(opts));
+        match wait.next().await {
+            Some(Ok(_)) | Some(Err(bollard::errors::Error::DockerContainerWaitError { .. })) => {
+                return
+            }
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        match docker
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(c) if c.state.as_ref().and_then(|s| s.running) == Some(true) => {}
+            _ => return,
+        }
+    }
+}
+
+/// A started container, as core's supervisor drives it.
+struct Run {
+    docker: Docker,
+    resources: Resources,
+    id: String,
+    plan: Plan,
+    policy: EffectivePolicy,
+    handovers: Vec<Handover>,
+    uploaded: BTreeMap<usize, BTreeSet<PathBuf>>,
+}
+
+#[async_trait]
+impl Job for Run {
+    /// The status is read from the stopped container.
+    type Exit = ();
+
+    async fn exited(&mut self) {
+        wait_stopped(&self.docker, &self.id).await
+    }
+
+    async fn stop(&mut self, end: &End<()>) {
+        // A container that stopped on its own took its pid namespace with it.
+        if matches!(end, End::Exited(())) {
+            return;
+        }
+        // The init dies and takes the whole pid namespace with it.
+        let kill = KillContainerOptionsBuilder::new().signal("SIGKILL").build();
+        if let Err(e) = self.docker.kill_container(&self.id, Some(kill)).await {
+            tracing::debug!("sandbox-docker: kill: {e}");
+        }
+        let _ = tokio::time::timeout(TEARDOWN_LIMIT, wait_stopped(&self.docker, &self.id)).await;
+    }
+
+    async fn finish(
+        mut self,
+        end: End<()>,
+        finished: Finished,
+    ) -> Result<SandboxOutcome, SandboxError> {
+        let result = self.outcome(end, finished).await;
+        // Removal is part of the run: `wait` returns only once nothing is left.
+        let removed = self.resources.remove_all().await;
+        match (result, removed) {
+            (Ok(outcome), Ok(())) => Ok(outcome),
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(e)) => Err(SandboxError::from(e)),
+        }
+    }
+}
+
+impl Run {
+    /// The status, the changes copied back, the captured files.
+    async fn outcome(
+        &mut self,
+        end: End<()>,
+        finished: Finished,
+    ) -> Result<SandboxOutcome, SandboxError> {
+        let state = self
+            .docker
+            .inspect_container(&self.id, None::<InspectContainerOptions>)
+            .await
+            .map_err(|e| DockerError::engine("inspect the container", e))?
+            .state
+            .unwrap_or_default();
+        let code = state.exit_code.unwrap_or(-1);
+        let oom = state.oom_killed == Some(true)
+            || (matches!(end, End::Exited(())) && code != 0 && {
+                report::oom_event(&self.docker, &self.id, code).await
+            });
+        let mut policy = self.policy.clone();
+        let status = match end {
+            End::TimedOut => Status::TimedOut,
+            End::Killed => Status::Killed,
+            End::Exited(()) => report::decode(code, oom, &mut policy),
+        };
+
+        for (i, h) in self.handovers.iter().enumerate() {
+            if h.via == (Via::Volume { write_back: true }) && !h.read_only {
+                let uploaded = self.uploaded.get(&i).cloned().unwrap_or_default();
+                copy::write_back(&self.docker, &self.id, h, &self.handovers, &uploaded).await?;
+            }
+        }
+        let files =
+            copy::captured_files(&self.docker, &self.id, &self.plan, &self.handovers).await?;
+        Ok(SandboxOutcome::new(
+            status,
+            finished.stdout,
+            finished.stderr,
+            finished.wall_time,
+            NAME,
+            files,
+            policy,
+        ))
+    }
+}

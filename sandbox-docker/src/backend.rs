@@ -1,6 +1,6 @@
 //! The backend and its sandboxes: the contract's verbs over [`engine`](crate::engine).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
 use sandbox_core::run::RunSlot;
@@ -9,8 +9,10 @@ use sandbox_core::{
     SandboxError, SandboxOpts, SandboxOutcome, Status,
 };
 
+use crate::client::Connection;
 use crate::config::DockerConfig;
 use crate::error::DockerError;
+use crate::pool::Pool;
 use crate::run::{self as engine, RunKind};
 use crate::NAME;
 
@@ -43,12 +45,23 @@ pub fn capability() -> Capability {
 
 /// The docker backend: makes [`DockerSandbox`]es for one image.
 ///
-/// Cheap to clone. It does not connect on construction: each sandbox (and each preflight)
-/// connects when it is used, so the backend can be built where the engine is down and
-/// report that in its preflight, and can be shared across tokio runtimes.
+/// Cheap to clone; the clones share one engine connection and one warm pool (see the
+/// crate docs), which go when the last clone is dropped. It does not connect on
+/// construction: the first run (or preflight) connects, so the backend can be built where
+/// the engine is down and report that in its preflight, and can be shared across tokio
+/// runtimes.
 #[derive(Clone, Debug)]
 pub struct DockerBackend {
     config: Arc<DockerConfig>,
+    engine: Arc<Engine>,
+}
+
+/// What the runs of one backend value share.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub connection: Connection,
+    /// The warm pool, or why there is none on this host.
+    pub pool: Result<Pool, String>,
 }
 
 impl DockerBackend {
@@ -57,6 +70,10 @@ impl DockerBackend {
         config.validate()?;
         Ok(Self {
             config: Arc::new(config),
+            engine: Arc::new(Engine {
+                connection: Connection::default(),
+                pool: Pool::new(),
+            }),
         })
     }
 
@@ -82,6 +99,7 @@ impl DockerBackend {
     pub fn docker_sandbox(&self) -> DockerSandbox {
         DockerSandbox {
             config: self.config.clone(),
+            engine: Arc::downgrade(&self.engine),
             slot: RunSlot::default(),
         }
     }
@@ -105,6 +123,9 @@ impl Backend for DockerBackend {
 #[derive(Debug)]
 pub struct DockerSandbox {
     config: Arc<DockerConfig>,
+    /// The backend's shared state, while the backend lives: a sandbox does not keep the
+    /// pool alive.
+    engine: Weak<Engine>,
     slot: RunSlot,
 }
 
@@ -132,6 +153,7 @@ impl Sandbox for DockerSandbox {
                 resolve_program: true,
                 role: "run",
             },
+            self.engine.upgrade(),
         )
         .await?;
         guard.started(handle);
@@ -202,6 +224,7 @@ async fn preflight(config: &DockerConfig) -> Result<Preflight, SandboxError> {
             resolve_program: false,
             role: "preflight",
         },
+        None,
     )
     .await?;
     let outcome = handle.wait().await?;

@@ -109,21 +109,7 @@ pub(crate) async fn make(
     let id = created.id;
 
     if kind.resolve_program {
-        let argv0 = plan.argv[0].to_string_lossy();
-        let path_var = plan
-            .env_var("PATH")
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        program::check(
-            docker,
-            &id,
-            &config.image,
-            &argv0,
-            &path_var,
-            &plan.cwd,
-            (identity.uid, identity.gid),
-        )
-        .await?;
+        check_program(docker, &id, config, plan, identity).await?;
     }
 
     let stdin = matches!(plan.stdin, Stdin::Bytes(_));
@@ -156,6 +142,32 @@ pub(crate) async fn make(
         input: attach.input,
         notes,
     })
+}
+
+/// Look the plan's `argv[0]` up in container `id` as the command's uid (see
+/// [`program::check`]); the paths looked at, the program's last.
+pub(crate) async fn check_program(
+    docker: &Docker,
+    id: &str,
+    config: &DockerConfig,
+    plan: &Plan,
+    identity: &Identity,
+) -> Result<Vec<PathBuf>, DockerError> {
+    let argv0 = plan.argv[0].to_string_lossy();
+    let path_var = plan
+        .env_var("PATH")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    program::check(
+        docker,
+        id,
+        &config.image,
+        &argv0,
+        &path_var,
+        &plan.cwd,
+        (identity.uid, identity.gid),
+    )
+    .await
 }
 
 /// The engine's create warnings: a limit it says it will not enforce fails the run; the

@@ -117,6 +117,7 @@ mod idmap;
 mod image;
 mod labels;
 mod leftovers;
+mod pool;
 mod prepare;
 mod program;
 mod report;

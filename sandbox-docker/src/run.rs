@@ -9,11 +9,14 @@
 //! [`supervise`](sandbox_core::run::supervise); this module supplies the engine's verbs.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bollard::container::LogOutput;
+use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     InspectContainerOptions, KillContainerOptionsBuilder, WaitContainerOptionsBuilder,
 };
@@ -26,10 +29,12 @@ use sandbox_core::{
     EffectivePolicy, Plan, SandboxError, SandboxOutcome, Status, Stdin, StreamKind,
 };
 
+use crate::backend::Engine;
 use crate::config::DockerConfig;
 use crate::create::{self, Made, Output, Setup};
 use crate::error::DockerError;
-use crate::handover::{Handover, Via};
+use crate::handover::{Handover, Identity, Via};
+use crate::pool::{Pool, Warm};
 use crate::resources::Resources;
 use crate::{copy, labels, prepare, report, spec, NAME};
 
@@ -51,6 +56,7 @@ pub(crate) async fn start(
     config: &DockerConfig,
     plan: Plan,
     kind: RunKind,
+    engine: Option<Arc<Engine>>,
 ) -> Result<RunHandle, SandboxError> {
     let identity = prepare::identity(&plan);
     let run_id = labels::run_id();
@@ -68,7 +74,10 @@ pub(crate) async fn start(
     // Every input error surfaces here, before anything is made.
     let mut body = spec_for(&handovers)?;
     prepare::copyable(&handovers)?;
-    let docker = crate::client::connect_inner().await?;
+    let docker = match &engine {
+        Some(e) => e.connection.get().await?,
+        None => crate::client::connect_inner().await?,
+    };
     let image = crate::image::ensure(&docker, config).await?;
 
     // From here on the host or the engine holds objects of ours: any error removes them.
@@ -96,6 +105,32 @@ pub(crate) async fn start(
     }
     let mut policy = report::policy(&plan, config, &identity, &handovers, &image);
     policy.notes.append(&mut notes);
+
+    // The warm pool serves runs whose every path is bound as it is: a copy or a staging
+    // mount is made per run.
+    let mut refill = None;
+    if let (Some(e), Some(image_id)) = (&engine, &image.id) {
+        if let (Ok(pool), true) = (&e.pool, kind.resolve_program && !plan.argv.is_empty()) {
+            if handovers.iter().all(|h| h.via == Via::Bind) {
+                let (pooled, key) = pool.body(&body, image_id)?;
+                if let Some(warm) = pool.take(&key).await {
+                    pool.refill(key.clone(), pooled);
+                    let run = Run {
+                        docker: docker.clone(),
+                        resources: Resources::new(docker),
+                        id: String::new(),
+                        plan,
+                        policy,
+                        handovers,
+                        uploaded: BTreeMap::new(),
+                        refill: None,
+                    };
+                    return start_warm(run, warm, pool, &key, config, &identity).await;
+                }
+                refill = Some((Arc::downgrade(e), key, pooled));
+            }
+        }
+    }
 
     let setup = Setup {
         docker: &docker,
@@ -138,7 +173,70 @@ pub(crate) async fn start(
         policy,
         handovers,
         uploaded,
+        refill,
     };
+    supervise(run, control, vec![reader], Instant::now(), timeout);
+    Ok(handle)
+}
+
+/// Run the plan in a pooled container: look its program up (once per image and policy),
+/// hand the waiter the argv, then the input.
+async fn start_warm(
+    mut run: Run,
+    mut warm: Warm,
+    pool: &Pool,
+    key: &str,
+    config: &DockerConfig,
+    identity: &Identity,
+) -> Result<RunHandle, SandboxError> {
+    run.id = warm.id.clone();
+    run.resources.container(warm.id.clone());
+    let argv: Vec<Vec<u8>> = run
+        .plan
+        .argv
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+    let started = async {
+        if !pool.program_known(key, &argv[0]) {
+            let looked =
+                create::check_program(&run.docker, &run.id, config, &run.plan, identity).await?;
+            // Found in the image itself, and nothing earlier on the search can appear
+            // later: the image is immutable and named by id in the key.
+            let mounted = |p: &PathBuf| {
+                run.handovers.iter().any(|h| p.starts_with(&h.path))
+                    || ["/tmp", "/proc", "/dev", "/sys", "/etc"]
+                        .iter()
+                        .any(|m| p.starts_with(m))
+            };
+            if !looked.iter().any(mounted) {
+                pool.program_found(key, &argv[0]);
+            }
+        }
+        warm.deliver(&argv)
+            .await
+            .map_err(|e| DockerError::io("handing the command to its container", e))
+    };
+    if let Err(e) = started.await {
+        if let Err(cleanup) = run.resources.remove_all().await {
+            tracing::error!("sandbox-docker: removing a failed run: {cleanup}");
+        }
+        return Err(e.into());
+    }
+    run.policy.notes.append(&mut warm.notes);
+    run.policy
+        .notes
+        .push("container: started ahead of time with this policy (warm pool)".into());
+
+    let (handle, control) = run_channel(run.plan.output_limit);
+    let reader = tokio::spawn(pump(warm.output, control.tap(run.plan.output_sink.clone())));
+    // The input is always a pipe here: the command's bytes, or end-of-file at once.
+    let input = match &run.plan.stdin {
+        Stdin::Bytes(bytes) => bytes.clone(),
+        Stdin::Null => Vec::new(),
+    };
+    feed_stdin(warm.input, input);
+    let timeout = run.plan.timeout;
     supervise(run, control, vec![reader], Instant::now(), timeout);
     Ok(handle)
 }
@@ -190,6 +288,8 @@ struct Run {
     policy: EffectivePolicy,
     handovers: Vec<Handover>,
     uploaded: BTreeMap<usize, BTreeSet<PathBuf>>,
+    /// After a fresh run that the pool could have served: make a container for the next.
+    refill: Option<(Weak<Engine>, String, ContainerCreateBody)>,
 }
 
 #[async_trait]
@@ -222,6 +322,11 @@ impl Job for Run {
         let result = self.outcome(end, finished).await;
         // Removal is part of the run: `wait` returns only once nothing is left.
         let removed = self.resources.remove_all().await;
+        if let Some((engine, key, body)) = self.refill.take() {
+            if let Some(Ok(pool)) = engine.upgrade().as_ref().map(|e| &e.pool) {
+                pool.refill(key, body);
+            }
+        }
         match (result, removed) {
             (Ok(outcome), Ok(())) => Ok(outcome),
             (Err(e), _) => Err(e),

@@ -86,6 +86,20 @@ pub async fn measure(
         }
         None => None,
     };
+    // A first command: a new backend value each time, so nothing it keeps across runs
+    // (a connection, a warm pool) helps.
+    let first_at = probes.len();
+    if let Some(fresh) = &s.fresh {
+        let opts = &opts;
+        probes.push(Box::new(move || {
+            let fresh = fresh.0.clone();
+            let opts = opts.clone();
+            Box::pin(async move {
+                let backend = fresh().map_err(|e| BenchError::wrong("a new backend value", e))?;
+                runs::library_run(&backend, opts).await.map(|(d, _)| d)
+            })
+        }));
+    }
     let mut rows = Vec::new();
     for (rounds, how) in [
         (rounds, "back to back".to_string()),
@@ -123,6 +137,17 @@ pub async fn measure(
                 budget::startup_vs_direct(s.name),
                 budget.quick,
             ));
+            if let (true, Some(first)) = (s.fresh.is_some(), samples.get(first_at)) {
+                rows.push(row(
+                    s,
+                    format!("first command (a new backend value, no pool) against {label}, {how}"),
+                    first,
+                    direct,
+                    label,
+                    budget::first_vs_direct(s.name),
+                    budget.quick,
+                ));
+            }
         }
     }
     Ok(rows)

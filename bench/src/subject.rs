@@ -85,6 +85,19 @@ impl Host {
     }
 }
 
+/// Builds a new value of a backend.
+pub type FreshFn = dyn Fn() -> Result<Arc<dyn Backend>, String> + Send + Sync;
+
+/// A constructor of new backend values.
+#[derive(Clone)]
+pub struct Fresh(pub Arc<FreshFn>);
+
+impl std::fmt::Debug for Fresh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fresh")
+    }
+}
+
 /// Builds the `docker` arguments that start the same container a run of the options would.
 pub type DockerArgsFn = dyn Fn(&SandboxOpts) -> Result<Vec<OsString>, String> + Send + Sync;
 
@@ -150,6 +163,7 @@ struct Parts {
     workspace: PathBuf,
     cli_args: Vec<OsString>,
     slow: bool,
+    fresh: Option<Fresh>,
 }
 
 impl Parts {
@@ -165,6 +179,7 @@ impl Parts {
             workspace: host.workspace().to_path_buf(),
             cli_args: Vec::new(),
             slow: false,
+            fresh: None,
         }
     }
 
@@ -207,6 +222,12 @@ impl Parts {
             workspace: host.docker_workspace.path().to_path_buf(),
             cli_args: vec!["--image".into(), DOCKER_IMAGE.into()],
             slow: true,
+            fresh: Some(Fresh(Arc::new(|| {
+                let config = sandbox_docker::DockerConfig::new(DOCKER_IMAGE);
+                sandbox_docker::DockerBackend::new(config)
+                    .map(|b| Arc::new(b) as Arc<dyn Backend>)
+                    .map_err(|e| e.to_string())
+            }))),
         })
     }
 }
@@ -232,6 +253,9 @@ pub struct Subject {
     pub cli_args: Vec<OsString>,
     /// One run costs hundreds of milliseconds (a container): fewer runs.
     pub slow: bool,
+    /// For a backend that keeps state across the runs of one value (docker's connection
+    /// and warm pool): a new value, to measure a first command.
+    pub fresh: Option<Fresh>,
     /// How long its first preflight took (one-time host surveys included).
     pub preflight_time: std::time::Duration,
 }
@@ -274,6 +298,7 @@ impl Subject {
             direct: parts.direct,
             cli_args: parts.cli_args,
             slow: parts.slow,
+            fresh: parts.fresh,
             preflight_time: std::time::Duration::ZERO,
         };
         let started = std::time::Instant::now();

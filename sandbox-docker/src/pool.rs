@@ -38,6 +38,10 @@
 //! connection and end, and [`cleanup_leftovers`](crate::cleanup_leftovers) removes the
 //! stopped containers by their owner label like any other. A pooled container is used
 //! once: each command still gets a fresh container, removed after it.
+//!
+//! A policy gets a pooled container only once it has come back: its second run (fresh)
+//! starts the pool, the third is served from it. A backend value used for one command
+//! never pays for a container it would remove unused.
 
 use std::collections::{BTreeMap, HashSet};
 use std::os::unix::fs::PermissionsExt;
@@ -142,6 +146,10 @@ pub(crate) struct Pool {
     rt: std::sync::OnceLock<Arc<PoolRuntime>>,
     /// The pool runtime's own engine connection.
     docker: Arc<tokio::sync::OnceCell<Docker>>,
+    /// Keys seen once: a pool is kept only for a policy that comes back, so a backend
+    /// value used for one command (the command-line tool) never makes a container it
+    /// would then have to remove.
+    seen: Mutex<HashSet<String>>,
     /// Fills in flight, awaited by the drop.
     fills: Mutex<Vec<tokio::task::JoinHandle<()>>>,
     /// `argv[0]`s found in the image under a key, outside every mount: the image is
@@ -194,6 +202,7 @@ impl Pool {
             rt: std::sync::OnceLock::new(),
             docker: Arc::new(tokio::sync::OnceCell::new()),
             fills: Mutex::new(Vec::new()),
+            seen: Mutex::new(HashSet::new()),
             programs: Mutex::new(HashSet::new()),
         })
     }
@@ -304,6 +313,22 @@ impl Pool {
             fills.retain(|f| !f.is_finished());
             fills.push(fill);
         }
+    }
+
+    /// Whether `key` was seen before (and remember it): the second fresh run of a policy
+    /// starts its pool.
+    pub(crate) fn seen_before(&self, key: &str) -> bool {
+        let Ok(mut seen) = self.seen.lock() else {
+            return false;
+        };
+        if seen.contains(key) {
+            return true;
+        }
+        if seen.len() >= 64 {
+            seen.clear();
+        }
+        seen.insert(key.to_string());
+        false
     }
 
     /// Whether `argv0` under `key` is known to be found in the image.
@@ -504,6 +529,15 @@ mod tests {
         want.extend_from_slice(b"a b\n\xff");
         want.extend_from_slice(&0u32.to_le_bytes());
         assert_eq!(f, want);
+    }
+
+    #[test]
+    fn a_policy_is_pooled_only_once_it_comes_back() {
+        let pool = Pool::new().expect("a pool on this host");
+        assert!(!pool.seen_before("a"));
+        assert!(!pool.seen_before("b"));
+        assert!(pool.seen_before("a"));
+        assert!(pool.seen_before("a"));
     }
 
     #[test]

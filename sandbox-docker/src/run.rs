@@ -127,7 +127,9 @@ pub(crate) async fn start(
                     };
                     return start_warm(run, warm, pool, &key, config, &identity).await;
                 }
-                refill = Some((Arc::downgrade(e), key, pooled));
+                if pool.seen_before(&key) {
+                    refill = Some((Arc::downgrade(e), key, pooled));
+                }
             }
         }
     }

@@ -6,8 +6,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{killpg, Signal};
 use async_trait::async_trait;
+use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
 use super::cgroup::{CgroupSupport, RunCgroups};

@@ -15,6 +15,7 @@ use sandbox_core::{Plan, SandboxError};
 use crate::error::DockerError;
 use crate::handover::{nested_in, Handover, Identity, Via};
 use crate::prepare::owner_of;
+use crate::spec;
 use crate::transfer::{self, ChannelReader, ChannelWriter, Upload, WriteBack};
 
 /// Uploads and downloads of a large workspace take longer than the client's default
@@ -28,7 +29,7 @@ pub(crate) fn upload_for(i: usize, handovers: &[Handover], identity: &Identity) 
     let rel = |p: &Path| p.strip_prefix(&h.path).unwrap_or(p).to_path_buf();
     Upload {
         root: h.path.clone(),
-        top: i.to_string(),
+        top: spec::loader_path(i).trim_start_matches('/').to_string(),
         // A writable tree belongs to the command; a read-only one keeps its host owners,
         // so what the command could not read on the host it cannot read here either.
         owner: (!h.read_only).then_some((identity.uid, identity.gid)),
@@ -47,6 +48,13 @@ pub(crate) fn upload_for(i: usize, handovers: &[Handover], identity: &Identity) 
 }
 
 /// Stream the archive of `up` into the loader's mount of its volume.
+///
+/// The archive is unpacked at the loader's root, its entries named from there: the
+/// engine refuses a relative link whose target climbs above the directory it unpacks
+/// into, so unpacked into the volume's parent, a workspace link such as `up ->
+/// ../../x` (legal, and copied as a link by every other backend) failed the run. Every
+/// entry is still below the volume's mount point, and nothing is ever unpacked through a
+/// link (the walk does not follow them).
 pub(crate) async fn upload(
     docker: &Docker,
     loader: &str,
@@ -71,11 +79,7 @@ pub(crate) async fn upload(
         .with_timeout(TRANSFER_TIMEOUT)
         .upload_to_container(
             loader,
-            Some(
-                UploadToContainerOptionsBuilder::new()
-                    .path("/.sandbox-load")
-                    .build(),
-            ),
+            Some(UploadToContainerOptionsBuilder::new().path("/").build()),
             bollard::body_try_stream(body),
         )
         .await;

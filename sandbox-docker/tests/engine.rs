@@ -459,6 +459,39 @@ async fn snapshot_leaves_the_original_untouched_and_captures_from_the_copy() {
 }
 
 #[tokio::test]
+async fn a_relative_link_climbing_out_of_the_workspace_travels_as_a_link_in_copy_mode() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws, _) = bind_dir();
+    std::fs::create_dir(ws.join("sub")).unwrap();
+    let target = "../../../../../../etc/hostname";
+    std::os::unix::fs::symlink(target, ws.join("sub/up")).unwrap();
+    std::os::unix::fs::symlink("../../..", ws.join("top")).unwrap();
+    for (snapshot, mode) in [(true, WorkspaceMode::Bind), (false, WorkspaceMode::Copy)] {
+        let mut opts = SandboxOpts::new(
+            &ws,
+            sh("busybox readlink sub/up; busybox readlink top; echo ok > new.txt"),
+        );
+        opts.snapshot = snapshot;
+        let o = run(&backend(mode), opts).await;
+        assert_eq!(
+            o.status,
+            Status::Exited { code: 0 },
+            "snapshot {snapshot}: {}",
+            o.stderr.text()
+        );
+        assert_eq!(o.stdout.text(), format!("{target}\n../../..\n"));
+        // The host's links are untouched, and the copy's changes come back only when
+        // they should.
+        assert_eq!(
+            std::fs::read_link(ws.join("sub/up")).unwrap(),
+            Path::new(target)
+        );
+        assert_eq!(ws.join("new.txt").exists(), !snapshot);
+        assert_clean();
+    }
+}
+
+#[tokio::test]
 async fn captured_files_refuse_links_out_of_the_workspace() {
     let _g = SERIAL.lock().await;
     let (_d, ws, _) = bind_dir();

@@ -26,7 +26,10 @@ use tokio::task::JoinHandle;
 
 use crate::outcome::{Captured, Logs};
 use crate::process::output::{snapshot, CaptureBuffer, SharedCapture};
-use crate::{OutputSink, SandboxError, SandboxOutcome, StreamKind};
+use crate::{
+    Capability, OutputSink, Plan, Preflight, Sandbox, SandboxError, SandboxOpts, SandboxOutcome,
+    StreamKind,
+};
 
 type Done = Option<Result<SandboxOutcome, Arc<SandboxError>>>;
 
@@ -399,5 +402,75 @@ fn poisoned() -> SandboxError {
     SandboxError::State {
         verb: "use",
         state: "poisoned by a panic in another task",
+    }
+}
+
+/// What a backend implements to get the whole [`Sandbox`] contract from [`RunSandbox`]:
+/// its name, what it can enforce, how to check the host, and how to start a checked plan.
+/// Process backends get it from their [`Launcher`](crate::process::Launcher); others
+/// (a container engine) implement it directly, usually around [`supervise`].
+#[async_trait]
+pub trait Starter: Send + Sync + std::fmt::Debug + 'static {
+    /// The backend's name.
+    fn name(&self) -> &'static str;
+    /// What it can enforce here.
+    fn capability(&self) -> Capability;
+    /// See [`Sandbox::preflight`].
+    async fn preflight(&self) -> Result<Preflight, SandboxError>;
+    /// Start `plan` (already checked against [`Starter::capability`]); return once the
+    /// command runs. An error means nothing runs and nothing is left behind.
+    async fn start(&self, plan: Plan) -> Result<RunHandle, SandboxError>;
+}
+
+/// A [`Sandbox`] for any [`Starter`]: the verbs, their order and the plan check, once for
+/// every backend.
+#[derive(Debug)]
+pub struct RunSandbox<S: Starter> {
+    starter: S,
+    slot: RunSlot,
+}
+
+impl<S: Starter> RunSandbox<S> {
+    /// A sandbox for one command, started by `starter`.
+    pub fn new(starter: S) -> Self {
+        Self {
+            starter,
+            slot: RunSlot::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl<S: Starter> Sandbox for RunSandbox<S> {
+    fn backend(&self) -> &'static str {
+        self.starter.name()
+    }
+
+    fn capability(&self) -> Capability {
+        self.starter.capability()
+    }
+
+    async fn preflight(&self) -> Result<Preflight, SandboxError> {
+        self.starter.preflight().await
+    }
+
+    async fn run(&self, opts: SandboxOpts) -> Result<(), SandboxError> {
+        let guard = self.slot.begin()?;
+        let plan = Plan::new(&opts, self.starter.name(), &self.starter.capability())?;
+        let handle = self.starter.start(plan).await?;
+        guard.started(handle);
+        Ok(())
+    }
+
+    async fn wait(&self) -> Result<SandboxOutcome, SandboxError> {
+        self.slot.handle("wait")?.wait().await
+    }
+
+    async fn kill(&self) -> Result<(), SandboxError> {
+        self.slot.handle("kill")?.kill().await
+    }
+
+    async fn logs(&self) -> Result<Logs, SandboxError> {
+        Ok(self.slot.handle("logs")?.logs())
     }
 }

@@ -3,10 +3,10 @@
 use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
-use sandbox_core::run::RunSlot;
+use sandbox_core::run::{RunHandle, RunSandbox, Starter};
 use sandbox_core::{
-    Backend, Capability, DynSandbox, Enforcement, Logs, Plan, Preflight, ResourceLimits, Sandbox,
-    SandboxError, SandboxOpts, SandboxOutcome, Status,
+    Backend, Capability, DynSandbox, Enforcement, Plan, Preflight, ResourceLimits, SandboxError,
+    SandboxOpts, Status,
 };
 
 use crate::client::Connection;
@@ -97,11 +97,10 @@ impl DockerBackend {
 
     /// A fresh sandbox for one command, as its concrete type.
     pub fn docker_sandbox(&self) -> DockerSandbox {
-        DockerSandbox {
+        RunSandbox::new(DockerStarter {
             config: self.config.clone(),
             engine: Arc::downgrade(&self.engine),
-            slot: RunSlot::default(),
-        }
+        })
     }
 }
 
@@ -120,18 +119,21 @@ impl Backend for DockerBackend {
 }
 
 /// One command in one container.
+pub type DockerSandbox = RunSandbox<DockerStarter>;
+
+/// How a [`DockerSandbox`] starts its command (see core's
+/// [`Starter`](sandbox_core::run::Starter)).
 #[derive(Debug)]
-pub struct DockerSandbox {
+pub struct DockerStarter {
     config: Arc<DockerConfig>,
     /// The backend's shared state, while the backend lives: a sandbox does not keep the
     /// pool alive.
     engine: Weak<Engine>,
-    slot: RunSlot,
 }
 
 #[async_trait]
-impl Sandbox for DockerSandbox {
-    fn backend(&self) -> &'static str {
+impl Starter for DockerStarter {
+    fn name(&self) -> &'static str {
         NAME
     }
 
@@ -143,33 +145,12 @@ impl Sandbox for DockerSandbox {
         preflight(&self.config).await
     }
 
-    async fn run(&self, opts: SandboxOpts) -> Result<(), SandboxError> {
-        let guard = self.slot.begin()?;
-        let plan = Plan::new(&opts, NAME, &capability())?;
-        let handle = engine::start(
-            &self.config,
-            plan,
-            RunKind {
-                resolve_program: true,
-                role: "run",
-            },
-            self.engine.upgrade(),
-        )
-        .await?;
-        guard.started(handle);
-        Ok(())
-    }
-
-    async fn wait(&self) -> Result<SandboxOutcome, SandboxError> {
-        self.slot.handle("wait")?.wait().await
-    }
-
-    async fn kill(&self) -> Result<(), SandboxError> {
-        self.slot.handle("kill")?.kill().await
-    }
-
-    async fn logs(&self) -> Result<Logs, SandboxError> {
-        Ok(self.slot.handle("logs")?.logs())
+    async fn start(&self, plan: Plan) -> Result<RunHandle, SandboxError> {
+        let kind = RunKind {
+            resolve_program: true,
+            role: "run",
+        };
+        engine::start(&self.config, plan, kind, self.engine.upgrade()).await
     }
 }
 

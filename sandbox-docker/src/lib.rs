@@ -127,7 +127,7 @@ mod seccomp;
 mod spec;
 mod transfer;
 
-pub use backend::{capability, DockerBackend, DockerSandbox};
+pub use backend::{capability, DockerBackend, DockerSandbox, DockerStarter};
 pub use bollard::Docker;
 pub use client::connect;
 pub use config::{DockerConfig, WorkspaceMode};

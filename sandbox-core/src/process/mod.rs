@@ -31,10 +31,8 @@ use async_trait::async_trait;
 pub use child::PreExec;
 
 use crate::outcome::{LimitMechanism, TreeKill};
-use crate::run::RunSlot;
-use crate::{
-    Capability, Logs, Plan, Preflight, Sandbox, SandboxError, SandboxOpts, SandboxOutcome,
-};
+use crate::run::{RunHandle, RunSandbox, Starter};
+use crate::{Capability, Plan, Preflight, SandboxError};
 
 /// What to spawn for one run: the result of a backend's pure policy function plus the
 /// resources (descriptors, temp dirs) it needs alive while the command runs.
@@ -204,46 +202,25 @@ impl HostSupport {
     }
 }
 
-/// A [`Sandbox`] for any [`Launcher`]: the whole run, kill and wait logic, once.
-#[derive(Debug)]
-pub struct ProcessSandbox<L: Launcher> {
-    launcher: L,
-    slot: RunSlot,
-}
+/// A [`Sandbox`](crate::Sandbox) for any [`Launcher`]: the whole run, kill and wait logic, once.
+pub type ProcessSandbox<L> = RunSandbox<L>;
 
-impl<L: Launcher> ProcessSandbox<L> {
-    /// A sandbox for one command, run by `launcher`.
-    pub fn new(launcher: L) -> Self {
-        Self {
-            launcher,
-            slot: RunSlot::default(),
-        }
-    }
-
-    /// The launcher.
-    pub fn launcher(&self) -> &L {
-        &self.launcher
-    }
-}
-
+/// A launcher starts a plan by spawning its launch under [`supervise`](crate::run::supervise).
 #[async_trait]
-impl<L: Launcher> Sandbox for ProcessSandbox<L> {
-    fn backend(&self) -> &'static str {
-        self.launcher.name()
+impl<L: Launcher> Starter for L {
+    fn name(&self) -> &'static str {
+        Launcher::name(self)
     }
 
     fn capability(&self) -> Capability {
-        self.launcher.capability()
+        Launcher::capability(self)
     }
 
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
-        self.launcher.preflight().await
+        Launcher::preflight(self).await
     }
 
-    async fn run(&self, opts: SandboxOpts) -> Result<(), SandboxError> {
-        let guard = self.slot.begin()?;
-        let name = self.launcher.name();
-        let mut plan = Plan::new(&opts, name, &self.launcher.capability())?;
+    async fn start(&self, mut plan: Plan) -> Result<RunHandle, SandboxError> {
         let snapshot = if plan.snapshot {
             let copy = files::snapshot_copy(&plan.workspace)?;
             plan.rebase_workspace(copy.path());
@@ -251,24 +228,10 @@ impl<L: Launcher> Sandbox for ProcessSandbox<L> {
         } else {
             None
         };
-        let mut launch = self.launcher.prepare(&plan)?;
+        let mut launch = self.prepare(&plan)?;
         if let Some(copy) = snapshot {
             launch.keep_alive.push(Box::new(copy));
         }
-        let handle = supervise::start(name, plan, launch)?;
-        guard.started(handle);
-        Ok(())
-    }
-
-    async fn wait(&self) -> Result<SandboxOutcome, SandboxError> {
-        self.slot.handle("wait")?.wait().await
-    }
-
-    async fn kill(&self) -> Result<(), SandboxError> {
-        self.slot.handle("kill")?.kill().await
-    }
-
-    async fn logs(&self) -> Result<Logs, SandboxError> {
-        Ok(self.slot.handle("logs")?.logs())
+        supervise::start(Launcher::name(self), plan, launch)
     }
 }

@@ -89,6 +89,11 @@ pub(crate) struct Warm {
 }
 
 impl Warm {
+    /// The runtime that drives this container's streams: hold it until the output ends.
+    pub(crate) fn keep_runtime(&mut self) -> Option<Arc<PoolRuntime>> {
+        self._rt.take()
+    }
+
     /// Hand the container `argv`: after this the command runs. The run owns the container
     /// from here on.
     pub(crate) async fn deliver(&mut self, argv: &[Vec<u8>]) -> std::io::Result<()> {
@@ -116,7 +121,7 @@ type Ready = oneshot::Receiver<Option<Warm>>;
 /// a pooled container can serve a run from any runtime, and the pool's drop can wait for
 /// what is in flight without blocking the runtime it is dropped on.
 #[derive(Debug)]
-struct PoolRuntime(Option<tokio::runtime::Runtime>);
+pub(crate) struct PoolRuntime(Option<tokio::runtime::Runtime>);
 
 impl PoolRuntime {
     fn handle(&self) -> Option<&tokio::runtime::Handle> {

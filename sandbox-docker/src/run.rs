@@ -231,7 +231,13 @@ async fn start_warm(
         .push("container: started ahead of time with this policy (warm pool)".into());
 
     let (handle, control) = run_channel(run.plan.output_limit);
-    let reader = tokio::spawn(pump(warm.output, control.tap(run.plan.output_sink.clone())));
+    let tap = control.tap(run.plan.output_sink.clone());
+    // The pool's runtime drives the streams: it stays until the output has ended.
+    let keep = warm.keep_runtime();
+    let reader = tokio::spawn(async move {
+        pump(warm.output, tap).await;
+        drop(keep);
+    });
     // The input is always a pipe here: the command's bytes, or end-of-file at once.
     let input = match &run.plan.stdin {
         Stdin::Bytes(bytes) => bytes.clone(),

@@ -1235,7 +1235,17 @@ async fn a_pooled_run_is_killed_timed_out_and_cleaned_like_a_fresh_one() {
         .await
         .unwrap_err();
     assert!(e.is_not_found(), "{e}");
-    drop(sb);
+
+    // A pooled run outlives its backend value: the pool goes, the run ends whole.
+    let late = b.sandbox();
+    late.run(SandboxOpts::new(&ws, sh("busybox sleep 1; echo late")))
+        .await
+        .unwrap();
     drop(b);
+    let o = late.wait().await.unwrap();
+    assert!(pooled(&o), "{:?}", o.policy.notes);
+    assert_eq!(o.status, Status::Exited { code: 0 });
+    assert_eq!(o.stdout.text(), "late\n");
+    drop(sb);
     assert_clean();
 }

@@ -18,7 +18,9 @@
 //! The argv reaches the waiter only over our attach connection to the engine; nothing in
 //! the container can write to its standard input. Standard input is therefore always a
 //! pipe in a pooled container: a command run with [`Stdin::Null`](sandbox_core::Stdin)
-//! reads end-of-file from it at once, as it would from `/dev/null`.
+//! reads end-of-file from it at once, as it would from `/dev/null`. The waiter itself
+//! stays visible at `/.sandbox-waiter`, read-only: a copy of a program the command could
+//! bring along anyway.
 //!
 //! # Exactly the same policy, or no pool
 //!

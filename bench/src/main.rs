@@ -212,7 +212,7 @@ async fn bench(args: Args) -> ExitCode {
     let names: Vec<String> = if explicit {
         args.backends.clone()
     } else {
-        subject::ALL.iter().map(|s| s.to_string()).collect()
+        subject::all().into_iter().map(String::from).collect()
     };
     let mut report = Report {
         machine: Machine::detect(),

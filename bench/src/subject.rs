@@ -8,6 +8,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use sandbox::registry::{BackendInfo, ImageSupport};
+use sandbox::select::Config;
 use sandbox_core::process::Launcher;
 use sandbox_core::{Backend, Lane, Plan, SandboxOpts};
 use tempfile::TempDir;
@@ -15,12 +17,28 @@ use tempfile::TempDir;
 use crate::docker_cli;
 use crate::runs::PrepareFn;
 
-/// The backends measured when none is named, in table order.
-pub const ALL: [&str; 4] = ["none", "bwrap", "landlock", "docker"];
+/// The backends measured when none is named, in table order: every backend in the
+/// facade's registry.
+pub fn all() -> Vec<&'static str> {
+    sandbox::registry::compiled_in().map(|i| i.name).collect()
+}
 
-/// The image the docker backend is measured with, built locally from `/bin/true` and this
-/// binary (no registry is needed).
+/// The image a backend that runs one is measured with, built locally from `/bin/true` and
+/// this binary (no registry is needed).
 pub const DOCKER_IMAGE: &str = "sandbox-bench:latest";
+
+/// The baselines of a backend's own tool run directly that the bench knows how to build,
+/// by backend: hand-made, since each translates that backend's spec into its tool's
+/// command line. A backend without one is compared against its own launch (a process
+/// backend) or a bare spawn only.
+const OWN_TOOL_BASELINES: &[(&str, OwnToolFn)] = &[(sandbox_docker::NAME, docker_run_baseline)];
+
+/// Builds the baseline of a backend's own tool for the image `image`.
+type OwnToolFn = fn(image: &str, host: &Host) -> Result<Option<Direct>, String>;
+
+/// A first preflight at least this long marks a subject whose runs cost hundreds of
+/// milliseconds.
+const SLOW_START: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Where the flood program sits in that image.
 const FLOOD_IN_IMAGE: &str = "/usr/local/bin/sandbox-bench-flood";
@@ -138,19 +156,39 @@ impl std::fmt::Debug for Direct {
     }
 }
 
-/// The launch `launcher` prepares, spawned without the library: for bwrap that is bwrap
-/// run directly with the identical argv; for the others it splits the library's own cost
-/// (plan, cgroup, supervisor) from the backend's.
-fn own_launch<L: Launcher + Clone>(launcher: &L, label: &str) -> Direct {
-    let l = launcher.clone();
+/// The launch `launcher` prepares, spawned without the library: for a backend that wraps
+/// a tool (bwrap) that is the tool run directly with the identical argv; for the others
+/// it splits the library's own cost (plan, cgroup, supervisor) from the backend's.
+fn own_launch(launcher: Arc<dyn Launcher>) -> Direct {
     let prepare = move |opts: &SandboxOpts| {
-        let plan = Plan::new(opts, l.name(), &Launcher::capability(&l))?;
-        l.prepare(&plan)
+        let plan = Plan::new(opts, launcher.name(), &launcher.capability())?;
+        launcher.prepare(&plan)
     };
     Direct::Launch {
-        label: label.to_string(),
+        label: "its own launch (program, argv, environment, descriptors, steps between fork \
+                and exec) spawned without the library"
+            .into(),
         prepare: Arc::new(prepare),
     }
+}
+
+/// `docker run --rm` with the same image and flags, when the `docker` client is installed.
+fn docker_run_baseline(image: &str, host: &Host) -> Result<Option<Direct>, String> {
+    let Ok(docker) = which::which("docker") else {
+        return Ok(None);
+    };
+    let backend = sandbox_docker::DockerBackend::new(sandbox_docker::DockerConfig::new(image))
+        .map_err(|e| e.to_string())?;
+    let scratch = host.scratch.path().to_path_buf();
+    let args = move |opts: &SandboxOpts| {
+        let body = backend.container_body(opts).map_err(|e| e.to_string())?;
+        docker_cli::run_args(&body, &scratch)
+    };
+    Ok(Some(Direct::DockerRun {
+        label: "`docker run --rm` with the same image and flags".into(),
+        docker,
+        args: Arc::new(args),
+    }))
 }
 
 /// What differs per backend before the common checks.
@@ -162,70 +200,62 @@ struct Parts {
     flood_program: OsString,
     workspace: PathBuf,
     cli_args: Vec<OsString>,
-    slow: bool,
     fresh: Option<Fresh>,
 }
 
 impl Parts {
     /// A process backend: host programs, the shared workspace, its own launch as a
     /// baseline.
-    fn process<L: Launcher + Clone>(host: &Host, backend: L, label: &str) -> Self {
-        Self {
-            name: backend.name(),
-            direct: Some(own_launch(&backend, label)),
-            backend: Arc::new(backend),
+    fn process(
+        host: &Host,
+        info: &BackendInfo,
+        launcher: Arc<dyn Launcher>,
+    ) -> Result<Self, String> {
+        Ok(Self {
+            name: info.name,
+            direct: Some(own_launch(launcher)),
+            backend: info.build(&Config::default()).map_err(|e| e.to_string())?,
             true_program: host.true_program.clone().into_os_string(),
             flood_program: host.flood().as_os_str().to_owned(),
             workspace: host.workspace().to_path_buf(),
             cli_args: Vec::new(),
-            slow: false,
             fresh: None,
-        }
+        })
     }
 
-    /// The docker backend on [`DOCKER_IMAGE`], built here from `/bin/true` and this binary;
-    /// `docker run --rm` as its baseline when the `docker` client is installed.
-    async fn docker(host: &Host) -> Result<Self, String> {
-        let engine = sandbox_docker::connect().await.map_err(|e| e.to_string())?;
-        sandbox_docker::build_image_from_binaries(
-            &engine,
-            DOCKER_IMAGE,
-            &[
+    /// A backend that runs an image, on [`DOCKER_IMAGE`] built here from `/bin/true` and
+    /// this binary; the baseline of its own tool where the bench has one.
+    async fn image(
+        host: &Host,
+        info: &'static BackendInfo,
+        image: &ImageSupport,
+    ) -> Result<Self, String> {
+        (image.build_from_binaries)(
+            DOCKER_IMAGE.to_string(),
+            vec![
                 (host.true_program.clone(), PathBuf::from("/bin/true")),
                 (host.flood().to_path_buf(), PathBuf::from(FLOOD_IN_IMAGE)),
             ],
         )
         .await
         .map_err(|e| format!("building the image {DOCKER_IMAGE}: {e}"))?;
-        let backend =
-            sandbox_docker::DockerBackend::new(sandbox_docker::DockerConfig::new(DOCKER_IMAGE))
-                .map_err(|e| e.to_string())?;
-        let direct = which::which("docker").ok().map(|docker| {
-            let b = backend.clone();
-            let scratch = host.scratch.path().to_path_buf();
-            let args = move |opts: &SandboxOpts| {
-                let body = b.container_body(opts).map_err(|e| e.to_string())?;
-                docker_cli::run_args(&body, &scratch)
-            };
-            Direct::DockerRun {
-                label: "`docker run --rm` with the same image and flags".into(),
-                docker,
-                args: Arc::new(args),
-            }
-        });
+        let backend = info
+            .build(&Config::with_image(DOCKER_IMAGE))
+            .map_err(|e| e.to_string())?;
+        let direct = match OWN_TOOL_BASELINES.iter().find(|(n, _)| *n == info.name) {
+            Some((_, baseline)) => baseline(DOCKER_IMAGE, host)?,
+            None => None,
+        };
         Ok(Self {
-            name: sandbox_docker::NAME,
-            backend: Arc::new(backend),
+            name: info.name,
+            backend,
             direct,
             true_program: "/bin/true".into(),
             flood_program: FLOOD_IN_IMAGE.into(),
             workspace: host.docker_workspace.path().to_path_buf(),
             cli_args: vec!["--image".into(), DOCKER_IMAGE.into()],
-            slow: true,
-            fresh: Some(Fresh(Arc::new(|| {
-                let config = sandbox_docker::DockerConfig::new(DOCKER_IMAGE);
-                sandbox_docker::DockerBackend::new(config)
-                    .map(|b| Arc::new(b) as Arc<dyn Backend>)
+            fresh: Some(Fresh(Arc::new(move || {
+                info.build(&Config::with_image(DOCKER_IMAGE))
                     .map_err(|e| e.to_string())
             }))),
         })
@@ -253,8 +283,8 @@ pub struct Subject {
     pub cli_args: Vec<OsString>,
     /// One run costs hundreds of milliseconds (a container): fewer runs.
     pub slow: bool,
-    /// For a backend that keeps state across the runs of one value (docker's connection
-    /// and warm pool): a new value, to measure a first command.
+    /// For a backend that runs an image (and may keep state across the runs of one value:
+    /// an engine connection, a warm pool): a new value, to measure a first command.
     pub fresh: Option<Fresh>,
     /// How long its first preflight took (one-time host surveys included).
     pub preflight_time: std::time::Duration,
@@ -264,27 +294,14 @@ impl Subject {
     /// Open backend `name`: build it, run its preflight and pick its lane. `Err` is the
     /// reason it cannot be measured here.
     pub async fn open(name: &str, host: &Host) -> Result<Self, String> {
-        let parts = match name {
-            "none" => Parts::process(
-                host,
-                sandbox_none::NoneBackend::new(),
-                "its own launch spawned without the library",
-            ),
-            "bwrap" => Parts::process(
-                host,
-                sandbox_bwrap::BwrapBackend::new(),
-                "bwrap run directly with the identical argv, environment and descriptors",
-            ),
-            "landlock" => Parts::process(
-                host,
-                sandbox_landlock::LandlockBackend::new(),
-                "its own launch (rules applied between fork and exec) without the library",
-            ),
-            "docker" => Parts::docker(host).await?,
-            other => {
+        let info = sandbox::select::info(name).map_err(|e| e.to_string())?;
+        let parts = match (&info.image, info.launcher) {
+            (Some(image), _) => Parts::image(host, info, image).await?,
+            (None, Some(launcher)) => Parts::process(host, info, launcher())?,
+            (None, None) => {
                 return Err(format!(
-                    "unknown backend `{other}` (known: {})",
-                    ALL.join(", ")
+                    "`{name}` neither runs a host process nor an image: the bench cannot \
+                     measure it"
                 ))
             }
         };
@@ -297,7 +314,7 @@ impl Subject {
             workspace: parts.workspace,
             direct: parts.direct,
             cli_args: parts.cli_args,
-            slow: parts.slow,
+            slow: false,
             fresh: parts.fresh,
             preflight_time: std::time::Duration::ZERO,
         };
@@ -309,6 +326,9 @@ impl Subject {
             .await
             .map_err(|e| e.to_string())?;
         subject.preflight_time = started.elapsed();
+        // A preflight runs a trivial command the real way: one that costs this much means
+        // every run does (a container), and the subject gets fewer rounds.
+        subject.slow = subject.preflight_time >= SLOW_START;
         subject.lane = subject.pick_lane()?;
         Ok(subject)
     }

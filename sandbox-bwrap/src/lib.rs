@@ -111,6 +111,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_core::registry::{AutoRank, BackendInfo};
 use sandbox_core::{
     Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, ResourceLimits, SandboxError,
     SandboxExt, SandboxOpts, Status,
@@ -121,6 +122,23 @@ use crate::host::{HostFacts, SystemEntry};
 
 /// The backend's name.
 pub const NAME: &str = "bwrap";
+
+/// What the facade's registry knows of this backend. `auto` tries it first on `strict`
+/// and `trusted` (namespaces give a host program its own mount, pid, network and user
+/// world) and second on `fast` (where landlock's cheaper start wins).
+pub const INFO: BackendInfo = BackendInfo {
+    name: NAME,
+    summary: "namespaces with bubblewrap",
+    auto_rank: AutoRank {
+        strict: Some(10),
+        fast: Some(20),
+        trusted: Some(10),
+    },
+    unconfined: false,
+    image: None,
+    make: |_| Ok(Arc::new(BwrapBackend::new())),
+    launcher: Some(|| Arc::new(BwrapBackend::new())),
+};
 
 /// A sandbox run by bwrap.
 pub type BwrapSandbox = ProcessSandbox<BwrapBackend>;

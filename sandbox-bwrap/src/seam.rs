@@ -4,7 +4,7 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Seek, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -21,14 +21,8 @@ pub(crate) const WAITER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/waite
 /// An anonymous in-memory file holding `data`, positioned at its start (bwrap reads it from
 /// the shared offset). Close-on-exec here; core hands it to bwrap alone.
 fn memfd(name: &str, data: &[u8]) -> io::Result<OwnedFd> {
-    let cname = std::ffi::CString::new(name).map_err(io::Error::other)?;
-    // SAFETY: a valid C string and a flag; the result is checked before use.
-    let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a descriptor the kernel just returned, owned from here on.
-    let mut f = unsafe { File::from_raw_fd(fd) };
+    let fd = nix::sys::memfd::memfd_create(name, nix::sys::memfd::MFdFlags::MFD_CLOEXEC)?;
+    let mut f = File::from(fd);
     f.write_all(data)?;
     f.rewind()?;
     Ok(f.into())

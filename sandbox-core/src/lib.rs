@@ -27,6 +27,10 @@
 //!   that runs a process implements [`process::Launcher`] and gets a whole [`Sandbox`] from
 //!   [`process::ProcessSandbox`].
 //! - [`run`]: the one-run state machine, shared with backends that are not processes.
+//! - [`syscalls`]: the one table of denied system calls, rendered to the BPF program
+//!   (`seccomp`, behind the feature of that name) and to container profiles.
+//! - [`registry`]: what each backend crate says about itself ([`registry::BackendInfo`]),
+//!   the data the facade's one list of backends is made of.
 //!
 //! # Dependencies
 //!
@@ -43,10 +47,12 @@ mod outcome;
 mod plan;
 pub mod policy;
 pub mod process;
+pub mod registry;
 pub mod run;
 mod sandbox;
 #[cfg(feature = "seccomp")]
 pub mod seccomp;
+pub mod syscalls;
 
 pub use capability::{Capability, Enforcement};
 pub use error::{Result, SandboxError};

@@ -141,6 +141,11 @@ mod seccomp;
 mod spec;
 mod transfer;
 
+use std::sync::Arc;
+
+use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, ImageSupport};
+use sandbox_core::{Backend, SandboxError};
+
 pub use backend::{capability, DockerBackend, DockerSandbox, DockerStarter};
 pub use bollard::Docker;
 pub use client::connect;
@@ -152,3 +157,40 @@ pub use leftovers::{cleanup_leftovers, Removed, Scope};
 
 /// The backend's name.
 pub const NAME: &str = "docker";
+
+/// What the facade's registry knows of this backend. `auto` tries it second on `strict`
+/// and `trusted` (a container is as strong as namespaces but needs an image and an
+/// engine) and last on `fast` (its start costs hundreds of milliseconds). It runs every
+/// command in an image the caller names, so an image named with `auto` means this
+/// backend.
+pub const INFO: BackendInfo = BackendInfo {
+    name: NAME,
+    summary: "a container (needs --image)",
+    auto_rank: AutoRank {
+        strict: Some(20),
+        fast: Some(30),
+        trusted: Some(20),
+    },
+    unconfined: false,
+    image: Some(ImageSupport {
+        build_from_binaries: |tag, files| {
+            Box::pin(async move {
+                let docker = connect().await?;
+                build_image_from_binaries(&docker, &tag, &files).await
+            })
+        },
+    }),
+    make: make_for_registry,
+    launcher: None,
+};
+
+fn make_for_registry(config: &BackendConfig) -> Result<Arc<dyn Backend>, SandboxError> {
+    let image = config.image.clone().ok_or_else(|| {
+        SandboxError::invalid(
+            "image",
+            "the docker backend needs a container image to run the command in; name one \
+             (`--image IMAGE`, or `image` in the policy file)",
+        )
+    })?;
+    Ok(Arc::new(DockerBackend::new(DockerConfig::new(image))?))
+}

@@ -5,20 +5,24 @@
 //! Runs as root (CI) and as an unprivileged uid in the `docker` group; where the two
 //! differ (which uid the command gets, how a root-owned workspace travels), each test
 //! asserts the behaviour for the uid it runs as.
+//!
+//! What every backend must do is the conformance suite's (`cargo xtask conformance
+//! --backend docker`): stdin and the output cap are its cases only. The tests here check
+//! what is docker's own, above all that nothing is left on the engine; they use the suite's
+//! host-side helpers (its loopback listener, its /proc scanner).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // test helpers panic on failure by design
 
 mod common;
 
 use std::collections::BTreeSet;
-use std::io::Read;
-use std::net::TcpListener;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
+use sandbox_conformance::host::{processes_with_arg, HostListener};
 use sandbox_core::{
     Backend, LimitMechanism, NetworkMode, Sandbox, SandboxError, SandboxExt, SandboxOpts, Status,
     Stdin, TreeKill,
@@ -36,6 +40,12 @@ fn bind_dir() -> (tempfile::TempDir, PathBuf, u32) {
         let me = nix_uid();
         (d, p, me)
     }
+}
+
+/// Host processes (in any container) with one of `marks` as an argument: the suite's
+/// /proc scanner, which sees through pid namespaces.
+fn alive(marks: &[&str]) -> Vec<(i32, String)> {
+    marks.iter().flat_map(|m| processes_with_arg(m)).collect()
 }
 
 async fn run(b: &DockerBackend, opts: SandboxOpts) -> sandbox_core::SandboxOutcome {
@@ -509,24 +519,6 @@ async fn captured_files_refuse_links_out_of_the_workspace() {
     assert_clean();
 }
 
-/// Accept one connection on `l` within `secs`, from a thread (the listener is blocking).
-fn accepts(l: TcpListener, secs: u64) -> std::thread::JoinHandle<bool> {
-    l.set_nonblocking(true).unwrap();
-    std::thread::spawn(move || {
-        let end = Instant::now() + Duration::from_secs(secs);
-        while Instant::now() < end {
-            if let Ok((mut s, _)) = l.accept() {
-                let mut buf = [0u8; 16];
-                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
-                let _ = s.read(&mut buf);
-                return true;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        false
-    })
-}
-
 /// Network modes, judged without sending anything beyond loopback: the suite never targets
 /// the bridge's private-range address. `none` and `loopback` leave the container nothing
 /// but `lo` and never reach the host's own 127.0.0.1; `loopback` serves and connects on its
@@ -538,9 +530,8 @@ async fn network_modes_give_the_interfaces_asked_and_never_the_hosts_loopback() 
     let b = backend(WorkspaceMode::Bind);
     let interfaces = "busybox ls /sys/class/net 2>/dev/null || busybox ip -o link | busybox awk -F': ' '{print $2}'";
     for mode in [NetworkMode::None, NetworkMode::Loopback] {
-        let host = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = host.local_addr().unwrap().port();
-        let got = accepts(host, 10);
+        let host = HostListener::start("host-listener").unwrap();
+        let port = host.addr().port();
         let script =
             format!("echo hi | busybox nc -w 3 127.0.0.1 {port} && echo CONNECTED; {interfaces}");
         let mut opts = SandboxOpts::new(&ws, sh(&script));
@@ -550,7 +541,7 @@ async fn network_modes_give_the_interfaces_asked_and_never_the_hosts_loopback() 
         assert!(!out.contains("CONNECTED"), "{mode}: {out}");
         let ifaces: Vec<&str> = out.split_whitespace().collect();
         assert_eq!(ifaces, ["lo"], "{mode}: {out} {}", o.stderr.text());
-        assert!(!got.join().unwrap(), "{mode}: the host saw a connection");
+        assert_eq!(host.accepted(), 0, "{mode}: the host saw a connection");
         assert!(!o.policy.can_reach_network());
     }
     // Loopback: the command serves and connects on its own 127.0.0.1 (retried: the server
@@ -647,23 +638,6 @@ async fn limits_are_enforced_by_the_engine() {
     assert_clean();
 }
 
-/// Host pids whose command line contains `marker`.
-fn host_processes_with(marker: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(marker) {
-                out.push(pid);
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn timeout_kills_the_container_and_everything_in_it() {
     let _g = SERIAL.lock().await;
@@ -677,7 +651,7 @@ async fn timeout_kills_the_container_and_everything_in_it() {
     let o = run(&backend(WorkspaceMode::Bind), opts).await;
     assert_eq!(o.status, Status::TimedOut);
     assert!(started.elapsed() < Duration::from_secs(60));
-    assert!(host_processes_with("sleep 777").is_empty());
+    assert!(alive(&["7771", "7772"]).is_empty());
     assert_clean();
 }
 
@@ -708,7 +682,7 @@ async fn kill_from_another_task_while_one_waits_ends_the_whole_tree() {
     }
     // The double-forked descendants run, visible from the host...
     let deadline = Instant::now() + Duration::from_secs(30);
-    while host_processes_with("sleep 778").len() < 3 {
+    while alive(&["7781", "7782", "7783"]).len() < 3 {
         assert!(Instant::now() < deadline, "descendants never started");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -716,7 +690,7 @@ async fn kill_from_another_task_while_one_waits_ends_the_whole_tree() {
     let o = waiter.await.unwrap().unwrap();
     assert_eq!(o.status, Status::Killed);
     // ...and are gone once kill returns.
-    assert!(host_processes_with("sleep 778").is_empty());
+    assert!(alive(&["7781", "7782", "7783"]).is_empty());
     // Verbs after the end: kill does nothing, wait returns the same outcome.
     sb.kill().await.unwrap();
     assert_eq!(sb.wait().await.unwrap().status, Status::Killed);
@@ -739,44 +713,7 @@ async fn dropping_a_running_sandbox_removes_its_container() {
         assert!(Instant::now() < deadline, "left behind: {:?}", ours());
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(host_processes_with("sleep 7791").is_empty());
-}
-
-#[tokio::test]
-async fn stdin_bytes_reach_the_command_then_end_of_file() {
-    let _g = SERIAL.lock().await;
-    let (_d, ws) = dir();
-    let mut opts = SandboxOpts::new(&ws, sh("busybox cat; echo EOF"));
-    opts.stdin = Stdin::Bytes(b"hello\nworld\n".to_vec());
-    opts.timeout = Some(Duration::from_secs(60));
-    let o = run(&backend(WorkspaceMode::Bind), opts).await;
-    assert_eq!(o.status, Status::Exited { code: 0 });
-    assert_eq!(o.stdout.text(), "hello\nworld\nEOF\n");
-    // Without bytes, stdin is empty (not the host's terminal).
-    let o = run(
-        &backend(WorkspaceMode::Bind),
-        SandboxOpts::new(&ws, sh("busybox cat; echo EOF")),
-    )
-    .await;
-    assert_eq!(o.stdout.text(), "EOF\n");
-    assert_clean();
-}
-
-#[tokio::test]
-async fn output_is_capped_keeping_head_and_tail() {
-    let _g = SERIAL.lock().await;
-    let (_d, ws) = dir();
-    let mut opts = SandboxOpts::new(
-        &ws,
-        sh("echo BEGIN; busybox yes | busybox head -c 1000000; echo; echo END"),
-    );
-    opts.output_limit = 1000;
-    let o = run(&backend(WorkspaceMode::Bind), opts).await;
-    assert!(o.stdout.truncated);
-    assert_eq!(o.stdout.total_bytes, 6 + 1_000_000 + 1 + 4);
-    assert!(o.stdout.bytes.len() <= 1000);
-    assert!(o.stdout.text().starts_with("BEGIN") && o.stdout.text().ends_with("END\n"));
-    assert_clean();
+    assert!(alive(&["7791"]).is_empty());
 }
 
 #[tokio::test]
@@ -1074,7 +1011,7 @@ fn a_runtime_shut_down_mid_run_still_removes_the_container() {
         assert!(Instant::now() < deadline, "left behind: {:?}", ours());
         std::thread::sleep(Duration::from_millis(200));
     }
-    assert!(host_processes_with("sleep 7795").is_empty());
+    assert!(alive(&["7795"]).is_empty());
     drop(g);
 }
 
@@ -1202,7 +1139,7 @@ async fn a_pooled_run_is_killed_timed_out_and_cleaned_like_a_fresh_one() {
     let o = run(&b, opts).await;
     assert!(pooled(&o), "{:?}", o.policy.notes);
     assert_eq!(o.status, Status::TimedOut);
-    assert!(host_processes_with("sleep 780").is_empty());
+    assert!(alive(&["7801", "7802"]).is_empty());
 
     // Kill from another task while one waits.
     let sb: Arc<Box<sandbox_core::DynSandbox>> = Arc::new(b.sandbox());
@@ -1217,7 +1154,7 @@ async fn a_pooled_run_is_killed_timed_out_and_cleaned_like_a_fresh_one() {
         tokio::spawn(async move { sb.wait().await })
     };
     let deadline = Instant::now() + Duration::from_secs(30);
-    while host_processes_with("sleep 781").len() < 2 {
+    while alive(&["7811", "7812"]).len() < 2 {
         assert!(Instant::now() < deadline, "descendants never started");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -1225,7 +1162,7 @@ async fn a_pooled_run_is_killed_timed_out_and_cleaned_like_a_fresh_one() {
     let o = waiter.await.unwrap().unwrap();
     assert!(pooled(&o));
     assert_eq!(o.status, Status::Killed);
-    assert!(host_processes_with("sleep 781").is_empty());
+    assert!(alive(&["7811", "7812"]).is_empty());
     assert_eq!(o.stdout.text(), "started\n");
 
     // A missing program is still an error before anything runs, on a pooled container.

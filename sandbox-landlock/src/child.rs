@@ -261,7 +261,9 @@ impl Namespaces {
     }
 }
 
-impl PreExec for Namespaces {
+// SAFETY: only the system calls the module docs list, on C strings, byte buffers and
+// fixed-size arrays prepared before the fork; errors are raw errnos.
+unsafe impl PreExec for Namespaces {
     fn pre_exec(&self) -> io::Result<()> {
         let mut flags = 0;
         if self.userns.is_some() {
@@ -377,7 +379,8 @@ pub(crate) struct DropCapabilities {
     pub bounding: bool,
 }
 
-impl PreExec for DropCapabilities {
+// SAFETY: `prctl`, `capset` and `capget` on stack values; errors are raw errnos.
+unsafe impl PreExec for DropCapabilities {
     fn pre_exec(&self) -> io::Result<()> {
         // SAFETY: prctl/capset/capget on stack values (module docs).
         unsafe {
@@ -431,7 +434,9 @@ pub(crate) struct RestrictSelf {
     pub layers: Vec<Arc<OwnedFd>>,
 }
 
-impl PreExec for RestrictSelf {
+// SAFETY: `prctl` and `landlock_restrict_self` on descriptors opened before the fork;
+// iterating a slice allocated before the fork allocates nothing.
+unsafe impl PreExec for RestrictSelf {
     fn pre_exec(&self) -> io::Result<()> {
         // SAFETY: system calls on descriptors opened before the fork; iterating a slice
         // allocated before the fork allocates nothing.
@@ -647,7 +652,8 @@ mod tests {
             cwd: c"/".to_owned(),
         };
         struct Both(Namespaces, DropCapabilities);
-        impl PreExec for Both {
+        // SAFETY: runs two steps that are each async-signal-safe, in turn.
+        unsafe impl PreExec for Both {
             fn pre_exec(&self) -> io::Result<()> {
                 self.0.pre_exec()?;
                 self.1.pre_exec()

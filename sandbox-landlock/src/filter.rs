@@ -29,8 +29,8 @@ use sandbox_core::process::PreExec;
 use sandbox_core::seccomp::{SeccompProgram, SyscallPolicy};
 use sandbox_core::{NetworkMode, SandboxError};
 use seccompiler::{
-    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
-    SeccompFilter, SeccompRule, TargetArch,
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
 };
 
 /// The shared filter's policy for a run with `network`.
@@ -103,32 +103,12 @@ pub(crate) fn unix_socket_filter() -> Result<Arc<BpfProgram>, SandboxError> {
 #[derive(Debug)]
 pub(crate) struct InstallFilter(pub Arc<BpfProgram>);
 
-impl PreExec for InstallFilter {
+// SAFETY: core's `install` is async-signal-safe (two system calls, no allocation), on a
+// program compiled before the fork and kept alive by the Arc. It sets `no_new_privs`
+// again after the restrict step: that costs nothing and keeps this step correct alone.
+unsafe impl PreExec for InstallFilter {
     fn pre_exec(&self) -> io::Result<()> {
-        let program: &[sock_filter] = &self.0;
-        let prog = libc::sock_fprog {
-            len: program.len() as libc::c_ushort,
-            filter: program.as_ptr() as *mut libc::sock_filter,
-        };
-        // SAFETY: `prctl` and `seccomp` are plain system calls; the program was compiled
-        // before the fork and is kept alive by the Arc. `no_new_privs` is already set by
-        // the restrict step; setting it again costs nothing and keeps this step correct
-        // on its own.
-        unsafe {
-            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                0,
-                &prog as *const libc::sock_fprog,
-            ) != 0
-            {
-                return Err(io::Error::last_os_error());
-            }
-        }
-        Ok(())
+        sandbox_core::seccomp::install(&self.0)
     }
 }
 

@@ -97,6 +97,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_core::registry::{AutoRank, BackendInfo};
 use sandbox_core::{
     Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, SandboxError, SandboxExt,
     SandboxOpts, Status, TreeKill,
@@ -109,6 +110,23 @@ use crate::ruleset::{MountNs, Request};
 
 /// The backend's name.
 pub const NAME: &str = "landlock";
+
+/// What the facade's registry knows of this backend. `auto` tries it first on `fast`
+/// (it costs about what a bare spawn does) and last on `strict` and `trusted` (it cannot
+/// isolate processes, so the `strict` lane refuses it anyway).
+pub const INFO: BackendInfo = BackendInfo {
+    name: NAME,
+    summary: "landlock and seccomp, no namespaces",
+    auto_rank: AutoRank {
+        strict: Some(30),
+        fast: Some(10),
+        trusted: Some(30),
+    },
+    unconfined: false,
+    image: None,
+    make: |_| Ok(Arc::new(LandlockBackend::new())),
+    launcher: Some(|| Arc::new(LandlockBackend::new())),
+};
 
 /// A sandbox confined by landlock and seccomp.
 pub type LandlockSandbox = ProcessSandbox<LandlockBackend>;

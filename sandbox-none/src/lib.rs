@@ -15,10 +15,24 @@
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_core::registry::{AutoRank, BackendInfo};
 use sandbox_core::{Capability, Enforcement, Plan, Preflight, SandboxError};
+use std::sync::Arc;
 
 /// The backend's name.
 pub const NAME: &str = "none";
+
+/// What the facade's registry knows of this backend: never picked by `auto` on its own,
+/// only as the last resort a caller allowed, since it confines nothing.
+pub const INFO: BackendInfo = BackendInfo {
+    name: NAME,
+    summary: "no confinement (only on `--lane trusted`)",
+    auto_rank: AutoRank::NEVER,
+    unconfined: true,
+    image: None,
+    make: |_| Ok(Arc::new(NoneBackend::new())),
+    launcher: Some(|| Arc::new(NoneBackend::new())),
+};
 
 /// A sandbox that runs its command unconfined.
 pub type NoneSandbox = ProcessSandbox<NoneBackend>;

@@ -11,8 +11,10 @@ use std::fmt;
 
 use serde::Serialize;
 
+use sandbox_core::registry::BackendInfo;
 use sandbox_core::{Capability, Enforcement, Lane, SandboxError};
 
+use crate::registry;
 use crate::select::{self, Config};
 
 /// The whole report.
@@ -21,7 +23,7 @@ use crate::select::{self, Config};
 pub struct DoctorReport {
     /// Facts about this host that decide what backends can do.
     pub host: HostFacts,
-    /// One entry per compiled-in backend, in [`select::KNOWN`] order.
+    /// One entry per compiled-in backend, in [`registry::KNOWN`] order.
     pub backends: Vec<BackendReport>,
     /// What `auto` picks on each lane for a default request (no network, no extra paths)
     /// when no image is named.
@@ -49,7 +51,7 @@ pub struct BackendReport {
     /// Its preflight passed here.
     pub works: bool,
     /// It could be checked at all: false when it lacks configuration only the caller can
-    /// give (docker without an image).
+    /// give (a container backend without an image).
     pub checked: bool,
     /// The version of what it relies on (bwrap's version, the landlock ABI, the engine).
     pub version: Option<String>,
@@ -64,7 +66,9 @@ pub struct BackendReport {
     /// The lanes on which it runs a default request (network `none`, no extra paths, the
     /// default process cap).
     pub lanes: Vec<Lane>,
-    /// The container image it was checked with (docker only).
+    /// It runs every command in a container image the caller names (`--image`).
+    pub needs_image: bool,
+    /// The container image it was checked with (a backend that runs one only).
     pub image: Option<String>,
 }
 
@@ -81,8 +85,8 @@ pub struct AutoPick {
 pub async fn doctor(config: &Config) -> DoctorReport {
     let is_root = sandbox_core::process::HostSupport::detect(false).is_root;
     let mut backends = Vec::new();
-    for name in select::compiled_in() {
-        backends.push(examine(name, config, is_root).await);
+    for info in registry::compiled_in() {
+        backends.push(examine(info, config, is_root).await);
     }
     let auto = Lane::ALL
         .iter()
@@ -94,9 +98,10 @@ pub async fn doctor(config: &Config) -> DoctorReport {
                 .into_iter()
                 .find(|c| {
                     backends.iter().any(|b| {
-                        b.name == *c && b.works && b.image.is_none() && b.lanes.contains(&lane)
+                        b.name == c.name && b.works && b.image.is_none() && b.lanes.contains(&lane)
                     })
-                }),
+                })
+                .map(|c| c.name),
         })
         .collect();
     DoctorReport {
@@ -105,14 +110,15 @@ pub async fn doctor(config: &Config) -> DoctorReport {
                 .ok()
                 .map(|s| s.trim().to_string()),
             root: is_root,
-            compiled_in: select::compiled_in(),
+            compiled_in: registry::compiled_in().map(|i| i.name).collect(),
         },
         backends,
         auto,
     }
 }
 
-async fn examine(name: &'static str, config: &Config, is_root: bool) -> BackendReport {
+async fn examine(info: &'static BackendInfo, config: &Config, is_root: bool) -> BackendReport {
+    let name = info.name;
     let mut report = BackendReport {
         name,
         works: false,
@@ -123,17 +129,18 @@ async fn examine(name: &'static str, config: &Config, is_root: bool) -> BackendR
         remedy: None,
         capability: None,
         lanes: Vec::new(),
+        needs_image: info.needs_image(),
         image: None,
     };
-    // An image is for the container backend; the others are examined without one (they
+    // An image is for a backend that runs one; the others are examined without it (they
     // would refuse it).
-    let own = if name == "docker" {
+    let own = if info.needs_image() {
         config.clone()
     } else {
         Config::default()
     };
     report.image = own.image.clone();
-    let backend = match select::backend(name, &own) {
+    let backend = match info.build(&own) {
         Ok(b) => b,
         Err(e) => {
             report.set_problem(&e);
@@ -322,7 +329,10 @@ mod tests {
     async fn every_compiled_in_backend_is_reported_with_a_verdict() {
         let r = doctor(&Config::default()).await;
         let names: Vec<_> = r.backends.iter().map(|b| b.name).collect();
-        assert_eq!(names, select::compiled_in());
+        assert_eq!(
+            names,
+            registry::compiled_in().map(|i| i.name).collect::<Vec<_>>()
+        );
         for b in &r.backends {
             // A backend either works or says why not and what to do.
             assert!(

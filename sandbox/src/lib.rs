@@ -6,11 +6,14 @@
 //! [`SandboxOpts`], [`SandboxOutcome`], [`Capability`], lanes, errors) and adds:
 //!
 //! - one cargo feature per backend, of the backend's name: `none`, `bwrap`, `landlock`,
-//!   `docker` (all on by default); a build with one of them pulls in only that backend's
-//!   dependencies;
+//!   `docker` (all on by default, and all in the feature `backends`); a build with one of
+//!   them pulls in only that backend's dependencies, and each backend crate is re-exported
+//!   as `sandbox::registry::NAME`;
 //! - [`select()`] (a backend for a lane) and the [`mod@select`] module (for one
 //!   command's exact options): a backend by name, or `auto`, the strongest one that
 //!   enforces the request on this host ([`select::preference`] documents the order);
+//! - [`registry`]: the one list of backends, each behind its feature; nothing else names
+//!   one;
 //! - [`doctor`]: for every compiled-in backend, whether it works here, its version or
 //!   kernel ABI, what it enforces and, where it does not work, the remedy;
 //! - behind the `cli` feature (on by default), the `sandbox` command: `sandbox run`,
@@ -78,6 +81,7 @@
 //! runtime and signal handling), `thiserror` (the command's own errors).
 
 pub mod doctor;
+pub mod registry;
 pub mod select;
 
 pub use sandbox_core::*;
@@ -98,12 +102,3 @@ pub async fn select(name: &str, config: &Config, lane: Lane) -> Result<Arc<dyn B
         .await
         .map(|s| s.backend)
 }
-
-#[cfg(feature = "bwrap")]
-pub use sandbox_bwrap as bwrap;
-#[cfg(feature = "docker")]
-pub use sandbox_docker as docker;
-#[cfg(feature = "landlock")]
-pub use sandbox_landlock as landlock;
-#[cfg(feature = "none")]
-pub use sandbox_none as none;

@@ -2,10 +2,12 @@
 //!
 //! # The `auto` order
 //!
-//! `auto` walks a fixed preference list ([`preference`]) and takes the first backend that
-//! (1) is compiled in and can be constructed, (2) enforces everything the options ask on
-//! their lane (the same [`Plan::new`] check `run` does, so nothing is weakened), and
-//! (3) passes its preflight on this host, which does the real thing on a trivial command.
+//! `auto` walks the compiled-in backends in the order of their rank on the lane
+//! ([`preference`]; each backend crate states its ranks in its
+//! [`BackendInfo::auto_rank`]) and takes the first backend that (1) can be constructed,
+//! (2) enforces everything the options ask on their lane (the same [`Plan::new`] check
+//! `run` does, so nothing is weakened), and (3) passes its preflight on this host, which
+//! does the real thing on a trivial command.
 //!
 //! - `strict` and `trusted`: `bwrap`, then `docker`, then `landlock`. Namespaces give the
 //!   strongest confinement of a host program (own mount, pid, network and user world);
@@ -14,63 +16,33 @@
 //! - `fast`: `landlock`, then `bwrap`, then `docker`. On this lane every backend enforces
 //!   everything asked exactly (that is what the lane means), so the cheapest start wins:
 //!   landlock costs about what a bare spawn does.
-//! - `none` comes last, and only with [`Choice::Auto`]`{ allow_none: true }`; even then the
-//!   lane decides (it runs only on `trusted`).
-//! - An image ([`Config::image`]) names a container, so with one `auto` considers
-//!   `docker` alone.
+//! - A backend that confines nothing ([`BackendInfo::unconfined`]: `none`) comes last, and
+//!   only with [`Choice::Auto`]`{ allow_none: true }`; even then the lane decides (it runs
+//!   only on `trusted`).
+//! - An image ([`Config::image`]) names a container, so with one `auto` considers only
+//!   the backends that run an image ([`BackendInfo::needs_image`]: `docker`).
 //!
-//! The order is a policy decision written down here, not derived from the capability
-//! structs: a capability says what a backend can enforce, not what it costs.
+//! The order is a policy decision written down here and in each backend's ranks, not
+//! derived from the capability structs: a capability says what a backend can enforce, not
+//! what it costs. A test below holds the ranks to this list.
 
 use std::fmt;
 use std::sync::Arc;
 
 use sandbox_core::policy::{check_lane, LaneRequest};
+use sandbox_core::registry::BackendInfo;
 use sandbox_core::{
     Backend, Capability, Lane, NetworkMode, Plan, Preflight, ResourceLimits, SandboxError,
     SandboxOpts,
 };
 
+use crate::registry;
+
 /// The name that asks for automatic selection.
 pub const AUTO: &str = "auto";
 
-/// Every backend this crate knows, compiled in or not.
-pub const KNOWN: [&str; 4] = ["none", "bwrap", "landlock", "docker"];
-
-/// The backends compiled into this build, in [`KNOWN`] order.
-pub fn compiled_in() -> Vec<&'static str> {
-    let mut v = Vec::new();
-    if cfg!(feature = "none") {
-        v.push("none");
-    }
-    if cfg!(feature = "bwrap") {
-        v.push("bwrap");
-    }
-    if cfg!(feature = "landlock") {
-        v.push("landlock");
-    }
-    if cfg!(feature = "docker") {
-        v.push("docker");
-    }
-    v
-}
-
-/// Settings only some backends use.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Config {
-    /// The container image, for `docker`; an error with any other backend.
-    pub image: Option<String>,
-}
-
-impl Config {
-    /// Settings with a container image.
-    pub fn with_image(image: impl Into<String>) -> Self {
-        Self {
-            image: Some(image.into()),
-        }
-    }
-}
+/// Settings only some backends use (the container image).
+pub type Config = sandbox_core::registry::BackendConfig;
 
 /// Which backend to use.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -132,86 +104,42 @@ pub struct Selected {
     pub passed_over: Vec<PassedOver>,
 }
 
-/// The `auto` preference on `lane`, strongest or (on `fast`) cheapest first, including
-/// backends that are not compiled in; `none` is not in it (see [`Choice::Auto`]).
-pub fn preference(lane: Lane) -> [&'static str; 3] {
-    match lane {
-        Lane::Fast => ["landlock", "bwrap", "docker"],
-        Lane::Strict | Lane::Trusted => ["bwrap", "docker", "landlock"],
-    }
+/// The `auto` preference on `lane` among the compiled-in backends, strongest or (on
+/// `fast`) cheapest first; an unconfined backend is not in it (see [`Choice::Auto`]).
+pub fn preference(lane: Lane) -> Vec<&'static BackendInfo> {
+    let mut ranked: Vec<(u8, &'static BackendInfo)> = registry::compiled_in()
+        .filter(|i| !i.unconfined)
+        .filter_map(|i| i.auto_rank.on(lane).map(|r| (r, i)))
+        .collect();
+    // Stable: equal ranks keep the registry's order.
+    ranked.sort_by_key(|(r, _)| *r);
+    ranked.into_iter().map(|(_, i)| i).collect()
 }
 
-/// The known name equal to `name`, as a `'static` string for error values.
-fn known(name: &str) -> Option<&'static str> {
-    KNOWN.iter().copied().find(|k| *k == name)
+/// The compiled-in backend called `name`.
+///
+/// Errors: an unknown name is [`SandboxError::InvalidConfig`]; a known backend this build
+/// left out is [`SandboxError::Unavailable`] naming the cargo feature that brings it in.
+pub fn info(name: &str) -> Result<&'static BackendInfo, SandboxError> {
+    match registry::known(name) {
+        Some(k) => k.compiled(),
+        None => Err(SandboxError::invalid(
+            "backend",
+            format!(
+                "unknown backend `{name}` (expected {AUTO}, {})",
+                registry::names().collect::<Vec<_>>().join(", ")
+            ),
+        )),
+    }
 }
 
 /// Construct the backend called `name` with `config`.
 ///
-/// Errors: an unknown name, or an image with a backend other than docker, is
+/// Errors: an unknown name, or an image with a backend that does not run one, is
 /// [`SandboxError::InvalidConfig`]; a known backend this build left out is
 /// [`SandboxError::Unavailable`] naming the cargo feature that brings it in.
 pub fn backend(name: &str, config: &Config) -> Result<Arc<dyn Backend>, SandboxError> {
-    if known(name).is_none() {
-        return Err(SandboxError::invalid(
-            "backend",
-            format!(
-                "unknown backend `{name}` (expected {AUTO}, {})",
-                KNOWN.join(", ")
-            ),
-        ));
-    }
-    if config.image.is_some() && name != "docker" {
-        return Err(SandboxError::invalid(
-            "image",
-            format!(
-                "names a container image, which only the docker backend runs, but the \
-                 backend is `{name}`; drop the image or choose the docker backend"
-            ),
-        ));
-    }
-    make(name, config)
-}
-
-/// One arm per backend feature; the last arm names the feature to enable.
-fn make(name: &str, config: &Config) -> Result<Arc<dyn Backend>, SandboxError> {
-    let _ = config;
-    match name {
-        #[cfg(feature = "none")]
-        sandbox_none::NAME => Ok(Arc::new(sandbox_none::NoneBackend::new())),
-        #[cfg(feature = "bwrap")]
-        sandbox_bwrap::NAME => Ok(Arc::new(sandbox_bwrap::BwrapBackend::new())),
-        #[cfg(feature = "landlock")]
-        sandbox_landlock::NAME => Ok(Arc::new(sandbox_landlock::LandlockBackend::new())),
-        #[cfg(feature = "docker")]
-        sandbox_docker::NAME => {
-            let image = config.image.clone().ok_or_else(|| {
-                SandboxError::invalid(
-                    "image",
-                    "the docker backend needs a container image to run the command in; \
-                     name one (`--image IMAGE`, or `image` in the policy file)",
-                )
-            })?;
-            let backend =
-                sandbox_docker::DockerBackend::new(sandbox_docker::DockerConfig::new(image))?;
-            Ok(Arc::new(backend))
-        }
-        other => Err(not_enabled(other)),
-    }
-}
-
-fn not_enabled(name: &str) -> SandboxError {
-    match known(name) {
-        Some(backend) => SandboxError::unavailable(
-            backend,
-            "it is not compiled into this build of the sandbox crate",
-            format!(
-                "rebuild with the cargo feature `{backend}` (for example \
-                 `cargo install sandbox --features {backend}`), or choose another backend"
-            ),
-        ),
-        None => SandboxError::invalid("backend", format!("unknown backend `{name}`")),
-    }
+    info(name)?.build(config)
 }
 
 /// Pick a backend for `opts`: `choice` by name, or by the `auto` order.
@@ -321,14 +249,19 @@ async fn pick(
     }
 }
 
-/// The candidates `auto` tries, in order, for `opts` and `config`.
-pub fn candidates(lane: Lane, config: &Config, allow_none: bool) -> Vec<&'static str> {
+/// The candidates `auto` tries, in order, for `lane` and `config`.
+pub fn candidates(lane: Lane, config: &Config, allow_none: bool) -> Vec<&'static BackendInfo> {
     if config.image.is_some() {
-        return vec!["docker"];
+        // An image names a container: only a backend that runs one, on any lane.
+        let mut order: Vec<_> = registry::compiled_in()
+            .filter(|i| i.needs_image())
+            .collect();
+        order.sort_by_key(|i| i.auto_rank.on(lane).unwrap_or(u8::MAX));
+        return order;
     }
-    let mut order: Vec<&'static str> = preference(lane).to_vec();
+    let mut order = preference(lane);
     if allow_none {
-        order.push("none");
+        order.extend(registry::compiled_in().filter(|i| i.unconfined));
     }
     order
 }
@@ -338,18 +271,11 @@ async fn auto(
     config: &Config,
     allow_none: bool,
 ) -> Result<Selected, SandboxError> {
-    let built = compiled_in();
     let mut passed_over = Vec::new();
-    for name in candidates(request.lane(), config, allow_none) {
-        if !built.contains(&name) {
-            passed_over.push(PassedOver {
-                backend: name,
-                reason: format!("not compiled in (cargo feature `{name}`)"),
-                refused_by_lane: false,
-            });
-            continue;
-        }
-        let backend = match backend(name, config) {
+    let candidates = candidates(request.lane(), config, allow_none);
+    for info in &candidates {
+        let name = info.name;
+        let backend = match info.build(config) {
             Ok(b) => b,
             Err(e) => {
                 passed_over.push(PassedOver {
@@ -392,14 +318,30 @@ async fn auto(
     Err(nothing_qualified(request.lane(), &passed_over))
 }
 
+/// The known backends this build left out, as "`name` (cargo feature `f`)".
+fn left_out() -> Vec<String> {
+    registry::KNOWN
+        .iter()
+        .filter(|k| k.info.is_none())
+        .map(|k| format!("`{}` (cargo feature `{}`)", k.name, k.feature()))
+        .collect()
+}
+
 fn nothing_qualified(lane: Lane, passed_over: &[PassedOver]) -> SandboxError {
-    let built = compiled_in();
-    if passed_over.iter().all(|p| !built.contains(&p.backend)) {
+    let left_out = left_out();
+    let also = if left_out.is_empty() {
+        String::new()
+    } else {
+        format!("; not compiled in: {}", left_out.join(", "))
+    };
+    if passed_over.is_empty() {
         return SandboxError::unavailable(
             AUTO,
-            "no confining backend is compiled into this build",
-            "rebuild with a confining backend's cargo feature (`bwrap`, `landlock`, \
-             `docker`), or choose the `none` backend on the `trusted` lane explicitly",
+            format!(
+                "no backend `auto` may pick on the `{lane}` lane is compiled into this build{also}"
+            ),
+            "rebuild with a confining backend's cargo feature, or choose an unconfined \
+             backend by name on the `trusted` lane",
         );
     }
     let reasons = passed_over
@@ -416,7 +358,7 @@ fn nothing_qualified(lane: Lane, passed_over: &[PassedOver]) -> SandboxError {
     };
     SandboxError::unavailable(
         AUTO,
-        format!("no backend can run this request on the `{lane}` lane here ({reasons})"),
+        format!("no backend can run this request on the `{lane}` lane here ({reasons}{also})"),
         remedy,
     )
 }
@@ -443,7 +385,10 @@ mod tests {
 
     #[test]
     fn an_image_with_a_non_container_backend_is_invalid() {
-        for name in ["none", "bwrap", "landlock"] {
+        for name in registry::compiled_in()
+            .filter(|i| !i.needs_image())
+            .map(|i| i.name)
+        {
             let e = backend(name, &Config::with_image("debian")).unwrap_err();
             assert!(
                 matches!(e, SandboxError::InvalidConfig { field: "image", .. }),
@@ -454,10 +399,11 @@ mod tests {
 
     #[test]
     fn a_known_backend_left_out_names_its_feature() {
-        for name in KNOWN {
-            if compiled_in().contains(&name) {
-                continue;
-            }
+        for name in registry::KNOWN
+            .iter()
+            .filter(|k| k.info.is_none())
+            .map(|k| k.name)
+        {
             let e = backend(name, &Config::default()).unwrap_err();
             match &e {
                 SandboxError::Unavailable {
@@ -471,18 +417,59 @@ mod tests {
         }
     }
 
+    fn names(infos: Vec<&'static BackendInfo>) -> Vec<&'static str> {
+        infos.into_iter().map(|i| i.name).collect()
+    }
+
+    /// The documented order (the module docs), restricted to what this build has.
+    fn documented(order: &[&'static str]) -> Vec<&'static str> {
+        let built: Vec<_> = registry::compiled_in().map(|i| i.name).collect();
+        order
+            .iter()
+            .copied()
+            .filter(|n| built.contains(n))
+            .collect()
+    }
+
     #[test]
-    fn auto_never_lists_none_unless_allowed_and_an_image_means_docker() {
-        for lane in Lane::ALL {
-            assert!(!candidates(lane, &Config::default(), false).contains(&"none"));
+    fn the_ranks_give_the_documented_order() {
+        assert_eq!(
+            names(preference(Lane::Fast)),
+            documented(&["landlock", "bwrap", "docker"])
+        );
+        for lane in [Lane::Strict, Lane::Trusted] {
             assert_eq!(
-                candidates(lane, &Config::default(), true).last(),
-                Some(&"none")
+                names(preference(lane)),
+                documented(&["bwrap", "docker", "landlock"])
             );
-            assert_eq!(candidates(lane, &Config::with_image("x"), true), ["docker"]);
         }
-        assert_eq!(preference(Lane::Fast)[0], "landlock");
-        assert_eq!(preference(Lane::Strict)[0], "bwrap");
+    }
+
+    #[test]
+    fn auto_never_lists_an_unconfined_backend_unless_allowed_and_an_image_means_a_container() {
+        let unconfined: Vec<_> = registry::compiled_in()
+            .filter(|i| i.unconfined)
+            .map(|i| i.name)
+            .collect();
+        let containers: Vec<_> = registry::compiled_in()
+            .filter(|i| i.needs_image())
+            .map(|i| i.name)
+            .collect();
+        for lane in Lane::ALL {
+            let without = names(candidates(lane, &Config::default(), false));
+            assert!(
+                without.iter().all(|n| !unconfined.contains(n)),
+                "{without:?}"
+            );
+            let with = names(candidates(lane, &Config::default(), true));
+            assert!(with.ends_with(&unconfined), "{with:?}");
+            assert_eq!(
+                names(candidates(lane, &Config::with_image("x"), true)),
+                containers
+            );
+        }
+        assert_eq!(documented(&["none"]), unconfined);
+        assert_eq!(documented(&["docker"]), containers);
     }
 
     #[test]
@@ -504,7 +491,7 @@ mod tests {
         .unwrap_err();
         // With at least one backend compiled in and constructible, the workspace error
         // surfaces as itself.
-        if compiled_in().iter().any(|b| *b != "docker") {
+        if registry::compiled_in().any(|i| !i.needs_image()) {
             assert!(
                 matches!(
                     e,
@@ -528,7 +515,7 @@ mod tests {
             Ok(s) => assert_ne!(s.backend.name(), "none"),
             Err(e) => assert!(matches!(e, SandboxError::Unavailable { .. }), "{e}"),
         }
-        let only_none = compiled_in() == ["none"];
+        let only_none = registry::compiled_in().all(|i| i.unconfined);
         let r = select(
             &Choice::Auto { allow_none: true },
             &opts,
@@ -539,7 +526,7 @@ mod tests {
             match r {
                 Ok(s) => {
                     assert_eq!(s.backend.name(), "none");
-                    assert_eq!(s.passed_over.len(), 3, "{:?}", s.passed_over);
+                    assert!(s.passed_over.is_empty(), "{:?}", s.passed_over);
                 }
                 // A host where `none` cannot kill a tree (no cgroup): its preflight is
                 // the reason given.

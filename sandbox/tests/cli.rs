@@ -104,10 +104,14 @@ fn required(backend: &str) -> bool {
 
 /// What `backend` enforces here, from doctor.
 fn capability(backend: &str) -> &'static Value {
+    &capability_report(backend)["capability"]
+}
+
+/// Doctor's entry for `backend`.
+fn capability_report(backend: &str) -> &'static Value {
     doctor()["backends"]
         .as_array()
         .and_then(|bs| bs.iter().find(|b| b["name"] == backend))
-        .map(|b| &b["capability"])
         .unwrap_or_else(|| panic!("doctor does not list {backend}"))
 }
 
@@ -477,20 +481,22 @@ fn completions_are_printed_for_each_shell() {
 // ---------------------------------------------------------------------------------------
 // Per backend: statuses, streaming, --json.
 
-/// The flags that select `backend` on a lane it runs on with default options.
+/// The flags that select `backend` on a lane it runs on with default options: the
+/// strictest lane doctor says it runs a default request on.
 fn backend_flags(backend: &str) -> Vec<String> {
-    let lane = match backend {
-        "none" => "trusted",
-        "landlock" => "fast",
-        _ => "strict",
-    };
+    let report = capability_report(backend);
+    let lane = report["lanes"]
+        .as_array()
+        .and_then(|l| l.first())
+        .and_then(Value::as_str)
+        .unwrap_or("strict");
     let mut v = vec![
         "--backend".to_string(),
         backend.to_string(),
         "--lane".to_string(),
         lane.to_string(),
     ];
-    if backend == "docker" {
+    if report["needs_image"] == true {
         v.push("--image".into());
         v.push(docker_image());
     }

@@ -21,8 +21,9 @@
 //!
 //! Environment:
 //! - `SANDBOX_BACKEND`: the backend to test (default `none`).
-//! - `SANDBOX_VALIDATE=1`: run only the confinement cases, against `none`, each passing
-//!   only if it fails at its confinement check.
+//! - `SANDBOX_VALIDATE=1`: run only the confinement cases, against `SANDBOX_BACKEND`
+//!   (which must confine nothing: `none`), each passing only if it fails at its
+//!   confinement check.
 //! - `SANDBOX_PROBE`: the probe's path as argv\[0\] (default: the host probe, or
 //!   [`IN_IMAGE_PROBE`] for a backend without host programs).
 //! - `SANDBOX_CONFORMANCE_REPORT`: write a JSON report of every verdict to this file.
@@ -90,10 +91,8 @@ where
     } else {
         Mode::Conform
     };
-    let name = match mode {
-        Mode::Validate => "none".to_owned(),
-        Mode::Conform => std::env::var("SANDBOX_BACKEND").unwrap_or_else(|_| "none".into()),
-    };
+    // Validation runs against a backend that confines nothing: `none` unless named.
+    let name = std::env::var("SANDBOX_BACKEND").unwrap_or_else(|_| "none".into());
     let report_path = std::env::var_os("SANDBOX_CONFORMANCE_REPORT").map(PathBuf::from);
     let report_path = report_path.as_deref();
     let mut report = json!({
@@ -131,6 +130,13 @@ where
         }
     }
     let cap = backend.capability();
+    if mode == Mode::Validate && (cap.confine_writes || cap.confine_reads) {
+        eprintln!(
+            "conformance: validating the suite needs a backend that confines nothing, and \
+             `{name}` confines the filesystem"
+        );
+        return ExitCode::FAILURE;
+    }
     let probe = match std::env::var_os("SANDBOX_PROBE") {
         Some(p) => PathBuf::from(p),
         None if cap.host_programs => host_probe.to_path_buf(),

@@ -1,52 +1,74 @@
 //! The conformance suite for the backend in `SANDBOX_BACKEND` (default `none`): one trial
 //! per case, `conformance::<area>::<case>`, so `cargo test -p sandbox-conformance -- fs::`
 //! runs the filesystem cases. See `sandbox_conformance::harness` for the environment.
+//!
+//! `conformance --list-backends` prints the registry's backends, one per line (the name,
+//! then `unconfined` for a backend that confines nothing): how `cargo xtask conformance`
+//! learns them, and what to validate against, without linking any.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use sandbox::registry::{self, BackendInfo};
+use sandbox::select::Config;
 use sandbox_core::Backend;
 
-/// The one place a backend name becomes a backend. A plain match on purpose: each backend
-/// crate adds its arm here when it lands (bwrap, landlock, docker), and a name without an
-/// arm is reported unavailable.
+/// The image a backend that runs one gets: built around this build's probe first, from
+/// host binaries (no registry).
+const IMAGE: &str = "sandbox-conformance:latest";
+
+/// The backend called `name`, from the facade's registry; `None` for a name it does not
+/// know or a backend this build left out.
 fn backend_by_name(name: &str) -> Option<Arc<dyn Backend>> {
-    match name {
-        sandbox_none::NAME => Some(Arc::new(sandbox_none::NoneBackend::new())),
-        sandbox_bwrap::NAME => Some(Arc::new(sandbox_bwrap::BwrapBackend::new())),
-        sandbox_landlock::NAME => Some(Arc::new(sandbox_landlock::LandlockBackend::new())),
-        sandbox_docker::NAME => Some(docker_backend()?),
-        _ => None,
+    let info = registry::known(name)?.info?;
+    let config = match &info.image {
+        Some(image) => {
+            build_probe_image(info, image.build_from_binaries);
+            Config::with_image(IMAGE)
+        }
+        None => Config::default(),
+    };
+    match info.build(&config) {
+        Ok(b) => Some(b),
+        Err(e) => {
+            eprintln!("conformance: cannot construct {name}: {e}");
+            None
+        }
     }
 }
 
-/// The docker backend runs the probe from an image, so the image is built around this
-/// build's probe first (FROM scratch through the engine's API: no registry). A failed
-/// build is printed and left for the preflight to report (engine down, no permission).
-fn docker_backend() -> Option<Arc<dyn Backend>> {
-    const IMAGE: &str = "sandbox-conformance:latest";
+/// Put the probe where a backend that runs an image runs it. A failed build is printed
+/// and left for the preflight to report (engine down, no permission).
+fn build_probe_image(info: &BackendInfo, build: registry::BuildImageFn) {
     let probe = PathBuf::from(env!("CARGO_BIN_EXE_sandbox-probe"));
-    let files = [(probe, PathBuf::from(sandbox_conformance::IN_IMAGE_PROBE))];
+    let files = vec![(probe, PathBuf::from(sandbox_conformance::IN_IMAGE_PROBE))];
     let built = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())
         .and_then(|rt| {
-            rt.block_on(async {
-                let docker = sandbox_docker::connect().await?;
-                sandbox_docker::build_image_from_binaries(&docker, IMAGE, &files).await
-            })
-            .map_err(|e| e.to_string())
+            rt.block_on(build(IMAGE.to_string(), files))
+                .map_err(|e| e.to_string())
         });
     if let Err(e) = built {
-        eprintln!("conformance: could not build the docker image {IMAGE}: {e}");
+        eprintln!(
+            "conformance: could not build the {} image {IMAGE}: {e}",
+            info.name
+        );
     }
-    let config = sandbox_docker::DockerConfig::new(IMAGE);
-    let backend = sandbox_docker::DockerBackend::new(config).ok()?;
-    Some(Arc::new(backend))
 }
 
 fn main() -> std::process::ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("--list-backends") {
+        for k in registry::KNOWN {
+            // The one that confines nothing is the one `--validate` runs the suite against.
+            match k.info {
+                Some(info) if info.unconfined => println!("{} unconfined", k.name),
+                _ => println!("{}", k.name),
+            }
+        }
+        return std::process::ExitCode::SUCCESS;
+    }
     sandbox_conformance::harness::main(
         backend_by_name,
         env!("CARGO_BIN_EXE_sandbox-probe").as_ref(),

@@ -24,7 +24,8 @@ Measure each sandbox backend (start-up of /bin/true, 1 GiB of stdout, 64 sandbox
 once, the `sandbox` command as a whole process) as ratios against baselines taken in the
 same run, and print a markdown table.
 
-  --backend NAME   measure only this backend (repeatable: none, bwrap, landlock, docker);
+  --backend NAME   measure only this backend (repeatable; default: every backend in the
+                   registry, `sandbox/src/registry.rs`);
                    a named backend that cannot be measured fails the task
   --quick          a handful of iterations, only to prove the bench runs (judges nothing)
   --as-user UID    run the bench as UID (setpriv, no groups, a TMPDIR it owns; needs root)

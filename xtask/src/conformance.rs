@@ -10,14 +10,13 @@ use serde_json::Value;
 
 use crate::{cargo, project_root, target_dir, Result};
 
-/// Every backend the workspace has, in matrix order.
-const ALL_BACKENDS: [&str; 4] = ["none", "bwrap", "landlock", "docker"];
-
 /// The suite's exit code for "backend unavailable" (see `sandbox_conformance::harness`).
 const UNAVAILABLE_EXIT: i32 = 3;
 
 #[derive(Debug, Default)]
 struct Options {
+    /// No backend named: every backend the suite knows (asked after the build).
+    every_backend: bool,
     backends: Vec<String>,
     require: Vec<String>,
     validate: bool,
@@ -60,9 +59,7 @@ fn parse(args: &[String]) -> Result<Options> {
         }
     }
     // Defaults: every backend, unless only validation was asked for.
-    if o.backends.is_empty() && !(o.validate && o.require.is_empty()) {
-        o.backends = ALL_BACKENDS.iter().map(|s| s.to_string()).collect();
-    }
+    o.every_backend = o.backends.is_empty() && !(o.validate && o.require.is_empty());
     for r in &o.require {
         if !o.backends.contains(r) {
             o.backends.push(r.clone());
@@ -118,6 +115,40 @@ fn build() -> Result<Built> {
         suite: suite.ok_or("cargo built no `conformance` test binary")?,
         probe: probe.ok_or("cargo built no `sandbox-probe` binary")?,
     })
+}
+
+/// The backends the suite knows, in matrix order: the facade's registry, as the built
+/// suite prints it (xtask links no backend).
+#[derive(Debug, Default)]
+struct Known {
+    every: Vec<String>,
+    /// The one that confines nothing, which `--validate` runs the suite against.
+    unconfined: Option<String>,
+}
+
+fn known_backends(built: &Built) -> Result<Known> {
+    let out = Command::new(&built.suite)
+        .arg("--list-backends")
+        .stderr(Stdio::inherit())
+        .output()?;
+    if !out.status.success() {
+        return Err(format!("the suite could not list its backends ({})", out.status).into());
+    }
+    Ok(parse_known(&String::from_utf8_lossy(&out.stdout)))
+}
+
+/// `NAME [unconfined]` a line.
+fn parse_known(text: &str) -> Known {
+    let mut known = Known::default();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let Some(name) = words.next() else { continue };
+        if words.next() == Some("unconfined") && known.unconfined.is_none() {
+            known.unconfined = Some(name.to_string());
+        }
+        known.every.push(name.to_string());
+    }
+    known
 }
 
 /// One column of the matrix.
@@ -349,14 +380,23 @@ fn render(columns: &[Column], opts: &Options) -> String {
 
 /// The task.
 pub fn run(args: &[String]) -> Result<()> {
-    let opts = parse(args)?;
+    let mut opts = parse(args)?;
     let built = build()?;
+    let known = known_backends(&built)?;
+    if opts.every_backend {
+        let mut all = known.every.clone();
+        all.retain(|b| !opts.backends.contains(b));
+        opts.backends.splice(0..0, all);
+    }
     let mut columns = Vec::new();
     for b in &opts.backends {
         columns.push(run_one(&built, b, false, &opts)?);
     }
     if opts.validate {
-        columns.push(run_one(&built, "none", true, &opts)?);
+        let against = known
+            .unconfined
+            .ok_or("the registry has no unconfined backend to validate the suite against")?;
+        columns.push(run_one(&built, &against, true, &opts)?);
     }
     if let Some(uid) = opts.as_user {
         // The copies of the binaries and the temp dirs of the unprivileged runs.
@@ -403,14 +443,22 @@ mod tests {
     #[test]
     fn defaults_to_every_backend() {
         let o = parse(&[]).unwrap();
-        assert_eq!(o.backends, ALL_BACKENDS);
+        assert!(o.every_backend && o.backends.is_empty());
         assert!(!o.validate && o.require.is_empty());
+    }
+
+    #[test]
+    fn the_suites_list_names_the_unconfined_backend() {
+        let k = parse_known("a\nb unconfined\n\nc\n");
+        assert_eq!(k.every, ["a", "b", "c"]);
+        assert_eq!(k.unconfined.as_deref(), Some("b"));
+        assert_eq!(parse_known("a\n").unconfined, None);
     }
 
     #[test]
     fn validate_alone_runs_only_the_validation() {
         let o = parse(&args(&["--validate"])).unwrap();
-        assert!(o.validate && o.backends.is_empty());
+        assert!(o.validate && o.backends.is_empty() && !o.every_backend);
     }
 
     #[test]

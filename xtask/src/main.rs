@@ -18,12 +18,13 @@ Usage: cargo xtask <task> [options]
 Tasks:
   conformance [--backend NAME]... [--require NAME,...] [--validate] [--as-user UID]
               [-- <test harness args>]
-      Build the conformance suite once, run it for each backend (default: none, bwrap,
-      landlock, docker), print a backend-by-case matrix (pass / FAIL / skip (reason)) and
-      write it to target/conformance.md. Fails on any failing case and on any --require'd
-      backend that is unavailable; other unavailable backends are shown, not fatal.
-        --validate      run the confinement cases against `none`; each must fail there
-                        (the proof that it can fail)
+      Build the conformance suite once, run it for each backend (default: every backend
+      in the registry, `sandbox/src/registry.rs`), print a backend-by-case matrix
+      (pass / FAIL / skip (reason)) and write it to target/conformance.md. Fails on any
+      failing case and on any --require'd backend that is unavailable; other unavailable
+      backends are shown, not fatal.
+        --validate      run the confinement cases against the backend that confines
+                        nothing (`none`); each must fail there (the proof that it can fail)
         --as-user UID   run the suite as UID (setpriv, no groups, a TMPDIR it owns), for
                         the unprivileged run
         -- ARGS         passed to the test harness (e.g. `-- fs::` to run one area)

@@ -13,9 +13,19 @@ use std::io;
 use std::os::fd::RawFd;
 
 /// A step a backend adds between fork and exec (landlock's `restrict_self`, a seccomp
-/// filter). Implementations must be async-signal-safe: no allocation, no locks, only
-/// system calls on data prepared before the fork.
-pub trait PreExec: Send + Sync + 'static {
+/// filter).
+///
+/// # Safety
+///
+/// [`PreExec::pre_exec`] runs in the child of a `fork` in a multi-threaded process, where
+/// only async-signal-safe work is sound: another thread may have held the allocator's
+/// lock (or any other) at the moment of the fork, and the child would deadlock on it. An
+/// implementation must therefore make only system calls on data prepared before the fork:
+/// no allocation (no `format!`, no `io::Error::other`; `last_os_error` and
+/// `from_raw_os_error` do not allocate), no locks, no `Drop` of anything that frees. The
+/// trait is `unsafe` to implement so that every implementation says, in a `SAFETY`
+/// comment, why it keeps to this.
+pub unsafe trait PreExec: Send + Sync + 'static {
     /// Run in the child. An error aborts the spawn; the command never runs.
     fn pre_exec(&self) -> io::Result<()>;
 }

@@ -96,7 +96,8 @@ pub(super) fn start(
                 backend,
                 feature: "killing every descendant of the command".into(),
                 remedy: "give the host a writable cgroup (cgroup v2 delegation, or root), or \
-                         use a backend that confines the process tree (bwrap, landlock)"
+                         use a backend that kills the tree itself (`sandbox doctor` shows \
+                         which do: \"tree kill: yes\")"
                     .into(),
             })
         }

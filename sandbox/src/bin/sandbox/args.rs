@@ -6,6 +6,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use serde::Deserialize;
 
@@ -87,7 +88,7 @@ pub enum Command {
 pub struct RunArgs {
     /// The backend: `auto` picks the strongest one that enforces the request here
     /// (never `none`) [default: auto]
-    #[arg(long, value_enum, value_name = "BACKEND")]
+    #[arg(long, value_name = "BACKEND", value_parser = BackendArg::value_parser())]
     pub backend: Option<BackendArg>,
 
     /// The one writable directory (relative paths are taken against the current
@@ -184,32 +185,62 @@ pub struct DoctorArgs {
     pub image: Option<String>,
 }
 
-/// A backend name, as typed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum BackendArg {
-    /// The strongest backend that enforces the request here.
-    Auto,
-    /// No confinement (only on `--lane trusted`).
-    None,
-    /// Namespaces with bubblewrap.
-    Bwrap,
-    /// Landlock and seccomp, no namespaces.
-    Landlock,
-    /// A container (needs --image).
-    Docker,
-}
+/// A backend name, as typed: `auto` or a name in the registry (compiled in or not: one
+/// left out of this build is refused later with the cargo feature that brings it in).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BackendArg(&'static str);
 
 impl BackendArg {
+    /// The strongest backend that enforces the request here.
+    pub const AUTO: Self = Self(sandbox::select::AUTO);
+
     /// The name the library knows it by.
     pub fn name(self) -> &'static str {
-        match self {
-            Self::Auto => sandbox::select::AUTO,
-            Self::None => "none",
-            Self::Bwrap => "bwrap",
-            Self::Landlock => "landlock",
-            Self::Docker => "docker",
+        self.0
+    }
+
+    /// `auto` or a known backend's name.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == sandbox::select::AUTO {
+            return Ok(Self::AUTO);
         }
+        sandbox::registry::known(s)
+            .map(|k| Self(k.name))
+            .ok_or_else(|| {
+                format!(
+                    "unknown backend `{s}` (expected {})",
+                    Self::possible_values()
+                        .map(|v| v.get_name().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            })
+    }
+
+    /// `auto`, then every known backend with its one-line summary: clap's value list,
+    /// `--help` and the completions all come from the registry.
+    fn possible_values() -> impl Iterator<Item = PossibleValue> {
+        let auto = PossibleValue::new(sandbox::select::AUTO)
+            .help("the strongest backend that enforces the request here");
+        let known = sandbox::registry::KNOWN.iter().map(|k| {
+            PossibleValue::new(k.name).help(match k.info {
+                Some(info) => info.summary.to_string(),
+                None => format!("not compiled in (cargo feature `{}`)", k.feature()),
+            })
+        });
+        std::iter::once(auto).chain(known)
+    }
+
+    /// The parser for `--backend`.
+    fn value_parser() -> impl TypedValueParser<Value = Self> {
+        PossibleValuesParser::new(Self::possible_values()).try_map(|s| Self::parse(&s))
+    }
+}
+
+impl<'de> Deserialize<'de> for BackendArg {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Self::parse(&s).map_err(serde::de::Error::custom)
     }
 }
 

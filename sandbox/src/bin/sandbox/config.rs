@@ -159,7 +159,7 @@ pub fn resolve(args: RunArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         return Err(CliError::option("memory", "must be at least 1 MiB"));
     }
     Ok(RunSpec {
-        backend: args.backend.or(file.backend).unwrap_or(BackendArg::Auto),
+        backend: args.backend.or(file.backend).unwrap_or(BackendArg::AUTO),
         workspace,
         read,
         write,
@@ -220,7 +220,7 @@ mod tests {
             "#,
         )
         .unwrap();
-        assert_eq!(f.backend, Some(BackendArg::Bwrap));
+        assert_eq!(f.backend.map(BackendArg::name), Some("bwrap"));
         assert_eq!(f.lane, Some(Lane::Fast));
         assert_eq!(f.network, Some(NetworkMode::Loopback));
         assert!(matches!(f.timeout, Some(Seconds::Fraction(t)) if t == 2.5));
@@ -279,7 +279,7 @@ mod tests {
     fn defaults_are_auto_current_directory_no_network_strict() {
         let cwd = Path::new("/here");
         let spec = resolve(run_args(&["true"]), cwd).unwrap();
-        assert_eq!(spec.backend, BackendArg::Auto);
+        assert_eq!(spec.backend, BackendArg::AUTO);
         assert_eq!(spec.workspace, cwd);
         assert_eq!(spec.network, NetworkMode::None);
         assert_eq!(spec.lane, Lane::Strict);

@@ -15,7 +15,7 @@ use sandbox::{
     SandboxOutcome, Status,
 };
 
-use crate::args::{BackendArg, RunArgs};
+use crate::args::RunArgs;
 use crate::config::{self, RunSpec};
 use crate::error::{trusted_lane_hint, CliError};
 use crate::stream::{Dest, Terminal};
@@ -98,10 +98,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         spec.max_output,
     );
     let opts = build_opts(&spec, &cwd, &terminal)?;
-    let choice = match spec.backend {
-        BackendArg::Auto => Choice::auto(),
-        named => Choice::Named(named.name().to_string()),
-    };
+    let choice = Choice::parse(spec.backend.name());
     let mut config = Config::default();
     config.image = spec.image.clone();
 

@@ -1,0 +1,157 @@
+//! What a backend crate tells the rest of the workspace about itself, as data.
+//!
+//! Each backend crate exports one [`BackendInfo`] (`pub const INFO`); the facade crate
+//! (`sandbox`) collects them in one list behind its cargo features, and selection,
+//! `doctor`, the command line, the conformance suite, xtask and the bench read that list.
+//! Nothing else names a backend, and nothing branches on a name: where a backend differs
+//! (it needs a container image, its `full` network is a bridge), that is a field here or
+//! in its [`Capability`](crate::Capability).
+//!
+//! The entry is a plain `const` of `fn` pointers and strings so that a list of them is a
+//! `static` built at compile time, with no registration at start-up.
+
+use std::fmt;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use crate::process::Launcher;
+use crate::{Backend, Lane, SandboxError};
+
+/// Settings only some backends use, given to every backend's constructor.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BackendConfig {
+    /// The container image, for a backend whose [`BackendInfo::image`] is set; an error
+    /// with any other backend.
+    pub image: Option<String>,
+}
+
+impl BackendConfig {
+    /// Settings with a container image.
+    pub fn with_image(image: impl Into<String>) -> Self {
+        Self {
+            image: Some(image.into()),
+        }
+    }
+}
+
+/// Where `auto` puts a backend on each lane: lower ranks are tried first; `None` means
+/// `auto` never tries it there (a caller can still name it).
+///
+/// Ranks of different crates are compared with each other, so they are spaced (10, 20,
+/// 30) to leave room for a backend that belongs between two others. The order they give
+/// is a policy written down in the facade's `select` docs, not derived from capabilities:
+/// a capability says what a backend can enforce, not what it costs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AutoRank {
+    /// On the `strict` lane.
+    pub strict: Option<u8>,
+    /// On the `fast` lane.
+    pub fast: Option<u8>,
+    /// On the `trusted` lane.
+    pub trusted: Option<u8>,
+}
+
+impl AutoRank {
+    /// Never picked by `auto`.
+    pub const NEVER: Self = Self {
+        strict: None,
+        fast: None,
+        trusted: None,
+    };
+
+    /// The rank on `lane`.
+    pub fn on(self, lane: Lane) -> Option<u8> {
+        match lane {
+            Lane::Strict => self.strict,
+            Lane::Fast => self.fast,
+            Lane::Trusted => self.trusted,
+        }
+    }
+}
+
+/// A boxed future, as the `fn` pointers in [`BackendInfo`] return it.
+pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+
+/// Builds the image `tag` holding host files at paths inside it (`(host, inside)`
+/// pairs), with the shared libraries they need, without a registry.
+pub type BuildImageFn =
+    fn(tag: String, files: Vec<(PathBuf, PathBuf)>) -> BoxFuture<Result<(), SandboxError>>;
+
+/// How a backend that runs every command in a container image gets one.
+#[derive(Clone, Copy)]
+pub struct ImageSupport {
+    /// Builds an image from host binaries: how the conformance suite puts its probe, and
+    /// the bench its programs, where such a backend runs them.
+    pub build_from_binaries: BuildImageFn,
+}
+
+impl fmt::Debug for ImageSupport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ImageSupport").finish_non_exhaustive()
+    }
+}
+
+/// What a backend crate says about itself (its `pub const INFO`).
+#[derive(Clone, Copy)]
+pub struct BackendInfo {
+    /// The name a caller selects it by (`--backend NAME`); equal to the cargo feature of
+    /// the facade crate that brings it in.
+    pub name: &'static str,
+    /// One line for `--help` and completions: what confines the command.
+    pub summary: &'static str,
+    /// Where `auto` tries it on each lane.
+    pub auto_rank: AutoRank,
+    /// It confines nothing: `auto` takes it only as the last resort, and only when the
+    /// caller allowed that (`Choice::Auto { allow_none: true }` in the facade).
+    pub unconfined: bool,
+    /// `Some` when every command runs in a container image the caller names
+    /// ([`BackendConfig::image`]): the constructor refuses to build it without one, and
+    /// an image named with `auto` selects only such backends.
+    pub image: Option<ImageSupport>,
+    /// Builds the backend. Errors: configuration it cannot use (a missing image) is
+    /// [`SandboxError::InvalidConfig`]; a host problem found while constructing is
+    /// [`SandboxError::Unavailable`]. The host is checked by the backend's preflight, not
+    /// here.
+    pub make: fn(&BackendConfig) -> Result<Arc<dyn Backend>, SandboxError>,
+    /// For a backend that runs a host process: its launcher, whose launch the bench
+    /// spawns without the library as a baseline.
+    pub launcher: Option<fn() -> Arc<dyn Launcher>>,
+}
+
+impl BackendInfo {
+    /// Whether it runs every command in a container image the caller names.
+    pub fn needs_image(&self) -> bool {
+        self.image.is_some()
+    }
+
+    /// Build it with `config`, refusing an image it would not use.
+    pub fn build(&self, config: &BackendConfig) -> Result<Arc<dyn Backend>, SandboxError> {
+        if config.image.is_some() && !self.needs_image() {
+            return Err(SandboxError::invalid(
+                "image",
+                format!(
+                    "names a container image, but the backend `{}` runs host programs, not \
+                     an image; drop the image or choose a backend that runs one",
+                    self.name
+                ),
+            ));
+        }
+        (self.make)(config)
+    }
+}
+
+impl fmt::Debug for BackendInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BackendInfo")
+            .field("name", &self.name)
+            .field("summary", &self.summary)
+            .field("auto_rank", &self.auto_rank)
+            .field("unconfined", &self.unconfined)
+            .field("image", &self.image)
+            .field("launcher", &self.launcher.is_some())
+            .finish_non_exhaustive()
+    }
+}

@@ -112,22 +112,7 @@ pub(crate) async fn make(
         check_program(docker, &id, config, plan, identity).await?;
     }
 
-    let stdin = matches!(plan.stdin, Stdin::Bytes(_));
-    let attach = docker
-        .attach_container(
-            &id,
-            Some(
-                AttachContainerOptionsBuilder::new()
-                    .stream(true)
-                    .stdout(true)
-                    .stderr(true)
-                    .stdin(stdin)
-                    .logs(false)
-                    .build(),
-            ),
-        )
-        .await
-        .map_err(|e| DockerError::engine("attach to the container", e))?;
+    let attach = attach(docker, &id, matches!(plan.stdin, Stdin::Bytes(_))).await?;
     docker
         .start_container(
             &id,
@@ -142,6 +127,25 @@ pub(crate) async fn make(
         input: attach.input,
         notes,
     })
+}
+
+/// Attach to container `id`'s output streams from now on, and to its input if `stdin`.
+pub(crate) async fn attach(
+    docker: &Docker,
+    id: &str,
+    stdin: bool,
+) -> Result<bollard::container::AttachContainerResults, DockerError> {
+    let opts = AttachContainerOptionsBuilder::new()
+        .stream(true)
+        .stdout(true)
+        .stderr(true)
+        .stdin(stdin)
+        .logs(false)
+        .build();
+    docker
+        .attach_container(id, Some(opts))
+        .await
+        .map_err(|e| DockerError::engine("attach to the container", e))
 }
 
 /// Look the plan's `argv[0]` up in container `id` as the command's uid (see

@@ -58,7 +58,7 @@ use bollard::Docker;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 
-use crate::create::{check_warnings, Output};
+use crate::create::check_warnings;
 use crate::error::DockerError;
 use crate::{labels, resources};
 
@@ -80,7 +80,9 @@ static AT_EXIT: Once = Once::new();
 /// A started container running the waiter, attached.
 pub(crate) struct Warm {
     pub id: String,
-    pub output: Output,
+    /// Standard input only: the output is attached by the run that takes the container,
+    /// on its own runtime (output crossing from the pool's runtime to the run's would
+    /// cost a thread hand-off per chunk).
     pub input: Pin<Box<dyn AsyncWrite + Send>>,
     /// The engine's create warnings that are only notes.
     pub notes: Vec<String>,
@@ -91,7 +93,8 @@ pub(crate) struct Warm {
 }
 
 impl Warm {
-    /// The runtime that drives this container's streams: hold it until the output ends.
+    /// The runtime that drives this container's input: hold it until the run's output ends
+    /// (the input is moot after that).
     pub(crate) fn keep_runtime(&mut self) -> Option<Arc<PoolRuntime>> {
         self._rt.take()
     }
@@ -437,8 +440,8 @@ async fn warm(
                     AttachContainerOptionsBuilder::new()
                         .stream(true)
                         .stdin(true)
-                        .stdout(true)
-                        .stderr(true)
+                        .stdout(false)
+                        .stderr(false)
                         .logs(false)
                         .build(),
                 ),
@@ -454,7 +457,6 @@ async fn warm(
             .ok()?;
         Some(Warm {
             id: id.clone(),
-            output: attach.output,
             input: attach.input,
             notes,
             _rt: None,

@@ -215,16 +215,22 @@ async fn start_warm(
                 pool.program_found(key, &argv[0]);
             }
         }
+        // The output, attached before the command exists (it has none until then).
+        let output = create::attach(&run.docker, &run.id, false).await?.output;
         warm.deliver(&argv)
             .await
-            .map_err(|e| DockerError::io("handing the command to its container", e))
+            .map_err(|e| DockerError::io("handing the command to its container", e))?;
+        Ok::<_, DockerError>(output)
     };
-    if let Err(e) = started.await {
-        if let Err(cleanup) = run.resources.remove_all().await {
-            tracing::error!("sandbox-docker: removing a failed run: {cleanup}");
+    let output = match started.await {
+        Ok(o) => o,
+        Err(e) => {
+            if let Err(cleanup) = run.resources.remove_all().await {
+                tracing::error!("sandbox-docker: removing a failed run: {cleanup}");
+            }
+            return Err(e.into());
         }
-        return Err(e.into());
-    }
+    };
     run.policy.notes.append(&mut warm.notes);
     run.policy
         .notes
@@ -235,7 +241,7 @@ async fn start_warm(
     // The pool's runtime drives the streams: it stays until the output has ended.
     let keep = warm.keep_runtime();
     let reader = tokio::spawn(async move {
-        pump(warm.output, tap).await;
+        pump(output, tap).await;
         drop(keep);
     });
     // The input is always a pipe here: the command's bytes, or end-of-file at once.

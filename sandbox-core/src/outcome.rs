@@ -48,6 +48,57 @@ impl Status {
             Self::Killed | Self::OutOfMemory => 128 + libc::SIGKILL,
         }
     }
+
+    /// Its name as the outcome's JSON spells it (`exited`, `signaled`, `timed_out`,
+    /// `killed`, `out_of_memory`): what every door (the command's `--json`, `sandbox mcp`,
+    /// the Python package) shows, so they cannot drift apart.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Self::Exited { .. } => "exited",
+            Self::Signaled { .. } => "signaled",
+            Self::TimedOut => "timed_out",
+            Self::Killed => "killed",
+            Self::OutOfMemory => "out_of_memory",
+        }
+    }
+
+    /// The exit code, when the command exited.
+    pub fn code(self) -> Option<i32> {
+        match self {
+            Self::Exited { code } => Some(code),
+            _ => None,
+        }
+    }
+
+    /// The signal, when a signal (not the sandbox's kill) ended the command.
+    pub fn signal(self) -> Option<i32> {
+        match self {
+            Self::Signaled { signal } => Some(signal),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::Status;
+
+    #[test]
+    fn kind_is_the_json_tag() {
+        for s in [
+            Status::Exited { code: 3 },
+            Status::Signaled { signal: 9 },
+            Status::TimedOut,
+            Status::Killed,
+            Status::OutOfMemory,
+        ] {
+            let json = serde_json::to_value(s).unwrap_or_default();
+            assert_eq!(json["kind"], s.kind(), "{s:?}");
+        }
+        assert_eq!(Status::Exited { code: 3 }.code(), Some(3));
+        assert_eq!(Status::Signaled { signal: 9 }.signal(), Some(9));
+        assert_eq!(Status::TimedOut.code(), None);
+    }
 }
 
 /// One captured stream.

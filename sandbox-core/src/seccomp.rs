@@ -47,7 +47,9 @@ pub struct SeccompProgram {
 const SYS_CLONE3: i64 = 435;
 const SYS_OPENAT2: i64 = 437;
 
-fn target_arch() -> Result<TargetArch, SandboxError> {
+/// The seccompiler architecture of this build; `NotSupported` on one the filter does not
+/// know (x86-64, arm64 and riscv64 are).
+pub fn target_arch() -> Result<TargetArch, SandboxError> {
     if cfg!(target_arch = "x86_64") {
         Ok(TargetArch::x86_64)
     } else if cfg!(target_arch = "aarch64") {

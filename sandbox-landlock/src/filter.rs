@@ -30,7 +30,7 @@ use sandbox_core::seccomp::{SeccompProgram, SyscallPolicy};
 use sandbox_core::{NetworkMode, SandboxError};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
-    SeccompRule, TargetArch,
+    SeccompRule,
 };
 
 /// The shared filter's policy for a run with `network`.
@@ -51,22 +51,6 @@ fn build_error(e: impl std::fmt::Display) -> SandboxError {
         "building the unix-socket seccomp filter",
         io::Error::other(e.to_string()),
     )
-}
-
-fn target_arch() -> Result<TargetArch, SandboxError> {
-    if cfg!(target_arch = "x86_64") {
-        Ok(TargetArch::x86_64)
-    } else if cfg!(target_arch = "aarch64") {
-        Ok(TargetArch::aarch64)
-    } else if cfg!(target_arch = "riscv64") {
-        Ok(TargetArch::riscv64)
-    } else {
-        Err(SandboxError::NotSupported {
-            backend: crate::NAME,
-            feature: format!("a system-call filter on {}", std::env::consts::ARCH),
-            remedy: "use the docker backend on this architecture".into(),
-        })
-    }
 }
 
 /// The deny rules of the unix-socket filter: `socket(AF_UNIX, ...)`.
@@ -92,7 +76,7 @@ pub(crate) fn unix_socket_filter() -> Result<Arc<BpfProgram>, SandboxError> {
         unix_socket_rules()?,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
-        target_arch()?,
+        sandbox_core::seccomp::target_arch()?,
     )
     .map_err(build_error)?;
     let program: BpfProgram = filter.try_into().map_err(build_error)?;

@@ -10,15 +10,16 @@
 // Helpers of a test target panic on failure like the tests that call them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_sandbox");
+use support::{available, backend_flags, docker_image, doctor, text, workspace, BIN};
+
+mod support;
 
 fn sandbox() -> Command {
     Command::new(BIN)
@@ -33,119 +34,15 @@ fn run_in(dir: &Path, args: &[&str]) -> Output {
         .expect("the sandbox binary runs")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 fn code(o: &Output) -> i32 {
     o.status
         .code()
         .unwrap_or_else(|| panic!("sandbox itself died by a signal: {o:?}"))
 }
 
-/// `sandbox doctor --json`, once; with the docker test image when docker is compiled in
-/// (docker runs nothing without an image).
-fn doctor() -> &'static Value {
-    static REPORT: OnceLock<Value> = OnceLock::new();
-    REPORT.get_or_init(|| {
-        let mut cmd = sandbox();
-        cmd.args(["doctor", "--json"]);
-        if cfg!(feature = "docker") {
-            cmd.args(["--image", &docker_image()]);
-        }
-        let o = cmd.output().unwrap();
-        serde_json::from_slice(&o.stdout)
-            .unwrap_or_else(|e| panic!("doctor --json is not JSON ({e}): {}", text(&o.stdout)))
-    })
-}
-
-/// The image the docker cases run in: `SANDBOX_TEST_DOCKER_IMAGE`, else one imported here
-/// from the host's static busybox (nothing can be pulled on the test machines).
-fn docker_image() -> String {
-    static IMAGE: OnceLock<String> = OnceLock::new();
-    IMAGE
-        .get_or_init(|| {
-            if let Ok(image) = std::env::var("SANDBOX_TEST_DOCKER_IMAGE") {
-                return image;
-            }
-            let tag = "sandbox-cli-test:busybox";
-            let script = format!(
-                r#"set -e
-                # Imported once per engine: a re-import would leave the old one dangling.
-                docker image inspect {tag} >/dev/null 2>&1 && exit 0
-                bb=$(command -v busybox)
-                d=$(mktemp -d)
-                trap 'rm -rf "$d"' EXIT
-                mkdir -p "$d/bin" "$d/tmp" "$d/etc"
-                chmod 1777 "$d/tmp"
-                cp "$bb" "$d/bin/busybox"
-                for a in $("$bb" --list); do
-                  [ "$a" = busybox ] || ln -s busybox "$d/bin/$a"
-                done
-                echo 'nobody:x:65534:65534:nobody:/:/bin/sh' > "$d/etc/passwd"
-                tar -C "$d" -c . | docker import -c 'ENV PATH=/bin' - {tag} >/dev/null"#
-            );
-            match Command::new("sh").args(["-c", &script]).output() {
-                Ok(o) if o.status.success() => {}
-                Ok(o) => eprintln!("could not build {tag}: {}", text(&o.stderr)),
-                Err(e) => eprintln!("could not build {tag}: {e}"),
-            }
-            tag.to_string()
-        })
-        .clone()
-}
-
-fn required(backend: &str) -> bool {
-    std::env::var("SANDBOX_TEST_REQUIRE").is_ok_and(|v| {
-        v.split(',')
-            .any(|b| b.trim() == backend || b.trim() == "all")
-    })
-}
-
 /// What `backend` enforces here, from doctor.
 fn capability(backend: &str) -> &'static Value {
-    &capability_report(backend)["capability"]
-}
-
-/// Doctor's entry for `backend`.
-fn capability_report(backend: &str) -> &'static Value {
-    doctor()["backends"]
-        .as_array()
-        .and_then(|bs| bs.iter().find(|b| b["name"] == backend))
-        .unwrap_or_else(|| panic!("doctor does not list {backend}"))
-}
-
-/// Whether `backend` works here; a printed reason when not.
-fn available(backend: &str) -> bool {
-    let entry = doctor()["backends"]
-        .as_array()
-        .and_then(|bs| bs.iter().find(|b| b["name"] == backend))
-        .unwrap_or_else(|| panic!("doctor does not list compiled-in backend {backend}"));
-    if entry["works"] == true {
-        return true;
-    }
-    let why = format!(
-        "{}; remedy: {}",
-        entry["problem"].as_str().unwrap_or("?"),
-        entry["remedy"].as_str().unwrap_or("?")
-    );
-    assert!(
-        !required(backend),
-        "backend {backend} is required (SANDBOX_TEST_REQUIRE) but unavailable: {why}"
-    );
-    // Straight to the descriptor: libtest captures `eprintln!`, and a skip must be seen.
-    let _ = writeln!(
-        std::io::stderr(),
-        "SKIPPED: backend {backend} does not work here: {why}"
-    );
-    false
-}
-
-/// A workspace that an unprivileged uid running these tests can use too.
-fn workspace() -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(d.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    d
+    &support::report(backend)["capability"]
 }
 
 fn json_of(o: &Output) -> Value {
@@ -213,7 +110,10 @@ fn a_missing_workspace_is_125_before_anything_runs() {
 
 #[test]
 fn image_with_a_backend_other_than_docker_is_125_before_anything_runs() {
-    for backend in ["none", "bwrap", "landlock"] {
+    let host_program_backends = sandbox::registry::compiled_in()
+        .filter(|i| !i.needs_image())
+        .map(|i| i.name);
+    for backend in host_program_backends {
         assert_refused_before_running(
             &[
                 "--backend",
@@ -275,7 +175,7 @@ fn the_none_backend_off_the_trusted_lane_says_to_use_the_trusted_lane() {
 
 #[test]
 fn a_backend_left_out_of_the_build_names_its_feature() {
-    for name in ["none", "bwrap", "landlock", "docker"] {
+    for name in sandbox::registry::names() {
         let compiled = doctor()["host"]["compiled_in"]
             .as_array()
             .unwrap()
@@ -480,28 +380,6 @@ fn completions_are_printed_for_each_shell() {
 
 // ---------------------------------------------------------------------------------------
 // Per backend: statuses, streaming, --json.
-
-/// The flags that select `backend` on a lane it runs on with default options: the
-/// strictest lane doctor says it runs a default request on.
-fn backend_flags(backend: &str) -> Vec<String> {
-    let report = capability_report(backend);
-    let lane = report["lanes"]
-        .as_array()
-        .and_then(|l| l.first())
-        .and_then(Value::as_str)
-        .unwrap_or("strict");
-    let mut v = vec![
-        "--backend".to_string(),
-        backend.to_string(),
-        "--lane".to_string(),
-        lane.to_string(),
-    ];
-    if report["needs_image"] == true {
-        v.push("--image".into());
-        v.push(docker_image());
-    }
-    v
-}
 
 fn run_with(backend: &str, ws: &Path, extra: &[&str], argv: &[&str]) -> Output {
     let flags = backend_flags(backend);

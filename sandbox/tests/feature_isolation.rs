@@ -58,6 +58,7 @@ fn owned_by(krate: &str) -> Option<&'static str> {
         // The shared seccomp program is used by bwrap and landlock only.
         "seccompiler" => Some("bwrap|landlock"),
         "clap" | "clap_complete" | "toml" => Some("cli"),
+        "rmcp" => Some("mcp"),
         // bollard speaks JSON to the engine.
         "serde_json" => Some("cli|docker"),
         _ => None,
@@ -102,4 +103,10 @@ fn the_library_alone_has_no_backend_and_no_command_line() {
     }
     let cli = tree("cli");
     assert!(cli.contains("clap") && cli.contains("toml"), "{cli:?}");
+    assert!(
+        !cli.contains("rmcp"),
+        "the command without `mcp` has no MCP server"
+    );
+    let mcp = tree("mcp");
+    assert!(mcp.contains("rmcp") && mcp.contains("clap"), "{mcp:?}");
 }

@@ -21,31 +21,44 @@ pub struct HostListener {
     thread: Option<JoinHandle<()>>,
 }
 
+/// A thread that accepts on a non-blocking listener until stopped, counting visitors and
+/// greeting each with `token`. Polling keeps it stoppable without a self-connection that
+/// would count as a visitor.
+fn greeter<S: Write>(
+    mut accept: impl FnMut() -> io::Result<S> + Send + 'static,
+    token: &str,
+) -> (Arc<AtomicUsize>, Arc<AtomicBool>, JoinHandle<()>) {
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let thread = {
+        let (accepted, stop, token) = (accepted.clone(), stop.clone(), token.to_owned());
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                match accept() {
+                    Ok(mut s) => {
+                        accepted.fetch_add(1, Ordering::SeqCst);
+                        let _ = s.write_all(token.as_bytes());
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        })
+    };
+    (accepted, stop, thread)
+}
+
 impl HostListener {
     /// Listen on an ephemeral port of `127.0.0.1`: the suite touches loopback only.
     pub fn start(token: &str) -> io::Result<Self> {
         let listener = TcpListener::bind(SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), 0))?;
         listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let stop = Arc::new(AtomicBool::new(false));
-        let thread = {
-            let (accepted, stop, token) = (accepted.clone(), stop.clone(), token.to_owned());
-            std::thread::spawn(move || {
-                // Polling keeps the thread stoppable without a self-connection that would
-                // count as a visitor.
-                while !stop.load(Ordering::Relaxed) {
-                    match listener.accept() {
-                        Ok((mut s, _)) => {
-                            accepted.fetch_add(1, Ordering::SeqCst);
-                            let _ = s.set_nonblocking(false);
-                            let _ = s.write_all(token.as_bytes());
-                        }
-                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
-                    }
-                }
-            })
+        let accept = move || {
+            let (s, _) = listener.accept()?;
+            s.set_nonblocking(false)?;
+            Ok(s)
         };
+        let (accepted, stop, thread) = greeter(accept, token);
         Ok(Self {
             addr,
             token: token.to_owned(),
@@ -72,6 +85,65 @@ impl HostListener {
 }
 
 impl Drop for HostListener {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A listener on an abstract unix socket of the host (no file, so no path rule applies: the
+/// host's network namespace is all that scopes it) that greets and counts visitors like
+/// [`HostListener`].
+#[derive(Debug)]
+pub struct AbstractListener {
+    name: String,
+    token: String,
+    accepted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl AbstractListener {
+    /// Listen on the abstract name `name` (unique to the caller: a test token).
+    pub fn start(name: &str, token: &str) -> io::Result<Self> {
+        use std::os::linux::net::SocketAddrExt;
+        use std::os::unix::net::{SocketAddr as UnixAddr, UnixListener};
+        let listener = UnixListener::bind_addr(&UnixAddr::from_abstract_name(name.as_bytes())?)?;
+        listener.set_nonblocking(true)?;
+        let accept = move || {
+            let (s, _) = listener.accept()?;
+            s.set_nonblocking(false)?;
+            Ok(s)
+        };
+        let (accepted, stop, thread) = greeter(accept, token);
+        Ok(Self {
+            name: name.to_owned(),
+            token: token.to_owned(),
+            accepted,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The abstract name (without the leading NUL).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The greeting.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
+    /// Connections accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for AbstractListener {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {

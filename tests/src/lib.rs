@@ -77,6 +77,7 @@ mod context;
 pub mod harness;
 pub mod host;
 mod registry;
+pub mod soak;
 
 pub use context::{
     describe, parse_report, prepare_host_env, strictest_lane, token, Context, Dir, Failure,

@@ -97,6 +97,16 @@ pub mod require {
             "read confinement (capability.confine_reads)",
         )
     }
+    /// `confine_reads`, read as "host services stay out of reach": a backend that keeps the
+    /// host's files unreadable must not hand over a host service that has no file (an
+    /// abstract unix socket) either.
+    pub fn host_services(c: &Capability) -> Result<(), String> {
+        claim(
+            c.confine_reads,
+            "read confinement (capability.confine_reads), which includes the host's \
+             services that have no file",
+        )
+    }
     /// `confine_writes`.
     pub fn confine_writes(c: &Capability) -> Result<(), String> {
         claim(
@@ -145,6 +155,12 @@ pub mod require {
             c.process_isolation,
             "process isolation (capability.process_isolation)",
         )
+    }
+    /// `process_isolation` and `signal_status`: a command in its own process world still
+    /// dies of the signals it sends itself.
+    pub fn isolated_signals(c: &Capability) -> Result<(), String> {
+        process_isolation(c)?;
+        signal_status(c)
     }
     /// `process_limit`.
     pub fn process_limit(c: &Capability) -> Result<(), String> {
@@ -224,6 +240,7 @@ pub fn cases() -> Vec<Case> {
         case!(api::exit_codes, always),
         case!(api::signal_status, signal_status),
         case!(api::argv_roundtrip, always),
+        case!(api::argv_arbitrary_bytes, always),
         case!(api::stdin, always),
         case!(api::timeout, always),
         case!(api::kill_during_wait, always),
@@ -244,8 +261,14 @@ pub fn cases() -> Vec<Case> {
         case!(fs::readonly_carveouts, carveouts, confinement),
         case!(fd::host_fds_not_inherited, always),
         case!(net::none_blocks_host, network_none, confinement),
+        case!(net::none_hides_host_network, network_none, confinement),
         case!(net::loopback_private, network_loopback, confinement),
         case!(net::full_reaches_host, network_full_host),
+        case!(
+            net::host_abstract_socket_unreachable,
+            host_services,
+            confinement
+        ),
         case!(proc::no_survivor_after_wait, always),
         case!(proc::no_survivor_after_kill, always),
         case!(proc::no_survivor_after_timeout, always),
@@ -254,6 +277,8 @@ pub fn cases() -> Vec<Case> {
             process_isolation,
             confinement
         ),
+        case!(proc::self_signals, isolated_signals),
+        case!(proc::orphans_reaped, process_isolation),
         case!(limits::process_cap, process_limit),
         case!(limits::memory, memory_limit),
         case!(limits::open_files, open_files_limit),

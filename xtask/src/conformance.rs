@@ -10,13 +10,18 @@ use serde_json::Value;
 
 use crate::{cargo, project_root, target_dir, Result};
 
+/// `--require all`.
+const ALL: &str = "all";
+
 /// The suite's exit code for "backend unavailable" (see `sandbox_conformance::harness`).
-const UNAVAILABLE_EXIT: i32 = 3;
+pub(crate) const UNAVAILABLE_EXIT: i32 = 3;
 
 #[derive(Debug, Default)]
 struct Options {
     /// No backend named: every backend the suite knows (asked after the build).
     every_backend: bool,
+    /// `--require all`: every backend the suite knows is required.
+    require_all: bool,
     backends: Vec<String>,
     require: Vec<String>,
     validate: bool,
@@ -58,8 +63,15 @@ fn parse(args: &[String]) -> Result<Options> {
             }
         }
     }
+    // `--require all`: every backend the suite knows, each required (resolved after the
+    // build, from the suite's list).
+    if let Some(i) = o.require.iter().position(|r| r == ALL) {
+        o.require.remove(i);
+        o.require_all = true;
+    }
     // Defaults: every backend, unless only validation was asked for.
-    o.every_backend = o.backends.is_empty() && !(o.validate && o.require.is_empty());
+    o.every_backend =
+        o.require_all || (o.backends.is_empty() && !(o.validate && o.require.is_empty()));
     for r in &o.require {
         if !o.backends.contains(r) {
             o.backends.push(r.clone());
@@ -69,14 +81,14 @@ fn parse(args: &[String]) -> Result<Options> {
 }
 
 /// The built test binary and probe.
-struct Built {
-    suite: PathBuf,
-    probe: PathBuf,
+pub(crate) struct Built {
+    pub(crate) suite: PathBuf,
+    pub(crate) probe: PathBuf,
 }
 
 /// `cargo test -p sandbox-conformance --no-run`, once; the paths come from cargo's JSON
 /// messages, never guessed.
-fn build() -> Result<Built> {
+pub(crate) fn build() -> Result<Built> {
     eprintln!("xtask: building the conformance suite");
     let out = Command::new(cargo())
         .current_dir(project_root())
@@ -120,13 +132,13 @@ fn build() -> Result<Built> {
 /// The backends the suite knows, in matrix order: the facade's registry, as the built
 /// suite prints it (xtask links no backend).
 #[derive(Debug, Default)]
-struct Known {
-    every: Vec<String>,
+pub(crate) struct Known {
+    pub(crate) every: Vec<String>,
     /// The one that confines nothing, which `--validate` runs the suite against.
     unconfined: Option<String>,
 }
 
-fn known_backends(built: &Built) -> Result<Known> {
+pub(crate) fn known_backends(built: &Built) -> Result<Known> {
     let out = Command::new(&built.suite)
         .arg("--list-backends")
         .stderr(Stdio::inherit())
@@ -176,7 +188,7 @@ impl Column {
 
 /// Where a run as `uid` keeps its temp files, the binaries it runs and its report: a
 /// directory it owns (created here), so nothing depends on the target dir being readable.
-fn user_dir(uid: u32) -> Result<PathBuf> {
+pub(crate) fn user_dir(uid: u32) -> Result<PathBuf> {
     let dir = user_dir_path(uid);
     std::fs::create_dir_all(&dir)?;
     std::os::unix::fs::chown(&dir, Some(uid), Some(uid)).map_err(|e| {
@@ -193,7 +205,7 @@ fn user_dir_path(uid: u32) -> PathBuf {
     std::env::temp_dir().join(format!("sandbox-conformance-uid-{uid}"))
 }
 
-fn copy_for(uid: u32, from: &Path, dir: &Path, name: &str) -> Result<PathBuf> {
+pub(crate) fn copy_for(uid: u32, from: &Path, dir: &Path, name: &str) -> Result<PathBuf> {
     let to = dir.join(name);
     std::fs::copy(from, &to)?;
     std::os::unix::fs::chown(&to, Some(uid), Some(uid))?;
@@ -388,6 +400,9 @@ pub fn run(args: &[String]) -> Result<()> {
         all.retain(|b| !opts.backends.contains(b));
         opts.backends.splice(0..0, all);
     }
+    if opts.require_all {
+        opts.require = known.every.clone();
+    }
     let mut columns = Vec::new();
     for b in &opts.backends {
         columns.push(run_one(&built, b, false, &opts)?);
@@ -453,6 +468,17 @@ mod tests {
         assert_eq!(k.every, ["a", "b", "c"]);
         assert_eq!(k.unconfined.as_deref(), Some("b"));
         assert_eq!(parse_known("a\n").unconfined, None);
+    }
+
+    #[test]
+    fn require_all_runs_and_requires_every_backend() {
+        let o = parse(&args(&["--require", "all", "--validate"])).unwrap();
+        assert!(o.require_all && o.every_backend && o.validate);
+        assert!(
+            o.require.is_empty(),
+            "resolved after the build: {:?}",
+            o.require
+        );
     }
 
     #[test]

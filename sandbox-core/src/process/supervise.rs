@@ -213,6 +213,7 @@ impl Job for Supervised {
             End::Exited(s) => *s,
             _ => self.child.wait().await.ok(),
         };
+        self.wait_group_gone().await;
     }
 
     async fn finish(
@@ -262,6 +263,62 @@ impl Job for Supervised {
         .await;
         Ok(outcome)
     }
+}
+
+impl Supervised {
+    /// SIGKILL is delivered, not waited for: a descendant that was killed may still be
+    /// running its exit for a moment. Without a cgroup that waits for it, `wait` would
+    /// return while it is still on the host, so wait until no member of the process group
+    /// is alive. A zombie (dead, not yet reaped by whoever adopted it: some inits reap
+    /// orphans only every second or so) holds nothing but its pid and counts as gone.
+    /// Only signal 0 is sent here: once the group is empty its number may, in principle,
+    /// be reused, and a new group must never be signalled.
+    async fn wait_group_gone(&self) {
+        let Some(pgid) = self.pgid else { return };
+        let deadline = tokio::time::Instant::now() + TEARDOWN_LIMIT;
+        let mut pause = std::time::Duration::from_micros(50);
+        while killpg(pgid, None).is_ok() && tokio::time::Instant::now() < deadline {
+            let live = tokio::task::spawn_blocking(move || group_has_live_member(pgid))
+                .await
+                .unwrap_or(true);
+            if !live {
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(5));
+        }
+    }
+}
+
+/// Whether a process of group `pgid` is alive (not a zombie), from `/proc/*/stat`. Errs on
+/// the side of "alive" when `/proc` cannot be read.
+fn group_has_live_member(pgid: Pid) -> bool {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    for e in rd.flatten() {
+        if !e
+            .file_name()
+            .as_encoded_bytes()
+            .iter()
+            .all(u8::is_ascii_digit)
+        {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let (state, pgrp) = (f.next(), f.nth(1));
+        if pgrp.and_then(|p| p.parse::<i32>().ok()) == Some(pgid.as_raw()) && state != Some("Z") {
+            return true;
+        }
+    }
+    false
 }
 
 /// The status the backend's helper reported, if it wrote exactly one. Called once every

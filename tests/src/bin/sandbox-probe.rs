@@ -9,12 +9,12 @@
 //! and its shared libraries, so no `/bin/sh`, no `/proc` assumed (where it matters, the
 //! probe says whether it could read `/proc`).
 //!
-//! Subcommands: `argv`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
+//! Subcommands: `argv`, `argv-hex`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
 //! `rename FROM TO`, `remove PATH`,
-//! `connect HOST:PORT`, `listen-connect`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
+//! `connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `see-pid PID`, `open-files N`,
-//! `print TEXT [SECS]`, `barrier DIR N ID`.
+//! `print TEXT [SECS]`, `barrier DIR N ID`, `kill-self N`, `orphan`.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
@@ -37,14 +37,18 @@ fn main() {
     let rest = &text[2..];
     match (cmd.as_str(), rest) {
         ("argv", _) => argv(&args),
+        ("argv-hex", _) => argv_hex(&args),
         ("exit", [n]) => exit(num(n) as i32),
         ("signal", [n]) => signal(num(n) as i32),
+        ("kill-self", [n]) => kill_self(num(n) as i32),
+        ("orphan", []) => orphan(),
         ("read", [p]) => read(p),
         ("write", [p]) => write(p, "probe"),
         ("write", [p, c]) => write(p, c),
         ("rename", [from, to]) => rename(from, to),
         ("remove", [p]) => remove(p),
         ("connect", [addr]) => connect(addr),
+        ("connect-abstract", [name]) => connect_abstract(name),
         ("listen-connect", []) => listen_connect(),
         ("env", []) => env(),
         ("fds", []) => fds(),
@@ -177,6 +181,21 @@ fn argv(args: &[OsString]) -> ! {
     exit(0)
 }
 
+/// Every argument as hex, so that bytes that are not UTF-8 are reported exactly.
+fn argv_hex(args: &[OsString]) -> ! {
+    let list: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let hex: String = a.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+            format!("\"{hex}\"")
+        })
+        .collect();
+    Json::new()
+        .raw("argv", format!("[{}]", list.join(",")))
+        .emit();
+    exit(0)
+}
+
 /// Die by signal `n`, with its default action, so the host sees "killed by signal n".
 fn signal(n: i32) -> ! {
     // SAFETY: plain system calls on our own process.
@@ -193,6 +212,91 @@ fn signal(n: i32) -> ! {
         "raise",
         &io::Error::other("still alive after raising the signal"),
     )
+}
+
+/// Die by signal `n` sent with `kill(getpid(), n)`, as `kill -N $$` in a shell does (a
+/// process-directed signal, where `signal` raises a thread-directed one).
+fn kill_self(n: i32) -> ! {
+    // SAFETY: plain system calls on our own process.
+    unsafe {
+        libc::signal(n, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, n);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::kill(libc::getpid(), n);
+    }
+    // A signal can be left pending for a moment after kill returns.
+    std::thread::sleep(Duration::from_secs(2));
+    fail(
+        "kill",
+        &io::Error::other("still alive after sending the signal to itself"),
+    )
+}
+
+/// A child that forks a grandchild and exits at once; the grandchild, an orphan, exits
+/// after 100 ms. Then wait up to 10 s for the orphan to be reaped by whoever adopted it
+/// (`kill(pid, 0)` finds a zombie until it is reaped). Reports `reaped` and, when not,
+/// the orphan's state from /proc.
+fn orphan() -> ! {
+    let mut pipe = [0; 2];
+    // SAFETY: a pipe for the grandchild's pid.
+    if unsafe { libc::pipe(pipe.as_mut_ptr()) } != 0 {
+        fail("pipe", &io::Error::last_os_error());
+    }
+    // SAFETY: the probe is single-threaded; the children make only system calls.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail("fork", &io::Error::last_os_error());
+    }
+    if child == 0 {
+        // SAFETY: as above.
+        unsafe {
+            let grandchild = libc::fork();
+            if grandchild == 0 {
+                libc::usleep(100_000);
+                libc::_exit(0);
+            }
+            libc::write(pipe[1], (&grandchild as *const libc::pid_t).cast(), 4);
+            libc::_exit(0);
+        }
+    }
+    let mut orphan: libc::pid_t = 0;
+    let mut status = 0;
+    // SAFETY: reading 4 bytes into a pid; reaping our own child.
+    unsafe {
+        libc::close(pipe[1]);
+        libc::read(pipe[0], (&mut orphan as *mut libc::pid_t).cast(), 4);
+        libc::waitpid(child, &mut status, 0);
+    }
+    if orphan <= 0 {
+        fail("fork", &io::Error::other("the grandchild was not forked"));
+    }
+    let start = Instant::now();
+    let reaped = loop {
+        // SAFETY: signal 0 only checks existence.
+        if unsafe { libc::kill(orphan, 0) } != 0 && errno() == libc::ESRCH {
+            break true;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let state: String = std::fs::read_to_string(format!("/proc/{orphan}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim().chars().take(1).collect::<String>())
+        })
+        .unwrap_or_default();
+    Json::new()
+        .b("ok", reaped)
+        .b("reaped", reaped)
+        .n("orphan", i64::from(orphan))
+        .s("state", &state)
+        .emit();
+    exit(if reaped { 0 } else { 1 })
 }
 
 fn read(p: &str) -> ! {
@@ -251,6 +355,32 @@ fn connect(addr: &str) -> ! {
     let mut s = match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
         Ok(s) => s,
         Err(e) => fail("connect", &e),
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while got.len() < 256 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    ok().s("received", &String::from_utf8_lossy(&got)).emit();
+    exit(0)
+}
+
+/// Connect to the abstract unix socket `NAME` (no file: only the network namespace, or a
+/// filter, stands between it and the host's), then read what the peer says.
+fn connect_abstract(name: &str) -> ! {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
+    let addr = match UnixAddr::from_abstract_name(name.as_bytes()) {
+        Ok(a) => a,
+        Err(e) => fail("connect-abstract", &e),
+    };
+    let mut s = match UnixStream::connect_addr(&addr) {
+        Ok(s) => s,
+        Err(e) => fail("connect-abstract", &e),
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let mut got = Vec::new();

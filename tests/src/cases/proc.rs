@@ -133,3 +133,37 @@ pub async fn host_processes_invisible(ctx: Arc<Context>) -> CaseResult {
     );
     Ok(())
 }
+
+/// A command that signals itself (`kill(getpid(), N)`, as `kill -N $$` does, and
+/// `raise`) dies of that signal, and the outcome says so: a pid namespace's init must not
+/// be the command, since pid 1 ignores its own signals.
+pub async fn self_signals(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("self-signals")?;
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGKILL] {
+        for how in ["kill-self", "signal"] {
+            let out = ctx
+                .run(ctx.opts(ws.path(), [how, &signal.to_string()]))
+                .await?;
+            ensure!(
+                out.status == Status::Signaled { signal },
+                "`{how} {signal}` gave {} (expected killed by signal {signal})",
+                describe(&out)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// An orphan (a grandchild whose parent exited) is reaped while the command runs: no
+/// zombie is left for the run's lifetime.
+pub async fn orphans_reaped(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("orphans")?;
+    let p = ctx.probe_in(ws.path(), ["orphan"]).await?;
+    p.report()?;
+    ensure!(
+        p.succeeded(),
+        "the orphan was not reaped within 10 s (a zombie nobody waits for): {}",
+        p.describe()
+    );
+    Ok(())
+}

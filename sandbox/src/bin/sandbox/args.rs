@@ -33,6 +33,13 @@ Exit status of `sandbox doctor`:
   1      no confining backend works here; the report says why and what to do
   125    an option error";
 
+#[cfg(feature = "mcp")]
+const MCP_EXIT_STATUS: &str = "\
+Exit status of `sandbox mcp`:
+  0      the client disconnected (every running command was killed first)
+  125    an option or policy error, or no backend here enforces the policy (nothing was
+         served); one line on stderr gives the reason and the remedy";
+
 const COMPLETIONS_EXIT_STATUS: &str = "\
 Exit status of `sandbox completions`:
   0      the script was printed
@@ -74,6 +81,16 @@ pub enum Command {
     /// what to do where it does not work.
     #[command(after_help = DOCTOR_EXIT_STATUS)]
     Doctor(DoctorArgs),
+    /// Serve the Model Context Protocol on stdin and stdout: an agent host (an MCP client)
+    /// runs commands through the tool `run_command`, confined by the policy given here.
+    ///
+    /// The policy comes from these flags and `--config` only: a tool call can shorten the
+    /// timeout and choose the command, its working directory inside the workspace and its
+    /// standard input, nothing else. When the client disconnects, every running command's
+    /// whole process tree is killed before the server exits.
+    #[cfg(feature = "mcp")]
+    #[command(after_help = MCP_EXIT_STATUS)]
+    Mcp(Box<McpArgs>),
     /// Print the completion script for SHELL on stdout.
     #[command(after_help = COMPLETIONS_EXIT_STATUS)]
     Completions {
@@ -86,6 +103,28 @@ pub enum Command {
 /// `sandbox run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+
+    /// Print the outcome as one JSON object on stdout after the run; the program's own
+    /// output all goes to stderr
+    #[arg(long)]
+    pub json: bool,
+
+    /// The program and its arguments, passed as an argv (never through a shell)
+    #[arg(
+        value_name = "PROGRAM",
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// The policy: what a command may do, set by the host (flags and `--config`), shared by
+/// `sandbox run` and `sandbox mcp` so both build it the same way.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
     /// The backend: `auto` picks the strongest one that enforces the request here
     /// (never `none`) [default: auto]
     #[arg(long, value_name = "BACKEND", value_parser = BackendArg::value_parser())]
@@ -151,26 +190,24 @@ pub struct RunArgs {
     #[arg(long)]
     pub snapshot: bool,
 
-    /// Print the outcome as one JSON object on stdout after the run; the program's own
-    /// output all goes to stderr
-    #[arg(long)]
-    pub json: bool,
-
     /// A TOML policy file holding any of the options above (keys: backend, workspace,
     /// read, write, network, env, timeout, max-output, memory, lane, image, snapshot);
     /// unknown keys are an error, flags override it, its relative paths are taken against
     /// the file's directory
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
+}
 
-    /// The program and its arguments, passed as an argv (never through a shell)
-    #[arg(
-        value_name = "PROGRAM",
-        required = true,
-        num_args = 1..,
-        trailing_var_arg = true
-    )]
-    pub command: Vec<OsString>,
+/// `sandbox mcp`.
+#[cfg(feature = "mcp")]
+#[derive(Debug, Args)]
+pub struct McpArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+
+    /// Run at most N commands at once; further calls wait for a free slot
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent: u32,
 }
 
 /// `sandbox doctor`.
@@ -335,7 +372,7 @@ mod tests {
             panic!("not run")
         };
         let r = *r;
-        assert_eq!(r.network, Some(NetworkArg::Loopback));
+        assert_eq!(r.policy.network, Some(NetworkArg::Loopback));
         assert_eq!(r.command, ["ls", "--network", "-la"]);
         let cli = Cli::try_parse_from(["sandbox", "run", "echo", "--json"]).unwrap();
         let Command::Run(r) = cli.command else {
@@ -349,7 +386,11 @@ mod tests {
     #[test]
     fn every_subcommand_help_explains_exit_statuses() {
         let mut cmd = Cli::command();
-        for sub in ["run", "doctor", "completions"] {
+        let mut subs = vec!["run", "doctor", "completions"];
+        if cfg!(feature = "mcp") {
+            subs.push("mcp");
+        }
+        for sub in subs {
             let help = cmd
                 .find_subcommand_mut(sub)
                 .unwrap()

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use sandbox::{Lane, NetworkMode};
 
-use crate::args::{BackendArg, RunArgs};
+use crate::args::{BackendArg, PolicyArgs};
 use crate::error::CliError;
 
 /// The file, as written.
@@ -47,7 +47,8 @@ enum Seconds {
     Fraction(f64),
 }
 
-/// Everything `run` needs, from the file and the flags, paths absolute.
+/// The host's policy, from the file and the flags, paths absolute: everything `run` and
+/// `mcp` need but the command itself.
 #[derive(Debug)]
 pub struct RunSpec {
     pub backend: BackendArg,
@@ -62,8 +63,6 @@ pub struct RunSpec {
     pub lane: Lane,
     pub image: Option<String>,
     pub snapshot: bool,
-    pub json: bool,
-    pub argv: Vec<OsString>,
 }
 
 impl PolicyFile {
@@ -79,8 +78,23 @@ impl PolicyFile {
         })
     }
 
-    fn parse(text: &str) -> Result<Self, String> {
+    pub(crate) fn parse(text: &str) -> Result<Self, String> {
         toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))
+    }
+}
+
+#[cfg(test)]
+impl PolicyFile {
+    pub(crate) fn read_paths(&self) -> &[PathBuf] {
+        &self.read
+    }
+
+    pub(crate) fn write_paths(&self) -> &[PathBuf] {
+        &self.write
+    }
+
+    pub(crate) fn network(&self) -> Option<NetworkMode> {
+        self.network
     }
 }
 
@@ -120,7 +134,7 @@ fn usize_bytes(n: u64) -> Result<usize, CliError> {
 
 /// Merge the policy file (if any) and the flags, resolving relative paths: the file's
 /// against its directory, the flags' against `cwd`.
-pub fn resolve(args: RunArgs, cwd: &Path) -> Result<RunSpec, CliError> {
+pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     let (file, base) = match &args.config {
         Some(path) => {
             let path = absolute(cwd, path);
@@ -175,8 +189,6 @@ pub fn resolve(args: RunArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         lane: args.lane.map(Lane::from).or(file.lane).unwrap_or_default(),
         image: args.image.or(file.image),
         snapshot: args.snapshot || file.snapshot.unwrap_or(false),
-        json: args.json,
-        argv: args.command,
     })
 }
 
@@ -186,11 +198,11 @@ mod tests {
     use crate::args::{Cli, Command};
     use clap::Parser;
 
-    fn run_args(argv: &[&str]) -> RunArgs {
+    fn run_args(argv: &[&str]) -> PolicyArgs {
         let mut full = vec!["sandbox", "run"];
         full.extend_from_slice(argv);
         match Cli::try_parse_from(full).unwrap().command {
-            Command::Run(r) => *r,
+            Command::Run(r) => r.policy,
             other => panic!("{other:?}"),
         }
     }

@@ -194,6 +194,18 @@ fn explain_sandbox(e: &SandboxError) -> (String, String) {
     }
 }
 
+/// The grants a backend does not enforce exactly, each as "what (what it gives instead)":
+/// how every door of the command says what a `trusted` lane gives away.
+pub fn over_grants(grants: &[sandbox::Grant]) -> Vec<String> {
+    grants
+        .iter()
+        .filter_map(|g| match g.enforcement {
+            sandbox::Enforcement::OverGrant(gives) => Some(format!("{} ({gives})", g.what)),
+            _ => None,
+        })
+        .collect()
+}
+
 /// When `backend` refused `opts` on its lane but the `trusted` lane would run them, the
 /// remedy that says exactly that, with what `trusted` would over-grant.
 ///
@@ -220,14 +232,7 @@ pub fn trusted_lane_hint(
             ))
         }
     };
-    let over: Vec<String> = plan
-        .grants
-        .iter()
-        .filter_map(|g| match g.enforcement {
-            sandbox::Enforcement::OverGrant(gives) => Some(format!("{} ({gives})", g.what)),
-            _ => None,
-        })
-        .collect();
+    let over = over_grants(&plan.grants);
     Some(if over.is_empty() {
         format!("backend `{backend}` runs this only on `--lane trusted`; add it to accept that")
     } else {

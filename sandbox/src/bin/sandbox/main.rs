@@ -1,4 +1,4 @@
-//! The `sandbox` command: `sandbox run`, `sandbox doctor`, `sandbox completions`.
+//! The `sandbox` command: `sandbox run`, `sandbox doctor`, `sandbox mcp`, `sandbox completions`.
 //!
 //! Every error of `sandbox` itself, including a flag it does not know, exits 125 with the
 //! reason on stderr before anything runs, so a caller can always tell the program's own
@@ -7,6 +7,10 @@
 mod args;
 mod config;
 mod error;
+#[cfg(feature = "mcp")]
+mod mcp;
+#[cfg(test)]
+mod props;
 mod run;
 mod stream;
 
@@ -39,6 +43,8 @@ fn main() {
         }
         Command::Run(args) => with_runtime(run::run(*args)),
         Command::Doctor(args) => with_runtime(doctor(args)),
+        #[cfg(feature = "mcp")]
+        Command::Mcp(args) => with_runtime(mcp::serve(*args)),
     };
     std::process::exit(code);
 }
@@ -48,7 +54,13 @@ fn with_runtime(fut: impl std::future::Future<Output = i32>) -> i32 {
         .enable_all()
         .build()
     {
-        Ok(rt) => rt.block_on(fut),
+        Ok(rt) => {
+            let code = rt.block_on(fut);
+            // Not a blocking wait: `sandbox mcp` may still have a read of stdin parked on
+            // a blocking thread, and everything that matters has been awaited.
+            rt.shutdown_background();
+            code
+        }
         Err(e) => {
             eprintln!(
                 "sandbox: could not start the async runtime: {e}; remedy: check the host's \

@@ -3,7 +3,6 @@
 
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::path::Path;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -11,13 +10,12 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    DynSandbox, EffectivePolicy, Enforcement, EnvPolicy, Plan, SandboxError, SandboxOpts,
-    SandboxOutcome, Status,
+    DynSandbox, EffectivePolicy, EnvPolicy, Plan, SandboxError, SandboxOpts, SandboxOutcome, Status,
 };
 
 use crate::args::RunArgs;
 use crate::config::{self, RunSpec};
-use crate::error::{trusted_lane_hint, CliError};
+use crate::error::{over_grants, trusted_lane_hint, CliError};
 use crate::stream::{Dest, Terminal};
 
 /// The signal a shell pipeline's writer dies of when its reader goes away; the same on
@@ -50,14 +48,14 @@ pub async fn run(args: RunArgs) -> i32 {
 
 /// The signals that end `sandbox` itself. Once we handle them the program would
 /// otherwise outlive us, so each one kills the program's tree before we exit 128+N.
-struct Signals {
+pub struct Signals {
     int: Signal,
     term: Signal,
     hup: Signal,
 }
 
 impl Signals {
-    fn new() -> Result<Self, CliError> {
+    pub fn new() -> Result<Self, CliError> {
         let on = |kind: SignalKind| {
             signal(kind).map_err(|source| CliError::Host {
                 context: "installing signal handlers",
@@ -72,7 +70,7 @@ impl Signals {
     }
 
     /// The number of the next signal that arrives.
-    async fn recv(&mut self) -> i32 {
+    pub async fn recv(&mut self) -> i32 {
         let kind = tokio::select! {
             _ = self.int.recv() => SignalKind::interrupt(),
             _ = self.term.recv() => SignalKind::terminate(),
@@ -88,19 +86,21 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         context: "reading the current directory",
         source,
     })?;
-    let spec = config::resolve(args, &cwd)?;
+    let json = args.json;
+    let spec = config::resolve(args.policy, &cwd)?;
     let terminal = Terminal::new(
-        if spec.json {
-            Dest::Stderr
-        } else {
-            Dest::Stdout
-        },
+        if json { Dest::Stderr } else { Dest::Stdout },
         spec.max_output,
     );
-    let opts = build_opts(&spec, &cwd, &terminal)?;
-    let choice = Choice::parse(spec.backend.name());
-    let mut config = Config::default();
-    config.image = spec.image.clone();
+    let mut opts = policy_opts(&spec, args.command)?;
+    // A person in a subdirectory of the workspace means to run the command there.
+    if let (Ok(ws), Ok(here)) = (spec.workspace.canonicalize(), cwd.canonicalize()) {
+        if here.starts_with(&ws) {
+            opts.cwd = Some(here);
+        }
+    }
+    opts.output_sink = Some(terminal.sink());
+    let (choice, config) = choice_of(&spec);
 
     let selected = tokio::select! {
         s = select::select(&choice, &opts, &config) => {
@@ -109,7 +109,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         n = signals.recv() => return Ok(128 + n),
     };
     let backend = selected.backend;
-    if !spec.json {
+    if !json {
         warn_over_grants(&opts, backend.name(), &backend.capability());
     }
 
@@ -130,15 +130,23 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     };
     terminal.finish();
     let code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
-    if spec.json {
+    if json {
         print_json(&JsonOutcome::new(&outcome, code));
     }
     Ok(code)
 }
 
+/// The backend the policy names (or `auto`), and the selection's configuration.
+pub fn choice_of(spec: &RunSpec) -> (Choice, Config) {
+    let choice = Choice::parse(spec.backend.name());
+    let mut config = Config::default();
+    config.image = spec.image.clone();
+    (choice, config)
+}
+
 /// A policy refusal gets the command line's remedy when `--lane trusted` is what it takes
 /// (how `--backend none` learns where it runs).
-fn with_hint(e: SandboxError, opts: &SandboxOpts, config: &Config) -> CliError {
+pub fn with_hint(e: SandboxError, opts: &SandboxOpts, config: &Config) -> CliError {
     let hint = match &e {
         SandboxError::PolicyRefused { backend, .. } => select::backend(backend, config)
             .ok()
@@ -153,14 +161,7 @@ fn warn_over_grants(opts: &SandboxOpts, backend: &'static str, cap: &sandbox::Ca
     let Ok(plan) = Plan::new(opts, backend, cap) else {
         return;
     };
-    let over: Vec<String> = plan
-        .grants
-        .iter()
-        .filter_map(|g| match g.enforcement {
-            Enforcement::OverGrant(gives) => Some(format!("{} ({gives})", g.what)),
-            _ => None,
-        })
-        .collect();
+    let over = over_grants(&plan.grants);
     if !over.is_empty() {
         eprintln!(
             "sandbox: warning: on lane `{}` backend `{backend}` does not enforce: {}",
@@ -170,18 +171,10 @@ fn warn_over_grants(opts: &SandboxOpts, backend: &'static str, cap: &sandbox::Ca
     }
 }
 
-fn build_opts(
-    spec: &RunSpec,
-    cwd: &Path,
-    terminal: &Arc<Terminal>,
-) -> Result<SandboxOpts, CliError> {
-    let mut opts = SandboxOpts::new(&spec.workspace, spec.argv.iter().cloned());
-    // A person in a subdirectory of the workspace means to run the command there.
-    if let (Ok(ws), Ok(here)) = (spec.workspace.canonicalize(), cwd.canonicalize()) {
-        if here.starts_with(&ws) {
-            opts.cwd = Some(here);
-        }
-    }
+/// The library's options for running `argv` under the host's policy `spec`: the one place
+/// both `sandbox run` and `sandbox mcp` turn the policy into options.
+pub fn policy_opts(spec: &RunSpec, argv: Vec<OsString>) -> Result<SandboxOpts, CliError> {
+    let mut opts = SandboxOpts::new(&spec.workspace, argv);
     opts.read_only_paths = spec.read.clone();
     opts.writable_paths = spec.write.clone();
     opts.network = spec.network;
@@ -193,7 +186,6 @@ fn build_opts(
     opts.limits.memory_bytes = spec.memory_bytes;
     opts.snapshot = spec.snapshot;
     opts.env = env_policy(&spec.env)?;
-    opts.output_sink = Some(terminal.sink());
     Ok(opts)
 }
 
@@ -255,17 +247,10 @@ struct JsonOutcome<'a> {
 
 impl<'a> JsonOutcome<'a> {
     fn new(o: &'a SandboxOutcome, exit_status: i32) -> Self {
-        let (status, exit_code, signal) = match o.status {
-            Status::Exited { code } => ("exited", Some(code), None),
-            Status::Signaled { signal } => ("signaled", None, Some(signal)),
-            Status::TimedOut => ("timed_out", None, None),
-            Status::Killed => ("killed", None, None),
-            Status::OutOfMemory => ("out_of_memory", None, None),
-        };
         Self {
-            status,
-            exit_code,
-            signal,
+            status: o.status.kind(),
+            exit_code: o.status.code(),
+            signal: o.status.signal(),
             timed_out: o.status == Status::TimedOut,
             wall_time_secs: o.wall_time.as_secs_f64(),
             stdout_truncated: o.stdout.truncated,

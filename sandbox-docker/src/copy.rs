@@ -79,7 +79,11 @@ pub(crate) async fn upload(
         .with_timeout(TRANSFER_TIMEOUT)
         .upload_to_container(
             loader,
-            Some(UploadToContainerOptionsBuilder::new().path("/").build()),
+            Some(
+                UploadToContainerOptionsBuilder::new()
+                    .path(transfer::UPLOAD_TO)
+                    .build(),
+            ),
             bollard::body_try_stream(body),
         )
         .await;

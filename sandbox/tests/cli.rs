@@ -676,3 +676,4 @@ backend_cases!(none, "none");
 backend_cases!(bwrap, "bwrap");
 backend_cases!(landlock, "landlock");
 backend_cases!(docker, "docker");
+backend_cases!(gvisor, "gvisor");

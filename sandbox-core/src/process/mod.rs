@@ -19,6 +19,7 @@ mod child;
 pub mod files;
 pub mod output;
 mod supervise;
+pub mod tree;
 
 use std::any::Any;
 use std::ffi::OsString;
@@ -75,6 +76,15 @@ pub struct Launch {
     /// of the user on the host, and refuse the launcher's own namespace set-up). Core then
     /// leaves it off the launcher; the limit is still recorded.
     pub process_rlimit_inside: bool,
+    /// The backend runs the command under a kernel of its own (gVisor's Sentry): the
+    /// command's processes, descriptors and address space are not the launcher's, so the
+    /// backend sets the process cap, the open-files limit and (where no cgroup can hold
+    /// it) the memory limit inside, in its own spec. On the launcher they would bind the
+    /// runtime instead (its threads, its descriptors, its reserved address space) and
+    /// break it. Core records them as rlimits and leaves them off the launcher and its
+    /// cgroup; the CPU-time limit and a cgroup memory limit still bind the launcher's
+    /// whole tree, which is where the command's time and memory are spent.
+    pub limits_inside: bool,
 }
 
 impl fmt::Debug for Launch {
@@ -92,6 +102,7 @@ impl fmt::Debug for Launch {
             .field("notes", &self.notes)
             .field("exit_status_pipe", &self.exit_status_pipe)
             .field("process_rlimit_inside", &self.process_rlimit_inside)
+            .field("limits_inside", &self.limits_inside)
             .finish()
     }
 }
@@ -113,6 +124,7 @@ impl Launch {
             notes: Vec::new(),
             exit_status_pipe: None,
             process_rlimit_inside: false,
+            limits_inside: false,
         }
     }
 
@@ -137,6 +149,7 @@ impl Launch {
             notes: Vec::new(),
             exit_status_pipe: None,
             process_rlimit_inside: false,
+            limits_inside: false,
         }
     }
 }
@@ -199,7 +212,35 @@ impl HostSupport {
             LimitMechanism::CgroupV1 | LimitMechanism::CgroupV2
         );
         cap.snapshot = true;
+        cap.sparse_snapshot = true;
     }
+}
+
+/// The snapshot copy on a blocking thread, bounded by the run's `deadline` and by the
+/// caller: if the `run` future is dropped (the caller was signalled), the copy stops at its
+/// next check and removes what it made.
+async fn snapshot_within(
+    workspace: &std::path::Path,
+    deadline: Option<std::time::Instant>,
+) -> std::io::Result<tempfile::TempDir> {
+    struct CancelOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for CancelOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let budget = tree::Budget::until(deadline);
+    let _cancel = CancelOnDrop(budget.cancel.clone());
+    let src = workspace.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-snapshot-")
+            .tempdir()?;
+        files::copy_tree(&src, dir.path(), &budget)?;
+        Ok(dir)
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 /// A [`Sandbox`](crate::Sandbox) for any [`Launcher`]: the whole run, kill and wait logic, once.
@@ -221,17 +262,37 @@ impl<L: Launcher> Starter for L {
     }
 
     async fn start(&self, mut plan: Plan) -> Result<RunHandle, SandboxError> {
+        let name = Launcher::name(self);
+        // The run's clock starts before the snapshot copy: a workspace made slow to copy
+        // (huge, or raced by another run) must not hold the timeout off.
+        let started = std::time::Instant::now();
+        let deadline = plan.timeout.map(|t| started + t);
         let snapshot = if plan.snapshot {
-            let copy = files::snapshot_copy(&plan.workspace)?;
-            plan.rebase_workspace(copy.path());
-            Some(copy)
+            match snapshot_within(&plan.workspace, deadline).await {
+                Ok(copy) => {
+                    plan.rebase_workspace(copy.path());
+                    Some(copy)
+                }
+                Err(e) if tree::is_deadline(&e) => {
+                    return Ok(supervise::timed_out(name, &plan, started.elapsed()));
+                }
+                Err(e) => {
+                    return Err(SandboxError::io(
+                        format!("copying {} for the snapshot", plan.workspace.display()),
+                        e,
+                    ))
+                }
+            }
         } else {
             None
         };
+        if let Some(d) = deadline {
+            plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
+        }
         let mut launch = self.prepare(&plan)?;
         if let Some(copy) = snapshot {
             launch.keep_alive.push(Box::new(copy));
         }
-        supervise::start(Launcher::name(self), plan, launch)
+        supervise::start(name, plan, launch)
     }
 }

@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 
 use super::cgroup::{CgroupSupport, RunCgroups};
 use super::child::ChildSetup;
-use super::output::drain;
+use super::output::{drain, snapshot};
 use super::{files, HostSupport, Launch};
 use crate::outcome::{LimitMechanism, LimitRecord};
 use crate::run::{feed_stdin, run_channel, supervise, End, Finished, Job, RunHandle};
@@ -37,9 +37,10 @@ pub(super) fn start(
     let cg_memory = limits
         .memory_bytes
         .filter(|_| host.memory != LimitMechanism::Rlimit);
+    let inside = launch.limits_inside;
     let cg_pids = limits
         .max_processes
-        .filter(|_| host.processes.is_some_and(|m| m != LimitMechanism::Rlimit));
+        .filter(|_| !inside && host.processes.is_some_and(|m| m != LimitMechanism::Rlimit));
     let cgroups = RunCgroups::create(CgroupSupport::get(), cg_memory, cg_pids)
         .map_err(|e| SandboxError::io("creating the run's cgroups", e))?
         .map(Arc::new);
@@ -51,12 +52,17 @@ pub(super) fn start(
             value: b,
             mechanism: host.memory,
         });
-        if host.memory == LimitMechanism::Rlimit {
+        if host.memory == LimitMechanism::Rlimit && !inside {
             rlimits.push((libc::RLIMIT_AS, b));
         }
     }
     if let Some(n) = limits.max_processes {
-        let mechanism = host.processes.ok_or_else(|| SandboxError::NotSupported {
+        let mechanism = if inside {
+            Some(LimitMechanism::Rlimit)
+        } else {
+            host.processes
+        };
+        let mechanism = mechanism.ok_or_else(|| SandboxError::NotSupported {
             backend,
             feature: "a process-count limit for a command running as root without a cgroup".into(),
             remedy: "run the host as an ordinary user, or give it a writable cgroup".into(),
@@ -66,7 +72,7 @@ pub(super) fn start(
             value: n,
             mechanism,
         });
-        if mechanism == LimitMechanism::Rlimit && !launch.process_rlimit_inside {
+        if mechanism == LimitMechanism::Rlimit && !launch.process_rlimit_inside && !inside {
             rlimits.push((libc::RLIMIT_NPROC, n));
         }
     }
@@ -84,7 +90,9 @@ pub(super) fn start(
             value: n,
             mechanism: LimitMechanism::Rlimit,
         });
-        rlimits.push((libc::RLIMIT_NOFILE, n));
+        if !inside {
+            rlimits.push((libc::RLIMIT_NOFILE, n));
+        }
     }
 
     // The tree kill: the backend's own guarantee, or a cgroup; neither is refused.
@@ -179,7 +187,23 @@ pub(super) fn start(
     Ok(handle)
 }
 
-/// A spawned launch, as the run supervisor drives it.
+/// A run that timed out before its command started (the snapshot copy took the whole
+/// timeout): its outcome is known at once.
+pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration) -> RunHandle {
+    let (handle, control) = run_channel(plan.output_limit);
+    let outcome = SandboxOutcome {
+        status: Status::TimedOut,
+        stdout: snapshot(&control.stdout),
+        stderr: snapshot(&control.stderr),
+        wall_time,
+        backend,
+        files: Default::default(),
+        policy: plan.effective_policy(backend),
+    };
+    control.finish(Ok(outcome));
+    handle
+}
+
 struct Supervised {
     backend: &'static str,
     plan: Plan,

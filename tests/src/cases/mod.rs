@@ -5,6 +5,7 @@ pub mod api;
 pub mod env;
 pub mod fd;
 pub mod fs;
+pub mod hostwalk;
 pub mod limits;
 pub mod net;
 pub mod proc;

@@ -54,7 +54,7 @@ pub(crate) struct Features {
     pub missing: Vec<&'static str>,
     /// `--disable-userns` (0.8): no nested user namespaces even if seccomp were bypassed.
     pub disable_userns: bool,
-    /// `--overlay-src` (0.10): noted in `doctor`; snapshots use core's copy either way.
+    /// `--overlay-src` (0.10): unused; snapshots and change sets use core's layer either way.
     pub overlay: bool,
 }
 

@@ -23,7 +23,9 @@
 //! - **Network**: `none` and `loopback` get a network namespace of their own with only a
 //!   loopback (and with `none`, the seccomp program also refuses every socket family but
 //!   unix); `full` shares the host's, with abstract unix sockets confined by landlock
-//!   where the kernel can (6.12+).
+//!   where the kernel can (6.12+); `proxy` and host ports are `loopback` plus listeners the
+//!   waiter makes inside bwrap's network namespace and hands to the run's proxy
+//!   (`sandbox-proxy`) before the command starts.
 //! - **System calls**: the seccomp program shared with the landlock backend
 //!   (`sandbox_core::seccomp`), handed to bwrap's `--seccomp`: bwrap has none of its own.
 //! - **Terminal**: `--new-session`, so the command cannot push input into the caller's
@@ -66,7 +68,11 @@
 //!
 //! # What it cannot do
 //!
-//! - Snapshots use core's copy: the overlay support of newer bwrap is not used.
+//! - Snapshots and change sets use core's layer (`sandbox_core::changes`): an overlay
+//!   that core mounts over the workspace in a mount namespace of its own (inside a user
+//!   namespace when the host is not root) just before bwrap is executed, which bwrap's
+//!   namespaces inherit and bind like any directory; bwrap's own `--overlay` (0.9+) is
+//!   not used.
 //! - Root-only files added to `/usr` or `/opt` after the first run of a process are not
 //!   hidden until the next process (those trees are walked once); `/etc` and the named
 //!   paths are walked per run, and a file created between that walk and bwrap's mounts
@@ -96,7 +102,8 @@
 //! `sandbox-core` (everything shared, with its `seccomp` feature), `async-trait` (the
 //! launcher trait), `thiserror` (the backend's error), `which` (finding bwrap), `nix` and
 //! `libc` (memfds, pipes, the landlock ABI query), `tempfile` (preflight's workspace),
-//! `tokio` (preflight's blocking probe off the executor).
+//! `tokio` (preflight's blocking probe off the executor), `sandbox-proxy` (the egress proxy
+//! and host ports of network mode `proxy`).
 
 mod argv;
 mod error;
@@ -235,8 +242,14 @@ fn capability(facts: &HostFacts) -> Capability {
         network_none: Enforcement::Exact,
         network_loopback: Enforcement::Exact,
         network_full: full,
+        // bwrap's own network namespace holds only `lo`; the waiter hands the proxy its
+        // listener from inside it.
+        network_proxy: Enforcement::Exact,
+        host_ports: true,
         tree_kill: true,
         process_isolation: true,
+        // The waiter is the pid namespace's init (`--as-pid-1`) and waits for orphans.
+        reaps_orphans: true,
         drops_host_root: true,
         signal_status: true,
         host_programs: true,
@@ -288,11 +301,10 @@ impl Launcher for BwrapBackend {
             )));
         }
         let mut details = vec![format!("bwrap at {}", self.bwrap()?.display())];
-        details.push(if self.facts.features.overlay {
-            "snapshots: core's copy (this bwrap's overlay support is not used)".into()
-        } else {
-            "snapshots: core's copy".into()
-        });
+        details.push(format!(
+            "snapshots and change sets: core's layer ({})",
+            self.capability.change_layer.map_or("none", |m| m.as_str())
+        ));
         if self.facts.can_scope_abstract_unix() {
             details.push("abstract unix sockets confined with the full network (landlock)".into());
         }

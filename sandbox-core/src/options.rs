@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Lane, NetworkMode};
+use crate::{Changes, Lane, NetworkMode, Resolver};
 
 /// The default cap on each captured output stream: 8 MiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 8 << 20;
@@ -157,10 +157,28 @@ pub struct SandboxOpts {
     pub stdin: Stdin,
     /// Files (relative to the workspace) read into the outcome after the command ends.
     pub capture_files: Vec<PathBuf>,
-    /// Run against a throwaway copy of the workspace: the original is never touched.
+    /// Run against a throwaway copy of the workspace: the original is never touched. The
+    /// same as `changes: Changes::Discard`.
     pub snapshot: bool,
+    /// What happens to the command's writes to the workspace: straight in (the default),
+    /// into a layer that is thrown away, or into a layer whose change set the outcome
+    /// carries for the host to apply or discard (see [`crate::changes`]).
+    pub changes: Changes,
     /// Sees output as it is produced (optional).
     pub output_sink: Option<OutputSink>,
+    /// With network mode `proxy`: the hosts the command may reach, as patterns
+    /// (`crates.io`, `*.githubusercontent.com`, `example.com:8443`, `10.0.0.0/8`; see
+    /// [`policy::Allowlist`](crate::policy::Allowlist)). Required and non-empty with
+    /// `proxy`, refused with any other mode.
+    pub allow_hosts: Vec<String>,
+    /// With network mode `proxy`: how the proxy resolves allowed names. `None` is the
+    /// host's resolver. For tests (a table of names to loopback addresses) and for hosts
+    /// with their own resolver; never reachable from inside the sandbox.
+    pub resolver: Option<Arc<dyn Resolver>>,
+    /// Host ports by number: the command's `127.0.0.1:PORT` reaches the host's
+    /// `127.0.0.1:PORT` (a database or an API the host runs for the agent), and nothing
+    /// else of the host's. With network `loopback` or `proxy` only.
+    pub host_ports: Vec<u16>,
 }
 
 impl SandboxOpts {
@@ -186,7 +204,11 @@ impl SandboxOpts {
             stdin: Stdin::Null,
             capture_files: Vec::new(),
             snapshot: false,
+            changes: Changes::Direct,
             output_sink: None,
+            allow_hosts: Vec::new(),
+            resolver: None,
+            host_ports: Vec::new(),
         }
     }
 }

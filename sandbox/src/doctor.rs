@@ -263,17 +263,19 @@ fn enforcement(e: Enforcement) -> String {
 fn write_capability(f: &mut fmt::Formatter<'_>, c: &Capability) -> fmt::Result {
     writeln!(
         f,
-        "    filesystem  writes confined: {}, reads confined: {}, read-only carve-outs: {}, snapshot: {}",
+        "    filesystem  writes confined: {}, reads confined: {}, read-only carve-outs: {}, snapshot: {}, change layer: {}",
         yes_no(c.confine_writes),
         yes_no(c.confine_reads),
         yes_no(c.readonly_carveouts),
         yes_no(c.snapshot),
+        c.change_layer.map_or("no", |m| m.as_str()),
     )?;
     writeln!(
         f,
-        "    network     none: {}, loopback: {}, full: {}{}",
+        "    network     none: {}, loopback: {}, proxy: {}, full: {}{}",
         enforcement(c.network_none),
         enforcement(c.network_loopback),
+        enforcement(c.network_proxy),
         enforcement(c.network_full),
         match (c.network_full, c.full_network_is_host) {
             (Enforcement::Unsupported, _) => "",

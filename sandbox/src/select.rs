@@ -223,7 +223,7 @@ pub(crate) fn default_request_fits(
         network: NetworkMode::None,
         carveouts: false,
         limits: &limits,
-        snapshot: false,
+        changes: sandbox_core::Changes::Direct,
         host_is_root,
     };
     check_lane(lane, name, cap, &request).map(drop)

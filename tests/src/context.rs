@@ -170,7 +170,7 @@ pub fn strictest_lane(backend: &'static str, cap: &Capability) -> Option<Lane> {
         network: sandbox_core::NetworkMode::None,
         carveouts: false,
         limits: &limits,
-        snapshot: false,
+        changes: sandbox_core::Changes::Direct,
         host_is_root: is_root(),
     };
     Lane::ALL
@@ -280,6 +280,7 @@ impl Context {
                     readonly_carveouts: true,
                     network_none: Exact,
                     network_loopback: Exact,
+                    network_proxy: Exact,
                     process_isolation: true,
                     drops_host_root: true,
                     ..self.cap.clone()
@@ -498,6 +499,8 @@ mod tests {
             network_none: Enforcement::Exact,
             network_loopback: Enforcement::Exact,
             network_full: Enforcement::Exact,
+            network_proxy: Enforcement::Exact,
+            host_ports: true,
             tree_kill: true,
             process_isolation: true,
             drops_host_root: true,
@@ -507,8 +510,10 @@ mod tests {
             open_files_limit: true,
             signal_status: true,
             oom_status: true,
+            reaps_orphans: true,
             snapshot: true,
             sparse_snapshot: true,
+            change_layer: Some(sandbox_core::LayerMechanism::Overlay),
             host_programs: true,
             full_network_is_host: true,
         }

@@ -31,9 +31,11 @@ use async_trait::async_trait;
 
 pub use child::PreExec;
 
+use crate::changes::Layer;
+use crate::egress::EgressRun;
 use crate::outcome::{LimitMechanism, TreeKill};
 use crate::run::{RunHandle, RunSandbox, Starter};
-use crate::{Capability, Plan, Preflight, SandboxError};
+use crate::{Capability, Changes, Plan, Preflight, SandboxError};
 
 /// What to spawn for one run: the result of a backend's pure policy function plus the
 /// resources (descriptors, temp dirs) it needs alive while the command runs.
@@ -85,6 +87,9 @@ pub struct Launch {
     /// cgroup; the CPU-time limit and a cgroup memory limit still bind the launcher's
     /// whole tree, which is where the command's time and memory are spent.
     pub limits_inside: bool,
+    /// Network mode `proxy`: the run's proxy, started by the backend in `prepare`. Core
+    /// ends it once the command's tree is dead and puts its record in the outcome.
+    pub egress: Option<Box<dyn EgressRun>>,
 }
 
 impl fmt::Debug for Launch {
@@ -103,6 +108,7 @@ impl fmt::Debug for Launch {
             .field("exit_status_pipe", &self.exit_status_pipe)
             .field("process_rlimit_inside", &self.process_rlimit_inside)
             .field("limits_inside", &self.limits_inside)
+            .field("egress", &self.egress)
             .finish()
     }
 }
@@ -125,6 +131,7 @@ impl Launch {
             exit_status_pipe: None,
             process_rlimit_inside: false,
             limits_inside: false,
+            egress: None,
         }
     }
 
@@ -150,6 +157,7 @@ impl Launch {
             exit_status_pipe: None,
             process_rlimit_inside: false,
             limits_inside: false,
+            egress: None,
         }
     }
 }
@@ -213,16 +221,21 @@ impl HostSupport {
         );
         cap.snapshot = true;
         cap.sparse_snapshot = true;
+        cap.change_layer = Some(if crate::changes::overlay_supported() {
+            crate::LayerMechanism::Overlay
+        } else {
+            crate::LayerMechanism::Reflink
+        });
     }
 }
 
-/// The snapshot copy on a blocking thread, bounded by the run's `deadline` and by the
-/// caller: if the `run` future is dropped (the caller was signalled), the copy stops at its
-/// next check and removes what it made.
-async fn snapshot_within(
+/// Make the run's layer on a blocking thread, under `deadline`. Dropping the future (the
+/// caller went away) cancels a copy between entries; the layer removes what it made.
+async fn layer_within(
     workspace: &std::path::Path,
+    best: crate::LayerMechanism,
     deadline: Option<std::time::Instant>,
-) -> std::io::Result<tempfile::TempDir> {
+) -> Result<Layer, SandboxError> {
     struct CancelOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
     impl Drop for CancelOnDrop {
         fn drop(&mut self) {
@@ -232,15 +245,9 @@ async fn snapshot_within(
     let budget = tree::Budget::until(deadline);
     let _cancel = CancelOnDrop(budget.cancel.clone());
     let src = workspace.to_path_buf();
-    tokio::task::spawn_blocking(move || {
-        let dir = tempfile::Builder::new()
-            .prefix("sandbox-snapshot-")
-            .tempdir()?;
-        files::copy_tree(&src, dir.path(), &budget)?;
-        Ok(dir)
-    })
-    .await
-    .map_err(std::io::Error::other)?
+    tokio::task::spawn_blocking(move || Layer::prepare(&src, best, &budget))
+        .await
+        .map_err(|e| SandboxError::io("making the workspace layer", std::io::Error::other(e)))?
 }
 
 /// A [`Sandbox`](crate::Sandbox) for any [`Launcher`]: the whole run, kill and wait logic, once.
@@ -263,36 +270,55 @@ impl<L: Launcher> Starter for L {
 
     async fn start(&self, mut plan: Plan) -> Result<RunHandle, SandboxError> {
         let name = Launcher::name(self);
-        // The run's clock starts before the snapshot copy: a workspace made slow to copy
+        let cap = Launcher::capability(self);
+        // The run's clock starts before the layer is made: a workspace made slow to copy
         // (huge, or raced by another run) must not hold the timeout off.
         let started = std::time::Instant::now();
         let deadline = plan.timeout.map(|t| started + t);
-        let snapshot = if plan.snapshot {
-            match snapshot_within(&plan.workspace, deadline).await {
-                Ok(copy) => {
-                    plan.rebase_workspace(copy.path());
-                    Some(copy)
-                }
-                Err(e) if tree::is_deadline(&e) => {
-                    return Ok(supervise::timed_out(name, &plan, started.elapsed()));
-                }
-                Err(e) => {
-                    return Err(SandboxError::io(
-                        format!("copying {} for the snapshot", plan.workspace.display()),
-                        e,
-                    ))
+        // The layer over the workspace: overlay is mounted in the child over the
+        // workspace's own path; a copy (the race-free walk, under the run's deadline)
+        // moves the plan onto it.
+        let layer = match plan.changes {
+            Changes::Direct => None,
+            Changes::Discard | Changes::Review => {
+                let best = cap.change_layer.unwrap_or(crate::LayerMechanism::Copy);
+                match layer_within(&plan.workspace, best, deadline).await {
+                    Ok(l) => Some(l),
+                    Err(SandboxError::Io { source, .. }) if tree::is_deadline(&source) => {
+                        return Ok(supervise::timed_out(name, &plan, started.elapsed()));
+                    }
+                    Err(e) => return Err(e),
                 }
             }
-        } else {
-            None
+        };
+        let mount = match &layer {
+            Some(l) if l.mechanism() == crate::LayerMechanism::Overlay => {
+                l.mount_step(&plan.cwd)?
+            }
+            Some(l) => {
+                plan.rebase_workspace(l.source());
+                None
+            }
+            None => None,
         };
         if let Some(d) = deadline {
             plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
         }
         let mut launch = self.prepare(&plan)?;
-        if let Some(copy) = snapshot {
-            launch.keep_alive.push(Box::new(copy));
+        if let Some(step) = mount {
+            launch.pre_exec.insert(0, Box::new(step));
         }
-        supervise::start(name, plan, launch)
+        if let Some(l) = &layer {
+            launch.notes.push(format!(
+                "workspace layer: {} ({})",
+                l.mechanism().as_str(),
+                if plan.changes == Changes::Review {
+                    "changes held for review"
+                } else {
+                    "changes discarded"
+                }
+            ));
+        }
+        supervise::start(name, plan, launch, layer)
     }
 }

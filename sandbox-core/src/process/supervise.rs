@@ -14,9 +14,14 @@ use super::cgroup::{CgroupSupport, RunCgroups};
 use super::child::ChildSetup;
 use super::output::{drain, snapshot};
 use super::{files, HostSupport, Launch};
+use crate::changes::scan::scan;
+use crate::changes::Layer;
+use crate::egress::ConnectionRecord;
 use crate::outcome::{LimitMechanism, LimitRecord};
 use crate::run::{feed_stdin, run_channel, supervise, End, Finished, Job, RunHandle};
-use crate::{Plan, SandboxError, SandboxOutcome, Status, StreamKind};
+use crate::{
+    ChangeSet, Changes, LayerMechanism, Plan, SandboxError, SandboxOutcome, Status, StreamKind,
+};
 
 /// How long to wait for the tree to be gone and the pipes to close after a kill.
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
@@ -26,6 +31,7 @@ pub(super) fn start(
     backend: &'static str,
     plan: Plan,
     mut launch: Launch,
+    layer: Option<Layer>,
 ) -> Result<RunHandle, SandboxError> {
     let drops_uid = launch.credentials.is_some_and(|(uid, _)| uid != 0);
     let host = HostSupport::detect(drops_uid);
@@ -177,18 +183,20 @@ pub(super) fn start(
         backend,
         plan,
         launch,
+        layer,
         cgroups,
         pgid,
         policy,
         child,
         exit: None,
+        connections: Vec::new(),
     };
     supervise(run, control, readers, started, timeout);
     Ok(handle)
 }
 
-/// A run that timed out before its command started (the snapshot copy took the whole
-/// timeout): its outcome is known at once.
+/// A run that timed out before its command started (the layer's copy took the whole
+/// timeout): its outcome is known at once, and nothing was changed.
 pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration) -> RunHandle {
     let (handle, control) = run_channel(plan.output_limit);
     let outcome = SandboxOutcome {
@@ -199,6 +207,8 @@ pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration)
         backend,
         files: Default::default(),
         policy: plan.effective_policy(backend),
+        changes: None,
+        connections: Vec::new(),
     };
     control.finish(Ok(outcome));
     handle
@@ -208,12 +218,16 @@ struct Supervised {
     backend: &'static str,
     plan: Plan,
     launch: Launch,
+    /// The layer over the workspace (review or discard), while the command runs.
+    layer: Option<Layer>,
     cgroups: Option<Arc<RunCgroups>>,
     pgid: Option<Pid>,
     policy: crate::EffectivePolicy,
     child: tokio::process::Child,
     /// The launcher's status once it is reaped.
     exit: Option<std::process::ExitStatus>,
+    /// The egress proxy's record, once it is finished in [`Job::stop`].
+    connections: Vec<ConnectionRecord>,
 }
 
 #[async_trait]
@@ -232,6 +246,10 @@ impl Job for Supervised {
         if let Some(cg) = self.cgroups.clone() {
             // cgroup.kill, or the v1 kill loop: both may sleep briefly.
             let _ = tokio::task::spawn_blocking(move || cg.kill_all(TEARDOWN_LIMIT)).await;
+        }
+        // The tree is dead (or dying, under SIGKILL); then nor may its proxy outlive the run.
+        if let Some(e) = &self.launch.egress {
+            self.connections = e.finish().await;
         }
         self.exit = match end {
             End::Exited(s) => *s,
@@ -261,32 +279,87 @@ impl Job for Supervised {
             End::Exited(Some(_)) if oom && unreported => Status::OutOfMemory,
             End::Exited(Some(_)) => decode(reported.or(self.exit), oom),
         };
-        let files = files::capture_files(
-            &self.plan.workspace,
-            &self.plan.capture_files,
-            self.plan.output_limit,
-        );
+        let files = match &self.layer {
+            // The command's view is the overlay, which is gone with its namespace: read
+            // through the layer.
+            Some(l) if l.mechanism() == LayerMechanism::Overlay => self
+                .plan
+                .capture_files
+                .iter()
+                .filter_map(|n| Some((n.clone(), l.read_merged(n, self.plan.output_limit)?)))
+                .collect(),
+            _ => files::capture_files(
+                &self.plan.workspace,
+                &self.plan.capture_files,
+                self.plan.output_limit,
+            ),
+        };
+        let Supervised {
+            backend,
+            cgroups,
+            launch,
+            layer,
+            plan,
+            policy,
+            connections,
+            ..
+        } = self;
+        // The tree is dead: the layer holds exactly what the command left.
+        let changes = match layer {
+            Some(l) if plan.changes == Changes::Review => {
+                let scanned =
+                    tokio::task::spawn_blocking(move || scan(&l).map(|c| ChangeSet::new(l, c)))
+                        .await;
+                match scanned {
+                    Ok(Ok(set)) => Some(set),
+                    Ok(Err(e)) => {
+                        release(cgroups, launch).await;
+                        return Err(SandboxError::io(
+                            "reading the command's changes from its layer",
+                            e,
+                        ));
+                    }
+                    Err(e) => {
+                        release(cgroups, launch).await;
+                        return Err(SandboxError::io(
+                            "reading the command's changes from its layer",
+                            std::io::Error::other(e),
+                        ));
+                    }
+                }
+            }
+            other => {
+                // Discard: the layer goes with the rest below.
+                let _ = tokio::task::spawn_blocking(move || drop(other)).await;
+                None
+            }
+        };
         let outcome = SandboxOutcome {
             status,
             stdout: finished.stdout,
             stderr: finished.stderr,
             wall_time: finished.wall_time,
-            backend: self.backend,
+            backend,
             files,
-            policy: self.policy.clone(),
+            policy,
+            changes,
+            connections,
         };
         // Remove the cgroups and the launch's resources (temp dirs, the snapshot copy)
         // before reporting, so that `wait` returning means nothing is left behind.
-        let Supervised {
-            cgroups, launch, ..
-        } = self;
-        let _ = tokio::task::spawn_blocking(move || {
-            drop(cgroups);
-            drop(launch);
-        })
-        .await;
+        release(cgroups, launch).await;
         Ok(outcome)
     }
+}
+
+/// Remove the cgroups and the launch's resources (temp dirs, descriptors) off the async
+/// threads: removing a large temp dir may take a while.
+async fn release(cgroups: Option<Arc<RunCgroups>>, launch: Launch) {
+    let _ = tokio::task::spawn_blocking(move || {
+        drop(cgroups);
+        drop(launch);
+    })
+    .await;
 }
 
 impl Supervised {

@@ -11,11 +11,16 @@
 //!
 //! Subcommands: `argv`, `argv-hex`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
 //! `rename FROM TO`, `remove PATH`,
-//! `connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
+//! `connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `dns-udp HOST:PORT`,
+//! `udp-route HOST:PORT`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `see-pid PID`, `open-files N`,
 //! `print TEXT [SECS]`, `barrier DIR N ID`, `kill-self N`, `orphan`, `tree DIR`,
-//! `blocks PATH`, `kill-parent CODE`, `readable DIR DEPTH`, `tmpfs DIR`.
+//! `blocks PATH`, `kill-parent CODE`, `readable DIR DEPTH`, `tmpfs DIR`,
+//! `edit OP ARGS... [, OP ARGS...]...` (ops: `write P C`, `mkdir P`, `chmod P OCTAL`,
+//! `symlink TARGET P`, `link FROM TO`, `rename FROM TO`, `remove P`, `mkfifo P`,
+//! `say TEXT`, `sleep SECS`, `tree`), `tree` (the working directory's entries, one per line:
+//! path, kind, mode, contents or target; sorted).
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
@@ -51,6 +56,8 @@ fn main() {
         ("connect", [addr]) => connect(addr),
         ("connect-abstract", [name]) => connect_abstract(name),
         ("listen-connect", []) => listen_connect(),
+        ("dns-udp", [addr]) => dns_udp(addr),
+        ("udp-route", [addr]) => udp_route(addr),
         ("env", []) => env(),
         ("fds", []) => fds(),
         ("fork", [n]) => fork_many(num(n)),
@@ -78,6 +85,8 @@ fn main() {
         ("kill-parent", [code]) => kill_parent(num(code) as i32),
         ("readable", [dir, depth]) => readable(dir, num(depth) as usize),
         ("tmpfs", [dir]) => tmpfs(dir),
+        ("edit", ops) => edit(ops),
+        ("tree", []) => tree_here(),
         _ => usage(&format!(
             "unknown subcommand or arguments: {}",
             text[1..].join(" ")
@@ -515,6 +524,55 @@ fn connect(addr: &str) -> ! {
     }
     ok().s("received", &String::from_utf8_lossy(&got)).emit();
     exit(0)
+}
+
+/// Send a DNS query (for `example.invalid`, type A) over UDP and wait for any answer: a
+/// resolver reached is a side channel out, whatever it answers.
+fn dns_udp(addr: &str) -> ! {
+    let addr: SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|_| usage(&format!("`{addr}` is not HOST:PORT")));
+    let run = || -> io::Result<usize> {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        s.set_read_timeout(Some(Duration::from_secs(3)))?;
+        let mut q = vec![0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in ["example", "invalid"] {
+            q.push(label.len() as u8);
+            q.extend_from_slice(label.as_bytes());
+        }
+        q.extend_from_slice(&[0, 0, 1, 0, 1]);
+        s.send_to(&q, addr)?;
+        let mut buf = [0u8; 512];
+        let (n, _) = s.recv_from(&mut buf)?;
+        Ok(n)
+    };
+    match run() {
+        Ok(n) => {
+            ok().n("answer_bytes", n as i64).emit();
+            exit(0)
+        }
+        Err(e) => fail("dns-udp", &e),
+    }
+}
+
+/// `connect` a UDP socket: a route lookup only, no packet is sent. Succeeds where the
+/// address has a route: how a case asks "could a datagram leave for there?" without
+/// sending one to an address outside loopback.
+fn udp_route(addr: &str) -> ! {
+    let addr: SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|_| usage(&format!("`{addr}` is not HOST:PORT")));
+    let run = || -> io::Result<()> {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        s.connect(addr)
+    };
+    match run() {
+        Ok(()) => {
+            ok().emit();
+            exit(0)
+        }
+        Err(e) => fail("udp-route", &e),
+    }
 }
 
 /// Connect to the abstract unix socket `NAME` (no file: only the network namespace, or a
@@ -1128,8 +1186,118 @@ fn invoke(name: &str) -> Option<(i64, i32)> {
             "socket-unix" => socket(libc::AF_UNIX, libc::SOCK_STREAM, 0),
             "socket-netlink" => socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE),
             "socket-packet" => socket(libc::AF_PACKET, libc::SOCK_RAW, 0),
+            "socket-raw-icmp" => socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP),
+            "socket-raw-udp" => socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_UDP),
             _ => return None,
         }
     };
     Some(r)
+}
+
+/// Several file operations in order, separated by `,`; stops at the first that fails.
+fn edit(ops: &[String]) -> ! {
+    for op in ops.split(|a| a == ",") {
+        let r = match op {
+            [o, p, c] if o == "write" => std::fs::write(p, c),
+            [o, p] if o == "mkdir" => std::fs::create_dir(p),
+            [o, p, m] if o == "chmod" => {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = u32::from_str_radix(m, 8).unwrap_or_else(|_| usage("bad mode"));
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+            }
+            [o, t, p] if o == "symlink" => std::os::unix::fs::symlink(t, p),
+            [o, a, b] if o == "link" => std::fs::hard_link(a, b),
+            // As `mv` does: where the kernel refuses to reparent (EXDEV, which landlock
+            // also answers for a cross-directory rename it will not allow), copy and
+            // remove.
+            [o, a, b] if o == "rename" => match std::fs::rename(a, b) {
+                Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                    std::fs::copy(a, b).and_then(|_| std::fs::remove_file(a))
+                }
+                r => r,
+            },
+            [o, p] if o == "remove" => match std::fs::symlink_metadata(p) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+                _ => std::fs::remove_file(p),
+            },
+            [o, p] if o == "mkfifo" => {
+                let c = cstr(p);
+                // SAFETY: mkfifo on a C string we own.
+                if unsafe { libc::mkfifo(c.as_ptr(), 0o644) } == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::last_os_error())
+                }
+            }
+            [o, t] if o == "say" => {
+                let mut out = io::stdout().lock();
+                writeln!(out, "{t}").and_then(|()| out.flush())
+            }
+            [o] if o == "tree" => tree_lines().and_then(|lines| {
+                let mut out = io::stdout().lock();
+                for l in lines {
+                    writeln!(out, "{l}")?;
+                }
+                out.flush()
+            }),
+            [o, t] if o == "sleep" => {
+                std::thread::sleep(secs(t));
+                Ok(())
+            }
+            _ => usage(&format!("edit: unknown op {op:?}")),
+        };
+        if let Err(e) = r {
+            fail(&op.join(" "), &e);
+        }
+    }
+    ok().emit();
+    exit(0)
+}
+
+/// Every entry under the working directory: `path kind mode contents-or-target`, sorted.
+fn tree_here() -> ! {
+    let lines = tree_lines().unwrap_or_else(|e| fail("tree", &e));
+    let mut o = io::stdout().lock();
+    for l in lines {
+        let _ = writeln!(o, "{l}");
+    }
+    let _ = o.flush();
+    exit(0)
+}
+
+fn tree_lines() -> io::Result<Vec<String>> {
+    fn walk(dir: &Path, rel: &str, out: &mut Vec<String>) -> io::Result<()> {
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            let m = std::fs::symlink_metadata(e.path())?;
+            let mode = m.mode() & 0o7777;
+            let t = m.file_type();
+            if t.is_dir() {
+                out.push(format!("{path} dir {mode:o}"));
+                walk(&e.path(), &path, out)?;
+            } else if t.is_symlink() {
+                let target = std::fs::read_link(e.path())?;
+                out.push(format!("{path} symlink -> {}", target.display()));
+            } else if t.is_file() {
+                let c = std::fs::read(e.path())?;
+                out.push(format!(
+                    "{path} file {mode:o} {}",
+                    esc(&String::from_utf8_lossy(&c))
+                ));
+            } else {
+                out.push(format!("{path} special {mode:o}"));
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(Path::new("."), "", &mut out)?;
+    out.sort();
+    Ok(out)
 }

@@ -2,6 +2,8 @@
 //! the host side judges the effect wherever it can.
 
 pub mod api;
+pub mod changes;
+pub mod egress;
 pub mod env;
 pub mod fd;
 pub mod fs;

@@ -111,6 +111,17 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Run on a copy-on-write layer over the workspace, then: `ask` (show what changed and
+    /// ask, on a terminal; without one nothing is applied), `apply` (write it into the
+    /// workspace unless something escapes it or conflicts), `discard` (throw it away; what
+    /// `--snapshot` means). Without it the command writes the workspace directly
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub changes: Option<ChangesArg>,
+
+    /// With `--changes`: show a unified diff of the changed text files
+    #[arg(long)]
+    pub changes_diff: bool,
+
     /// The program and its arguments, passed as an argv (never through a shell)
     #[arg(
         value_name = "PROGRAM",
@@ -143,10 +154,26 @@ pub struct PolicyArgs {
     #[arg(long = "write", value_name = "PATH")]
     pub write: Vec<PathBuf>,
 
-    /// What the command may reach: nothing, a private loopback of its own, or the host's
-    /// network [default: none]
+    /// What the command may reach: nothing, a private loopback of its own, the hosts of
+    /// an allowlist through a proxy, or the host's network [default: none, or proxy with
+    /// --allow-host]
     #[arg(long, value_enum, value_name = "MODE")]
     pub network: Option<NetworkArg>,
+
+    /// Let the command reach PATTERN through the sandbox's egress proxy (repeatable;
+    /// implies `--network proxy`): `crates.io`, `*.githubusercontent.com` (subdomains
+    /// only), `host:PORT` (default ports 80 and 443), an IP or CIDR written as such
+    #[arg(long = "allow-host", value_name = "PATTERN")]
+    pub allow_host: Vec<String>,
+
+    /// Let the command's 127.0.0.1:PORT reach the host's 127.0.0.1:PORT, and nothing else of
+    /// the host's (repeatable; with `--network loopback`, which it implies, or `proxy`)
+    #[arg(
+        long = "host-port",
+        value_name = "PORT",
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub host_port: Vec<u16>,
 
     /// Pass the host's NAME, or set NAME=VALUE (repeatable); nothing else of the host's
     /// environment reaches the command
@@ -183,7 +210,8 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
 
-    /// Run against a throwaway copy of the workspace; the original is never touched
+    /// Run against a throwaway copy of the workspace; the original is never touched (for
+    /// `sandbox run`, the same as `--changes discard`)
     #[arg(long)]
     pub snapshot: bool,
 
@@ -285,6 +313,8 @@ pub enum NetworkArg {
     None,
     /// A private loopback; nothing of the host's.
     Loopback,
+    /// The hosts of an allowlist (`--allow-host`), through a proxy; nothing else.
+    Proxy,
     /// The host's network.
     Full,
 }
@@ -295,8 +325,21 @@ impl From<NetworkArg> for NetworkMode {
             NetworkArg::None => Self::None,
             NetworkArg::Loopback => Self::Loopback,
             NetworkArg::Full => Self::Full,
+            NetworkArg::Proxy => Self::Proxy,
         }
     }
+}
+
+/// What to do with the command's changes, as typed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ChangesArg {
+    /// Show the change set and ask whether to apply it (nothing applied without a
+    /// terminal).
+    Ask,
+    /// Apply it unless something escapes the workspace or conflicts.
+    Apply,
+    /// Throw it away.
+    Discard,
 }
 
 /// A lane, as typed.

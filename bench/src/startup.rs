@@ -93,6 +93,20 @@ pub async fn measure(
         }
         None => None,
     };
+    // A first command: a new backend value each time, so nothing it keeps across runs
+    // (a connection, a warm pool) helps.
+    let first_at = probes.len();
+    if let Some(fresh) = &s.fresh {
+        let opts = &opts;
+        probes.push(Box::new(move || {
+            let fresh = fresh.0.clone();
+            let opts = opts.clone();
+            Box::pin(async move {
+                let backend = fresh().map_err(|e| BenchError::wrong("a new backend value", e))?;
+                runs::library_run(&backend, opts).await.map(|(d, _)| d)
+            })
+        }));
+    }
     let fast_index = (s.lane == sandbox_core::Lane::Strict && s.accepts(sandbox_core::Lane::Fast))
         .then(|| {
             let fast_opts = &fast_opts;
@@ -150,6 +164,17 @@ pub async fn measure(
                 budget::startup_vs_direct(s.name),
                 budget.quick,
             ));
+            if let (true, Some(first)) = (s.fresh.is_some(), samples.get(first_at)) {
+                rows.push(row(
+                    s,
+                    format!("first command (a new backend value, no pool) against {label}, {how}"),
+                    first,
+                    direct,
+                    label,
+                    budget::first_vs_direct(s.name),
+                    budget.quick,
+                ));
+            }
         }
     }
     Ok(rows)

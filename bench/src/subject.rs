@@ -103,6 +103,19 @@ impl Host {
     }
 }
 
+/// Builds a new value of a backend.
+pub type FreshFn = dyn Fn() -> Result<Arc<dyn Backend>, String> + Send + Sync;
+
+/// A constructor of new backend values.
+#[derive(Clone)]
+pub struct Fresh(pub Arc<FreshFn>);
+
+impl std::fmt::Debug for Fresh {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Fresh")
+    }
+}
+
 /// Builds the `docker` arguments that start the same container a run of the options would.
 pub type DockerArgsFn = dyn Fn(&SandboxOpts) -> Result<Vec<OsString>, String> + Send + Sync;
 
@@ -187,6 +200,7 @@ struct Parts {
     flood_program: OsString,
     workspace: PathBuf,
     cli_args: Vec<OsString>,
+    fresh: Option<Fresh>,
 }
 
 impl Parts {
@@ -205,12 +219,17 @@ impl Parts {
             flood_program: host.flood().as_os_str().to_owned(),
             workspace: host.workspace().to_path_buf(),
             cli_args: Vec::new(),
+            fresh: None,
         })
     }
 
     /// A backend that runs an image, on [`DOCKER_IMAGE`] built here from `/bin/true` and
     /// this binary; the baseline of its own tool where the bench has one.
-    async fn image(host: &Host, info: &BackendInfo, image: &ImageSupport) -> Result<Self, String> {
+    async fn image(
+        host: &Host,
+        info: &'static BackendInfo,
+        image: &ImageSupport,
+    ) -> Result<Self, String> {
         (image.build_from_binaries)(
             DOCKER_IMAGE.to_string(),
             vec![
@@ -235,6 +254,10 @@ impl Parts {
             flood_program: FLOOD_IN_IMAGE.into(),
             workspace: host.docker_workspace.path().to_path_buf(),
             cli_args: vec!["--image".into(), DOCKER_IMAGE.into()],
+            fresh: Some(Fresh(Arc::new(move || {
+                info.build(&Config::with_image(DOCKER_IMAGE))
+                    .map_err(|e| e.to_string())
+            }))),
         })
     }
 }
@@ -260,6 +283,9 @@ pub struct Subject {
     pub cli_args: Vec<OsString>,
     /// One run costs hundreds of milliseconds (a container): fewer runs.
     pub slow: bool,
+    /// For a backend that runs an image (and may keep state across the runs of one value:
+    /// an engine connection, a warm pool): a new value, to measure a first command.
+    pub fresh: Option<Fresh>,
     /// How long its first preflight took (one-time host surveys included).
     pub preflight_time: std::time::Duration,
 }
@@ -289,6 +315,7 @@ impl Subject {
             direct: parts.direct,
             cli_args: parts.cli_args,
             slow: false,
+            fresh: parts.fresh,
             preflight_time: std::time::Duration::ZERO,
         };
         let started = std::time::Instant::now();

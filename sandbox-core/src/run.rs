@@ -3,14 +3,33 @@
 //! A backend's supervisor task owns the running command; the sandbox value keeps a
 //! [`RunHandle`] that any task may use to read logs, ask for a kill or wait for the
 //! outcome. This is what lets `kill` be called from one task while another is in `wait`.
+//!
+//! # One supervisor for every kind of run
+//!
+//! What happens between the start and the outcome is the same whether the command is a
+//! host process ([`ProcessSandbox`](crate::process::ProcessSandbox)) or something an
+//! engine runs for us (a container): race the command's end against the timeout and a
+//! kill request, make sure nothing of the tree survives, let the output drain to its end
+//! (bounded), then build the outcome and release everything before `wait` returns. That
+//! sequence is [`supervise`]; a backend supplies only the verbs of its [`Job`]: how to
+//! wait for the end, how to stop the tree, how to turn the end into an outcome. The
+//! input and the output go through [`feed_stdin`] and [`OutputTap`], so the caps and the
+//! sink behave the same for every backend.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
-use crate::outcome::Logs;
+use crate::outcome::{Captured, Logs};
 use crate::process::output::{snapshot, CaptureBuffer, SharedCapture};
-use crate::{SandboxError, SandboxOutcome};
+use crate::{
+    Capability, OutputSink, Plan, Preflight, Sandbox, SandboxError, SandboxOpts, SandboxOutcome,
+    StreamKind,
+};
 
 type Done = Option<Result<SandboxOutcome, Arc<SandboxError>>>;
 
@@ -45,6 +64,167 @@ impl RunControl {
     pub fn kill_requested(&self) -> bool {
         *self.kill_rx.borrow()
     }
+
+    /// Where a reader of the command's output puts what it reads: the captures, after
+    /// `sink`.
+    pub fn tap(&self, sink: Option<OutputSink>) -> OutputTap {
+        OutputTap {
+            stdout: self.stdout.clone(),
+            stderr: self.stderr.clone(),
+            sink,
+        }
+    }
+}
+
+/// The command's output on its way into the capped captures (and the caller's sink
+/// first, which sees every byte, including those the cap drops).
+#[derive(Clone)]
+pub struct OutputTap {
+    stdout: SharedCapture,
+    stderr: SharedCapture,
+    sink: Option<OutputSink>,
+}
+
+impl std::fmt::Debug for OutputTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutputTap")
+            .field("sink", &self.sink.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OutputTap {
+    /// Bytes of one stream, as they arrive.
+    pub fn push(&self, kind: StreamKind, bytes: &[u8]) {
+        if let Some(s) = &self.sink {
+            (s.0)(kind, bytes);
+        }
+        let capture = match kind {
+            StreamKind::Stdout => &self.stdout,
+            StreamKind::Stderr => &self.stderr,
+        };
+        if let Ok(mut c) = capture.lock() {
+            c.push(bytes);
+        }
+    }
+}
+
+/// Write `bytes` to the command's input, then close it, in a task of its own (a command
+/// that reads nothing must not block the run). A command that closes its input early is
+/// not an error.
+pub fn feed_stdin<W: AsyncWrite + Unpin + Send + 'static>(mut input: W, bytes: Vec<u8>) {
+    tokio::spawn(async move {
+        let _ = input.write_all(&bytes).await;
+        let _ = input.shutdown().await;
+    });
+}
+
+/// How a supervised run ended.
+#[derive(Debug)]
+pub enum End<E> {
+    /// The command ended on its own, with what [`Job::exited`] returned.
+    Exited(E),
+    /// The timeout struck first.
+    TimedOut,
+    /// A kill was asked for first (or the sandbox was dropped).
+    Killed,
+}
+
+/// What the supervisor hands [`Job::finish`].
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Finished {
+    /// From the start given to [`supervise`] until the tree was stopped.
+    pub wall_time: Duration,
+    /// Everything captured of standard output.
+    pub stdout: Captured,
+    /// Everything captured of standard error.
+    pub stderr: Captured,
+}
+
+/// A started command, as its backend drives it: the verbs [`supervise`] calls, in this
+/// order: [`exited`](Job::exited) (raced against the timeout and kill requests),
+/// [`stop`](Job::stop) once, then [`finish`](Job::finish) once.
+///
+/// For backends whose command is not (only) a host process: a container, a microVM, a
+/// remote runner. Nothing here assumes a pid, a pipe or an engine.
+#[async_trait]
+pub trait Job: Send + 'static {
+    /// What the command's own end reports (an exit status, or nothing when the status is
+    /// read later).
+    type Exit: Send + 'static;
+
+    /// Resolve when the command has ended on its own. Dropped unfinished when the timeout
+    /// or a kill wins the race, so it must be cancel-safe.
+    async fn exited(&mut self) -> Self::Exit;
+
+    /// Make sure nothing of the command's tree is alive, whatever ended it (descendants
+    /// of a command that exited included); return once that is so, or once the backend's
+    /// own bound on trying has passed. After this the output streams reach their end.
+    async fn stop(&mut self, end: &End<Self::Exit>);
+
+    /// The outcome, with everything the run made released (temp dirs, cgroups,
+    /// containers) before it returns: `wait` returning means nothing is left behind.
+    async fn finish(
+        self,
+        end: End<Self::Exit>,
+        finished: Finished,
+    ) -> Result<SandboxOutcome, SandboxError>;
+}
+
+/// How long the output readers may take to reach their end once the tree is dead: the
+/// pipes close when their last writer dies; something outside our reach that holds one
+/// must not hold `wait` forever.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+/// Supervise `job` to its end in a task of its own and report the outcome to `control`'s
+/// handle. `readers` are the tasks copying the output into [`RunControl::tap`]; `started`
+/// is when the run began, for the wall time; `timeout` is the plan's.
+pub fn supervise<J: Job>(
+    job: J,
+    control: RunControl,
+    readers: Vec<JoinHandle<()>>,
+    started: Instant,
+    timeout: Option<Duration>,
+) {
+    tokio::spawn(drive(job, control, readers, started, timeout));
+}
+
+async fn drive<J: Job>(
+    mut job: J,
+    mut control: RunControl,
+    readers: Vec<JoinHandle<()>>,
+    started: Instant,
+    timeout: Option<Duration>,
+) {
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let timer = async {
+        match deadline {
+            Some(d) => tokio::time::sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    let end = tokio::select! {
+        exit = job.exited() => End::Exited(exit),
+        _ = timer => End::TimedOut,
+        _ = control.kill_rx.wait_for(|k| *k) => End::Killed,
+    };
+    // Whatever ended it, nothing of the tree may outlive the run.
+    job.stop(&end).await;
+    let wall_time = started.elapsed();
+    for r in readers {
+        let abort = r.abort_handle();
+        if tokio::time::timeout(DRAIN_LIMIT, r).await.is_err() {
+            abort.abort();
+        }
+    }
+    let finished = Finished {
+        wall_time,
+        stdout: snapshot(&control.stdout),
+        stderr: snapshot(&control.stderr),
+    };
+    let result = job.finish(end, finished).await;
+    control.finish(result);
 }
 
 /// A handle and its control, for a run whose streams are capped at `output_limit`.
@@ -222,5 +402,75 @@ fn poisoned() -> SandboxError {
     SandboxError::State {
         verb: "use",
         state: "poisoned by a panic in another task",
+    }
+}
+
+/// What a backend implements to get the whole [`Sandbox`] contract from [`RunSandbox`]:
+/// its name, what it can enforce, how to check the host, and how to start a checked plan.
+/// Process backends get it from their [`Launcher`](crate::process::Launcher); others
+/// (a container engine) implement it directly, usually around [`supervise`].
+#[async_trait]
+pub trait Starter: Send + Sync + std::fmt::Debug + 'static {
+    /// The backend's name.
+    fn name(&self) -> &'static str;
+    /// What it can enforce here.
+    fn capability(&self) -> Capability;
+    /// See [`Sandbox::preflight`].
+    async fn preflight(&self) -> Result<Preflight, SandboxError>;
+    /// Start `plan` (already checked against [`Starter::capability`]); return once the
+    /// command runs. An error means nothing runs and nothing is left behind.
+    async fn start(&self, plan: Plan) -> Result<RunHandle, SandboxError>;
+}
+
+/// A [`Sandbox`] for any [`Starter`]: the verbs, their order and the plan check, once for
+/// every backend.
+#[derive(Debug)]
+pub struct RunSandbox<S: Starter> {
+    starter: S,
+    slot: RunSlot,
+}
+
+impl<S: Starter> RunSandbox<S> {
+    /// A sandbox for one command, started by `starter`.
+    pub fn new(starter: S) -> Self {
+        Self {
+            starter,
+            slot: RunSlot::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl<S: Starter> Sandbox for RunSandbox<S> {
+    fn backend(&self) -> &'static str {
+        self.starter.name()
+    }
+
+    fn capability(&self) -> Capability {
+        self.starter.capability()
+    }
+
+    async fn preflight(&self) -> Result<Preflight, SandboxError> {
+        self.starter.preflight().await
+    }
+
+    async fn run(&self, opts: SandboxOpts) -> Result<(), SandboxError> {
+        let guard = self.slot.begin()?;
+        let plan = Plan::new(&opts, self.starter.name(), &self.starter.capability())?;
+        let handle = self.starter.start(plan).await?;
+        guard.started(handle);
+        Ok(())
+    }
+
+    async fn wait(&self) -> Result<SandboxOutcome, SandboxError> {
+        self.slot.handle("wait")?.wait().await
+    }
+
+    async fn kill(&self) -> Result<(), SandboxError> {
+        self.slot.handle("kill")?.kill().await
+    }
+
+    async fn logs(&self) -> Result<Logs, SandboxError> {
+        Ok(self.slot.handle("logs")?.logs())
     }
 }

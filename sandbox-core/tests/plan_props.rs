@@ -300,6 +300,7 @@ proptest! {
             // Every refusal is one of the typed, remedied kinds.
             Err(SandboxError::InvalidConfig { .. }
                 | SandboxError::PolicyRefused { .. }
+                | SandboxError::ControlGrant { .. }
                 | SandboxError::NotSupported { .. }
                 | SandboxError::Spawn { .. }) => {}
             Err(other) => prop_assert!(false, "unexpected error kind: {other:?}"),

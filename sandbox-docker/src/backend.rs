@@ -1,17 +1,19 @@
 //! The backend and its sandboxes: the contract's verbs over [`engine`](crate::engine).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use async_trait::async_trait;
-use sandbox_core::run::RunSlot;
+use sandbox_core::run::{RunHandle, RunSandbox, Starter};
 use sandbox_core::{
-    Backend, Capability, DynSandbox, Enforcement, Logs, Plan, Preflight, ResourceLimits, Sandbox,
-    SandboxError, SandboxOpts, SandboxOutcome, Status,
+    Backend, Capability, DynSandbox, Enforcement, Plan, Preflight, ResourceLimits, SandboxError,
+    SandboxOpts, Status,
 };
 
+use crate::client::Connection;
 use crate::config::DockerConfig;
-use crate::engine::{self, RunKind};
 use crate::error::DockerError;
+use crate::pool::Pool;
+use crate::run::{self as engine, RunKind};
 use crate::NAME;
 
 /// What the docker backend enforces: the same on every host, since the engine does the
@@ -52,12 +54,23 @@ pub fn capability() -> Capability {
 
 /// The docker backend: makes [`DockerSandbox`]es for one image.
 ///
-/// Cheap to clone. It does not connect on construction: each sandbox (and each preflight)
-/// connects when it is used, so the backend can be built where the engine is down and
-/// report that in its preflight, and can be shared across tokio runtimes.
+/// Cheap to clone; the clones share one engine connection and one warm pool (see the
+/// crate docs), which go when the last clone is dropped. It does not connect on
+/// construction: the first run (or preflight) connects, so the backend can be built where
+/// the engine is down and report that in its preflight, and can be shared across tokio
+/// runtimes.
 #[derive(Clone, Debug)]
 pub struct DockerBackend {
     config: Arc<DockerConfig>,
+    engine: Arc<Engine>,
+}
+
+/// What the runs of one backend value share.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub connection: Connection,
+    /// The warm pool, or why there is none on this host.
+    pub pool: Result<Pool, String>,
 }
 
 impl DockerBackend {
@@ -66,6 +79,10 @@ impl DockerBackend {
         config.validate()?;
         Ok(Self {
             config: Arc::new(config),
+            engine: Arc::new(Engine {
+                connection: Connection::default(),
+                pool: Pool::new(),
+            }),
         })
     }
 
@@ -84,15 +101,15 @@ impl DockerBackend {
         opts: &SandboxOpts,
     ) -> Result<bollard::models::ContainerCreateBody, SandboxError> {
         let plan = Plan::new(opts, NAME, &capability())?;
-        engine::plain_body(&self.config, &plan)
+        crate::prepare::plain_body(&self.config, &plan)
     }
 
     /// A fresh sandbox for one command, as its concrete type.
     pub fn docker_sandbox(&self) -> DockerSandbox {
-        DockerSandbox {
+        RunSandbox::new(DockerStarter {
             config: self.config.clone(),
-            slot: RunSlot::default(),
-        }
+            engine: Arc::downgrade(&self.engine),
+        })
     }
 }
 
@@ -111,15 +128,21 @@ impl Backend for DockerBackend {
 }
 
 /// One command in one container.
+pub type DockerSandbox = RunSandbox<DockerStarter>;
+
+/// How a [`DockerSandbox`] starts its command (see core's
+/// [`Starter`](sandbox_core::run::Starter)).
 #[derive(Debug)]
-pub struct DockerSandbox {
+pub struct DockerStarter {
     config: Arc<DockerConfig>,
-    slot: RunSlot,
+    /// The backend's shared state, while the backend lives: a sandbox does not keep the
+    /// pool alive.
+    engine: Weak<Engine>,
 }
 
 #[async_trait]
-impl Sandbox for DockerSandbox {
-    fn backend(&self) -> &'static str {
+impl Starter for DockerStarter {
+    fn name(&self) -> &'static str {
         NAME
     }
 
@@ -131,32 +154,12 @@ impl Sandbox for DockerSandbox {
         preflight(&self.config).await
     }
 
-    async fn run(&self, opts: SandboxOpts) -> Result<(), SandboxError> {
-        let guard = self.slot.begin()?;
-        let plan = Plan::new(&opts, NAME, &capability())?;
-        let handle = engine::start(
-            &self.config,
-            plan,
-            RunKind {
-                resolve_program: true,
-                role: "run",
-            },
-        )
-        .await?;
-        guard.started(handle);
-        Ok(())
-    }
-
-    async fn wait(&self) -> Result<SandboxOutcome, SandboxError> {
-        self.slot.handle("wait")?.wait().await
-    }
-
-    async fn kill(&self) -> Result<(), SandboxError> {
-        self.slot.handle("kill")?.kill().await
-    }
-
-    async fn logs(&self) -> Result<Logs, SandboxError> {
-        Ok(self.slot.handle("logs")?.logs())
+    async fn start(&self, plan: Plan) -> Result<RunHandle, SandboxError> {
+        let kind = RunKind {
+            resolve_program: true,
+            role: "run",
+        };
+        engine::start(&self.config, plan, kind, self.engine.upgrade()).await
     }
 }
 
@@ -211,6 +214,7 @@ async fn preflight(config: &DockerConfig) -> Result<Preflight, SandboxError> {
             resolve_program: false,
             role: "preflight",
         },
+        None,
     )
     .await?;
     let outcome = handle.wait().await?;

@@ -61,6 +61,19 @@
 //! mode such an engine fails the run with that remedy). Snapshot runs always use a copy
 //! that is thrown away; captured files are then read from the container.
 //!
+//! # Start-up
+//!
+//! A [`DockerBackend`] value (and its clones) keeps one engine connection for its runs,
+//! and a **warm pool**: once a policy comes back (its second run), the next container for
+//! it is created and started ahead of time, idle behind a tiny static waiter that reads
+//! the argv from its standard input and execs it under the engine's init. Each command
+//! still gets a fresh container, removed after it; a run takes a pooled one only when the
+//! whole create-container body (image id included) is identical to its own; lookups of
+//! `argv[0]` in the image are remembered per image id and policy. The pool goes with the
+//! backend value (and at process exit). Why a waiter on standard input rather than the
+//! engine's exec API, and the rest of the design, is in `pool.rs`. Runs that need a copy or
+//! idmapped staging (a root host with a root-owned workspace) are not pooled.
+//!
 //! # What it cannot do
 //!
 //! - Tell "killed by signal N" from "exited with 128+N": the engine's init reports both
@@ -98,7 +111,8 @@
 //! copy mode), `tokio`, `futures-util` and `bytes` (streams of the API), `serde_json`
 //! (the seccomp profile), `nix` and `libc` (uids, random run names, the idmapped mount's
 //! system calls), `thiserror` (the backend's error), `tempfile` (the preflight's scratch
-//! workspace), `tracing` (diagnostics).
+//! workspace), `tracing` (diagnostics). `build.rs` compiles the pool's waiter
+//! (`waiter/main.rs`, std only) with the same `rustc`, statically linked.
 //!
 //! [`Sandbox`]: sandbox_core::Sandbox
 //! [`Sandbox::logs`]: sandbox_core::Sandbox::logs
@@ -109,15 +123,20 @@
 mod backend;
 mod client;
 mod config;
-mod engine;
+mod copy;
+mod create;
 mod error;
 mod handover;
 mod idmap;
 mod image;
 mod labels;
 mod leftovers;
+mod pool;
+mod prepare;
 mod program;
+mod report;
 mod resources;
+mod run;
 mod seccomp;
 mod spec;
 mod transfer;
@@ -127,7 +146,7 @@ use std::sync::Arc;
 use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, ImageSupport};
 use sandbox_core::{Backend, SandboxError};
 
-pub use backend::{capability, DockerBackend, DockerSandbox};
+pub use backend::{capability, DockerBackend, DockerSandbox, DockerStarter};
 pub use bollard::Docker;
 pub use client::connect;
 pub use config::{DockerConfig, WorkspaceMode};

@@ -116,7 +116,8 @@ fn follow(at: &Path, target: &Path) -> PathBuf {
 }
 
 /// Check that `argv0` will be found and can be executed by `uid`/`gid` in container `id`,
-/// looking where `execvp` would (`path_var`, relative paths against `cwd`).
+/// looking where `execvp` would (`path_var`, relative paths against `cwd`). Returns every
+/// path it looked at, in order, the program's last.
 pub(crate) async fn check(
     docker: &Docker,
     id: &str,
@@ -125,16 +126,19 @@ pub(crate) async fn check(
     path_var: &str,
     cwd: &Path,
     (uid, gid): (u32, u32),
-) -> Result<(), DockerError> {
+) -> Result<Vec<PathBuf>, DockerError> {
     let mut denied: Option<(PathBuf, String)> = None;
+    let mut looked = Vec::new();
     for cand in candidates(argv0, path_var, cwd) {
         let mut at = cand.clone();
+        looked.push(at.clone());
         let mut node = stat(docker, id, &at).await?;
         // Follow a bounded chain of links, as the kernel would (40 is its limit).
         for _ in 0..40 {
             match node {
                 Some(Node::Link(t)) => {
                     at = follow(&at, &t);
+                    looked.push(at.clone());
                     node = stat(docker, id, &at).await?;
                 }
                 _ => break,
@@ -146,7 +150,7 @@ pub(crate) async fn check(
                 mode,
                 uid: o,
                 gid: g,
-            }) if may_execute(mode, o, g, uid, gid) => return Ok(()),
+            }) if may_execute(mode, o, g, uid, gid) => return Ok(looked),
             Some(Node::File { mode, .. }) => {
                 denied.get_or_insert((
                     cand,

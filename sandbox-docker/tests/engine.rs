@@ -25,7 +25,7 @@ use common::*;
 use sandbox_conformance::host::{processes_with_arg, HostListener};
 use sandbox_core::{
     Backend, LimitMechanism, NetworkMode, Sandbox, SandboxError, SandboxExt, SandboxOpts, Status,
-    TreeKill,
+    Stdin, TreeKill,
 };
 use sandbox_docker::{DockerBackend, DockerConfig, WorkspaceMode, NOBODY};
 
@@ -469,6 +469,39 @@ async fn snapshot_leaves_the_original_untouched_and_captures_from_the_copy() {
 }
 
 #[tokio::test]
+async fn a_relative_link_climbing_out_of_the_workspace_travels_as_a_link_in_copy_mode() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws, _) = bind_dir();
+    std::fs::create_dir(ws.join("sub")).unwrap();
+    let target = "../../../../../../etc/hostname";
+    std::os::unix::fs::symlink(target, ws.join("sub/up")).unwrap();
+    std::os::unix::fs::symlink("../../..", ws.join("top")).unwrap();
+    for (snapshot, mode) in [(true, WorkspaceMode::Bind), (false, WorkspaceMode::Copy)] {
+        let mut opts = SandboxOpts::new(
+            &ws,
+            sh("busybox readlink sub/up; busybox readlink top; echo ok > new.txt"),
+        );
+        opts.snapshot = snapshot;
+        let o = run(&backend(mode), opts).await;
+        assert_eq!(
+            o.status,
+            Status::Exited { code: 0 },
+            "snapshot {snapshot}: {}",
+            o.stderr.text()
+        );
+        assert_eq!(o.stdout.text(), format!("{target}\n../../..\n"));
+        // The host's links are untouched, and the copy's changes come back only when
+        // they should.
+        assert_eq!(
+            std::fs::read_link(ws.join("sub/up")).unwrap(),
+            Path::new(target)
+        );
+        assert_eq!(ws.join("new.txt").exists(), !snapshot);
+        assert_clean();
+    }
+}
+
+#[tokio::test]
 async fn captured_files_refuse_links_out_of_the_workspace() {
     let _g = SERIAL.lock().await;
     let (_d, ws, _) = bind_dir();
@@ -534,6 +567,7 @@ async fn network_modes_give_the_interfaces_asked_and_never_the_hosts_loopback() 
         o.stderr.text()
     );
     assert!(o.policy.can_reach_network());
+    drop(b);
     assert_clean();
 }
 
@@ -600,6 +634,7 @@ async fn limits_are_enforced_by_the_engine() {
         "{:?}",
         o.status
     );
+    drop(b);
     assert_clean();
 }
 
@@ -659,6 +694,7 @@ async fn kill_from_another_task_while_one_waits_ends_the_whole_tree() {
     // Verbs after the end: kill does nothing, wait returns the same outcome.
     sb.kill().await.unwrap();
     assert_eq!(sb.wait().await.unwrap().status, Status::Killed);
+    drop(b);
     assert_clean();
 }
 
@@ -707,6 +743,7 @@ async fn a_missing_or_unexecutable_program_is_an_error_and_nothing_is_left() {
     // A symlinked program is followed, as exec would.
     let o = run(&b, SandboxOpts::new(&ws, ["busybox", "true"])).await;
     assert_eq!(o.status, Status::Exited { code: 0 });
+    drop(b);
     assert_clean();
 }
 
@@ -734,6 +771,7 @@ async fn a_missing_image_is_named_with_its_remedy_and_never_pulled() {
         .output()
         .unwrap();
     assert!(out.stdout.is_empty(), "nothing was pulled");
+    drop(b);
     assert_clean();
 }
 
@@ -759,6 +797,7 @@ async fn preflight_runs_a_real_container_and_reports_the_engine() {
         .await
         .unwrap();
     assert!(p.details.iter().any(|d| d.contains("Copy")), "{p:?}");
+    drop(b);
     assert_clean();
 }
 
@@ -852,6 +891,7 @@ async fn many_sandboxes_at_once_do_not_interfere() {
         assert_eq!(out, format!("{i}\n"));
         assert_eq!(file, format!("{i}\n"));
     }
+    drop(b);
     assert_clean();
 }
 
@@ -1026,4 +1066,123 @@ async fn rebuilding_an_image_keeps_one_copy_and_skips_unchanged_contents() {
         )
         .await;
     assert!(!exists(tag));
+}
+
+fn pooled(o: &sandbox_core::SandboxOutcome) -> bool {
+    o.policy.notes.iter().any(|n| n.contains("warm pool"))
+}
+
+#[tokio::test]
+async fn repeated_runs_come_from_the_warm_pool_exactly_and_a_dropped_backend_leaves_nothing() {
+    let _g = SERIAL.lock().await;
+    // Bound as it is: a tree that needs idmapped staging is staged per run, unpooled.
+    let (_d, ws, _) = bind_dir();
+    let b = backend(WorkspaceMode::Bind);
+    let script = r#"printf '[%s]' "$@"; read -r x; echo "in=$x"; echo err >&2; exit 7"#;
+    let mut from_pool = 0;
+    for i in 0..4 {
+        let mut argv = sh(script);
+        argv.extend([
+            "argv0".into(),
+            "a b".into(),
+            i.to_string(),
+            String::new(),
+            "x\ny".into(),
+        ]);
+        let mut opts = SandboxOpts::new(&ws, argv);
+        opts.stdin = Stdin::Bytes(b"hello\nmore\n".to_vec());
+        let o = run(&b, opts).await;
+        assert_eq!(o.status, Status::Exited { code: 7 }, "{}", o.stderr.text());
+        assert_eq!(o.stdout.text(), format!("[a b][{i}][][x\ny]in=hello\n"));
+        assert_eq!(o.stderr.text(), "err\n");
+        from_pool += usize::from(pooled(&o));
+    }
+    // The first two runs have no pool yet (the second starts it); each later one takes
+    // the container its predecessor had made ready.
+    assert_eq!(from_pool, 2);
+
+    // A command with no input reads end-of-file at once; a signal's status is the
+    // init's, as in a fresh container.
+    let o = run(&b, SandboxOpts::new(&ws, sh("busybox cat; kill -TERM $$"))).await;
+    assert!(pooled(&o));
+    assert_eq!(o.status, Status::Exited { code: 143 });
+
+    // Another policy (one more variable) never takes this policy's container.
+    let mut opts = SandboxOpts::new(&ws, ["true"]);
+    opts.env.set = vec![("OTHER".into(), "1".into())];
+    let o = run(&b, opts).await;
+    assert!(!pooled(&o), "{:?}", o.policy.notes);
+
+    // Idle pooled containers exist while the backend lives, and go with it.
+    assert!(!ours().0.is_empty(), "a container is kept ready");
+    drop(b);
+    assert_clean();
+}
+
+#[tokio::test]
+async fn a_pooled_run_is_killed_timed_out_and_cleaned_like_a_fresh_one() {
+    let _g = SERIAL.lock().await;
+    // Bound as it is: a tree that needs idmapped staging is staged per run, unpooled.
+    let (_d, ws, _) = bind_dir();
+    let b = backend(WorkspaceMode::Bind);
+    for _ in 0..2 {
+        let fresh = run(&b, SandboxOpts::new(&ws, ["true"])).await;
+        assert!(!pooled(&fresh));
+    }
+
+    // Timeout, with a double-forked descendant.
+    let mut opts = SandboxOpts::new(
+        &ws,
+        sh("busybox setsid busybox sleep 7801 & busybox sleep 7802"),
+    );
+    opts.timeout = Some(Duration::from_secs(2));
+    let o = run(&b, opts).await;
+    assert!(pooled(&o), "{:?}", o.policy.notes);
+    assert_eq!(o.status, Status::TimedOut);
+    assert!(alive(&["7801", "7802"]).is_empty());
+
+    // Kill from another task while one waits.
+    let sb: Arc<Box<sandbox_core::DynSandbox>> = Arc::new(b.sandbox());
+    sb.run(SandboxOpts::new(
+        &ws,
+        sh("echo started; busybox setsid busybox sleep 7811 & busybox sleep 7812"),
+    ))
+    .await
+    .unwrap();
+    let waiter = {
+        let sb = sb.clone();
+        tokio::spawn(async move { sb.wait().await })
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while alive(&["7811", "7812"]).len() < 2 {
+        assert!(Instant::now() < deadline, "descendants never started");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sb.kill().await.unwrap();
+    let o = waiter.await.unwrap().unwrap();
+    assert!(pooled(&o));
+    assert_eq!(o.status, Status::Killed);
+    assert!(alive(&["7811", "7812"]).is_empty());
+    assert_eq!(o.stdout.text(), "started\n");
+
+    // A missing program is still an error before anything runs, on a pooled container.
+    let e = b
+        .sandbox()
+        .execute(SandboxOpts::new(&ws, ["/no/such/program"]))
+        .await
+        .unwrap_err();
+    assert!(e.is_not_found(), "{e}");
+
+    // A pooled run outlives its backend value: the pool goes, the run ends whole.
+    let late = b.sandbox();
+    late.run(SandboxOpts::new(&ws, sh("busybox sleep 1; echo late")))
+        .await
+        .unwrap();
+    drop(b);
+    let o = late.wait().await.unwrap();
+    assert!(pooled(&o), "{:?}", o.policy.notes);
+    assert_eq!(o.status, Status::Exited { code: 0 });
+    assert_eq!(o.stdout.text(), "late\n");
+    drop(sb);
+    assert_clean();
 }

@@ -34,10 +34,8 @@ pub use child::PreExec;
 use crate::changes::Layer;
 use crate::egress::EgressRun;
 use crate::outcome::{LimitMechanism, TreeKill};
-use crate::run::RunSlot;
-use crate::{
-    Capability, Changes, Logs, Plan, Preflight, Sandbox, SandboxError, SandboxOpts, SandboxOutcome,
-};
+use crate::run::{RunHandle, RunSandbox, Starter};
+use crate::{Capability, Changes, Plan, Preflight, SandboxError};
 
 /// What to spawn for one run: the result of a backend's pure policy function plus the
 /// resources (descriptors, temp dirs) it needs alive while the command runs.
@@ -252,47 +250,27 @@ async fn layer_within(
         .map_err(|e| SandboxError::io("making the workspace layer", std::io::Error::other(e)))?
 }
 
-/// A [`Sandbox`] for any [`Launcher`]: the whole run, kill and wait logic, once.
-#[derive(Debug)]
-pub struct ProcessSandbox<L: Launcher> {
-    launcher: L,
-    slot: RunSlot,
-}
+/// A [`Sandbox`](crate::Sandbox) for any [`Launcher`]: the whole run, kill and wait logic, once.
+pub type ProcessSandbox<L> = RunSandbox<L>;
 
-impl<L: Launcher> ProcessSandbox<L> {
-    /// A sandbox for one command, run by `launcher`.
-    pub fn new(launcher: L) -> Self {
-        Self {
-            launcher,
-            slot: RunSlot::default(),
-        }
-    }
-
-    /// The launcher.
-    pub fn launcher(&self) -> &L {
-        &self.launcher
-    }
-}
-
+/// A launcher starts a plan by spawning its launch under [`supervise`](crate::run::supervise).
 #[async_trait]
-impl<L: Launcher> Sandbox for ProcessSandbox<L> {
-    fn backend(&self) -> &'static str {
-        self.launcher.name()
+impl<L: Launcher> Starter for L {
+    fn name(&self) -> &'static str {
+        Launcher::name(self)
     }
 
     fn capability(&self) -> Capability {
-        self.launcher.capability()
+        Launcher::capability(self)
     }
 
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
-        self.launcher.preflight().await
+        Launcher::preflight(self).await
     }
 
-    async fn run(&self, opts: SandboxOpts) -> Result<(), SandboxError> {
-        let guard = self.slot.begin()?;
-        let name = self.launcher.name();
-        let cap = self.launcher.capability();
-        let mut plan = Plan::new(&opts, name, &cap)?;
+    async fn start(&self, mut plan: Plan) -> Result<RunHandle, SandboxError> {
+        let name = Launcher::name(self);
+        let cap = Launcher::capability(self);
         // The run's clock starts before the layer is made: a workspace made slow to copy
         // (huge, or raced by another run) must not hold the timeout off.
         let started = std::time::Instant::now();
@@ -307,8 +285,7 @@ impl<L: Launcher> Sandbox for ProcessSandbox<L> {
                 match layer_within(&plan.workspace, best, deadline).await {
                     Ok(l) => Some(l),
                     Err(SandboxError::Io { source, .. }) if tree::is_deadline(&source) => {
-                        guard.started(supervise::timed_out(name, &plan, started.elapsed()));
-                        return Ok(());
+                        return Ok(supervise::timed_out(name, &plan, started.elapsed()));
                     }
                     Err(e) => return Err(e),
                 }
@@ -327,7 +304,7 @@ impl<L: Launcher> Sandbox for ProcessSandbox<L> {
         if let Some(d) = deadline {
             plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
         }
-        let mut launch = self.launcher.prepare(&plan)?;
+        let mut launch = self.prepare(&plan)?;
         if let Some(step) = mount {
             launch.pre_exec.insert(0, Box::new(step));
         }
@@ -342,20 +319,6 @@ impl<L: Launcher> Sandbox for ProcessSandbox<L> {
                 }
             ));
         }
-        let handle = supervise::start(name, plan, launch, layer)?;
-        guard.started(handle);
-        Ok(())
-    }
-
-    async fn wait(&self) -> Result<SandboxOutcome, SandboxError> {
-        self.slot.handle("wait")?.wait().await
-    }
-
-    async fn kill(&self) -> Result<(), SandboxError> {
-        self.slot.handle("kill")?.kill().await
-    }
-
-    async fn logs(&self) -> Result<Logs, SandboxError> {
-        Ok(self.slot.handle("logs")?.logs())
+        supervise::start(name, plan, launch, layer)
     }
 }

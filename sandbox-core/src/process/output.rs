@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::options::{OutputSink, StreamKind};
+use crate::options::StreamKind;
 use crate::outcome::Captured;
+use crate::run::OutputTap;
 
 /// Room kept for the line that marks where bytes were dropped.
 const MARKER_RESERVE: usize = 64;
@@ -89,25 +90,13 @@ impl CaptureBuffer {
 /// A capture shared between the reading task and `logs()`.
 pub type SharedCapture = Arc<Mutex<CaptureBuffer>>;
 
-/// Read `reader` to its end into `capture`, handing every chunk to `sink` first.
-pub async fn drain<R: AsyncRead + Unpin>(
-    mut reader: R,
-    capture: SharedCapture,
-    kind: StreamKind,
-    sink: Option<OutputSink>,
-) {
+/// Read `reader` to its end into `tap` as stream `kind`.
+pub async fn drain<R: AsyncRead + Unpin>(mut reader: R, tap: OutputTap, kind: StreamKind) {
     let mut buf = vec![0u8; 64 * 1024];
     loop {
         match reader.read(&mut buf).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if let Some(s) = &sink {
-                    (s.0)(kind, &buf[..n]);
-                }
-                if let Ok(mut c) = capture.lock() {
-                    c.push(&buf[..n]);
-                }
-            }
+            Ok(n) => tap.push(kind, &buf[..n]),
         }
     }
 }

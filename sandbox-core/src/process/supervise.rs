@@ -6,9 +6,9 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::AsyncWriteExt;
 
 use super::cgroup::{CgroupSupport, RunCgroups};
 use super::child::ChildSetup;
@@ -16,8 +16,9 @@ use super::output::{drain, snapshot};
 use super::{files, HostSupport, Launch};
 use crate::changes::scan::scan;
 use crate::changes::Layer;
+use crate::egress::ConnectionRecord;
 use crate::outcome::{LimitMechanism, LimitRecord};
-use crate::run::{run_channel, RunControl, RunHandle};
+use crate::run::{feed_stdin, run_channel, supervise, End, Finished, Job, RunHandle};
 use crate::{
     ChangeSet, Changes, LayerMechanism, Plan, SandboxError, SandboxOutcome, Status, StreamKind,
 };
@@ -165,31 +166,19 @@ pub(super) fn start(
     let pgid = child.id().map(|p| Pid::from_raw(p as i32));
 
     let (handle, control) = run_channel(plan.output_limit);
-    let out = child.stdout.take().map(|r| {
-        tokio::spawn(drain(
-            r,
-            control.stdout.clone(),
-            StreamKind::Stdout,
-            plan.output_sink.clone(),
-        ))
-    });
-    let err = child.stderr.take().map(|r| {
-        tokio::spawn(drain(
-            r,
-            control.stderr.clone(),
-            StreamKind::Stderr,
-            plan.output_sink.clone(),
-        ))
-    });
-    if let (Some(mut stdin), crate::Stdin::Bytes(bytes)) = (child.stdin.take(), &plan.stdin) {
-        let bytes = bytes.clone();
-        tokio::spawn(async move {
-            // A command that does not read its input closes the pipe: not an error.
-            let _ = stdin.write_all(&bytes).await;
-            let _ = stdin.shutdown().await;
-        });
+    let tap = control.tap(plan.output_sink.clone());
+    let mut readers = Vec::new();
+    if let Some(r) = child.stdout.take() {
+        readers.push(tokio::spawn(drain(r, tap.clone(), StreamKind::Stdout)));
+    }
+    if let Some(r) = child.stderr.take() {
+        readers.push(tokio::spawn(drain(r, tap, StreamKind::Stderr)));
+    }
+    if let (Some(stdin), crate::Stdin::Bytes(bytes)) = (child.stdin.take(), &plan.stdin) {
+        feed_stdin(stdin, bytes.clone());
     }
 
+    let timeout = plan.timeout;
     let run = Supervised {
         backend,
         plan,
@@ -197,10 +186,12 @@ pub(super) fn start(
         layer,
         cgroups,
         pgid,
-        started,
         policy,
+        child,
+        exit: None,
+        connections: Vec::new(),
     };
-    tokio::spawn(run.supervise(child, control, [out, err]));
+    supervise(run, control, readers, started, timeout);
     Ok(handle)
 }
 
@@ -231,59 +222,47 @@ struct Supervised {
     layer: Option<Layer>,
     cgroups: Option<Arc<RunCgroups>>,
     pgid: Option<Pid>,
-    started: Instant,
     policy: crate::EffectivePolicy,
+    child: tokio::process::Child,
+    /// The launcher's status once it is reaped.
+    exit: Option<std::process::ExitStatus>,
+    /// The egress proxy's record, once it is finished in [`Job::stop`].
+    connections: Vec<ConnectionRecord>,
 }
 
-enum End {
-    Exited(std::process::ExitStatus),
-    TimedOut,
-    Killed,
-}
+#[async_trait]
+impl Job for Supervised {
+    /// The launcher's status; an error waiting for it counts as killed.
+    type Exit = Option<std::process::ExitStatus>;
 
-impl Supervised {
-    async fn supervise(
-        self,
-        mut child: tokio::process::Child,
-        mut control: RunControl,
-        drains: [Option<tokio::task::JoinHandle<()>>; 2],
-    ) {
-        let deadline = self.plan.timeout.map(|t| tokio::time::Instant::now() + t);
-        let timer = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::pin!(timer);
-        let end = tokio::select! {
-            status = child.wait() => match status {
-                Ok(s) => End::Exited(s),
-                Err(_) => End::Killed,
-            },
-            _ = &mut timer => End::TimedOut,
-            _ = control.kill_rx.wait_for(|k| *k) => End::Killed,
-        };
-        // Whatever ended it, nothing of the tree may outlive the run; then nor may its proxy.
-        self.kill_tree().await;
-        let connections = match &self.launch.egress {
-            Some(e) => e.finish().await,
-            None => Vec::new(),
-        };
-        let exit = match end {
-            End::Exited(s) => Some(s),
-            _ => child.wait().await.ok(),
+    async fn exited(&mut self) -> Self::Exit {
+        self.child.wait().await.ok()
+    }
+
+    async fn stop(&mut self, end: &End<Self::Exit>) {
+        if let Some(pgid) = self.pgid {
+            let _ = killpg(pgid, Signal::SIGKILL);
+        }
+        if let Some(cg) = self.cgroups.clone() {
+            // cgroup.kill, or the v1 kill loop: both may sleep briefly.
+            let _ = tokio::task::spawn_blocking(move || cg.kill_all(TEARDOWN_LIMIT)).await;
+        }
+        // The tree is dead (or dying, under SIGKILL); then nor may its proxy outlive the run.
+        if let Some(e) = &self.launch.egress {
+            self.connections = e.finish().await;
+        }
+        self.exit = match end {
+            End::Exited(s) => *s,
+            _ => self.child.wait().await.ok(),
         };
         self.wait_group_gone().await;
-        let wall_time = self.started.elapsed();
-        // The pipes close once the last writer is dead; bound the wait in case something
-        // outside our reach holds them.
-        for d in drains.into_iter().flatten() {
-            let abort = d.abort_handle();
-            if tokio::time::timeout(TEARDOWN_LIMIT, d).await.is_err() {
-                abort.abort();
-            }
-        }
+    }
+
+    async fn finish(
+        self,
+        end: End<Self::Exit>,
+        finished: Finished,
+    ) -> Result<SandboxOutcome, SandboxError> {
         let oom = self.cgroups.as_ref().is_some_and(|c| c.oom_killed());
         // The backend's helper knows the command's own status; the launcher's may fold a
         // signal into an exit code. A helper that died before reporting under the OOM
@@ -296,9 +275,9 @@ impl Supervised {
         let unreported = self.launch.exit_status_pipe.is_some() && reported.is_none();
         let status = match end {
             End::TimedOut => Status::TimedOut,
-            End::Killed => Status::Killed,
-            End::Exited(_) if oom && unreported => Status::OutOfMemory,
-            End::Exited(_) => decode(reported.or(exit), oom),
+            End::Killed | End::Exited(None) => Status::Killed,
+            End::Exited(Some(_)) if oom && unreported => Status::OutOfMemory,
+            End::Exited(Some(_)) => decode(reported.or(self.exit), oom),
         };
         let files = match &self.layer {
             // The command's view is the overlay, which is gone with its namespace: read
@@ -322,6 +301,7 @@ impl Supervised {
             layer,
             plan,
             policy,
+            connections,
             ..
         } = self;
         // The tree is dead: the layer holds exactly what the command left.
@@ -333,20 +313,18 @@ impl Supervised {
                 match scanned {
                     Ok(Ok(set)) => Some(set),
                     Ok(Err(e)) => {
-                        drop((cgroups, launch));
-                        control.finish(Err(SandboxError::io(
+                        release(cgroups, launch).await;
+                        return Err(SandboxError::io(
                             "reading the command's changes from its layer",
                             e,
-                        )));
-                        return;
+                        ));
                     }
                     Err(e) => {
-                        drop((cgroups, launch));
-                        control.finish(Err(SandboxError::io(
+                        release(cgroups, launch).await;
+                        return Err(SandboxError::io(
                             "reading the command's changes from its layer",
                             std::io::Error::other(e),
-                        )));
-                        return;
+                        ));
                     }
                 }
             }
@@ -358,9 +336,9 @@ impl Supervised {
         };
         let outcome = SandboxOutcome {
             status,
-            stdout: snapshot(&control.stdout),
-            stderr: snapshot(&control.stderr),
-            wall_time,
+            stdout: finished.stdout,
+            stderr: finished.stderr,
+            wall_time: finished.wall_time,
             backend,
             files,
             policy,
@@ -369,14 +347,22 @@ impl Supervised {
         };
         // Remove the cgroups and the launch's resources (temp dirs, the snapshot copy)
         // before reporting, so that `wait` returning means nothing is left behind.
-        let _ = tokio::task::spawn_blocking(move || {
-            drop(cgroups);
-            drop(launch);
-        })
-        .await;
-        control.finish(Ok(outcome));
+        release(cgroups, launch).await;
+        Ok(outcome)
     }
+}
 
+/// Remove the cgroups and the launch's resources (temp dirs, descriptors) off the async
+/// threads: removing a large temp dir may take a while.
+async fn release(cgroups: Option<Arc<RunCgroups>>, launch: Launch) {
+    let _ = tokio::task::spawn_blocking(move || {
+        drop(cgroups);
+        drop(launch);
+    })
+    .await;
+}
+
+impl Supervised {
     /// SIGKILL is delivered, not waited for: a descendant that was killed may still be
     /// running its exit for a moment. Without a cgroup that waits for it, `wait` would
     /// return while it is still on the host, so wait until no member of the process group
@@ -397,16 +383,6 @@ impl Supervised {
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(std::time::Duration::from_millis(5));
-        }
-    }
-
-    async fn kill_tree(&self) {
-        if let Some(pgid) = self.pgid {
-            let _ = killpg(pgid, Signal::SIGKILL);
-        }
-        if let Some(cg) = self.cgroups.clone() {
-            // cgroup.kill, or the v1 kill loop: both may sleep briefly.
-            let _ = tokio::task::spawn_blocking(move || cg.kill_all(TEARDOWN_LIMIT)).await;
         }
     }
 }

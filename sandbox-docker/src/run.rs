@@ -1,0 +1,396 @@
+//! One run on the engine: create what it needs, start it, supervise it to its end, bring
+//! the changes back, remove everything.
+//!
+//! Order matters for "nothing half-started or left behind": every input error is found by
+//! the plan and the pure [`spec`](crate::spec) before the engine is asked for anything;
+//! each object is recorded in [`Resources`] the moment it exists, and any error after the
+//! first one removes them all before `run` returns. The supervision itself (the timeout
+//! and kill race, the output capture, the order of teardown) is core's
+//! [`supervise`](sandbox_core::run::supervise); this module supplies the engine's verbs.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bollard::container::LogOutput;
+use bollard::models::ContainerCreateBody;
+use bollard::query_parameters::{
+    InspectContainerOptions, KillContainerOptionsBuilder, WaitContainerOptionsBuilder,
+};
+use bollard::Docker;
+use futures_util::StreamExt;
+use sandbox_core::run::{
+    feed_stdin, run_channel, supervise, End, Finished, Job, OutputTap, RunHandle,
+};
+use sandbox_core::{
+    EffectivePolicy, Plan, SandboxError, SandboxOutcome, Status, Stdin, StreamKind,
+};
+
+use crate::backend::Engine;
+use crate::config::DockerConfig;
+use crate::create::{self, Made, Output, Setup};
+use crate::error::DockerError;
+use crate::handover::{Handover, Identity, Via};
+use crate::pool::{Pool, Warm};
+use crate::resources::Resources;
+use crate::{copy, labels, prepare, report, spec, NAME};
+
+/// How long teardown waits for a killed container to stop.
+const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
+
+/// Knobs that differ between a user's run and the preflight's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RunKind {
+    /// Look `argv[0]` up in the image first (off for the preflight, whose program is the
+    /// engine's own init, mounted only at start).
+    pub resolve_program: bool,
+    /// The role label.
+    pub role: &'static str,
+}
+
+/// Start `plan` in a container; returns once it runs.
+pub(crate) async fn start(
+    config: &DockerConfig,
+    plan: Plan,
+    kind: RunKind,
+    engine: Option<Arc<Engine>>,
+) -> Result<RunHandle, SandboxError> {
+    let identity = prepare::identity(&plan);
+    let run_id = labels::run_id();
+    let spec_for = |handovers: &[Handover]| {
+        spec::container(&spec::SpecInput {
+            plan: &plan,
+            config,
+            identity,
+            handovers,
+            run_id: &run_id,
+            labels: labels::labels(kind.role),
+        })
+    };
+    let mut handovers = prepare::handovers(config, &plan, &identity, true);
+    // Every input error surfaces here, before anything is made.
+    let mut body = spec_for(&handovers)?;
+    prepare::copyable(&handovers)?;
+    let docker = match &engine {
+        Some(e) => e.connection.get().await?,
+        None => crate::client::connect_inner().await?,
+    };
+    let image = crate::image::ensure(&docker, config).await?;
+
+    // From here on the host or the engine holds objects of ours: any error removes them.
+    let mut resources = Resources::new(docker.clone());
+    let mut notes = Vec::new();
+    if handovers
+        .iter()
+        .any(|h| matches!(h.via, Via::IdmappedBind { .. }))
+    {
+        if let Err(e) =
+            prepare::stage_idmapped(&run_id, &handovers, &identity, &mut resources).await
+        {
+            // Not a weaker confinement: the same trees, handed over by copy instead.
+            notes.push(format!(
+                "idmapped mounts are unavailable here ({e}); trees the command's uid does not \
+                 own travel by copy"
+            ));
+            if let Err(cleanup) = resources.remove_all().await {
+                tracing::error!("sandbox-docker: removing staging mounts: {cleanup}");
+            }
+            handovers = prepare::handovers(config, &plan, &identity, false);
+            prepare::copyable(&handovers)?;
+            body = spec_for(&handovers)?;
+        }
+    }
+    let mut policy = report::policy(&plan, config, &identity, &handovers, &image);
+    policy.notes.append(&mut notes);
+
+    // The warm pool serves runs whose every path is bound as it is: a copy or a staging
+    // mount is made per run.
+    let mut refill = None;
+    if let (Some(e), Some(image_id)) = (&engine, &image.id) {
+        if let (Ok(pool), true) = (&e.pool, kind.resolve_program && !plan.argv.is_empty()) {
+            if handovers.iter().all(|h| h.via == Via::Bind) {
+                let (pooled, key) = pool.body(&body, image_id)?;
+                if let Some(warm) = pool.take(&key).await {
+                    pool.refill(key.clone(), pooled);
+                    let run = Run {
+                        docker: docker.clone(),
+                        resources: Resources::new(docker),
+                        id: String::new(),
+                        plan,
+                        policy,
+                        handovers,
+                        uploaded: BTreeMap::new(),
+                        refill: None,
+                    };
+                    return start_warm(run, warm, pool, &key, config, &identity).await;
+                }
+                if pool.seen_before(&key) {
+                    refill = Some((Arc::downgrade(e), key, pooled));
+                }
+            }
+        }
+    }
+
+    let setup = Setup {
+        docker: &docker,
+        config,
+        plan: &plan,
+        handovers: &handovers,
+        identity: &identity,
+        run_id: &run_id,
+        kind,
+    };
+    let made = match create::make(&setup, &mut resources, body).await {
+        Ok(m) => m,
+        Err(e) => {
+            if let Err(cleanup) = resources.remove_all().await {
+                tracing::error!("sandbox-docker: removing a failed run: {cleanup}");
+            }
+            return Err(e.into());
+        }
+    };
+    let Made {
+        id,
+        uploaded,
+        output,
+        input,
+        mut notes,
+    } = made;
+    policy.notes.append(&mut notes);
+
+    let (handle, control) = run_channel(plan.output_limit);
+    let reader = tokio::spawn(pump(output, control.tap(plan.output_sink.clone())));
+    if let Stdin::Bytes(bytes) = &plan.stdin {
+        feed_stdin(input, bytes.clone());
+    }
+    let timeout = plan.timeout;
+    let run = Run {
+        docker,
+        resources,
+        id,
+        plan,
+        policy,
+        handovers,
+        uploaded,
+        refill,
+    };
+    supervise(run, control, vec![reader], Instant::now(), timeout);
+    Ok(handle)
+}
+
+/// Run the plan in a pooled container: look its program up (once per image and policy),
+/// hand the waiter the argv, then the input.
+async fn start_warm(
+    mut run: Run,
+    mut warm: Warm,
+    pool: &Pool,
+    key: &str,
+    config: &DockerConfig,
+    identity: &Identity,
+) -> Result<RunHandle, SandboxError> {
+    run.id = warm.id.clone();
+    run.resources.container(warm.id.clone());
+    let argv: Vec<Vec<u8>> = run
+        .plan
+        .argv
+        .iter()
+        .map(|a| a.as_bytes().to_vec())
+        .collect();
+    let started = async {
+        if !pool.program_known(key, &argv[0]) {
+            let looked =
+                create::check_program(&run.docker, &run.id, config, &run.plan, identity).await?;
+            // Found in the image itself, and nothing earlier on the search can appear
+            // later: the image is immutable and named by id in the key.
+            let mounted = |p: &PathBuf| {
+                run.handovers.iter().any(|h| p.starts_with(&h.path))
+                    || ["/tmp", "/proc", "/dev", "/sys", "/etc"]
+                        .iter()
+                        .any(|m| p.starts_with(m))
+            };
+            if !looked.iter().any(mounted) {
+                pool.program_found(key, &argv[0]);
+            }
+        }
+        // The output, attached before the command exists (it has none until then).
+        let output = create::attach(&run.docker, &run.id, false).await?.output;
+        warm.deliver(&argv)
+            .await
+            .map_err(|e| DockerError::io("handing the command to its container", e))?;
+        Ok::<_, DockerError>(output)
+    };
+    let output = match started.await {
+        Ok(o) => o,
+        Err(e) => {
+            if let Err(cleanup) = run.resources.remove_all().await {
+                tracing::error!("sandbox-docker: removing a failed run: {cleanup}");
+            }
+            return Err(e.into());
+        }
+    };
+    run.policy.notes.append(&mut warm.notes);
+    run.policy
+        .notes
+        .push("container: started ahead of time with this policy (warm pool)".into());
+
+    let (handle, control) = run_channel(run.plan.output_limit);
+    let tap = control.tap(run.plan.output_sink.clone());
+    // The pool's runtime drives the streams: it stays until the output has ended.
+    let keep = warm.keep_runtime();
+    let reader = tokio::spawn(async move {
+        pump(output, tap).await;
+        drop(keep);
+    });
+    // The input is always a pipe here: the command's bytes, or end-of-file at once.
+    let input = match &run.plan.stdin {
+        Stdin::Bytes(bytes) => bytes.clone(),
+        Stdin::Null => Vec::new(),
+    };
+    feed_stdin(warm.input, input);
+    let timeout = run.plan.timeout;
+    supervise(run, control, vec![reader], Instant::now(), timeout);
+    Ok(handle)
+}
+
+/// Copy the output into the captures (and the sink) as it arrives.
+pub(crate) async fn pump(mut output: Output, tap: OutputTap) {
+    while let Some(Ok(item)) = output.next().await {
+        match item {
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                tap.push(StreamKind::Stdout, &message)
+            }
+            LogOutput::StdErr { message } => tap.push(StreamKind::Stderr, &message),
+            LogOutput::StdIn { .. } => {}
+        }
+    }
+}
+
+/// Return once the container is not running. The engine's wait answers when it stops;
+/// if the connection breaks instead, fall back to asking.
+pub(crate) async fn wait_stopped(docker: &Docker, id: &str) {
+    loop {
+        let opts = WaitContainerOptionsBuilder::new()
+            .condition("not-running")
+            .build();
+        let mut wait = docker.wait_container(id, Some(opts));
+        match wait.next().await {
+            Some(Ok(_)) | Some(Err(bollard::errors::Error::DockerContainerWaitError { .. })) => {
+                return
+            }
+            _ => {}
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        match docker
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(c) if c.state.as_ref().and_then(|s| s.running) == Some(true) => {}
+            _ => return,
+        }
+    }
+}
+
+/// A started container, as core's supervisor drives it.
+struct Run {
+    docker: Docker,
+    resources: Resources,
+    id: String,
+    plan: Plan,
+    policy: EffectivePolicy,
+    handovers: Vec<Handover>,
+    uploaded: BTreeMap<usize, BTreeSet<PathBuf>>,
+    /// After a fresh run that the pool could have served: make a container for the next.
+    refill: Option<(Weak<Engine>, String, ContainerCreateBody)>,
+}
+
+#[async_trait]
+impl Job for Run {
+    /// The status is read from the stopped container.
+    type Exit = ();
+
+    async fn exited(&mut self) {
+        wait_stopped(&self.docker, &self.id).await
+    }
+
+    async fn stop(&mut self, end: &End<()>) {
+        // A container that stopped on its own took its pid namespace with it.
+        if matches!(end, End::Exited(())) {
+            return;
+        }
+        // The init dies and takes the whole pid namespace with it.
+        let kill = KillContainerOptionsBuilder::new().signal("SIGKILL").build();
+        if let Err(e) = self.docker.kill_container(&self.id, Some(kill)).await {
+            tracing::debug!("sandbox-docker: kill: {e}");
+        }
+        let _ = tokio::time::timeout(TEARDOWN_LIMIT, wait_stopped(&self.docker, &self.id)).await;
+    }
+
+    async fn finish(
+        mut self,
+        end: End<()>,
+        finished: Finished,
+    ) -> Result<SandboxOutcome, SandboxError> {
+        let result = self.outcome(end, finished).await;
+        // Removal is part of the run: `wait` returns only once nothing is left.
+        let removed = self.resources.remove_all().await;
+        if let Some((engine, key, body)) = self.refill.take() {
+            if let Some(Ok(pool)) = engine.upgrade().as_ref().map(|e| &e.pool) {
+                pool.refill(key, body);
+            }
+        }
+        match (result, removed) {
+            (Ok(outcome), Ok(())) => Ok(outcome),
+            (Err(e), _) => Err(e),
+            (Ok(_), Err(e)) => Err(SandboxError::from(e)),
+        }
+    }
+}
+
+impl Run {
+    /// The status, the changes copied back, the captured files.
+    async fn outcome(
+        &mut self,
+        end: End<()>,
+        finished: Finished,
+    ) -> Result<SandboxOutcome, SandboxError> {
+        let state = self
+            .docker
+            .inspect_container(&self.id, None::<InspectContainerOptions>)
+            .await
+            .map_err(|e| DockerError::engine("inspect the container", e))?
+            .state
+            .unwrap_or_default();
+        let code = state.exit_code.unwrap_or(-1);
+        let oom = state.oom_killed == Some(true)
+            || (matches!(end, End::Exited(())) && code != 0 && {
+                report::oom_event(&self.docker, &self.id, code).await
+            });
+        let mut policy = self.policy.clone();
+        let status = match end {
+            End::TimedOut => Status::TimedOut,
+            End::Killed => Status::Killed,
+            End::Exited(()) => report::decode(code, oom, &mut policy),
+        };
+
+        for (i, h) in self.handovers.iter().enumerate() {
+            if h.via == (Via::Volume { write_back: true }) && !h.read_only {
+                let uploaded = self.uploaded.get(&i).cloned().unwrap_or_default();
+                copy::write_back(&self.docker, &self.id, h, &self.handovers, &uploaded).await?;
+            }
+        }
+        let files =
+            copy::captured_files(&self.docker, &self.id, &self.plan, &self.handovers).await?;
+        Ok(SandboxOutcome::new(
+            status,
+            finished.stdout,
+            finished.stderr,
+            finished.wall_time,
+            NAME,
+            files,
+            policy,
+        ))
+    }
+}

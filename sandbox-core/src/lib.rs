@@ -41,6 +41,7 @@
 //! and, behind the `seccomp` feature, `seccompiler` (the shared system-call filter).
 
 pub mod capability;
+pub mod denial;
 mod error;
 mod options;
 mod outcome;
@@ -55,6 +56,7 @@ pub mod seccomp;
 pub mod syscalls;
 
 pub use capability::{Capability, Enforcement};
+pub use denial::{Denial, DenialKind, DenialKinds, DenialMechanism, Denials};
 pub use error::{Result, SandboxError};
 pub use options::{
     EnvPolicy, OutputSink, ResourceLimits, SandboxOpts, Stdin, StreamKind, DEFAULT_MAX_PROCESSES,

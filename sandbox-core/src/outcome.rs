@@ -274,6 +274,9 @@ pub struct SandboxOutcome {
     pub files: BTreeMap<PathBuf, Vec<u8>>,
     /// What was enforced.
     pub policy: EffectivePolicy,
+    /// What was refused while it ran, as far as the backend can see
+    /// ([`crate::Capability::reports_denials`]).
+    pub denials: crate::Denials,
 }
 
 impl SandboxOutcome {
@@ -296,7 +299,14 @@ impl SandboxOutcome {
             backend,
             files,
             policy,
+            denials: crate::Denials::default(),
         }
+    }
+
+    /// The outcome with `denials` (a backend outside core that saw some).
+    pub fn with_denials(mut self, denials: crate::Denials) -> Self {
+        self.denials = denials;
+        self
     }
 }
 

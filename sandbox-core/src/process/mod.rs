@@ -17,6 +17,7 @@
 pub mod cgroup;
 mod child;
 pub mod files;
+mod notify;
 pub mod output;
 mod supervise;
 
@@ -77,6 +78,11 @@ pub struct Launch {
     /// of the user on the host, and refuse the launcher's own namespace set-up). Core then
     /// leaves it off the launcher; the limit is still recorded.
     pub process_rlimit_inside: bool,
+    /// The host's end of a socket pair on which a step of the child sends the listener of
+    /// a notifying seccomp filter ([`crate::seccomp::InstallNotifying`]). Core then serves
+    /// it for the run: each denied call is recorded in the outcome's denials and answered
+    /// `EPERM`.
+    pub seccomp_listener: Option<OwnedFd>,
 }
 
 impl fmt::Debug for Launch {
@@ -94,6 +100,7 @@ impl fmt::Debug for Launch {
             .field("notes", &self.notes)
             .field("exit_status_pipe", &self.exit_status_pipe)
             .field("process_rlimit_inside", &self.process_rlimit_inside)
+            .field("seccomp_listener", &self.seccomp_listener)
             .finish()
     }
 }
@@ -115,6 +122,7 @@ impl Launch {
             notes: Vec::new(),
             exit_status_pipe: None,
             process_rlimit_inside: false,
+            seccomp_listener: None,
         }
     }
 
@@ -139,6 +147,7 @@ impl Launch {
             notes: Vec::new(),
             exit_status_pipe: None,
             process_rlimit_inside: false,
+            seccomp_listener: None,
         }
     }
 }

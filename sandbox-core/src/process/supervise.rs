@@ -151,6 +151,14 @@ pub(super) fn start(
     launch.pass_fds.clear();
     let pgid = child.id().map(|p| Pid::from_raw(p as i32));
 
+    // The seccomp supervisor, for a backend whose filter notifies: the child has sent the
+    // listener before exec, so it is waiting on the socket already.
+    let denial_log = super::notify::SharedLog::default();
+    let watcher = launch
+        .seccomp_listener
+        .take()
+        .map(|sock| tokio::spawn(super::notify::watch(sock, denial_log.clone())));
+
     let (handle, control) = run_channel(plan.output_limit);
     let out = child.stdout.take().map(|r| {
         tokio::spawn(drain(
@@ -185,6 +193,8 @@ pub(super) fn start(
         pgid,
         started,
         policy,
+        watcher,
+        denial_log,
     };
     tokio::spawn(run.supervise(child, control, [out, err]));
     Ok(handle)
@@ -198,6 +208,8 @@ struct Supervised {
     pgid: Option<Pid>,
     started: Instant,
     policy: crate::EffectivePolicy,
+    watcher: Option<tokio::task::JoinHandle<()>>,
+    denial_log: super::notify::SharedLog,
 }
 
 enum End {
@@ -260,6 +272,16 @@ impl Supervised {
             End::Exited(_) if oom && unreported => Status::OutOfMemory,
             End::Exited(_) => decode(reported.or(exit), oom),
         };
+        // The tree is dead: no call is waiting on the listener any more, and every call that
+        // was answered was recorded before its answer. The watcher goes with the run.
+        if let Some(w) = &self.watcher {
+            w.abort();
+        }
+        let denials = self
+            .denial_log
+            .lock()
+            .map(|l| l.denials().clone())
+            .unwrap_or_default();
         let files = files::capture_files(
             &self.plan.workspace,
             &self.plan.capture_files,
@@ -273,12 +295,20 @@ impl Supervised {
             backend: self.backend,
             files,
             policy: self.policy.clone(),
+            denials,
         };
         // Remove the cgroups and the launch's resources (temp dirs, the snapshot copy)
         // before reporting, so that `wait` returning means nothing is left behind.
         let Supervised {
-            cgroups, launch, ..
+            cgroups,
+            launch,
+            watcher,
+            ..
         } = self;
+        // Wait for the aborted watcher, so its listener is closed when `wait` returns.
+        if let Some(w) = watcher {
+            let _ = w.await;
+        }
         let _ = tokio::task::spawn_blocking(move || {
             drop(cgroups);
             drop(launch);

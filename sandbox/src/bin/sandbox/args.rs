@@ -111,6 +111,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Do not print the one-line summary of denied operations on stderr after the run
+    /// (`--json` carries the whole list either way)
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+
     /// The program and its arguments, passed as an argv (never through a shell)
     #[arg(
         value_name = "PROGRAM",

@@ -10,7 +10,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    DynSandbox, EffectivePolicy, EnvPolicy, Plan, SandboxError, SandboxOpts, SandboxOutcome, Status,
+    Denials, DynSandbox, EffectivePolicy, EnvPolicy, Plan, SandboxError, SandboxOpts,
+    SandboxOutcome, Status,
 };
 
 use crate::args::RunArgs;
@@ -87,6 +88,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         source,
     })?;
     let json = args.json;
+    let args_quiet = args.quiet;
     let spec = config::resolve(args.policy, &cwd)?;
     let terminal = Terminal::new(
         if json { Dest::Stderr } else { Dest::Stdout },
@@ -129,6 +131,11 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         }
     };
     terminal.finish();
+    if !args_quiet {
+        if let Some(line) = outcome.denials.summary() {
+            eprintln!("sandbox: {line}");
+        }
+    }
     let code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
     if json {
         print_json(&JsonOutcome::new(&outcome, code));
@@ -243,6 +250,9 @@ struct JsonOutcome<'a> {
     /// What `sandbox run` exits with.
     exit_status: i32,
     policy: &'a EffectivePolicy,
+    /// What was refused while it ran, as far as the backend sees (`doctor` shows which
+    /// kinds each backend reports).
+    denials: &'a Denials,
 }
 
 impl<'a> JsonOutcome<'a> {
@@ -260,6 +270,7 @@ impl<'a> JsonOutcome<'a> {
             backend: o.backend,
             exit_status,
             policy: &o.policy,
+            denials: &o.denials,
         }
     }
 }

@@ -510,6 +510,7 @@ mod tests {
             snapshot: true,
             host_programs: true,
             full_network_is_host: true,
+            reports_denials: sandbox_core::DenialKinds::default(),
         }
     }
 

@@ -196,6 +196,13 @@ pub mod require {
             "to run the host's programs (capability.host_programs)",
         )
     }
+    /// `reports_denials.syscall` and `.ptrace`: denied calls are listed by name.
+    pub fn reports_syscall_denials(c: &Capability) -> Result<(), String> {
+        claim(
+            c.reports_denials.syscall && c.reports_denials.ptrace,
+            "to report denied system calls (capability.reports_denials.syscall)",
+        )
+    }
     /// The host runs as root and the backend claims to drop root's power.
     pub fn drops_host_root(c: &Capability) -> Result<(), String> {
         if !crate::context::is_root() {
@@ -280,6 +287,9 @@ pub fn cases() -> Vec<Case> {
         ),
         case!(root::no_setuid_root_left, drops_host_root, confinement),
         case!(scale::concurrent_32, always),
+        case!(denials::syscalls_reported, reports_syscall_denials),
+        case!(denials::allowed_not_reported, always),
+        case!(denials::million_refusals_bounded, reports_syscall_denials),
     ]
 }
 

@@ -13,7 +13,7 @@
 //! `rename FROM TO`, `remove PATH`,
 //! `connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
-//! `chmod-setuid PATH`, `syscall NAME`, `see-pid PID`, `open-files N`,
+//! `chmod-setuid PATH`, `syscall NAME`, `syscall-loop NAME N`, `see-pid PID`, `open-files N`,
 //! `print TEXT [SECS]`, `barrier DIR N ID`.
 
 use std::ffi::{CString, OsString};
@@ -64,6 +64,7 @@ fn main() {
         ("id", []) => id(),
         ("chmod-setuid", [p]) => chmod_setuid(p),
         ("syscall", [name]) => syscall(name),
+        ("syscall-loop", [name, n]) => syscall_loop(name, num(n)),
         ("see-pid", [pid]) => see_pid(num(pid) as libc::pid_t),
         ("open-files", [n]) => open_files(num(n)),
         ("print", [t]) => print_then_sleep(t, None),
@@ -745,6 +746,28 @@ fn syscall(name: &str) -> ! {
         .b("denied", denied)
         .emit();
     exit(if denied { 1 } else { 0 })
+}
+
+/// `syscall NAME`, `n` times: how many were refused (the denial report's bound is
+/// checked against this many refusals).
+fn syscall_loop(name: &str, n: u64) -> ! {
+    let mut refused = 0u64;
+    for _ in 0..n {
+        match invoke(name) {
+            Some((ret, e)) if ret < 0 && matches!(e, libc::EPERM | libc::EACCES | libc::ENOSYS) => {
+                refused += 1
+            }
+            Some(_) => {}
+            None => usage(&format!("unknown syscall probe `{name}`")),
+        }
+    }
+    Json::new()
+        .b("ok", refused == 0)
+        .s("syscall", name)
+        .n("calls", n as i64)
+        .n("refused", refused as i64)
+        .emit();
+    exit(if refused == n { 1 } else { 0 })
 }
 
 /// Run `f` in a forked child and return what it reported through its exit code

@@ -149,6 +149,10 @@ pub struct SandboxOpts {
     pub snapshot: bool,
     /// Sees output as it is produced (optional).
     pub output_sink: Option<OutputSink>,
+    /// Record what was refused in the outcome's denials, where the backend can
+    /// ([`crate::Capability::reports_denials`]). On by default; off, a backend uses its
+    /// plain mechanism (the same refusals, unrecorded), which the bench compares against.
+    pub report_denials: bool,
 }
 
 impl SandboxOpts {
@@ -175,6 +179,7 @@ impl SandboxOpts {
             capture_files: Vec::new(),
             snapshot: false,
             output_sink: None,
+            report_denials: true,
         }
     }
 }

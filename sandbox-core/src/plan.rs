@@ -56,6 +56,8 @@ pub struct Plan {
     pub snapshot: bool,
     /// Output callback.
     pub output_sink: Option<OutputSink>,
+    /// Record refusals in the outcome where the backend can.
+    pub report_denials: bool,
     /// The lane's grants.
     pub grants: Vec<Grant>,
     /// Whether the host process is root.
@@ -271,6 +273,7 @@ impl Plan {
             capture_files: opts.capture_files.clone(),
             snapshot: opts.snapshot,
             output_sink: opts.output_sink.clone(),
+            report_denials: opts.report_denials,
             grants,
             host_is_root,
         })
@@ -400,6 +403,7 @@ mod tests {
             snapshot: true,
             host_programs: true,
             full_network_is_host: true,
+            reports_denials: crate::DenialKinds::default(),
         }
     }
 

@@ -369,7 +369,7 @@ impl Launcher for LandlockBackend {
         }
         // Last: it denies calls the steps above make. Where the kernel can notify, the
         // denied calls go to core's supervisor, which records each and answers EPERM.
-        if sandbox_core::seccomp::user_notification_available() {
+        if plan.report_denials && sandbox_core::seccomp::user_notification_available() {
             let (step, host_end) = sandbox_core::seccomp::InstallNotifying::pair(
                 filter::shared_notifying(plan.network)?,
             )?;

@@ -28,6 +28,7 @@ fn cap() -> Capability {
         snapshot: true,
         host_programs: true,
         full_network_is_host: true,
+        reports_denials: sandbox_core::DenialKinds::default(),
     }
 }
 

@@ -255,6 +255,7 @@ mod tests {
             snapshot: true,
             host_programs: true,
             full_network_is_host: true,
+            reports_denials: crate::DenialKinds::default(),
         }
     }
 

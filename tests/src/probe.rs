@@ -1,0 +1,905 @@
+//! The probe: the program the conformance suite runs inside a sandbox (the
+//! `sandbox-probe` binary, and `sandbox __probe` in the command).
+//!
+//! Each subcommand does one thing and reports through its exit code and one JSON line on
+//! stdout, so that a case never depends on a shell's or an interpreter's quirks, and the
+//! host can judge the effect independently. Exit codes: 0 the operation succeeded, 1 it was
+//! refused or failed (the line says why, with the errno), 2 a usage error.
+//!
+//! std and libc only: it must run inside a FROM-scratch container that holds nothing but it
+//! and its shared libraries, so no `/bin/sh`, no `/proc` assumed (where it matters, the
+//! probe says whether it could read `/proc`).
+//!
+//! Subcommands: `argv`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
+//! `rename FROM TO`, `remove PATH`,
+//! `connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
+//! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
+//! `chmod-setuid PATH`, `syscall NAME`, `syscall-loop NAME N`, `see-pid PID`, `open-files N`,
+//! `print TEXT [SECS]`, `barrier DIR N ID`.
+
+use std::ffi::{CString, OsString};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::exit;
+use std::time::{Duration, Instant};
+
+/// The probe's main: `args` as the process's argv (`args[0]` the probe, then the
+/// subcommand). Never returns: the probe reports through its exit code. The
+/// `sandbox-probe` binary and the `sandbox __probe` subcommand both call it.
+pub fn main(args: Vec<OsString>) -> ! {
+    let text: Vec<String> = args
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let Some(cmd) = text.get(1) else {
+        usage("no subcommand")
+    };
+    let rest = &text[2..];
+    match (cmd.as_str(), rest) {
+        ("argv", _) => argv(&args),
+        ("exit", [n]) => exit(num(n) as i32),
+        ("signal", [n]) => signal(num(n) as i32),
+        ("read", [p]) => read(p),
+        ("write", [p]) => write(p, "probe"),
+        ("write", [p, c]) => write(p, c),
+        ("rename", [from, to]) => rename(from, to),
+        ("remove", [p]) => remove(p),
+        ("connect", [addr]) => connect(addr),
+        ("connect-abstract", [name]) => connect_abstract(name),
+        ("listen-connect", []) => listen_connect(),
+        ("env", []) => env(),
+        ("fds", []) => fds(),
+        ("fork", [n]) => fork_many(num(n)),
+        ("alloc", [mb]) => alloc(num(mb)),
+        ("spin", []) => spin(),
+        ("sleep", [s]) => {
+            std::thread::sleep(secs(s));
+            exit(0)
+        }
+        ("flood", [n]) => flood(num(n)),
+        ("cat", []) => cat(),
+        ("daemonize", [pidfile]) => daemonize(pidfile, None),
+        ("daemonize", [pidfile, release]) => daemonize(pidfile, Some(release)),
+        ("pwd", []) => pwd(),
+        ("id", []) => id(),
+        ("chmod-setuid", [p]) => chmod_setuid(p),
+        ("syscall", [name]) => syscall(name),
+        ("syscall-loop", [name, n]) => syscall_loop(name, num(n)),
+        ("see-pid", [pid]) => see_pid(num(pid) as libc::pid_t),
+        ("open-files", [n]) => open_files(num(n)),
+        ("print", [t]) => print_then_sleep(t, None),
+        ("print", [t, s]) => print_then_sleep(t, Some(secs(s))),
+        ("barrier", [dir, n, id]) => barrier(dir, num(n), id),
+        _ => usage(&format!(
+            "unknown subcommand or arguments: {}",
+            text[1..].join(" ")
+        )),
+    }
+}
+
+fn usage(why: &str) -> ! {
+    eprintln!("sandbox-probe: {why}");
+    exit(2)
+}
+
+fn num(s: &str) -> u64 {
+    s.parse()
+        .unwrap_or_else(|_| usage(&format!("`{s}` is not a number")))
+}
+
+fn secs(s: &str) -> Duration {
+    s.parse::<f64>()
+        .ok()
+        .and_then(|f| Duration::try_from_secs_f64(f).ok())
+        .unwrap_or_else(|| usage(&format!("`{s}` is not a number of seconds")))
+}
+
+// ---------------------------------------------------------------------------------------
+// Reporting: one JSON object on one line.
+
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// A JSON object built field by field; `emit` prints it as the one line.
+struct Json(Vec<String>);
+
+impl Json {
+    fn new() -> Self {
+        Self(Vec::new())
+    }
+    fn raw(mut self, k: &str, v: String) -> Self {
+        self.0.push(format!("{}:{}", esc(k), v));
+        self
+    }
+    fn s(self, k: &str, v: &str) -> Self {
+        self.raw(k, esc(v))
+    }
+    fn n(self, k: &str, v: i64) -> Self {
+        self.raw(k, v.to_string())
+    }
+    fn b(self, k: &str, v: bool) -> Self {
+        self.raw(k, v.to_string())
+    }
+    fn emit(self) {
+        let line = format!("{{{}}}\n", self.0.join(","));
+        let mut out = io::stdout().lock();
+        // Nothing to do if stdout is gone: the exit code still reports.
+        let _ = out.write_all(line.as_bytes());
+        let _ = out.flush();
+    }
+}
+
+fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+/// Report a failed operation and exit 1.
+fn fail(op: &str, e: &io::Error) -> ! {
+    Json::new()
+        .b("ok", false)
+        .s("op", op)
+        .n("errno", i64::from(e.raw_os_error().unwrap_or(0)))
+        .s("error", &e.to_string())
+        .emit();
+    exit(1)
+}
+
+fn ok() -> Json {
+    Json::new().b("ok", true)
+}
+
+fn cstr(p: &str) -> CString {
+    CString::new(p).unwrap_or_else(|_| usage("path contains a NUL byte"))
+}
+
+// ---------------------------------------------------------------------------------------
+// Subcommands.
+
+/// The whole argv, so the host can check every argument arrived byte for byte.
+fn argv(args: &[OsString]) -> ! {
+    let list: Vec<String> = args.iter().map(|a| esc(&a.to_string_lossy())).collect();
+    Json::new()
+        .raw("argv", format!("[{}]", list.join(",")))
+        .emit();
+    exit(0)
+}
+
+/// Die by signal `n`, with its default action, so the host sees "killed by signal n".
+fn signal(n: i32) -> ! {
+    // SAFETY: plain system calls on our own process.
+    unsafe {
+        libc::signal(n, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, n);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(n);
+    }
+    // Still alive: the signal's default action is not to terminate.
+    fail(
+        "raise",
+        &io::Error::other("still alive after raising the signal"),
+    )
+}
+
+fn read(p: &str) -> ! {
+    match std::fs::read(p) {
+        Ok(bytes) => {
+            ok().n("bytes", bytes.len() as i64)
+                .s("content", &String::from_utf8_lossy(&bytes))
+                .emit();
+            exit(0)
+        }
+        Err(e) => fail("read", &e),
+    }
+}
+
+fn write(p: &str, content: &str) -> ! {
+    match std::fs::write(p, content) {
+        Ok(()) => {
+            ok().emit();
+            exit(0)
+        }
+        Err(e) => fail("write", &e),
+    }
+}
+
+fn rename(from: &str, to: &str) -> ! {
+    match std::fs::rename(from, to) {
+        Ok(()) => {
+            ok().emit();
+            exit(0)
+        }
+        Err(e) => fail("rename", &e),
+    }
+}
+
+/// Remove a file, or a directory with everything in it.
+fn remove(p: &str) -> ! {
+    let r = match std::fs::symlink_metadata(p) {
+        Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+        _ => std::fs::remove_file(p),
+    };
+    match r {
+        Ok(()) => {
+            ok().emit();
+            exit(0)
+        }
+        Err(e) => fail("remove", &e),
+    }
+}
+
+/// Connect, then read what the peer says (the host's listener sends a token, so reaching
+/// *that* listener is proved, not just some port).
+fn connect(addr: &str) -> ! {
+    let addr: SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|_| usage(&format!("`{addr}` is not HOST:PORT")));
+    let mut s = match TcpStream::connect_timeout(&addr, Duration::from_secs(5)) {
+        Ok(s) => s,
+        Err(e) => fail("connect", &e),
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while got.len() < 256 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    ok().s("received", &String::from_utf8_lossy(&got)).emit();
+    exit(0)
+}
+
+/// Connect to the abstract unix socket `NAME` (no file: only the network namespace, or a
+/// filter, stands between it and the host's), then read what the peer says.
+fn connect_abstract(name: &str) -> ! {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr as UnixAddr, UnixStream};
+    let addr = match UnixAddr::from_abstract_name(name.as_bytes()) {
+        Ok(a) => a,
+        Err(e) => fail("connect-abstract", &e),
+    };
+    let mut s = match UnixStream::connect_addr(&addr) {
+        Ok(s) => s,
+        Err(e) => fail("connect-abstract", &e),
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while got.len() < 256 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    ok().s("received", &String::from_utf8_lossy(&got)).emit();
+    exit(0)
+}
+
+/// Serve and connect on our own loopback: what a test suite inside a sandbox does.
+fn listen_connect() -> ! {
+    let run = || -> io::Result<u16> {
+        let l = TcpListener::bind("127.0.0.1:0")?;
+        let addr = l.local_addr()?;
+        let mut c = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+        let (mut srv, _) = l.accept()?;
+        srv.write_all(b"x")?;
+        c.set_read_timeout(Some(Duration::from_secs(5)))?;
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b)?;
+        if &b != b"x" {
+            return Err(io::Error::other("wrong byte back"));
+        }
+        Ok(addr.port())
+    };
+    match run() {
+        Ok(port) => {
+            ok().n("port", i64::from(port)).emit();
+            exit(0)
+        }
+        Err(e) => fail("listen-connect", &e),
+    }
+}
+
+fn env() -> ! {
+    let vars: Vec<String> = std::env::vars_os()
+        .map(|(k, v)| {
+            format!(
+                "{}:{}",
+                esc(&k.to_string_lossy()),
+                esc(&v.to_string_lossy())
+            )
+        })
+        .collect();
+    Json::new()
+        .raw("env", format!("{{{}}}", vars.join(",")))
+        .emit();
+    exit(0)
+}
+
+fn fd_open(fd: i32) -> bool {
+    // SAFETY: F_GETFD only reads the descriptor's flags.
+    unsafe { libc::fcntl(fd, libc::F_GETFD) >= 0 }
+}
+
+/// Every open descriptor and what it points to. The descriptor `read_dir` uses is closed
+/// once the listing ends, so it is left out by checking each entry again afterwards.
+fn fds() -> ! {
+    let mut found: Vec<(i32, String)> = Vec::new();
+    let proc_ok = match std::fs::read_dir("/proc/self/fd") {
+        Ok(rd) => {
+            for e in rd.flatten() {
+                if let Ok(fd) = e.file_name().to_string_lossy().parse::<i32>() {
+                    let target = std::fs::read_link(e.path())
+                        .map(|t| t.to_string_lossy().into_owned())
+                        .unwrap_or_default();
+                    found.push((fd, target));
+                }
+            }
+            found.retain(|(fd, _)| fd_open(*fd));
+            true
+        }
+        Err(_) => {
+            found = (0..4096)
+                .filter(|&fd| fd_open(fd))
+                .map(|fd| (fd, String::new()))
+                .collect();
+            false
+        }
+    };
+    found.sort();
+    let list: Vec<String> = found
+        .iter()
+        .map(|(fd, t)| format!("{{\"fd\":{fd},\"target\":{}}}", esc(t)))
+        .collect();
+    Json::new()
+        .b("proc", proc_ok)
+        .raw("fds", format!("[{}]", list.join(",")))
+        .emit();
+    exit(0)
+}
+
+/// Try to hold `n` children alive at once; report how many we got. A fork bomb in
+/// miniature: the process cap must stop it.
+fn fork_many(n: u64) -> ! {
+    let mut kids: Vec<libc::pid_t> = Vec::new();
+    let mut err = 0;
+    for _ in 0..n {
+        // SAFETY: the probe is single-threaded; the child makes only raw system calls.
+        let pid = unsafe { libc::fork() };
+        match pid {
+            -1 => {
+                err = errno();
+                break;
+            }
+            0 => unsafe {
+                // SAFETY: raw calls in the child; it dies with us, or when killed below.
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+                loop {
+                    libc::pause();
+                }
+            },
+            pid => kids.push(pid),
+        }
+    }
+    let got = kids.len() as u64;
+    for &k in &kids {
+        // SAFETY: our own children.
+        unsafe { libc::kill(k, libc::SIGKILL) };
+    }
+    for &k in &kids {
+        // SAFETY: reaping our own children.
+        unsafe { libc::waitpid(k, std::ptr::null_mut(), 0) };
+    }
+    Json::new()
+        .b("ok", got == n)
+        .n("wanted", n as i64)
+        .n("got", got as i64)
+        .n("errno", i64::from(err))
+        .emit();
+    exit(if got == n { 0 } else { 1 })
+}
+
+/// Map and touch `mb` MiB, so the memory is really used (not just reserved).
+fn alloc(mb: u64) -> ! {
+    let len = (mb as usize) << 20;
+    // SAFETY: an anonymous private mapping of our own; checked for failure.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        fail("mmap", &io::Error::last_os_error());
+    }
+    let base = p.cast::<u8>();
+    let mut off = 0;
+    while off < len {
+        // SAFETY: `off < len`, inside the mapping just made.
+        unsafe { std::ptr::write_volatile(base.add(off), 1) };
+        off += 4096;
+    }
+    ok().n("mb", mb as i64).emit();
+    exit(0)
+}
+
+fn spin() -> ! {
+    let mut x: u64 = 0;
+    loop {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+}
+
+/// Write exactly `n` bytes to stdout: `BEGIN\n`, filler, `\nEND\n`, so the host can tell
+/// that a capped capture kept the beginning and the end.
+fn flood(n: u64) -> ! {
+    let head = b"BEGIN\n";
+    let tail = b"\nEND\n";
+    let mut out = io::stdout().lock();
+    let chunk = vec![b'x'; 64 * 1024];
+    let mut left = n;
+    let mut put = |b: &[u8], left: &mut u64| {
+        let take = (b.len() as u64).min(*left) as usize;
+        if out.write_all(&b[..take]).is_err() {
+            exit(1);
+        }
+        *left -= take as u64;
+    };
+    put(head, &mut left);
+    while left > tail.len() as u64 {
+        let room = (left - tail.len() as u64).min(chunk.len() as u64) as usize;
+        put(&chunk[..room], &mut left);
+    }
+    put(tail, &mut left);
+    let _ = out.flush();
+    exit(0)
+}
+
+fn cat() -> ! {
+    let r = io::copy(&mut io::stdin().lock(), &mut io::stdout().lock());
+    match r {
+        Ok(_) => exit(0),
+        Err(e) => {
+            eprintln!("sandbox-probe: cat: {e}");
+            exit(1)
+        }
+    }
+}
+
+/// Double fork with `setsid` in between, as a daemon escaping its parent does. The
+/// grandchild writes `PID SETSID_OK ERRNO` to PIDFILE, then lives forever; the host checks
+/// from outside that it does not outlive the run. With RELEASE, the probe itself stays
+/// until that file exists (so the host can look while the run is still going).
+fn daemonize(pidfile: &str, release: Option<&str>) -> ! {
+    // SAFETY: the probe is single-threaded, so the children may use std freely.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail("fork", &io::Error::last_os_error());
+    }
+    if child == 0 {
+        // SAFETY: plain system calls.
+        let sid = unsafe { libc::setsid() };
+        let sid_errno = if sid < 0 { errno() } else { 0 };
+        // SAFETY: as above.
+        let grandchild = unsafe { libc::fork() };
+        if grandchild == 0 {
+            detach_stdio();
+            // SAFETY: getpid cannot fail.
+            let me = unsafe { libc::getpid() };
+            let line = format!("{me} {} {sid_errno}\n", u8::from(sid >= 0));
+            let tmp = format!("{pidfile}.tmp");
+            if std::fs::write(&tmp, line).is_ok() {
+                let _ = std::fs::rename(&tmp, pidfile);
+            }
+            loop {
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
+        // SAFETY: leave at once, without running anything of the parent's.
+        unsafe { libc::_exit(if grandchild < 0 { 1 } else { 0 }) };
+    }
+    let mut status = 0;
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(child, &mut status, 0) };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let content = loop {
+        if let Ok(c) = std::fs::read_to_string(pidfile) {
+            break c;
+        }
+        if Instant::now() > deadline {
+            fail("daemonize", &io::Error::other("the pidfile never appeared"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut parts = content.split_whitespace();
+    let pid: i64 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(-1);
+    let setsid_ok = parts.next() == Some("1");
+    let setsid_errno: i64 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    ok().n("daemon_pid", pid)
+        .b("setsid", setsid_ok)
+        .n("setsid_errno", setsid_errno)
+        .emit();
+    if let Some(release) = release {
+        let deadline = Instant::now() + Duration::from_secs(600);
+        while !Path::new(release).exists() {
+            if Instant::now() > deadline {
+                exit(1);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    exit(0)
+}
+
+/// A daemon lets go of the terminal and the pipes; so does ours, so that nothing but the
+/// sandbox's own tree kill can end it.
+fn detach_stdio() {
+    // SAFETY: plain system calls on our own descriptors.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR);
+        if null >= 0 {
+            for fd in 0..3 {
+                libc::dup2(null, fd);
+            }
+            if null > 2 {
+                libc::close(null);
+            }
+        } else {
+            for fd in 0..3 {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+fn pwd() -> ! {
+    match std::env::current_dir() {
+        Ok(d) => {
+            ok().s("cwd", &d.to_string_lossy()).emit();
+            exit(0)
+        }
+        Err(e) => fail("getcwd", &e),
+    }
+}
+
+/// Who we are: ids from the kernel, capabilities from `/proc/self/status` where readable.
+fn id() -> ! {
+    // SAFETY: these calls cannot fail.
+    let (uid, euid, gid, egid) = unsafe {
+        (
+            libc::getuid(),
+            libc::geteuid(),
+            libc::getgid(),
+            libc::getegid(),
+        )
+    };
+    let mut j = ok()
+        .n("uid", i64::from(uid))
+        .n("euid", i64::from(euid))
+        .n("gid", i64::from(gid))
+        .n("egid", i64::from(egid));
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    for (key, name) in [
+        ("CapEff:", "cap_eff"),
+        ("CapPrm:", "cap_prm"),
+        ("CapBnd:", "cap_bnd"),
+        ("NoNewPrivs:", "no_new_privs"),
+        ("Groups:", "groups"),
+        ("Seccomp:", "seccomp"),
+    ] {
+        if let Some(v) = status
+            .lines()
+            .find_map(|l| l.strip_prefix(key).map(str::trim))
+        {
+            j = j.s(name, v);
+        }
+    }
+    j.emit();
+    exit(0)
+}
+
+/// Create a file and try to make it setuid and setgid (06755); report what the file ended
+/// up as. Exit 0 when the setuid bit is on the file afterwards.
+fn chmod_setuid(p: &str) -> ! {
+    let created = std::fs::write(p, "#!/bin/sh\nid\n");
+    let path = cstr(p);
+    // SAFETY: chmod on a C string we own.
+    let r = unsafe { libc::chmod(path.as_ptr(), 0o6755) };
+    let chmod_errno = if r < 0 { errno() } else { 0 };
+    let meta = std::fs::metadata(p);
+    let (mode, uid) = meta
+        .as_ref()
+        .map(|m| (i64::from(m.mode()), i64::from(m.uid())))
+        .unwrap_or((-1, -1));
+    let setuid = mode >= 0 && (mode & 0o4000) != 0;
+    Json::new()
+        .b("ok", setuid)
+        .b("created", created.is_ok())
+        .b("chmod_ok", r == 0)
+        .n("chmod_errno", i64::from(chmod_errno))
+        .n("mode", mode)
+        .n("uid", uid)
+        .emit();
+    exit(if setuid { 0 } else { 1 })
+}
+
+/// Is host process `pid` visible (signal 0: nothing is delivered)?
+fn see_pid(pid: libc::pid_t) -> ! {
+    // SAFETY: signal 0 only checks existence and permission.
+    let r = unsafe { libc::kill(pid, 0) };
+    let e = if r < 0 { errno() } else { 0 };
+    let exists = r == 0 || e == libc::EPERM;
+    Json::new()
+        .b("ok", exists)
+        .b("exists", exists)
+        .n("errno", i64::from(e))
+        .emit();
+    exit(if exists { 0 } else { 1 })
+}
+
+/// Open `/dev/null` up to `n` times, keeping every descriptor; report how many opened.
+fn open_files(n: u64) -> ! {
+    let mut got = 0u64;
+    let mut err = 0;
+    for _ in 0..n {
+        // SAFETY: open on a static C string; descriptors are kept open on purpose.
+        let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY) };
+        if fd < 0 {
+            err = errno();
+            break;
+        }
+        got += 1;
+    }
+    Json::new()
+        .b("ok", got == n)
+        .n("wanted", n as i64)
+        .n("got", got as i64)
+        .n("errno", i64::from(err))
+        .emit();
+    exit(if got == n { 0 } else { 1 })
+}
+
+fn print_then_sleep(text: &str, sleep: Option<Duration>) -> ! {
+    let mut out = io::stdout().lock();
+    let _ = writeln!(out, "{text}");
+    let _ = out.flush();
+    drop(out);
+    if let Some(d) = sleep {
+        std::thread::sleep(d);
+    }
+    exit(0)
+}
+
+/// Mark ourselves present in DIR, then wait until N probes are: proves N ran at once.
+fn barrier(dir: &str, n: u64, id: &str) -> ! {
+    let me = Path::new(dir).join(format!("barrier-{id}"));
+    if let Err(e) = std::fs::write(&me, id) {
+        fail("barrier", &e);
+    }
+    let count = || {
+        std::fs::read_dir(dir)
+            .map(|rd| {
+                rd.flatten()
+                    .filter(|e| e.file_name().as_bytes().starts_with(b"barrier-"))
+                    .count() as u64
+            })
+            .unwrap_or(0)
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let seen = count();
+        if seen >= n {
+            ok().n("seen", seen as i64).emit();
+            exit(0)
+        }
+        if Instant::now() > deadline {
+            Json::new().b("ok", false).n("seen", seen as i64).emit();
+            exit(1)
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// `syscall NAME`: is a dangerous call reachable? Each is invoked so that, when the kernel
+// lets it through, it fails harmlessly on bad arguments (EFAULT, EINVAL, ESRCH) or does
+// something confined to this process; a filter's refusal shows as EPERM, EACCES, ENOSYS
+// (or EAFNOSUPPORT for socket families).
+
+fn syscall(name: &str) -> ! {
+    let (ret, e) = match invoke(name) {
+        Some(r) => r,
+        None => usage(&format!("unknown syscall probe `{name}`")),
+    };
+    let mut denied_errnos = vec![libc::EPERM, libc::EACCES, libc::ENOSYS];
+    if name.starts_with("socket-") {
+        denied_errnos.push(libc::EAFNOSUPPORT);
+    }
+    let denied = ret < 0 && denied_errnos.contains(&e);
+    Json::new()
+        .b("ok", !denied)
+        .s("syscall", name)
+        .n("ret", ret)
+        .n("errno", i64::from(e))
+        .b("denied", denied)
+        .emit();
+    exit(if denied { 1 } else { 0 })
+}
+
+/// `syscall NAME`, `n` times: how many were refused (the denial report's bound is
+/// checked against this many refusals).
+fn syscall_loop(name: &str, n: u64) -> ! {
+    let mut refused = 0u64;
+    for _ in 0..n {
+        match invoke(name) {
+            Some((ret, e)) if ret < 0 && matches!(e, libc::EPERM | libc::EACCES | libc::ENOSYS) => {
+                refused += 1
+            }
+            Some(_) => {}
+            None => usage(&format!("unknown syscall probe `{name}`")),
+        }
+    }
+    Json::new()
+        .b("ok", refused == 0)
+        .s("syscall", name)
+        .n("calls", n as i64)
+        .n("refused", refused as i64)
+        .emit();
+    exit(if refused == n { 1 } else { 0 })
+}
+
+/// Run `f` in a forked child and return what it reported through its exit code
+/// (0 = success, else the errno): for calls that would change the probe itself in a way
+/// that breaks the report (a new session).
+fn in_child(f: fn() -> libc::c_long) -> (i64, i32) {
+    // SAFETY: the probe is single-threaded; the child runs one call and `_exit`s.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return (-1, errno());
+    }
+    if pid == 0 {
+        let r = f();
+        let code = if r < 0 { errno() } else { 0 };
+        // SAFETY: leave at once.
+        unsafe { libc::_exit(code) };
+    }
+    let mut status = 0;
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    let code = libc::WEXITSTATUS(status);
+    if code == 0 {
+        (0, 0)
+    } else {
+        (-1, code)
+    }
+}
+
+fn sys(r: libc::c_long) -> (i64, i32) {
+    (r, if r < 0 { errno() } else { 0 })
+}
+
+fn socket(domain: i32, ty: i32, proto: i32) -> (i64, i32) {
+    // SAFETY: a socket we close at once.
+    let fd = unsafe { libc::socket(domain, ty | libc::SOCK_CLOEXEC, proto) };
+    let r = sys(libc::c_long::from(fd));
+    if fd >= 0 {
+        // SAFETY: our own descriptor.
+        unsafe { libc::close(fd) };
+    }
+    r
+}
+
+fn child_unshare_mountns() -> libc::c_long {
+    // SAFETY: changes only the forked child's own namespace.
+    libc::c_long::from(unsafe { libc::unshare(libc::CLONE_NEWNS) })
+}
+
+fn child_setsid() -> libc::c_long {
+    // SAFETY: a new session for the forked child only.
+    libc::c_long::from(unsafe { libc::setsid() })
+}
+
+fn child_setpgid() -> libc::c_long {
+    // SAFETY: a new process group for the forked child only.
+    libc::c_long::from(unsafe { libc::setpgid(0, 0) })
+}
+
+fn invoke(name: &str) -> Option<(i64, i32)> {
+    let null = std::ptr::null::<libc::c_void>();
+    // SAFETY (every arm): each call gets arguments that make it fail harmlessly or act only
+    // on this process, as the section comment says.
+    let r = unsafe {
+        match name {
+            // No process has pid -1: ESRCH when ptrace is reachable.
+            "ptrace" => sys(libc::syscall(
+                libc::SYS_ptrace,
+                libc::PTRACE_ATTACH,
+                -1 as libc::pid_t,
+                null,
+                null,
+            )),
+            // A new user namespace for this short-lived process only.
+            "unshare" => sys(libc::c_long::from(libc::unshare(libc::CLONE_NEWUSER))),
+            // A new mount namespace, in a child that exits at once.
+            "unshare-mountns" => in_child(child_unshare_mountns),
+            // NULL target: EFAULT when mount is reachable.
+            "mount" => sys(libc::syscall(libc::SYS_mount, null, null, null, 0, null)),
+            "umount" => sys(libc::syscall(libc::SYS_umount2, null, 0)),
+            "pivot_root" => sys(libc::syscall(libc::SYS_pivot_root, null, null)),
+            "chroot" => sys(libc::syscall(libc::SYS_chroot, null)),
+            // Reads our own session keyring's id.
+            "keyctl" => sys(libc::syscall(libc::SYS_keyctl, 0, -3, 0)),
+            "add_key" => sys(libc::syscall(libc::SYS_add_key, null, null, null, 0, 0)),
+            "request_key" => sys(libc::syscall(libc::SYS_request_key, null, null, null, 0)),
+            // An invalid command: EINVAL when bpf is reachable.
+            "bpf" => sys(libc::syscall(libc::SYS_bpf, -1, null, 0)),
+            "userfaultfd" => {
+                let r = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC);
+                let out = sys(r);
+                if r >= 0 {
+                    libc::close(r as i32);
+                }
+                out
+            }
+            // Zero entries: EINVAL when io_uring is reachable.
+            "io_uring_setup" => sys(libc::syscall(libc::SYS_io_uring_setup, 0, null)),
+            "perf_event_open" => sys(libc::syscall(libc::SYS_perf_event_open, null, 0, -1, -1, 0)),
+            // An empty image: ENOEXEC (or EPERM without the capability).
+            "init_module" => sys(libc::syscall(libc::SYS_init_module, null, 0, null)),
+            // NULL args: EFAULT (or EINVAL) when clone3 is reachable.
+            "clone3" => sys(libc::syscall(libc::SYS_clone3, null, 0)),
+            "setsid" => in_child(child_setsid),
+            "setpgid" => in_child(child_setpgid),
+            // Query only.
+            "personality" => sys(libc::c_long::from(libc::personality(0xffff_ffff))),
+            // On a descriptor of our own to /dev/null: ENOTTY when the ioctl is reachable;
+            // never on a real terminal.
+            "ioctl-tiocsti" => {
+                let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Some((-1, errno()));
+                }
+                let c: u8 = b'x';
+                let r = sys(libc::c_long::from(libc::ioctl(
+                    fd,
+                    libc::TIOCSTI,
+                    &c as *const u8,
+                )));
+                libc::close(fd);
+                r
+            }
+            "socket-inet" => socket(libc::AF_INET, libc::SOCK_STREAM, 0),
+            "socket-inet6" => socket(libc::AF_INET6, libc::SOCK_STREAM, 0),
+            "socket-unix" => socket(libc::AF_UNIX, libc::SOCK_STREAM, 0),
+            "socket-netlink" => socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE),
+            "socket-packet" => socket(libc::AF_PACKET, libc::SOCK_RAW, 0),
+            _ => return None,
+        }
+    };
+    Some(r)
+}

@@ -119,7 +119,7 @@ fn print_text(p: &BackendProof, kernel: &str) {
                     if skipped.is_empty() {
                         String::new()
                     } else {
-                        format!("; not claimed by this backend: {}", skipped.join(", "))
+                        format!("; skipped (`--json` says why): {}", skipped.join(", "))
                     }
                 );
             } else {

@@ -225,6 +225,10 @@ pub fn startup_vs_direct(backend: &str) -> Option<Target> {
     }
 }
 
+/// Issue 17's target for a backend whose process isolation is an option it adds on the
+/// `strict` lane: at most 1.2 times the same backend on `fast`.
+pub const STRICT_VS_FAST: Target = Target::AtMost(1.2);
+
 /// 1 GiB of stdout with capture on: at least 0.8 of a bare pipe's throughput.
 pub const FLOOD: Target = Target::AtLeast(0.8);
 

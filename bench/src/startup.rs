@@ -52,6 +52,13 @@ pub async fn measure(
     let (rounds, idle) = budget.startup_for(s.slow);
     let bare_argv: Vec<OsString> = vec![host_true.as_os_str().to_owned()];
     let opts = s.opts(vec![s.true_program.clone()]);
+    // The same backend on `fast`, where the subject runs on `strict` and `fast` takes it
+    // too: what process isolation costs on top (landlock's pid namespace).
+    let fast_opts = {
+        let mut o = opts.clone();
+        o.lane = sandbox_core::Lane::Fast;
+        o
+    };
 
     // Built once: the same container flags for every run.
     let docker_args = match &s.direct {
@@ -93,6 +100,15 @@ pub async fn measure(
         }
         None => None,
     };
+    let fast_index = (s.lane == sandbox_core::Lane::Strict && s.accepts(sandbox_core::Lane::Fast))
+        .then(|| {
+            let fast_opts = &fast_opts;
+            probes.push(Box::new(move || {
+                let opts = fast_opts.clone();
+                Box::pin(async move { runs::library_run(&s.backend, opts).await.map(|(d, _)| d) })
+            }));
+            probes.len() - 1
+        });
     let reports = s.backend.capability().reports_denials != Default::default();
     let plain_at = probes.len();
     if reports {
@@ -129,6 +145,17 @@ pub async fn measure(
             budget::startup_vs_bare(s.name),
             budget.quick,
         ));
+        if let Some(fast) = fast_index.and_then(|i| samples.get(i)) {
+            rows.push(row(
+                s,
+                format!("start-up on `strict` against the same backend on `fast`, {how}"),
+                ours,
+                fast,
+                "the same on `fast`",
+                Some(budget::STRICT_VS_FAST),
+                budget.quick,
+            ));
+        }
         if let (true, Some(plain)) = (reports, samples.get(plain_at)) {
             rows.push(row(
                 s,

@@ -306,6 +306,13 @@ impl Subject {
         Ok(subject)
     }
 
+    /// Whether `lane` accepts the bench's requests on this backend.
+    pub fn accepts(&self, lane: Lane) -> bool {
+        let mut opts = self.opts(vec![self.true_program.clone()]);
+        opts.lane = lane;
+        Plan::new(&opts, self.name, &self.backend.capability()).is_ok()
+    }
+
     /// The strictest lane whose checks pass for the bench's requests, decided by the
     /// library's own validation (never by the backend's name).
     fn pick_lane(&self) -> Result<Lane, String> {

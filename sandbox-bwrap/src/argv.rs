@@ -36,6 +36,11 @@ use crate::error::BwrapError;
 use crate::host::{SystemEntry, PROC_HIDDEN, PROC_READ_ONLY};
 use crate::rootview::Hidden;
 
+/// The most options bwrap reads from `--args` (its own `MAX_ARGS` is 9000; the margin is
+/// for what it adds). Past it bwrap fails with "Exceeded maximum number of arguments", so
+/// the run is refused before it starts, with the reason and a remedy.
+pub(crate) const MAX_OPTIONS: usize = 8900;
+
 /// Where the waiter is placed inside: a directory of the sandbox's own root tmpfs, which no
 /// caller path can cover (the host root cannot be named).
 pub(crate) const WAITER_PATH: &str = "/.sandbox-bwrap/waiter";
@@ -260,6 +265,9 @@ pub(crate) fn build(
     for dir in PRIVATE_TMPFS {
         t.system(*dir, Op::Tmpfs);
     }
+    // bwrap's /dev is a tmpfs it cannot size, with a writable /dev/shm in it: a sized tmpfs
+    // of our own goes over /dev/shm, so no writable tmpfs escapes the memory limit.
+    t.system("/dev/shm", Op::Tmpfs);
 
     for p in &plan.read_only_paths {
         check_user_path("read_only_paths", p)?;
@@ -334,6 +342,10 @@ pub(crate) fn build(
         &[
             "--unshare-user".as_ref(),
             "--unshare-pid".as_ref(),
+            // The waiter is the pid namespace's init: the kernel delivers no signal from
+            // inside the namespace to an init without a handler, SIGKILL included, so the
+            // command cannot kill it and lose its status.
+            "--as-pid-1".as_ref(),
             "--unshare-ipc".as_ref(),
             "--unshare-uts".as_ref(),
             "--unshare-cgroup-try".as_ref(),
@@ -363,6 +375,7 @@ pub(crate) fn build(
     let seccomp = fds.seccomp.to_string();
     push(&mut o, &["--seccomp".as_ref(), seccomp.as_ref()]);
 
+    let tmpfs_size = plan.limits.memory_bytes.map(|b| b.to_string());
     let mut remount_ro: Vec<&Path> = Vec::new();
     for (dest, m) in t.ordered() {
         let d = dest.as_os_str();
@@ -370,7 +383,14 @@ pub(crate) fn build(
             Op::RoBind => push(&mut o, &["--ro-bind".as_ref(), d, d]),
             Op::Bind => push(&mut o, &["--bind".as_ref(), d, d]),
             Op::RoBindTry => push(&mut o, &["--ro-bind-try".as_ref(), d, d]),
-            Op::Tmpfs => push(&mut o, &["--tmpfs".as_ref(), d]),
+            Op::Tmpfs => {
+                // Inside the run's memory limit (the kernel's default is half of RAM, for
+                // each tmpfs); an explicitly unlimited run keeps the kernel's default.
+                if let Some(size) = &tmpfs_size {
+                    push(&mut o, &["--size".as_ref(), size.as_ref()]);
+                }
+                push(&mut o, &["--tmpfs".as_ref(), d]);
+            }
             Op::Proc => push(&mut o, &["--proc".as_ref(), d]),
             Op::Dev => push(&mut o, &["--dev".as_ref(), d]),
             Op::Symlink(target) => push(&mut o, &["--symlink".as_ref(), target.as_os_str(), d]),
@@ -428,6 +448,12 @@ pub(crate) fn build(
         plan.program.clone().into(),
     ];
     command.extend(plan.argv.iter().cloned());
+    if o.len() > MAX_OPTIONS {
+        return Err(BwrapError::TooManyMounts {
+            options: o.len(),
+            hidden: hidden.len(),
+        });
+    }
     Ok(BwrapArgs {
         options: o,
         command,

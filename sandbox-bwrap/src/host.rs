@@ -38,6 +38,11 @@ pub(crate) const PROC_READ_ONLY: &[&str] = &[
 
 /// Entries of `/proc` hidden inside (as Docker does): they describe the whole host (every
 /// task, every timer with its process name, the keyring list), not the sandbox's namespace.
+///
+/// And every top-level file the kernel makes readable by root alone (mode 0400): a command
+/// that keeps host uid 0 with its capabilities dropped still owns them, and they are
+/// kernel-exploitation aids (slab and vmalloc layouts, physical page flags). A test checks
+/// that this list covers every such file of the running kernel.
 pub(crate) const PROC_HIDDEN: &[&str] = &[
     "/proc/kcore",
     "/proc/keys",
@@ -45,6 +50,13 @@ pub(crate) const PROC_HIDDEN: &[&str] = &[
     "/proc/timer_list",
     "/proc/sched_debug",
     "/proc/latency_stats",
+    "/proc/kmsg",
+    "/proc/kpagecgroup",
+    "/proc/kpagecount",
+    "/proc/kpageflags",
+    "/proc/pagetypeinfo",
+    "/proc/slabinfo",
+    "/proc/vmallocinfo",
 ];
 
 /// One system directory as the host has it.
@@ -205,6 +217,22 @@ impl HostFacts {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn every_root_only_proc_file_of_this_kernel_is_hidden() {
+        use std::os::unix::fs::MetadataExt;
+        let mut missed = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap() {
+            let e = e.unwrap();
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            let path = e.path().display().to_string();
+            if m.is_file() && m.mode() & 0o004 == 0 && !PROC_HIDDEN.contains(&path.as_str()) {
+                missed.push(path);
+            }
+        }
+        assert!(missed.is_empty(), "not hidden: {missed:?}");
+    }
+
     use super::*;
 
     #[test]

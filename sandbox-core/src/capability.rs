@@ -76,6 +76,10 @@ pub struct Capability {
     pub oom_status: bool,
     /// The command can run against a throwaway copy of the workspace.
     pub snapshot: bool,
+    /// The snapshot copy keeps a sparse file's holes. False where the copy is unpacked by
+    /// something that fills them (docker's engine); there a file is charged at its whole
+    /// length against the copy's cap instead.
+    pub sparse_snapshot: bool,
     /// The command sees the host's programs at their host paths, so `argv[0]` is resolved
     /// on the host's `PATH` before anything runs. False for a container with its own root
     /// filesystem, where `argv[0]` is resolved inside.

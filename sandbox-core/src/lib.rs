@@ -15,6 +15,7 @@
 //! - **Nothing outlives `wait` or `kill`**: no process (including ones that double-fork and
 //!   call `setsid`), cgroup, temp dir or descriptor.
 //! - **Safe defaults**: no network, a scrubbed environment, an output cap, a process cap,
+//!   a memory limit for the whole tree ([`DEFAULT_MEMORY_BYTES`]),
 //!   the `strict` lane.
 //!
 //! # Shape
@@ -43,6 +44,7 @@
 pub mod capability;
 pub mod denial;
 mod error;
+mod grants;
 mod options;
 mod outcome;
 mod plan;
@@ -60,7 +62,7 @@ pub use denial::{Denial, DenialKind, DenialKinds, DenialMechanism, Denials};
 pub use error::{Result, SandboxError};
 pub use options::{
     EnvPolicy, OutputSink, ResourceLimits, SandboxOpts, Stdin, StreamKind, DEFAULT_MAX_PROCESSES,
-    DEFAULT_OUTPUT_LIMIT,
+    DEFAULT_MEMORY_BYTES, DEFAULT_OUTPUT_LIMIT,
 };
 pub use outcome::{
     Captured, EffectivePolicy, Grant, LimitMechanism, LimitRecord, Logs, SandboxOutcome, Status,

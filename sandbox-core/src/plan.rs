@@ -184,15 +184,22 @@ impl Plan {
             .iter()
             .map(|p| inside("readonly_carveouts", &workspace, p))
             .collect::<Result<Vec<_>, _>>()?;
+        // Grants are judged on the resolved path, by filesystem type and by what they
+        // hold, so no spelling (a symlink, a bind mount) reaches a control file.
+        let grant = |field, p: &PathBuf| {
+            let canon = canonical_dir(field, p)?;
+            crate::grants::check(field, &canon)?;
+            Ok::<_, SandboxError>(canon)
+        };
         let read_only_paths = opts
             .read_only_paths
             .iter()
-            .map(|p| canonical_dir("read_only_paths", p))
+            .map(|p| grant("read_only_paths", p))
             .collect::<Result<Vec<_>, _>>()?;
         let writable_paths = opts
             .writable_paths
             .iter()
-            .map(|p| canonical_dir("writable_paths", p))
+            .map(|p| grant("writable_paths", p))
             .collect::<Result<Vec<_>, _>>()?;
         for p in &opts.capture_files {
             if p.is_absolute()
@@ -401,6 +408,7 @@ mod tests {
             signal_status: true,
             oom_status: true,
             snapshot: true,
+            sparse_snapshot: true,
             host_programs: true,
             full_network_is_host: true,
             reports_denials: crate::DenialKinds::default(),

@@ -1,5 +1,6 @@
-//! Time `true` run N times (default 200) three ways: a bare tokio spawn, core's process
-//! machinery with no confinement, and the landlock backend (fast lane):
+//! Time `true` run N times (default 200), interleaved: a bare tokio spawn, core's process
+//! machinery with no confinement, and the landlock backend on the `fast` lane and on
+//! `strict` (a pid namespace and a private `/proc` on top):
 //! `cargo run --release -p sandbox-landlock --example landlock-bench -- [N]`.
 //! Prints the median of each; asserts nothing (timing is the host's).
 
@@ -48,6 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut forked = Vec::new();
     let mut core = Vec::new();
     let mut landlock = Vec::new();
+    let mut strict = Vec::new();
     // Warm both paths (the root host's system walk, the filter cache).
     for _ in 0..3 {
         let mut o = SandboxOpts::new(ws.path(), ["true"]);
@@ -101,6 +103,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .await?;
         assert!(out.status.success(), "{:?}", out.stderr.text());
         landlock.push(t.elapsed());
+
+        if sandbox_core::Backend::capability(&backend).process_isolation {
+            let t = Instant::now();
+            let mut o = SandboxOpts::new(ws.path(), ["true"]);
+            o.lane = Lane::Strict;
+            let out = sandbox_core::process::ProcessSandbox::new(backend.clone())
+                .execute(o)
+                .await?;
+            assert!(out.status.success(), "{:?}", out.stderr.text());
+            strict.push(t.elapsed());
+        }
     }
     // The landlock share of the parent's work: the ruleset and filters, per run.
     let mut o = SandboxOpts::new(ws.path(), ["true"]);
@@ -128,6 +141,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("fork+exec (a step): {:?}", mean(forked));
     println!("core only:          {:?}", mean(core));
     println!("landlock sandbox:   {:?}", mean(landlock));
+    if !strict.is_empty() {
+        let strict = median(&mut strict);
+        println!("landlock strict:    {:?}", strict);
+        println!(
+            "strict / fast:      {:.2}",
+            strict.as_secs_f64() / landlock.as_secs_f64()
+        );
+    }
     println!(
         "landlock / bare:    {:.2}",
         landlock.as_secs_f64() / bare.as_secs_f64()

@@ -14,6 +14,12 @@
 //! - `unshare`, `open`, `write`, `close` (namespaces and their id maps), `mount`,
 //!   `open_tree`, `mount_setattr`, `move_mount`, `chdir` (read-only carve-outs), `socket`,
 //!   `ioctl` (the loopback);
+//! - `fsopen`, `fsconfig`, `fsmount`, `openat` (the tmpfs behind [`ProcMask`]);
+//! - `sigaction`, `sigprocmask`, `pipe2`, `fork`, `poll`, `read`, `waitpid`, `dup2`,
+//!   `close_range`, `kill`, `setrlimit`, `_exit` (the pid namespace's init and waiter,
+//!   [`PidInit`]: both are forks that never exec and never return into the caller's
+//!   code, so they too make nothing but these calls);
+//! - `landlock_add_rule` (the private `/proc`, [`RestrictSelf`]);
 //! - `prctl` (bounding set, ambient set, securebits, `no_new_privs`), `capset`, `capget`;
 //! - `landlock_restrict_self` (through `syscall`);
 //! - `seccomp` (through `syscall`, in [`crate::filter`] and core's shared filter).
@@ -26,13 +32,16 @@
 //! Core has already joined the cgroups, set the rlimits and marked every descriptor but
 //! stdio close-on-exec. Then, in the order [`crate::LandlockBackend`] lists them:
 //!
-//! 1. [`Namespaces`] (loopback, carve-outs): needs `CAP_SYS_ADMIN` (root's, or the new
-//!    user namespace's), so it comes before the capabilities go; and mounting must happen
+//! 1. [`Namespaces`] (network, carve-outs, root-only `/proc` files, and on `strict` the
+//!    pid namespace, whose init forks the command here: every later step runs in the
+//!    command's process alone): needs `CAP_SYS_ADMIN` (root's, or the new user
+//!    namespace's), so it comes before the capabilities go; and mounting must happen
 //!    before landlock, which forbids it.
-//! 2. [`DropCapabilities`] (root host, or a new user namespace): no capability survives.
-//! 3. [`RestrictSelf`]: `no_new_privs`, then landlock; works without capabilities because
-//!    `no_new_privs` is set.
-//! 4. The filters, last: they deny `unshare` and `socket` calls the steps above make.
+//! 2. [`ProcessLimit`] (a user namespace, no cgroup): `RLIMIT_NPROC` counted inside it.
+//! 3. [`DropCapabilities`] (root host, or a new user namespace): no capability survives.
+//! 4. [`RestrictSelf`]: `no_new_privs`, then landlock (with the private `/proc` granted);
+//!    works without capabilities because `no_new_privs` is set.
+//! 5. The filters, last: they deny `unshare` and `socket` calls the steps above make.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -145,6 +154,12 @@ pub(crate) struct Namespaces {
     pub userns: Option<IdMaps>,
     pub net: bool,
     pub mount: Option<MountPlan>,
+    /// A pid namespace of the command's own, with a private `/proc` (see [`PidInit`]),
+    /// and the host process's argument area, wiped in its init.
+    pub pid: Option<ArgArea>,
+    /// Cover what a root host's command must not read in `/proc` (after the private
+    /// `/proc` is mounted, where there is one).
+    pub mask: Option<&'static ProcMask>,
     /// The working directory, entered again after the mounts.
     pub cwd: CString,
 }
@@ -262,7 +277,9 @@ impl Namespaces {
 }
 
 // SAFETY: only the system calls the module docs list, on C strings, byte buffers and
-// fixed-size arrays prepared before the fork; errors are raw errnos.
+// fixed-size arrays prepared before the fork; errors are raw errnos. The pid namespace's
+// init and waiter ([`PidInit`]) never return into the caller's code but through `_exit`
+// (or, in the command's process, `Ok`), and make only the same kind of calls.
 unsafe impl PreExec for Namespaces {
     fn pre_exec(&self) -> io::Result<()> {
         let mut flags = 0;
@@ -272,8 +289,13 @@ unsafe impl PreExec for Namespaces {
         if self.net {
             flags |= libc::CLONE_NEWNET;
         }
-        if self.mount.is_some() {
+        // The private /proc and the masks are mounts too: never in the host's namespace.
+        let own_mounts = self.mount.is_some() || self.pid.is_some() || self.mask.is_some();
+        if own_mounts {
             flags |= libc::CLONE_NEWNS;
+        }
+        if self.pid.is_some() {
+            flags |= libc::CLONE_NEWPID;
         }
         if flags == 0 {
             return Ok(());
@@ -337,8 +359,590 @@ unsafe impl PreExec for Namespaces {
             if self.net {
                 Self::loopback_up()?;
             }
+            if own_mounts && self.mount.is_none() {
+                // Nothing mounted here may reach the host's mount namespace.
+                check(libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                ))?;
+            }
+            if let Some(args) = self.pid {
+                // Returns only in the command's process.
+                PidInit::start(args, self.mask)?;
+            } else if let Some(mask) = self.mask {
+                mask.apply()?;
+            }
         }
         Ok(())
+    }
+}
+
+/// What a root host's command must not read in `/proc` although uid 0 owns it: the files
+/// and directories an unprivileged user cannot read (`slabinfo`, `kpageflags`,
+/// `timer_list`, `/proc/sys/kernel/cad_pid`, ...: kernel-exploitation aids), and `keys`
+/// and `key-users`, which show every key and user quota to uid 0. Each is covered by a
+/// read-only bind of an empty mode-000 file (or directory) from a tiny tmpfs made in the
+/// child: opening it fails with `EACCES` for a uid 0 without capabilities, and nothing
+/// can unmount or change it (no `CAP_SYS_ADMIN`, a read-only mount). The lists are found
+/// once, in the parent, by walking the host's `/proc` (see [`ProcMask::of_this_host`]).
+#[derive(Debug, Default)]
+pub(crate) struct ProcMask {
+    pub files: Vec<CString>,
+    pub dirs: Vec<CString>,
+}
+
+const FSOPEN_CLOEXEC: libc::c_uint = 1;
+const FSCONFIG_SET_STRING: libc::c_uint = 1;
+const FSCONFIG_CMD_CREATE: libc::c_uint = 6;
+const FSMOUNT_CLOEXEC: libc::c_uint = 1;
+const MOUNT_ATTR_NOSUID: u64 = 0x2;
+const MOUNT_ATTR_NODEV: u64 = 0x4;
+const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+impl ProcMask {
+    /// This host's list, found once: the top of `/proc` and `/proc/sys`, `/proc/tty`,
+    /// `/proc/driver` beneath it (the pid directories are the processes' own).
+    pub fn of_this_host() -> &'static ProcMask {
+        static MASK: std::sync::OnceLock<ProcMask> = std::sync::OnceLock::new();
+        MASK.get_or_init(|| {
+            use std::os::unix::fs::PermissionsExt;
+            let mut mask = ProcMask::default();
+            let mut push = |p: &std::path::Path, dir: bool| {
+                let c = crate::host::c_path(p);
+                if dir {
+                    mask.dirs.push(c);
+                } else {
+                    mask.files.push(c);
+                }
+            };
+            for name in ["/proc/keys", "/proc/key-users"] {
+                push(std::path::Path::new(name), false);
+            }
+            let mut todo = vec![std::path::PathBuf::from("/proc")];
+            while let Some(dir) = todo.pop() {
+                let Ok(entries) = std::fs::read_dir(&dir) else {
+                    continue;
+                };
+                for e in entries.flatten() {
+                    let path = e.path();
+                    let name = e.file_name();
+                    let name = name.to_string_lossy();
+                    if dir == std::path::Path::new("/proc")
+                        && (name.bytes().all(|b| b.is_ascii_digit())
+                            || matches!(&*name, "self" | "thread-self"))
+                    {
+                        continue;
+                    }
+                    let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                        continue;
+                    };
+                    let mode = meta.permissions().mode();
+                    if meta.is_dir() {
+                        if mode & 0o005 != 0o005 {
+                            push(&path, true);
+                        } else if dir == std::path::Path::new("/proc")
+                            && matches!(&*name, "sys" | "tty" | "driver")
+                            || dir.starts_with("/proc/sys")
+                            || dir.starts_with("/proc/tty")
+                        {
+                            todo.push(path);
+                        }
+                    } else if meta.is_file() && mode & 0o004 == 0 && mode & 0o400 != 0 {
+                        push(&path, false);
+                    }
+                }
+            }
+            mask
+        })
+    }
+
+    /// Cover every listed path that exists in the current mount namespace's `/proc`.
+    ///
+    /// # Safety
+    ///
+    /// Only system calls; callable between fork and exec. Needs `CAP_SYS_ADMIN`.
+    unsafe fn apply(&self) -> io::Result<()> {
+        if self.files.is_empty() && self.dirs.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: system calls on static C strings, prepared paths and stack values.
+        unsafe {
+            let fs = libc::syscall(libc::SYS_fsopen, c"tmpfs".as_ptr(), FSOPEN_CLOEXEC);
+            if fs < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fs = fs as libc::c_int;
+            let configured = libc::syscall(
+                libc::SYS_fsconfig,
+                fs,
+                FSCONFIG_SET_STRING,
+                c"mode".as_ptr(),
+                c"0".as_ptr(),
+                0,
+            ) == 0
+                && libc::syscall(
+                    libc::SYS_fsconfig,
+                    fs,
+                    FSCONFIG_SET_STRING,
+                    c"size".as_ptr(),
+                    c"4k".as_ptr(),
+                    0,
+                ) == 0
+                && libc::syscall(
+                    libc::SYS_fsconfig,
+                    fs,
+                    FSCONFIG_CMD_CREATE,
+                    std::ptr::null::<libc::c_char>(),
+                    std::ptr::null::<libc::c_char>(),
+                    0,
+                ) == 0;
+            if !configured {
+                let e = io::Error::last_os_error();
+                libc::close(fs);
+                return Err(e);
+            }
+            let mnt = libc::syscall(libc::SYS_fsmount, fs, FSMOUNT_CLOEXEC, 0);
+            let e = io::Error::last_os_error();
+            libc::close(fs);
+            if mnt < 0 {
+                return Err(e);
+            }
+            let mnt = mnt as libc::c_int;
+            let r = self.cover(mnt);
+            libc::close(mnt);
+            r
+        }
+    }
+
+    /// Bind the mode-000 file and directory of the tmpfs `mnt` over the lists.
+    ///
+    /// # Safety
+    ///
+    /// Only system calls; callable between fork and exec.
+    unsafe fn cover(&self, mnt: libc::c_int) -> io::Result<()> {
+        // SAFETY: system calls on a descriptor, prepared paths and stack values.
+        unsafe {
+            let f = libc::openat(
+                mnt,
+                c"masked".as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY | libc::O_CLOEXEC,
+                0,
+            );
+            if f < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            libc::close(f);
+            let attr = MountAttr {
+                attr_set: MOUNT_ATTR_RDONLY
+                    | MOUNT_ATTR_NOSUID
+                    | MOUNT_ATTR_NODEV
+                    | MOUNT_ATTR_NOEXEC,
+                attr_clr: 0,
+                propagation: 0,
+                userns_fd: 0,
+            };
+            let lists: [(&[CString], &CStr, libc::c_uint); 2] = [
+                (&self.files, c"masked", 0),
+                (&self.dirs, c"", libc::AT_EMPTY_PATH as libc::c_uint),
+            ];
+            for (targets, source, flags) in lists {
+                for target in targets {
+                    let t = libc::syscall(
+                        libc::SYS_open_tree,
+                        mnt,
+                        source.as_ptr(),
+                        OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | flags,
+                    );
+                    if t < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    let t = t as libc::c_int;
+                    if libc::syscall(
+                        libc::SYS_mount_setattr,
+                        t,
+                        c"".as_ptr(),
+                        libc::AT_EMPTY_PATH as libc::c_uint,
+                        &attr as *const MountAttr,
+                        std::mem::size_of::<MountAttr>(),
+                    ) != 0
+                    {
+                        let e = io::Error::last_os_error();
+                        libc::close(t);
+                        return Err(e);
+                    }
+                    if let Err(e) = Namespaces::attach(t, target) {
+                        // Not in this /proc (another network namespace's interfaces, a
+                        // kernel without it): nothing to cover.
+                        if e.raw_os_error() != Some(libc::ENOENT) {
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The host process's argument area (`arg_start`, `arg_end` of `/proc/self/stat`), which
+/// every fork shares at the same addresses: the init, a fork of the host, would show the
+/// host program's command line in the command's `/proc/1/cmdline`.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct ArgArea {
+    start: usize,
+    end: usize,
+}
+
+impl ArgArea {
+    /// This process's, read once (it never moves); empty if it cannot be read.
+    pub fn of_this_process() -> Self {
+        static AREA: std::sync::OnceLock<ArgArea> = std::sync::OnceLock::new();
+        *AREA.get_or_init(|| {
+            let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+            // Fields after the command name, which may hold anything but ends at the last
+            // ')': field 3 first, so arg_start (48) and arg_end (49) at 45 and 46.
+            let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
+            let f: Vec<usize> = rest
+                .split_whitespace()
+                .skip(45)
+                .take(2)
+                .filter_map(|v| v.parse().ok())
+                .collect();
+            match f[..] {
+                [start, end] if start < end && end - start < (1 << 24) => Self { start, end },
+                _ => Self::default(),
+            }
+        })
+    }
+
+    /// Zero the area.
+    ///
+    /// # Safety
+    ///
+    /// Only in a fork of the process the area was read in, which will never read its
+    /// arguments again (the init).
+    unsafe fn wipe(self) {
+        if self.start != 0 {
+            // SAFETY: the kernel's record of this process's own mapped argument strings.
+            unsafe { std::ptr::write_bytes(self.start as *mut u8, 0, self.end - self.start) };
+        }
+    }
+}
+
+/// What the init of a pid namespace tells the waiter, over a pipe: 8 bytes, a tag and a
+/// value (a write this small to a pipe is atomic).
+const MSG_FAILED: i32 = 1; // the init's set-up failed; value: errno
+const MSG_STARTED: i32 = 2; // the command's process exists; value: 0
+const MSG_STATUS: i32 = 3; // the command ended; value: its raw wait status
+
+/// The command's own pid namespace, made without a helper binary.
+///
+/// `unshare(CLONE_NEWPID)` (in [`Namespaces`]) puts the *children* of the caller in the
+/// new namespace, and its first child is the namespace's pid 1. Pid 1 is special: the
+/// kernel drops every signal it sends itself (or any process of its namespace sends it)
+/// that it has no handler for, SIGKILL included, so a command that was pid 1 would
+/// survive `kill -TERM $$` and report nothing. So three processes, all forks of the one
+/// core spawned:
+///
+/// - the **waiter**, in the host's pid namespace (the process core spawned and waits
+///   for): it waits for the init and then ends exactly as the command did: `_exit` with
+///   its code, or the same signal raised on itself (core dumps off first). Core, the
+///   process group, the cgroup and the timeout all see it as they saw the command
+///   before, so nothing in core changes. Chosen over a status pipe read by core because
+///   the spawned process's own status stays the truth for every reader.
+/// - the **init**, pid 1: mounts the private `/proc` (only a process inside the
+///   namespace can: proc shows the pid namespace of whoever mounts it), forks the
+///   command, reaps every orphan that the command leaves behind, and reports the
+///   command's exact wait status to the waiter the moment it ends. Then it exits, and
+///   the kernel kills whatever is left in the namespace. It is never confined (it
+///   execs nothing), but it is not dumpable, and the command can neither signal it
+///   (pid 1, and landlock's signal scope), trace it, nor read its memory.
+/// - the **command**, pid 2: returns from this step into the rest of the set-up
+///   (capabilities, landlock, seccomp) and execs.
+///
+/// The waiter and the init close every descriptor but stdio and their pipe once the
+/// command exists, so the host's spawn sees the exec (its close-on-exec error pipe is
+/// then held by the command alone). A set-up failure of the init is returned by the
+/// waiter, so the spawn fails with it and nothing runs.
+pub(crate) struct PidInit;
+
+/// Read one 8-byte message, retrying on `EINTR`; `None` at end of file or on error.
+///
+/// # Safety
+///
+/// Only system calls; callable between fork and exec.
+unsafe fn read_msg(fd: libc::c_int) -> Option<(i32, i32)> {
+    let mut buf = [0u8; 8];
+    let mut len = 0;
+    while len < buf.len() {
+        // SAFETY: reading into the rest of a live stack buffer.
+        let n = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
+        if n > 0 {
+            len += n as usize;
+        } else if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        } else {
+            return None;
+        }
+    }
+    let [a, b, c, d, e, f, g, h] = buf;
+    Some((
+        i32::from_ne_bytes([a, b, c, d]),
+        i32::from_ne_bytes([e, f, g, h]),
+    ))
+}
+
+/// Write one 8-byte message (atomic on a pipe).
+///
+/// # Safety
+///
+/// Only system calls; callable between fork and exec.
+unsafe fn write_msg(fd: libc::c_int, tag: i32, value: i32) {
+    let mut buf = [0u8; 8];
+    buf[..4].copy_from_slice(&tag.to_ne_bytes());
+    buf[4..].copy_from_slice(&value.to_ne_bytes());
+    // SAFETY: writing a live stack buffer. A failure leaves the waiter at end of file,
+    // which it reads as "killed".
+    unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+}
+
+/// Close every descriptor above stdio but `keep`, which becomes descriptor 3.
+///
+/// # Safety
+///
+/// Only system calls; callable between fork and exec. Only for a process that will never
+/// exec or return into the caller's code (the waiter and the init).
+unsafe fn keep_only(keep: libc::c_int) -> libc::c_int {
+    // SAFETY: descriptor calls; nothing in this process uses the others again.
+    unsafe {
+        if keep != 3 {
+            libc::dup2(keep, 3);
+        }
+        libc::syscall(
+            libc::SYS_close_range,
+            4 as libc::c_uint,
+            libc::c_uint::MAX,
+            0,
+        );
+    }
+    3
+}
+
+/// The most recent `errno`.
+fn errno() -> i32 {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+impl PidInit {
+    /// In the waiter, right after `unshare(CLONE_NEWPID)`: fork the init. Returns `Ok`
+    /// only in the command's process; an `Err` in the waiter when the init could not
+    /// start the command.
+    ///
+    /// # Safety
+    ///
+    /// Only system calls; callable between fork and exec.
+    unsafe fn start(args: ArgArea, mask: Option<&ProcMask>) -> io::Result<()> {
+        // SAFETY: system calls on stack values (module docs).
+        unsafe {
+            // The host runtime's signal handlers (tokio's SIGCHLD) would run in the
+            // waiter and the init, which never exec: back to the defaults, as exec would.
+            for sig in 1..libc::SIGRTMAX() {
+                let mut old: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                    && old.sa_sigaction != libc::SIG_DFL
+                    && old.sa_sigaction != libc::SIG_IGN
+                {
+                    let mut new: libc::sigaction = std::mem::zeroed();
+                    new.sa_sigaction = libc::SIG_DFL;
+                    libc::sigaction(sig, &new, std::ptr::null_mut());
+                }
+            }
+            let mut report = [-1 as libc::c_int; 2];
+            check(libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC))?;
+            // Held open by the waiter alone: the init sees it hang up if the waiter died
+            // before the init could ask for SIGKILL on that.
+            let mut lifeline = [-1 as libc::c_int; 2];
+            check(libc::pipe2(lifeline.as_mut_ptr(), libc::O_CLOEXEC))?;
+            let init = libc::fork();
+            if init < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if init == 0 {
+                libc::close(report[0]);
+                libc::close(lifeline[1]);
+                return Self::init(report[1], lifeline[0], args, mask);
+            }
+            libc::close(report[1]);
+            libc::close(lifeline[0]);
+            Self::wait(init, report[0])
+        }
+    }
+
+    /// The waiter: see [`PidInit`]. Returns only an error, before the command exists.
+    ///
+    /// # Safety
+    ///
+    /// Only system calls; callable between fork and exec.
+    unsafe fn wait(init: libc::pid_t, report: libc::c_int) -> io::Result<()> {
+        // SAFETY: system calls on stack values.
+        unsafe {
+            let reap = || {
+                let mut st = 0;
+                while libc::waitpid(init, &mut st, 0) < 0 && errno() == libc::EINTR {}
+            };
+            match read_msg(report) {
+                Some((MSG_STARTED, _)) => {}
+                Some((MSG_FAILED, e)) => {
+                    reap();
+                    return Err(io::Error::from_raw_os_error(e));
+                }
+                _ => {
+                    reap();
+                    return Err(io::Error::from_raw_os_error(libc::ECHILD));
+                }
+            }
+            let report = keep_only(report);
+            let status = match read_msg(report) {
+                Some((MSG_STATUS, st)) => Some(st),
+                _ => None,
+            };
+            reap();
+            match status {
+                Some(st) if libc::WIFEXITED(st) => libc::_exit(libc::WEXITSTATUS(st)),
+                Some(st) if libc::WIFSIGNALED(st) => Self::die_of(libc::WTERMSIG(st)),
+                // No report: the init was killed (a tree kill, the OOM killer), and the
+                // command with it.
+                _ => Self::die_of(libc::SIGKILL),
+            }
+        }
+    }
+
+    /// End the waiter by `sig`, as the command ended, without dumping core.
+    ///
+    /// # Safety
+    ///
+    /// Only system calls; callable between fork and exec.
+    unsafe fn die_of(sig: libc::c_int) -> ! {
+        // SAFETY: system calls on stack values.
+        unsafe {
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, sig);
+            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+            libc::kill(libc::getpid(), sig);
+            // A signal whose default is not to terminate cannot have ended the command;
+            // report it as a shell would.
+            libc::_exit(128 + sig)
+        }
+    }
+
+    /// The init, pid 1: see [`PidInit`]. Returns `Ok` only in the command's process.
+    ///
+    /// # Safety
+    ///
+    /// Only system calls; callable between fork and exec.
+    unsafe fn init(
+        report: libc::c_int,
+        lifeline: libc::c_int,
+        args: ArgArea,
+        mask: Option<&ProcMask>,
+    ) -> io::Result<()> {
+        // SAFETY: system calls on stack values and static C strings.
+        unsafe {
+            let fail = |e: i32| -> ! {
+                write_msg(report, MSG_FAILED, e);
+                libc::_exit(1)
+            };
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+                fail(errno());
+            }
+            // The waiter may have died before that: its end of the lifeline is gone.
+            let mut pfd = libc::pollfd {
+                fd: lifeline,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            if libc::poll(&mut pfd, 1, 0) != 0 {
+                libc::_exit(1);
+            }
+            libc::close(lifeline);
+            // Nothing of this unconfined process is readable or traceable by the command,
+            // and its command line (the host program's, inherited) reads as empty.
+            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+            args.wipe();
+            if libc::mount(
+                c"proc".as_ptr(),
+                c"/proc".as_ptr(),
+                c"proc".as_ptr(),
+                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+                std::ptr::null(),
+            ) != 0
+            {
+                fail(errno());
+            }
+            if let Some(mask) = mask {
+                if let Err(e) = mask.apply() {
+                    fail(e.raw_os_error().unwrap_or(libc::EIO));
+                }
+            }
+            let command = libc::fork();
+            if command < 0 {
+                fail(errno());
+            }
+            if command == 0 {
+                libc::close(report);
+                // Dumpable again: the command's own /proc/self belongs to it.
+                libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+                return Ok(());
+            }
+            write_msg(report, MSG_STARTED, 0);
+            let report = keep_only(report);
+            loop {
+                let mut st = 0;
+                let r = libc::waitpid(-1, &mut st, 0);
+                if r == command {
+                    write_msg(report, MSG_STATUS, st);
+                    // Our exit kills everything left in the namespace.
+                    libc::_exit(0);
+                }
+                if r < 0 && errno() != libc::EINTR {
+                    libc::_exit(1);
+                }
+            }
+        }
+    }
+}
+
+/// `RLIMIT_NPROC` set inside the command's own user namespace, where it counts the
+/// sandbox's processes alone. Set on the host's side of the namespace (as core does where
+/// there is none) it would also count every process the user has on the host, and through
+/// the namespace's recorded limit keep doing so inside.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ProcessLimit(pub libc::rlim_t);
+
+// SAFETY: one `setrlimit` on a stack value.
+unsafe impl PreExec for ProcessLimit {
+    fn pre_exec(&self) -> io::Result<()> {
+        let lim = libc::rlimit {
+            rlim_cur: self.0,
+            rlim_max: self.0,
+        };
+        // SAFETY: a system call on a stack value.
+        check(unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &lim) })
     }
 }
 
@@ -432,10 +1036,32 @@ pub(crate) struct RestrictSelf {
     /// The rulesets; close-on-exec. Shared (a root host's first layer serves every run),
     /// and closed in the parent when the last holder is done.
     pub layers: Vec<Arc<OwnedFd>>,
+    /// Grant reading the `/proc` mounted in the child (a pid namespace's own) in every
+    /// layer. The parent's rule for `/proc` names the host's proc, which that mount hides
+    /// (landlock judges a path by the inodes it walks, and skips the covered mount
+    /// points), so the rule can only be added here, after the mount. A rule added to a
+    /// shared first layer also lands in the other runs that use it until it is rebuilt
+    /// (see [`crate::system::ETC_REFRESH`]); it names this run's proc alone, which no other
+    /// run can reach (another pid and mount namespace, and landlock denies tracing into
+    /// this domain), and their own layers do not grant it: the layers intersect.
+    pub private_proc: bool,
 }
 
-// SAFETY: `prctl` and `landlock_restrict_self` on descriptors opened before the fork;
-// iterating a slice allocated before the fork allocates nothing.
+/// `struct landlock_path_beneath_attr`.
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
+
+const LANDLOCK_RULE_PATH_BENEATH: libc::c_int = 1;
+/// `LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR`: what the system list
+/// grants `/proc` (see `src/system.rs`), and what every layer handles.
+const PROC_ACCESS: u64 = (1 << 2) | (1 << 3);
+
+// SAFETY: `prctl`, `open`, `landlock_add_rule`, `close` and `landlock_restrict_self` on
+// descriptors opened before the fork and stack values; iterating a slice allocated before
+// the fork allocates nothing.
 unsafe impl PreExec for RestrictSelf {
     fn pre_exec(&self) -> io::Result<()> {
         // SAFETY: system calls on descriptors opened before the fork; iterating a slice
@@ -444,6 +1070,34 @@ unsafe impl PreExec for RestrictSelf {
             // Needed by landlock without CAP_SYS_ADMIN; also stops setuid and file
             // capabilities from raising privilege on exec.
             check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            if self.private_proc {
+                let proc = libc::open(
+                    c"/proc".as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                );
+                if proc < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let attr = PathBeneathAttr {
+                    allowed_access: PROC_ACCESS,
+                    parent_fd: proc,
+                };
+                for layer in &self.layers {
+                    if libc::syscall(
+                        libc::SYS_landlock_add_rule,
+                        layer.as_raw_fd(),
+                        LANDLOCK_RULE_PATH_BENEATH,
+                        &attr as *const PathBeneathAttr,
+                        0 as libc::c_uint,
+                    ) != 0
+                    {
+                        let e = io::Error::last_os_error();
+                        libc::close(proc);
+                        return Err(e);
+                    }
+                }
+                libc::close(proc);
+            }
             for layer in &self.layers {
                 if libc::syscall(
                     libc::SYS_landlock_restrict_self,
@@ -519,6 +1173,8 @@ mod tests {
                 pinned: vec![c(&ws.join("pin"))],
                 readonly: vec![c(&ws.join("pin/ro"))],
             }),
+            pid: None,
+            mask: (unsafe { libc::geteuid() } == 0).then(ProcMask::of_this_host),
             // The working directory inside the carve-out: entered again, read-only.
             cwd: c(&ws.join("pin/ro/sub")),
         };
@@ -559,6 +1215,15 @@ mod tests {
                 let null = libc::open(c"/dev/null".as_ptr(), libc::O_WRONLY);
                 if null < 0 || libc::write(null, b"x".as_ptr().cast(), 1) != 1 {
                     bad |= 32;
+                }
+                // A root host: root-only /proc files are covered (only the mount keeps
+                // this uid 0 out here, since it keeps its capabilities).
+                if libc::geteuid() == 0 {
+                    let st = libc::open(c"/proc/slabinfo".as_ptr(), libc::O_RDONLY);
+                    let mut sb: libc::stat = std::mem::zeroed();
+                    if st < 0 || libc::fstat(st, &mut sb) != 0 || sb.st_mode & 0o777 != 0 {
+                        bad |= 64;
+                    }
                 }
                 bad
             };
@@ -649,6 +1314,8 @@ mod tests {
             })),
             net: true,
             mount: None,
+            pid: None,
+            mask: None,
             cwd: c"/".to_owned(),
         };
         struct Both(Namespaces, DropCapabilities);
@@ -675,6 +1342,8 @@ mod tests {
             userns: own_userns(),
             net: true,
             mount: None,
+            pid: None,
+            mask: None,
             cwd: c"/".to_owned(),
         };
         fn check() -> i32 {

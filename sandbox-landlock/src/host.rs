@@ -10,7 +10,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use crate::child::{IdMaps, MountPlan, Namespaces};
+use crate::child::{ArgArea, IdMaps, MountPlan, Namespaces, ProcMask};
 use crate::error::Error;
 use sandbox_core::process::PreExec;
 
@@ -81,9 +81,16 @@ pub(crate) fn c_path(path: &Path) -> CString {
 }
 
 impl NsMode {
-    /// The step making the namespaces: network when `net`, and the mount namespace that
-    /// `spec` describes (see `src/ruleset.rs`).
-    pub fn step(&self, net: bool, spec: &crate::ruleset::Spec, cwd: &Path) -> Namespaces {
+    /// The step making the namespaces: network when `net`, a pid namespace with its own
+    /// `/proc` when `pid`, and the mount namespace that `spec` describes (see
+    /// `src/ruleset.rs`).
+    pub fn step(
+        &self,
+        net: bool,
+        pid: bool,
+        spec: &crate::ruleset::Spec,
+        cwd: &Path,
+    ) -> Namespaces {
         let c = |v: &[std::path::PathBuf]| v.iter().map(|p| c_path(p)).collect();
         Namespaces {
             userns: match self {
@@ -97,6 +104,10 @@ impl NsMode {
                 pinned: c(&spec.pinned_dirs),
                 readonly: c(&spec.readonly_mounts),
             }),
+            pid: pid.then(ArgArea::of_this_process),
+            // uid 0 without capabilities still reads what root owns; another uid does not.
+            // SAFETY: a plain query.
+            mask: (unsafe { libc::geteuid() } == 0).then(ProcMask::of_this_host),
             cwd: c_path(cwd),
         }
     }
@@ -115,6 +126,9 @@ pub(crate) struct Host {
     pub last_cap: u32,
     /// How the namespaces are made, or why they cannot be.
     pub ns: Result<NsMode, String>,
+    /// Whether a pid namespace with its own `/proc` can be made too (in the way `ns`
+    /// says), or why not: what `process_isolation` is claimed on.
+    pub pid_ns: Result<(), String>,
 }
 
 /// Run `step` in a forked child and report whether it worked (the only way to try an
@@ -202,7 +216,7 @@ impl Host {
             ..crate::ruleset::Spec::empty()
         };
         let probe = |mode: &NsMode| match dirs.as_deref() {
-            Some(cwd) => try_in_child(&mode.step(true, &probe_spec, cwd)),
+            Some(cwd) => try_in_child(&mode.step(true, false, &probe_spec, cwd)),
             // Claim nothing that was not tried.
             None => Err("no scratch directory in $TMPDIR to try the mounts in".to_string()),
         };
@@ -222,6 +236,14 @@ impl Host {
                 .map(|()| userns.clone())
                 .map_err(|e| format!("unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWNS): {e}"))
         };
+        // Separately: a host may allow the others but refuse a new /proc (a container
+        // whose own /proc has masked files).
+        let pid_ns = match (&ns, dirs.as_deref()) {
+            (Ok(mode), Some(cwd)) => try_in_child(&mode.step(true, true, &probe_spec, cwd))
+                .map_err(|e| format!("a pid namespace with its own /proc: {e}")),
+            (Err(e), _) => Err(e.clone()),
+            (Ok(_), None) => Err("no scratch directory in $TMPDIR to try the mounts in".into()),
+        };
         Self {
             landlock: Landlock::detect(),
             seccomp,
@@ -229,6 +251,7 @@ impl Host {
             has_caps: !is_root && holds_capabilities(),
             last_cap,
             ns,
+            pid_ns,
         }
     }
 }
@@ -254,6 +277,7 @@ mod tests {
         // Unprivileged user namespaces work on this host (root or not).
         let n = h.ns.unwrap();
         assert_eq!(matches!(n, NsMode::Plain), h.is_root);
+        h.pid_ns.unwrap();
     }
 
     #[test]

@@ -22,35 +22,47 @@
 //!   path is not confined there (see `src/filter.rs`). Denied calls fail with
 //!   `EPERM`; `no_new_privs` is set.
 //! - **Network**: `none` by seccomp (no socket but `AF_UNIX`) and landlock (TCP bind and
-//!   connect, ABI 4); `loopback` by a private network namespace with its own `lo` (made
-//!   through a user namespace when the host is not root); `full` unrestricted. Where no
-//!   namespace can be made, the capability says loopback is over-granted and the lane
-//!   decides.
+//!   connect, ABI 4), in a private network namespace with nothing up, so the host's
+//!   `/proc/net` (unix socket paths, listeners, routes) is out of sight; `loopback` by a
+//!   private network namespace with its own `lo`; both made through a user namespace when
+//!   the host is not root; `full` unrestricted. Where no namespace can be made, the
+//!   capability says `none` and `loopback` are over-granted and the lane decides.
+//! - **Processes** (on `strict`): a pid namespace of the command's own, with a private
+//!   `/proc` that shows only its processes; made in the forked child, with a tiny init as
+//!   pid 1 that reaps orphans and hands out the command's exact status (see
+//!   `PidInit` in `src/child.rs` for why the command is not pid 1 itself). `fast` and
+//!   `trusted` skip it (they do not require process isolation) and save its cost.
 //! - **Root**: a root host's command keeps uid 0 (a root-owned workspace must stay writable)
 //!   but loses every capability in all five sets, with `SECBIT_NOROOT` locked so no exec
 //!   gives any back; landlock scopes keep its signals and abstract unix sockets inside the
 //!   sandbox (ABI 6, required for a root host); and a first landlock layer lets it read the
 //!   system directories and the named read-only paths only as an unprivileged user could,
 //!   so root-only files like `/etc/shadow` stay closed although uid 0 owns them (see
-//!   `src/compile.rs`).
+//!   `src/compile.rs`); the root-only files of `/proc` (`slabinfo`, `kpageflags`,
+//!   `timer_list`, `keys`, ...) are covered by unreadable binds (`ProcMask` in
+//!   `src/child.rs`).
 //! - **Resources, output, timeout, tree kill, environment**: core's, as for every process
 //!   backend.
 //!
 //! # What it cannot
 //!
-//! - **Process isolation**: there is no pid namespace. The command can list host processes
-//!   in `/proc` and read their command lines (not their memory, environment or
-//!   descriptors: landlock denies ptrace out of the sandbox). It cannot signal them when
-//!   the ABI has signal scoping (6+). So the capability does not claim
-//!   `process_isolation`, and the `strict` lane refuses this backend; `fast` is its lane.
+//! - **Process isolation where no namespace can be made** (a host that is not root with
+//!   unprivileged user namespaces off): then there is no pid namespace, the command can
+//!   list host processes in `/proc` and read their command lines (not their memory,
+//!   environment or descriptors: landlock denies ptrace out of the sandbox), and cannot
+//!   signal them when the ABI has signal scoping (6+). The capability then does not claim
+//!   `process_isolation` (decided when the backend is built, by making one), and the
+//!   `strict` lane refuses this backend with the remedy ([`PID_NS_REMEDY`]); `fast` still
+//!   runs it.
 //! - `/tmp` is not writable unless named: set `TMPDIR` into the workspace for tools that
 //!   need one.
 //!
 //! # What it needs
 //!
 //! Linux with landlock enabled at ABI 3 or newer (6.2; ABI 6, Linux 6.12, when the host
-//! runs as root) and seccomp filters; for `loopback` and for carve-outs that leave the
-//! workspace root writable, unprivileged user namespaces (or root).
+//! runs as root) and seccomp filters; for `strict`, network `none` and `loopback`, and for
+//! carve-outs that leave the workspace root writable, unprivileged user namespaces (or
+//! root).
 //! [`Sandbox::preflight`](sandbox_core::Sandbox::preflight) checks each and runs a real
 //! command.
 //!
@@ -103,7 +115,7 @@ use sandbox_core::{
     SandboxExt, SandboxOpts, Status, TreeKill,
 };
 
-use crate::child::{DropCapabilities, RestrictSelf};
+use crate::child::{DropCapabilities, ProcessLimit, RestrictSelf};
 use crate::error::Error;
 use crate::host::{Host, NsMode};
 use crate::ruleset::{MountNs, Request};
@@ -111,14 +123,22 @@ use crate::ruleset::{MountNs, Request};
 /// The backend's name.
 pub const NAME: &str = "landlock";
 
-/// What the facade's registry knows of this backend. `auto` tries it first on `fast`
-/// (it costs about what a bare spawn does) and last on `strict` and `trusted` (it cannot
-/// isolate processes, so the `strict` lane refuses it anyway).
+/// What to do where no pid namespace can be made, for the `strict` lane.
+pub const PID_NS_REMEDY: &str = "enable unprivileged user namespaces (`sysctl \
+     user.max_user_namespaces=15000`; on Debian also `kernel.unprivileged_userns_clone=1`; on \
+     Ubuntu `kernel.apparmor_restrict_unprivileged_userns=0`), run the host as root, or use the \
+     `fast` lane, which does not need process isolation";
+
+/// What the facade's registry knows of this backend. `auto` tries it first on `fast` and
+/// on `strict` (it costs about what a bare spawn does, its pid namespace a little more:
+/// the cheapest of the backends that qualify, as the bench measures; where it cannot make
+/// the namespace the `strict` lane refuses it and `auto` goes on to the next), and last on
+/// `trusted`.
 pub const INFO: BackendInfo = BackendInfo {
     name: NAME,
-    summary: "landlock and seccomp, no namespaces",
+    summary: "landlock and seccomp; on strict a pid namespace with its own /proc",
     auto_rank: AutoRank {
-        strict: Some(30),
+        strict: Some(5),
         fast: Some(10),
         trusted: Some(30),
     },
@@ -169,7 +189,16 @@ fn capability(host: &Host) -> Capability {
         confine_writes: true,
         confine_reads: true,
         readonly_carveouts: true,
-        network_none: Enforcement::Exact,
+        // Seccomp leaves no socket but AF_UNIX either way; without a namespace of its own
+        // the command would still read the host's network state in /proc/net.
+        network_none: if host.ns.is_ok() {
+            Enforcement::Exact
+        } else {
+            Enforcement::OverGrant(
+                "no sockets, but the host's network state readable in /proc/net (unix socket \
+                 paths, listeners, routes)",
+            )
+        },
         network_loopback: if host.ns.is_ok() {
             Enforcement::Exact
         } else {
@@ -177,7 +206,8 @@ fn capability(host: &Host) -> Capability {
         },
         network_full: Enforcement::Exact,
         tree_kill: true,
-        process_isolation: false,
+        // Claimed exactly when a pid namespace with its own /proc was made here.
+        process_isolation: host.pid_ns.is_ok(),
         // Without a mount namespace a root host's command could still change the mode of
         // every root-owned file it can name (landlock has no right for that).
         drops_host_root: !host.is_root || host.ns.is_ok(),
@@ -239,7 +269,17 @@ impl Launcher for LandlockBackend {
         let dir = tempfile::tempdir()
             .map_err(|e| SandboxError::io("creating the preflight's workspace", e))?;
         let mut opts = SandboxOpts::new(dir.path(), ["true"]);
-        opts.lane = Lane::Fast;
+        // The strictest path this host claims: with the pid namespace where there is one.
+        opts.lane = if self.capability.process_isolation {
+            Lane::Strict
+        } else {
+            Lane::Fast
+        };
+        if !self.capability.network_none.is_exact() {
+            // No namespace: `none` is an over-grant that `fast` refuses; the run itself is
+            // what is checked here.
+            opts.network = NetworkMode::Full;
+        }
         opts.timeout = Some(Duration::from_secs(30));
         let outcome = ProcessSandbox::new(self.clone()).execute(opts).await?;
         if outcome.status != (Status::Exited { code: 0 }) {
@@ -255,18 +295,26 @@ impl Launcher for LandlockBackend {
         }
         let mut details = outcome.policy.notes.clone();
         details.push(match &self.host.ns {
-            Ok(NsMode::Plain) => "namespaces: a private network namespace for loopback, a \
-                                  read-only mount namespace for every run"
+            Ok(NsMode::Plain) => "namespaces: a private network namespace for `none` and \
+                                  `loopback`, a read-only mount namespace for every run"
                 .into(),
-            Ok(NsMode::UserNs(_)) => "namespaces: a private network namespace for loopback, \
-                                      a read-only mount namespace for every run, inside a \
-                                      user namespace"
+            Ok(NsMode::UserNs(_)) => "namespaces: a private network namespace for `none` and \
+                                      `loopback`, a read-only mount namespace for every run, \
+                                      inside a user namespace"
                 .into(),
             Err(e) => format!(
-                "no namespaces ({e}): loopback over-granted as the host's network; carve-outs \
+                "no namespaces ({e}): loopback over-granted as the host's network, `none` \
+                 with the host's /proc/net readable; carve-outs \
                  by split landlock rules (the directories on the way to them fixed); the \
                  modes and timestamps of the user's own files outside the workspace not \
                  confined"
+            ),
+        });
+        details.push(match &self.host.pid_ns {
+            Ok(()) => "processes: a pid namespace with a private /proc on `strict`".into(),
+            Err(e) => format!(
+                "no process isolation ({e}): `strict` refuses this backend; remedy: \
+                 {PID_NS_REMEDY}"
             ),
         });
         Ok(Preflight::new(
@@ -316,7 +364,7 @@ impl Launcher for LandlockBackend {
         layers.push(Arc::new(compile::create(&spec)?));
 
         let net = match (plan.network, ns) {
-            (NetworkMode::Loopback, Some(_)) => true,
+            (NetworkMode::Loopback | NetworkMode::None, Some(_)) => true,
             (NetworkMode::Loopback, None) => {
                 // Only reachable on a lane that accepts the over-grant the capability
                 // states; the lane check has run.
@@ -325,24 +373,61 @@ impl Launcher for LandlockBackend {
                     .push("loopback over-granted as the host's network".into());
                 false
             }
+            (NetworkMode::None, None) => {
+                launch.notes.push(
+                    "network none: no sockets, but the host's /proc/net readable (no \
+                     namespace can be made here)"
+                        .into(),
+                );
+                false
+            }
             _ => false,
         };
+        // A pid namespace where the lane asks for process isolation (the lane check has
+        // run, so the host can make one); `fast` and `trusted` skip its cost.
+        let pid = plan.lane == Lane::Strict;
+        if pid && (ns.is_none() || self.host.pid_ns.is_err()) {
+            return Err(SandboxError::unavailable(
+                NAME,
+                "no pid namespace can be made on this host",
+                PID_NS_REMEDY,
+            ));
+        }
         let mut userns = false;
         if let Some(mode) = ns {
             userns = matches!(mode, NsMode::UserNs(_));
             if net {
-                launch.notes.push(
-                    if userns {
-                        "network: a private namespace (in a user namespace), loopback up"
-                    } else {
-                        "network: a private namespace, loopback up"
+                let inside = if userns { " (in a user namespace)" } else { "" };
+                launch.notes.push(match plan.network {
+                    NetworkMode::Loopback => {
+                        format!("network: a private namespace{inside}, loopback up")
                     }
-                    .into(),
+                    _ => format!(
+                        "network: a private namespace{inside} with no interface up; the \
+                         host's /proc/net out of sight"
+                    ),
+                });
+            }
+            if pid {
+                launch.notes.push(
+                    "processes: a pid namespace of its own, with a private /proc; a tiny \
+                     init (pid 1) reaps orphans and hands out the command's exact status"
+                        .into(),
                 );
             }
             launch
                 .pre_exec
-                .push(Box::new(mode.step(net, &spec, &plan.cwd)));
+                .push(Box::new(mode.step(net, pid, &spec, &plan.cwd)));
+            let by_rlimit =
+                HostSupport::detect(false).processes == Some(sandbox_core::LimitMechanism::Rlimit);
+            if let (true, true, Some(n)) = (userns, by_rlimit, plan.limits.max_processes) {
+                // Counted in the user namespace; the waiter and the init, ours, on top.
+                let ours = if pid { 2 } else { 0 };
+                launch.process_rlimit_inside = true;
+                launch.pre_exec.push(Box::new(ProcessLimit(
+                    n.saturating_add(ours) as libc::rlim_t
+                )));
+            }
         } else {
             launch.notes.push(
                 "no mount namespace can be made here: the modes and timestamps of the user's \
@@ -361,7 +446,10 @@ impl Launcher for LandlockBackend {
                     .into(),
             );
         }
-        launch.pre_exec.push(Box::new(RestrictSelf { layers }));
+        launch.pre_exec.push(Box::new(RestrictSelf {
+            layers,
+            private_proc: pid,
+        }));
         if spec.deny_unix_sockets {
             launch.pre_exec.push(Box::new(filter::InstallFilter(
                 filter::unix_socket_filter()?
@@ -388,7 +476,11 @@ impl Launcher for LandlockBackend {
                 .notes
                 .push("seccomp: the shared filter, setsid and setpgid denied".into());
         }
-        launch.tree_kill = Some(TreeKill::ProcessGroup);
+        launch.tree_kill = Some(if pid {
+            TreeKill::PidNamespace
+        } else {
+            TreeKill::ProcessGroup
+        });
         Ok(launch)
     }
 }
@@ -402,6 +494,7 @@ mod tests {
     fn without_namespaces() -> LandlockBackend {
         let mut host = Host::detect();
         host.ns = Err("disabled for the test".into());
+        host.pid_ns = Err("disabled for the test".into());
         let capability = capability(&host);
         LandlockBackend {
             host: Arc::new(host),
@@ -414,6 +507,8 @@ mod tests {
         let b = without_namespaces();
         let c = Launcher::capability(&b);
         assert!(matches!(c.network_loopback, Enforcement::OverGrant(_)));
+        assert!(matches!(c.network_none, Enforcement::OverGrant(_)));
+        assert!(!c.process_isolation);
         assert_eq!(c.drops_host_root, !b.host.is_root);
         assert!(c.readonly_carveouts && c.confine_writes && c.confine_reads);
     }
@@ -440,6 +535,8 @@ mod tests {
             ],
         );
         opts.readonly_carveouts = vec![".git/hooks".into()];
+        // `none` hides /proc/net only with a namespace: an over-grant here.
+        opts.network = NetworkMode::Full;
         // A root host without namespaces runs only on the lane that accepts it.
         opts.lane = if b.host.is_root {
             Lane::Trusted

@@ -79,6 +79,52 @@ pub struct AutoPick {
     pub lane: Lane,
     /// The backend, or none when no working backend runs a default request on it.
     pub backend: Option<&'static str>,
+    /// Why: the lane's `auto` order, and for each backend before the pick why it was
+    /// passed over.
+    pub why: String,
+}
+
+/// Why `auto` takes `pick` on `lane`: the order, and what each earlier backend lacked.
+fn why(
+    lane: Lane,
+    order: &[&'static str],
+    backends: &[BackendReport],
+    pick: Option<&str>,
+) -> String {
+    let mut passed = Vec::new();
+    for name in order {
+        if Some(*name) == pick {
+            break;
+        }
+        let reason = match backends.iter().find(|b| b.name == *name) {
+            None => "not compiled in".to_string(),
+            Some(b) if !b.checked => b.problem.clone().unwrap_or_else(|| "not checked".into()),
+            Some(b) if !b.works => format!(
+                "does not work here: {}",
+                b.problem.as_deref().unwrap_or("its preflight failed")
+            ),
+            Some(b) if b.image.is_some() => "works only with the image named to doctor".into(),
+            Some(_) => format!("refuses a default request on `{lane}`"),
+        };
+        passed.push(format!("{name}: {reason}"));
+    }
+    let head = match pick {
+        Some(p) => format!(
+            "first of the `{lane}` order ({}) that works here and runs a default request \
+             (network none, the default limits) on `{lane}`: {p}",
+            order.join(", ")
+        ),
+        None => format!(
+            "nothing of the `{lane}` order ({}) works here and runs a default request on \
+             `{lane}`",
+            order.join(", ")
+        ),
+    };
+    if passed.is_empty() {
+        head
+    } else {
+        format!("{head}; passed over: {}", passed.join("; "))
+    }
 }
 
 /// Examine every compiled-in backend on this host.
@@ -90,18 +136,23 @@ pub async fn doctor(config: &Config) -> DoctorReport {
     }
     let auto = Lane::ALL
         .iter()
-        .map(|&lane| AutoPick {
-            lane,
+        .map(|&lane| {
             // As `sandbox run` without an image: a backend that works only with the
             // image named here is not what it would pick.
-            backend: select::candidates(lane, &Config::default(), false)
+            let order: Vec<&'static str> = select::candidates(lane, &Config::default(), false)
                 .into_iter()
-                .find(|c| {
-                    backends.iter().any(|b| {
-                        b.name == c.name && b.works && b.image.is_none() && b.lanes.contains(&lane)
-                    })
+                .map(|c| c.name)
+                .collect();
+            let backend = order.iter().copied().find(|c| {
+                backends.iter().any(|b| {
+                    b.name == *c && b.works && b.image.is_none() && b.lanes.contains(&lane)
                 })
-                .map(|c| c.name),
+            });
+            AutoPick {
+                lane,
+                backend,
+                why: why(lane, &order, &backends, backend),
+            }
         })
         .collect();
     DoctorReport {
@@ -320,7 +371,11 @@ impl fmt::Display for DoctorReport {
             .iter()
             .map(|p| format!("{} -> {}", p.lane, p.backend.unwrap_or("nothing")))
             .collect();
-        writeln!(f, "auto picks: {}", picks.join(", "))
+        writeln!(f, "auto picks: {}", picks.join(", "))?;
+        for p in &self.auto {
+            writeln!(f, "    {:<11} {}", p.lane.as_str(), p.why)?;
+        }
+        Ok(())
     }
 }
 
@@ -352,6 +407,11 @@ mod tests {
         }
         assert_eq!(r.auto.len(), 3);
         let text = r.to_string();
+        for p in &r.auto {
+            // Each pick says why, naming the lane's order.
+            assert!(p.why.contains(&format!("`{}` order", p.lane)), "{}", p.why);
+            assert!(text.contains(&p.why), "{text}");
+        }
         for b in &r.backends {
             assert!(text.contains(&format!("{}: ", b.name)), "{text}");
         }

@@ -526,6 +526,7 @@ mod tests {
             signal_status: true,
             oom_status: true,
             snapshot: true,
+            sparse_snapshot: true,
             host_programs: true,
             full_network_is_host: true,
             reports_denials: sandbox_core::DenialKinds::default(),

@@ -157,6 +157,9 @@ where
             return ExitCode::FAILURE;
         }
     };
+    if let Some(spec) = std::env::var_os("SANDBOX_SOAK") {
+        return soak_main(ctx, &spec.to_string_lossy(), report_path);
+    }
     report["lane"] = json!(ctx.lane().as_str());
     report["capability"] = serde_json::to_value(ctx.capability()).unwrap_or(Value::Null);
     if !args.list {
@@ -215,4 +218,71 @@ where
     // Removes the scratch directory (process::exit would skip it).
     drop(ctx);
     conclusion.exit_code()
+}
+
+/// `SANDBOX_SOAK=RUNS,CONCURRENT`: the soak instead of the cases (see [`crate::soak`]).
+/// Prints the counts before and after; fails on growth or on a run that ended otherwise
+/// than expected.
+fn soak_main(ctx: Arc<Context>, spec: &str, report_path: Option<&Path>) -> ExitCode {
+    let config = match crate::soak::SoakConfig::parse(spec) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("soak: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    // The runtime's threads are named (so the count can tell them from threads a run left
+    // behind), its blocking pool bounded, and idle threads kept: a pool that shrinks
+    // between the two counts would hide a leak, one that regrows would fake one.
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .max_blocking_threads(16)
+        .thread_name(crate::soak::RUNTIME_THREAD)
+        .thread_keep_alive(std::time::Duration::from_secs(24 * 3600))
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("soak: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let docker = !ctx.capability().host_programs;
+    let name = ctx.backend_name();
+    eprintln!(
+        "soak: backend `{name}`, {} sequential runs then {} at once (twice), kills, timeouts, \
+         floods and daemons mixed in",
+        config.sequential, config.concurrent
+    );
+    let report = rt.block_on(crate::soak::soak(ctx.clone(), config, docker));
+    println!("soak {name}: before: {}", report.before);
+    println!("soak {name}: after:  {}", report.after);
+    for e in report.errors.iter().take(20) {
+        println!("soak {name}: run failed: {e}");
+    }
+    for g in &report.growth {
+        println!("soak {name}: GREW: {g}");
+    }
+    println!(
+        "soak {name}: {} runs in {:.1} s: {}",
+        report.runs,
+        report.seconds,
+        if report.passed() {
+            "nothing grew"
+        } else {
+            "FAILED"
+        }
+    );
+    write_report(
+        report_path,
+        &serde_json::to_value(&report).unwrap_or(Value::Null),
+    );
+    let passed = report.passed();
+    drop(ctx);
+    if passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }

@@ -79,6 +79,7 @@ pub mod host;
 pub mod probe;
 pub mod prove;
 mod registry;
+pub mod soak;
 
 pub use context::{
     describe, parse_report, prepare_host_env, strictest_lane, token, Context, Dir, Failure,

@@ -10,12 +10,13 @@
 //! and its shared libraries, so no `/bin/sh`, no `/proc` assumed (where it matters, the
 //! probe says whether it could read `/proc`).
 //!
-//! Subcommands: `argv`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
+//! Subcommands: `argv`, `argv-hex`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
 //! `rename FROM TO`, `remove PATH`,
 //! `connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `syscall-loop NAME N`, `see-pid PID`, `open-files N`,
-//! `print TEXT [SECS]`, `barrier DIR N ID`.
+//! `print TEXT [SECS]`, `barrier DIR N ID`, `kill-self N`, `orphan`, `tree DIR`,
+//! `blocks PATH`, `kill-parent CODE`, `readable DIR DEPTH`, `tmpfs DIR`.
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
@@ -40,8 +41,11 @@ pub fn main(args: Vec<OsString>) -> ! {
     let rest = &text[2..];
     match (cmd.as_str(), rest) {
         ("argv", _) => argv(&args),
+        ("argv-hex", _) => argv_hex(&args),
         ("exit", [n]) => exit(num(n) as i32),
         ("signal", [n]) => signal(num(n) as i32),
+        ("kill-self", [n]) => kill_self(num(n) as i32),
+        ("orphan", []) => orphan(),
         ("read", [p]) => read(p),
         ("write", [p]) => write(p, "probe"),
         ("write", [p, c]) => write(p, c),
@@ -73,6 +77,11 @@ pub fn main(args: Vec<OsString>) -> ! {
         ("print", [t]) => print_then_sleep(t, None),
         ("print", [t, s]) => print_then_sleep(t, Some(secs(s))),
         ("barrier", [dir, n, id]) => barrier(dir, num(n), id),
+        ("tree", [dir]) => tree(dir),
+        ("blocks", [p]) => blocks(p),
+        ("kill-parent", [code]) => kill_parent(num(code) as i32),
+        ("readable", [dir, depth]) => readable(dir, num(depth) as usize),
+        ("tmpfs", [dir]) => tmpfs(dir),
         _ => usage(&format!(
             "unknown subcommand or arguments: {}",
             text[1..].join(" ")
@@ -173,9 +182,166 @@ fn cstr(p: &str) -> CString {
 // ---------------------------------------------------------------------------------------
 // Subcommands.
 
+/// Walk `dir` without following links: every regular file's content and every link's
+/// target, so the host can see what a copy of a tree holds.
+fn tree(dir: &str) -> ! {
+    fn visit(p: &Path, files: &mut String, links: &mut String) -> io::Result<()> {
+        let mut names: Vec<_> = std::fs::read_dir(p)?.collect::<io::Result<Vec<_>>>()?;
+        names.sort_by_key(|e| e.file_name());
+        for e in names {
+            let path = e.path();
+            let m = std::fs::symlink_metadata(&path)?;
+            if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&path)?;
+                links.push_str(&format!("{}->{};", path.display(), t.display()));
+            } else if m.is_dir() {
+                visit(&path, files, links)?;
+            } else if m.is_file() {
+                use std::os::unix::fs::OpenOptionsExt;
+                let mut f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                    .open(&path)?;
+                let mut buf = Vec::new();
+                f.read_to_end(&mut buf)?;
+                files.push_str(&format!(
+                    "{}={};",
+                    path.display(),
+                    String::from_utf8_lossy(&buf)
+                ));
+            }
+        }
+        Ok(())
+    }
+    let (mut files, mut links) = (String::new(), String::new());
+    match visit(Path::new(dir), &mut files, &mut links) {
+        Ok(()) => {
+            ok().s("files", &files).s("links", &links).emit();
+            exit(0)
+        }
+        Err(e) => fail("tree", &e),
+    }
+}
+
+/// SIGKILL our parent (a backend's helper inside the sandbox), but only when the parent
+/// is the pid namespace's init or its child (pid 1 within two hops): inside a sandbox's own
+/// pid namespace that is the sandbox's helper, never a host process (on the host, pid 1 is
+/// never this close to a test's probe). Then exit with `code`.
+fn kill_parent(code: i32) -> ! {
+    fn parent_of(pid: i32) -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        let after = &stat[stat.rfind(')')? + 1..];
+        after.split_whitespace().nth(1)?.parse().ok()
+    }
+    // SAFETY: a plain system call.
+    let ppid = unsafe { libc::getppid() };
+    let nested = ppid == 1 || parent_of(ppid) == Some(1);
+    // SAFETY: a plain system call on numbers.
+    let killed = nested && unsafe { libc::kill(ppid, libc::SIGKILL) } == 0;
+    ok().b("namespaced", nested)
+        .n("parent", i64::from(ppid))
+        .b("signal_sent", killed)
+        .emit();
+    std::thread::sleep(Duration::from_millis(300));
+    exit(code)
+}
+
+/// Walk `dir` to `depth` levels without following links, and list the regular files that
+/// opened for reading although their mode gives others no read bit (what an unprivileged
+/// user could not open), with how many files were tried.
+fn readable(dir: &str, depth: usize) -> ! {
+    use std::os::unix::fs::OpenOptionsExt;
+    const MAX: usize = 200_000;
+    let mut found = Vec::new();
+    let mut tried = 0usize;
+    let mut stack = vec![(std::path::PathBuf::from(dir), 1usize)];
+    while let Some((d, level)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if m.is_dir() && level < depth {
+                stack.push((p, level + 1));
+            } else if m.is_file() && tried < MAX {
+                tried += 1;
+                let opened = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                    .open(&p)
+                    .is_ok();
+                if opened && m.mode() & 0o004 == 0 {
+                    found.push(p.display().to_string());
+                }
+            }
+        }
+    }
+    ok().n("tried", tried as i64)
+        .s("readable", &found.join("\n"))
+        .emit();
+    exit(0)
+}
+
+/// Whether `dir` is on a tmpfs, its size, and whether we can create a file in it.
+fn tmpfs(dir: &str) -> ! {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    // SAFETY: a zeroed statfs is a valid out-parameter; the path outlives the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let c = cstr(dir);
+    // SAFETY: as above.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        fail("statfs", &io::Error::last_os_error());
+    }
+    let probe = Path::new(dir).join(format!(".probe-{}", std::process::id()));
+    let writable = std::fs::write(&probe, b"x").is_ok();
+    let _ = std::fs::remove_file(&probe);
+    #[allow(clippy::unnecessary_cast)]
+    let is_tmpfs = st.f_type as i64 == TMPFS_MAGIC;
+    ok().b("tmpfs", is_tmpfs)
+        .n(
+            "size",
+            (st.f_blocks as i64).saturating_mul(st.f_bsize as i64),
+        )
+        .b("writable", writable)
+        .emit();
+    exit(0)
+}
+
+/// The size of `p` and the bytes the filesystem allocated for it (`st_blocks`).
+fn blocks(p: &str) -> ! {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) => {
+            ok().n("size", m.len() as i64)
+                .n("allocated", (m.blocks() * 512) as i64)
+                .emit();
+            exit(0)
+        }
+        Err(e) => fail("blocks", &e),
+    }
+}
+
 /// The whole argv, so the host can check every argument arrived byte for byte.
 fn argv(args: &[OsString]) -> ! {
     let list: Vec<String> = args.iter().map(|a| esc(&a.to_string_lossy())).collect();
+    Json::new()
+        .raw("argv", format!("[{}]", list.join(",")))
+        .emit();
+    exit(0)
+}
+
+/// Every argument as hex, so that bytes that are not UTF-8 are reported exactly.
+fn argv_hex(args: &[OsString]) -> ! {
+    let list: Vec<String> = args
+        .iter()
+        .map(|a| {
+            let hex: String = a.as_bytes().iter().map(|b| format!("{b:02x}")).collect();
+            format!("\"{hex}\"")
+        })
+        .collect();
     Json::new()
         .raw("argv", format!("[{}]", list.join(",")))
         .emit();
@@ -198,6 +364,91 @@ fn signal(n: i32) -> ! {
         "raise",
         &io::Error::other("still alive after raising the signal"),
     )
+}
+
+/// Die by signal `n` sent with `kill(getpid(), n)`, as `kill -N $$` in a shell does (a
+/// process-directed signal, where `signal` raises a thread-directed one).
+fn kill_self(n: i32) -> ! {
+    // SAFETY: plain system calls on our own process.
+    unsafe {
+        libc::signal(n, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, n);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::kill(libc::getpid(), n);
+    }
+    // A signal can be left pending for a moment after kill returns.
+    std::thread::sleep(Duration::from_secs(2));
+    fail(
+        "kill",
+        &io::Error::other("still alive after sending the signal to itself"),
+    )
+}
+
+/// A child that forks a grandchild and exits at once; the grandchild, an orphan, exits
+/// after 100 ms. Then wait up to 10 s for the orphan to be reaped by whoever adopted it
+/// (`kill(pid, 0)` finds a zombie until it is reaped). Reports `reaped` and, when not,
+/// the orphan's state from /proc.
+fn orphan() -> ! {
+    let mut pipe = [0; 2];
+    // SAFETY: a pipe for the grandchild's pid.
+    if unsafe { libc::pipe(pipe.as_mut_ptr()) } != 0 {
+        fail("pipe", &io::Error::last_os_error());
+    }
+    // SAFETY: the probe is single-threaded; the children make only system calls.
+    let child = unsafe { libc::fork() };
+    if child < 0 {
+        fail("fork", &io::Error::last_os_error());
+    }
+    if child == 0 {
+        // SAFETY: as above.
+        unsafe {
+            let grandchild = libc::fork();
+            if grandchild == 0 {
+                libc::usleep(100_000);
+                libc::_exit(0);
+            }
+            libc::write(pipe[1], (&grandchild as *const libc::pid_t).cast(), 4);
+            libc::_exit(0);
+        }
+    }
+    let mut orphan: libc::pid_t = 0;
+    let mut status = 0;
+    // SAFETY: reading 4 bytes into a pid; reaping our own child.
+    unsafe {
+        libc::close(pipe[1]);
+        libc::read(pipe[0], (&mut orphan as *mut libc::pid_t).cast(), 4);
+        libc::waitpid(child, &mut status, 0);
+    }
+    if orphan <= 0 {
+        fail("fork", &io::Error::other("the grandchild was not forked"));
+    }
+    let start = Instant::now();
+    let reaped = loop {
+        // SAFETY: signal 0 only checks existence.
+        if unsafe { libc::kill(orphan, 0) } != 0 && errno() == libc::ESRCH {
+            break true;
+        }
+        if start.elapsed() > Duration::from_secs(10) {
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let state: String = std::fs::read_to_string(format!("/proc/{orphan}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.trim().chars().take(1).collect::<String>())
+        })
+        .unwrap_or_default();
+    Json::new()
+        .b("ok", reaped)
+        .b("reaped", reaped)
+        .n("orphan", i64::from(orphan))
+        .s("state", &state)
+        .emit();
+    exit(if reaped { 0 } else { 1 })
 }
 
 fn read(p: &str) -> ! {

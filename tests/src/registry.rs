@@ -156,6 +156,12 @@ pub mod require {
             "process isolation (capability.process_isolation)",
         )
     }
+    /// `process_isolation` and `signal_status`: a command in its own process world still
+    /// dies of the signals it sends itself.
+    pub fn isolated_signals(c: &Capability) -> Result<(), String> {
+        process_isolation(c)?;
+        signal_status(c)
+    }
     /// `process_limit`.
     pub fn process_limit(c: &Capability) -> Result<(), String> {
         claim(
@@ -185,9 +191,25 @@ pub mod require {
             "to report signals apart from exit codes (capability.signal_status)",
         )
     }
+    /// `process_isolation` and `signal_status`: the command is in a pid namespace of its
+    /// own, and the backend reports its own status (a helper of the backend's stands
+    /// between).
+    pub fn isolated_status(c: &Capability) -> Result<(), String> {
+        process_isolation(c)?;
+        signal_status(c)
+    }
     /// `snapshot`.
     pub fn snapshot(c: &Capability) -> Result<(), String> {
         claim(c.snapshot, "snapshot runs (capability.snapshot)")
+    }
+    /// `sparse_snapshot`.
+    pub fn sparse_snapshot(c: &Capability) -> Result<(), String> {
+        snapshot(c)?;
+        claim(
+            c.sparse_snapshot,
+            "to keep holes in its snapshot copy (capability.sparse_snapshot); it charges a \
+             file's whole length against the copy's cap instead",
+        )
     }
     /// `host_programs`: argv\[0\] is resolved on the host before anything runs.
     pub fn host_programs(c: &Capability) -> Result<(), String> {
@@ -241,6 +263,7 @@ pub fn cases() -> Vec<Case> {
         case!(api::exit_codes, always),
         case!(api::signal_status, signal_status),
         case!(api::argv_roundtrip, always),
+        case!(api::argv_arbitrary_bytes, always),
         case!(api::stdin, always),
         case!(api::timeout, always),
         case!(api::kill_during_wait, always),
@@ -256,11 +279,18 @@ pub fn cases() -> Vec<Case> {
         case!(fs::unknown_program, host_programs),
         case!(fs::capture_files, always),
         case!(fs::snapshot, snapshot),
+        case!(hostwalk::swapper_race, always),
+        case!(hostwalk::fifo_does_not_block, always),
+        case!(hostwalk::sparse_stays_sparse, sparse_snapshot),
+        case!(hostwalk::climbing_link_copied_as_link, snapshot),
+        case!(fs::control_grants_refused, always),
+        case!(fs::large_read_grant_runs_or_is_refused, confine_reads),
         case!(fs::reads_outside_denied, confine_reads, confinement),
         case!(fs::writes_outside_denied, confine_writes, confinement),
         case!(fs::readonly_carveouts, carveouts, confinement),
         case!(fd::host_fds_not_inherited, always),
         case!(net::none_blocks_host, network_none, confinement),
+        case!(net::none_hides_host_network, network_none, confinement),
         case!(net::loopback_private, network_loopback, confinement),
         case!(net::full_reaches_host, network_full_host),
         case!(
@@ -269,6 +299,7 @@ pub fn cases() -> Vec<Case> {
             confinement
         ),
         case!(proc::no_survivor_after_wait, always),
+        case!(proc::helper_survives_the_command, isolated_status),
         case!(proc::no_survivor_after_kill, always),
         case!(proc::no_survivor_after_timeout, always),
         case!(
@@ -276,8 +307,11 @@ pub fn cases() -> Vec<Case> {
             process_isolation,
             confinement
         ),
+        case!(proc::self_signals, isolated_signals),
+        case!(proc::orphans_reaped, process_isolation),
         case!(limits::process_cap, process_limit),
         case!(limits::memory, memory_limit),
+        case!(limits::default_memory_bounds_the_host, memory_limit),
         case!(limits::open_files, open_files_limit),
         case!(limits::cpu_time, cpu_limit),
         case!(
@@ -286,6 +320,11 @@ pub fn cases() -> Vec<Case> {
             confinement
         ),
         case!(root::no_setuid_root_left, drops_host_root, confinement),
+        case!(
+            root::kernel_files_no_more_than_nobody,
+            drops_host_root,
+            confinement
+        ),
         case!(scale::concurrent_32, always),
         case!(denials::syscalls_reported, reports_syscall_denials),
         case!(denials::allowed_not_reported, always),

@@ -14,7 +14,7 @@ use crate::{cargo, project_root, target_dir, Result};
 const ALL: &str = "all";
 
 /// The suite's exit code for "backend unavailable" (see `sandbox_conformance::harness`).
-const UNAVAILABLE_EXIT: i32 = 3;
+pub(crate) const UNAVAILABLE_EXIT: i32 = 3;
 
 #[derive(Debug, Default)]
 struct Options {
@@ -81,14 +81,14 @@ fn parse(args: &[String]) -> Result<Options> {
 }
 
 /// The built test binary and probe.
-struct Built {
-    suite: PathBuf,
-    probe: PathBuf,
+pub(crate) struct Built {
+    pub(crate) suite: PathBuf,
+    pub(crate) probe: PathBuf,
 }
 
 /// `cargo test -p sandbox-conformance --no-run`, once; the paths come from cargo's JSON
 /// messages, never guessed.
-fn build() -> Result<Built> {
+pub(crate) fn build() -> Result<Built> {
     eprintln!("xtask: building the conformance suite");
     let out = Command::new(cargo())
         .current_dir(project_root())
@@ -132,13 +132,13 @@ fn build() -> Result<Built> {
 /// The backends the suite knows, in matrix order: the facade's registry, as the built
 /// suite prints it (xtask links no backend).
 #[derive(Debug, Default)]
-struct Known {
-    every: Vec<String>,
+pub(crate) struct Known {
+    pub(crate) every: Vec<String>,
     /// The one that confines nothing, which `--validate` runs the suite against.
     unconfined: Option<String>,
 }
 
-fn known_backends(built: &Built) -> Result<Known> {
+pub(crate) fn known_backends(built: &Built) -> Result<Known> {
     let out = Command::new(&built.suite)
         .arg("--list-backends")
         .stderr(Stdio::inherit())
@@ -188,7 +188,7 @@ impl Column {
 
 /// Where a run as `uid` keeps its temp files, the binaries it runs and its report: a
 /// directory it owns (created here), so nothing depends on the target dir being readable.
-fn user_dir(uid: u32) -> Result<PathBuf> {
+pub(crate) fn user_dir(uid: u32) -> Result<PathBuf> {
     let dir = user_dir_path(uid);
     std::fs::create_dir_all(&dir)?;
     std::os::unix::fs::chown(&dir, Some(uid), Some(uid)).map_err(|e| {
@@ -205,7 +205,7 @@ fn user_dir_path(uid: u32) -> PathBuf {
     std::env::temp_dir().join(format!("sandbox-conformance-uid-{uid}"))
 }
 
-fn copy_for(uid: u32, from: &Path, dir: &Path, name: &str) -> Result<PathBuf> {
+pub(crate) fn copy_for(uid: u32, from: &Path, dir: &Path, name: &str) -> Result<PathBuf> {
     let to = dir.join(name);
     std::fs::copy(from, &to)?;
     std::os::unix::fs::chown(&to, Some(uid), Some(uid))?;

@@ -5,6 +5,8 @@
 
 mod bench;
 mod conformance;
+mod fuzz;
+mod soak;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -35,6 +37,17 @@ Tasks:
       ratios against baselines taken in the same run, print the markdown table and write
       it to bench/RESULTS.md (--quick: a handful of runs, written to
       <target>/bench-quick.md; proves the bench runs, judges no target).
+  soak [--backend NAME]... [--runs N] [--concurrent N] [--as-user UID]
+      Per backend (default: all), N runs one after another (default 1000) and N at once
+      (default 64, twice), with kills, timeouts, output floods and daemonizing children
+      mixed in; prints the host's counts (descriptors, threads, children, zombies,
+      cgroups, mounts, temp entries, containers, resident set) after a warm-up and after
+      the soak, and fails if anything grew (the resident set by 5% or more).
+  fuzz [--seconds N]
+      For half of N seconds (default 120), the property tests over Plan::new, the policy
+      file and the command line, repeated with new seeds (PROPTEST_CASES=4096 a run); for
+      the other half, the cargo-fuzz target over Plan::new (needs `cargo install
+      cargo-fuzz`). Fails on a panic or an accepted request wider than asked.
   help
       This text.
 ";
@@ -46,6 +59,8 @@ fn main() -> ExitCode {
     let result = match task.as_deref() {
         Some("conformance") => conformance::run(&rest),
         Some("bench") => bench::run(&rest),
+        Some("soak") => soak::run(&rest),
+        Some("fuzz") => fuzz::run(&rest),
         None | Some("help" | "--help" | "-h") => {
             print!("{HELP}");
             Ok(())

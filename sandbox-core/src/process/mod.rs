@@ -20,6 +20,7 @@ pub mod files;
 mod notify;
 pub mod output;
 mod supervise;
+pub mod tree;
 
 use std::any::Any;
 use std::ffi::OsString;
@@ -210,7 +211,35 @@ impl HostSupport {
             LimitMechanism::CgroupV1 | LimitMechanism::CgroupV2
         );
         cap.snapshot = true;
+        cap.sparse_snapshot = true;
     }
+}
+
+/// The snapshot copy on a blocking thread, bounded by the run's `deadline` and by the
+/// caller: if the `run` future is dropped (the caller was signalled), the copy stops at its
+/// next check and removes what it made.
+async fn snapshot_within(
+    workspace: &std::path::Path,
+    deadline: Option<std::time::Instant>,
+) -> std::io::Result<tempfile::TempDir> {
+    struct CancelOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for CancelOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let budget = tree::Budget::until(deadline);
+    let _cancel = CancelOnDrop(budget.cancel.clone());
+    let src = workspace.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-snapshot-")
+            .tempdir()?;
+        files::copy_tree(&src, dir.path(), &budget)?;
+        Ok(dir)
+    })
+    .await
+    .map_err(std::io::Error::other)?
 }
 
 /// A [`Sandbox`] for any [`Launcher`]: the whole run, kill and wait logic, once.
@@ -253,13 +282,33 @@ impl<L: Launcher> Sandbox for ProcessSandbox<L> {
         let guard = self.slot.begin()?;
         let name = self.launcher.name();
         let mut plan = Plan::new(&opts, name, &self.launcher.capability())?;
+        // The run's clock starts before the snapshot copy: a workspace made slow to copy
+        // (huge, or raced by another run) must not hold the timeout off.
+        let started = std::time::Instant::now();
+        let deadline = plan.timeout.map(|t| started + t);
         let snapshot = if plan.snapshot {
-            let copy = files::snapshot_copy(&plan.workspace)?;
-            plan.rebase_workspace(copy.path());
-            Some(copy)
+            match snapshot_within(&plan.workspace, deadline).await {
+                Ok(copy) => {
+                    plan.rebase_workspace(copy.path());
+                    Some(copy)
+                }
+                Err(e) if tree::is_deadline(&e) => {
+                    guard.started(supervise::timed_out(name, &plan, started.elapsed()));
+                    return Ok(());
+                }
+                Err(e) => {
+                    return Err(SandboxError::io(
+                        format!("copying {} for the snapshot", plan.workspace.display()),
+                        e,
+                    ))
+                }
+            }
         } else {
             None
         };
+        if let Some(d) = deadline {
+            plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
+        }
         let mut launch = self.launcher.prepare(&plan)?;
         if let Some(copy) = snapshot {
             launch.keep_alive.push(Box::new(copy));

@@ -200,6 +200,23 @@ pub(super) fn start(
     Ok(handle)
 }
 
+/// A run that timed out before its command started (the snapshot copy took the whole
+/// timeout): its outcome is known at once.
+pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration) -> RunHandle {
+    let (handle, control) = run_channel(plan.output_limit);
+    let outcome = SandboxOutcome {
+        status: Status::TimedOut,
+        stdout: snapshot(&control.stdout),
+        stderr: snapshot(&control.stderr),
+        wall_time,
+        backend,
+        files: Default::default(),
+        policy: plan.effective_policy(backend),
+    };
+    control.finish(Ok(outcome));
+    handle
+}
+
 struct Supervised {
     backend: &'static str,
     plan: Plan,
@@ -247,6 +264,7 @@ impl Supervised {
             End::Exited(s) => Some(s),
             _ => child.wait().await.ok(),
         };
+        self.wait_group_gone().await;
         let wall_time = self.started.elapsed();
         // The pipes close once the last writer is dead; bound the wait in case something
         // outside our reach holds them.
@@ -317,6 +335,29 @@ impl Supervised {
         control.finish(Ok(outcome));
     }
 
+    /// SIGKILL is delivered, not waited for: a descendant that was killed may still be
+    /// running its exit for a moment. Without a cgroup that waits for it, `wait` would
+    /// return while it is still on the host, so wait until no member of the process group
+    /// is alive. A zombie (dead, not yet reaped by whoever adopted it: some inits reap
+    /// orphans only every second or so) holds nothing but its pid and counts as gone.
+    /// Only signal 0 is sent here: once the group is empty its number may, in principle,
+    /// be reused, and a new group must never be signalled.
+    async fn wait_group_gone(&self) {
+        let Some(pgid) = self.pgid else { return };
+        let deadline = tokio::time::Instant::now() + TEARDOWN_LIMIT;
+        let mut pause = std::time::Duration::from_micros(50);
+        while killpg(pgid, None).is_ok() && tokio::time::Instant::now() < deadline {
+            let live = tokio::task::spawn_blocking(move || group_has_live_member(pgid))
+                .await
+                .unwrap_or(true);
+            if !live {
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(5));
+        }
+    }
+
     async fn kill_tree(&self) {
         if let Some(pgid) = self.pgid {
             let _ = killpg(pgid, Signal::SIGKILL);
@@ -326,6 +367,37 @@ impl Supervised {
             let _ = tokio::task::spawn_blocking(move || cg.kill_all(TEARDOWN_LIMIT)).await;
         }
     }
+}
+
+/// Whether a process of group `pgid` is alive (not a zombie), from `/proc/*/stat`. Errs on
+/// the side of "alive" when `/proc` cannot be read.
+fn group_has_live_member(pgid: Pid) -> bool {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    for e in rd.flatten() {
+        if !e
+            .file_name()
+            .as_encoded_bytes()
+            .iter()
+            .all(u8::is_ascii_digit)
+        {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // `pid (comm) state ppid pgrp ...`; comm may hold spaces and parentheses.
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let mut f = rest.split_whitespace();
+        let (state, pgrp) = (f.next(), f.nth(1));
+        if pgrp.and_then(|p| p.parse::<i32>().ok()) == Some(pgid.as_raw()) && state != Some("Z") {
+            return true;
+        }
+    }
+    false
 }
 
 /// The status the backend's helper reported, if it wrote exactly one. Called once every

@@ -116,6 +116,101 @@ pub async fn argv_roundtrip(ctx: Arc<Context>) -> CaseResult {
     Ok(())
 }
 
+/// Arguments of arbitrary bytes (anything but NUL, which no argv can hold: not UTF-8,
+/// control characters, leading dashes) arrive unchanged, over several runs of random
+/// arguments. A backend whose transport carries only text (a container engine's JSON API)
+/// must instead refuse bytes that are not UTF-8 before anything runs, with an error naming
+/// `argv`; random text must still arrive unchanged there. The seed is in the failure
+/// message, to replay it.
+pub async fn argv_arbitrary_bytes(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("argv-bytes")?;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+        | 1;
+    let mut state = seed;
+    let mut next = move || {
+        // xorshift64: enough to spread bytes; nothing here needs to be unpredictable.
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    for run in 0..8 {
+        // Even runs: raw bytes; odd runs: text (any scalar value but NUL).
+        let raw = run % 2 == 0;
+        let mut sent: Vec<Vec<u8>> = vec![b"argv-hex".to_vec()];
+        for _ in 0..8 {
+            let len = (next() % 16) as usize;
+            let mut arg: Vec<u8> = if raw {
+                (0..len).map(|_| (next() % 255 + 1) as u8).collect()
+            } else {
+                (0..len)
+                    .filter_map(|_| char::from_u32((next() % 0x2_0000) as u32 + 1))
+                    .collect::<String>()
+                    .into_bytes()
+            };
+            let dashes: &[u8] = match next() % 6 {
+                0 => b"--",
+                1 => b"-",
+                _ => b"",
+            };
+            arg.splice(0..0, dashes.iter().copied());
+            sent.push(arg);
+        }
+        let args: Vec<std::ffi::OsString> = sent
+            .iter()
+            .map(|b| std::os::unix::ffi::OsStringExt::from_vec(b.clone()))
+            .collect();
+        let utf8 = sent.iter().all(|a| std::str::from_utf8(a).is_ok());
+        let marker = ws.join(format!("ran-{run}"));
+        let mut opts = ctx.opts(ws.path(), &args);
+        opts.capture_files = Vec::new();
+        let outcome = match ctx.sandbox().execute(opts).await {
+            Err(SandboxError::InvalidConfig {
+                field: "argv",
+                reason,
+            }) if !utf8 => {
+                ensure!(
+                    reason.contains("UTF-8"),
+                    "run {run} (seed {seed}): argv refused, but not for being bytes: {reason}"
+                );
+                ensure!(
+                    !marker.exists(),
+                    "run {run}: something ran after the refusal"
+                );
+                continue;
+            }
+            Err(e) => return Err(Failure::Broken(format!("run {run} (seed {seed}): {e}"))),
+            Ok(o) => o,
+        };
+        let p = crate::context::Probed {
+            report: crate::context::parse_report(&outcome.stdout.bytes),
+            outcome,
+        };
+        ensure!(p.succeeded(), "run {run} (seed {seed}): {}", p.describe());
+        let got: Vec<String> = p
+            .field("argv")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .map(|v| v.as_str().unwrap_or("?").to_owned())
+                    .collect()
+            })
+            .ok_or_else(|| Failure::Broken(format!("no argv in the report: {}", p.describe())))?;
+        let want: Vec<String> = sent
+            .iter()
+            .map(|a| a.iter().map(|b| format!("{b:02x}")).collect())
+            .collect();
+        ensure!(
+            got.get(1..) == Some(&want[..]),
+            "run {run} (seed {seed}): argv did not arrive unchanged:\n  sent {want:?}\n  got  {:?}",
+            got.get(1..)
+        );
+    }
+    Ok(())
+}
+
 /// Given stdin bytes arrive exactly and end with EOF; by default stdin is empty.
 pub async fn stdin(ctx: Arc<Context>) -> CaseResult {
     let ws = ctx.workspace("stdin")?;

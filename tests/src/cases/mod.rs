@@ -6,6 +6,7 @@ pub mod denials;
 pub mod env;
 pub mod fd;
 pub mod fs;
+pub mod hostwalk;
 pub mod limits;
 pub mod net;
 pub mod proc;

@@ -74,6 +74,42 @@ pub async fn full_reaches_host(ctx: Arc<Context>) -> CaseResult {
     Ok(())
 }
 
+/// Network `none`: the host's network state is out of sight. A unix socket and a TCP
+/// listener the test makes on the host do not show in the command's `/proc/net/unix` and
+/// `/proc/net/tcp` (a file that cannot be read hides them too).
+pub async fn none_hides_host_network(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("net-none-proc")?;
+    let dir = tempfile::tempdir()?;
+    let sock_path = dir.path().join(format!("host-sock-{}", token()));
+    let _unix = std::os::unix::net::UnixListener::bind(&sock_path)?;
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0")?;
+    let port = tcp.local_addr()?.port();
+    let sock_name = sock_path.to_string_lossy().into_owned();
+    // The host's view shows both: the check below can see them if they leak.
+    let host_unix = std::fs::read_to_string("/proc/net/unix")?;
+    ensure!(
+        host_unix.contains(&sock_name),
+        "the host's own /proc/net/unix does not list {sock_name}"
+    );
+    let listen = format!("0100007F:{port:04X}");
+    let host_tcp = std::fs::read_to_string("/proc/net/tcp")?;
+    ensure!(
+        host_tcp.contains(&listen),
+        "the host's own /proc/net/tcp does not list {listen}"
+    );
+    for (file, needle) in [("/proc/net/unix", &sock_name), ("/proc/net/tcp", &listen)] {
+        let mut opts = ctx.opts(ws.path(), ["read", file]);
+        opts.network = NetworkMode::None;
+        let p = ctx.probe_run(opts).await?;
+        p.report()?;
+        forbid!(
+            p.stdout_contains(needle),
+            "with network `none` the command's {file} shows the host's {needle}"
+        );
+    }
+    Ok(())
+}
+
 /// An abstract unix socket of the host (a service that has no file, so no path rule
 /// covers it) is out of reach in every network mode the backend enforces exactly.
 pub async fn host_abstract_socket_unreachable(ctx: Arc<Context>) -> CaseResult {

@@ -133,3 +133,55 @@ pub async fn host_processes_invisible(ctx: Arc<Context>) -> CaseResult {
     );
     Ok(())
 }
+
+/// A command that signals itself (`kill(getpid(), N)`, as `kill -N $$` does, and
+/// `raise`) dies of that signal, and the outcome says so: a pid namespace's init must not
+/// be the command, since pid 1 ignores its own signals.
+pub async fn self_signals(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("self-signals")?;
+    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGKILL] {
+        for how in ["kill-self", "signal"] {
+            let out = ctx
+                .run(ctx.opts(ws.path(), [how, &signal.to_string()]))
+                .await?;
+            ensure!(
+                out.status == Status::Signaled { signal },
+                "`{how} {signal}` gave {} (expected killed by signal {signal})",
+                describe(&out)
+            );
+        }
+    }
+    Ok(())
+}
+
+/// An orphan (a grandchild whose parent exited) is reaped while the command runs: no
+/// zombie is left for the run's lifetime.
+pub async fn orphans_reaped(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("orphans")?;
+    let p = ctx.probe_in(ws.path(), ["orphan"]).await?;
+    p.report()?;
+    ensure!(
+        p.succeeded(),
+        "the orphan was not reaped within 10 s (a zombie nobody waits for): {}",
+        p.describe()
+    );
+    Ok(())
+}
+
+/// The command SIGKILLs its parent inside the sandbox (a backend's helper that reports its
+/// status) and exits 3: the outcome is exit 3, not a status forged by the helper's death.
+pub async fn helper_survives_the_command(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("helper")?;
+    let p = ctx.probe_in(ws.path(), ["kill-parent", "3"]).await?;
+    ensure!(
+        p.field("namespaced").and_then(|v| v.as_bool()) == Some(true),
+        "the probe is not in a pid namespace of its own, so it sent nothing: {}",
+        p.describe()
+    );
+    forbid!(
+        !matches!(p.outcome.status, sandbox_core::Status::Exited { code: 3 }),
+        "the command exited 3 after killing its parent, but the outcome is {:?}",
+        p.outcome.status
+    );
+    Ok(())
+}

@@ -172,14 +172,11 @@ pub struct PolicyArgs {
     )]
     pub max_output: Option<u64>,
 
-    /// Memory limit for the whole command, in MiB
-    #[arg(
-        long,
-        value_name = "MB",
-        value_parser = clap::value_parser!(u64).range(1..),
-        allow_negative_numbers = true
-    )]
-    pub memory: Option<u64>,
+    /// Memory limit for the whole command, in MiB, or `unlimited`; without it every run
+    /// gets the library's default (8 GiB), and every tmpfs the sandbox makes is sized
+    /// inside the limit
+    #[arg(long, value_name = "MB|unlimited", allow_negative_numbers = true)]
+    pub memory: Option<MemoryArg>,
 
     /// The trust tier: `strict` (everything enforced exactly, in its own process world),
     /// `fast` (the same without process isolation), `trusted` (accepts over-grants, up to
@@ -417,5 +414,46 @@ mod tests {
                 .to_string();
             assert!(help.contains("Exit status"), "{sub}: {help}");
         }
+    }
+}
+
+/// `--memory` (and the policy file's `memory`): MiB, or `unlimited`, which must be said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryArg {
+    /// A limit in MiB (at least 1).
+    MiB(u64),
+    /// No limit at all.
+    Unlimited,
+}
+
+impl std::str::FromStr for MemoryArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "unlimited" {
+            return Ok(Self::Unlimited);
+        }
+        match s.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(Self::MiB(n)),
+            _ => Err(format!(
+                "{s:?} is not a number of MiB (at least 1) or `unlimited`"
+            )),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MemoryArg {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(n) => n.to_string().parse(),
+            Raw::Text(t) => t.parse(),
+        }
+        .map_err(serde::de::Error::custom)
     }
 }

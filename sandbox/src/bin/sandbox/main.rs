@@ -9,6 +9,8 @@ mod config;
 mod error;
 #[cfg(feature = "mcp")]
 mod mcp;
+#[cfg(test)]
+mod props;
 mod prove;
 mod run;
 mod stream;

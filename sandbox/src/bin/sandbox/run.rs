@@ -116,9 +116,13 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     }
 
     let sandbox: Arc<DynSandbox> = Arc::from(backend.sandbox());
-    // Not raced against the signals: `run` returns as soon as the command is running, and
-    // a signal that came meanwhile is still pending below.
-    sandbox.run(opts).await?;
+    // Raced against the signals: `run` may first copy the workspace (`--snapshot`), which
+    // can take long; a signal then drops it, which stops the copy and removes what it
+    // made, and nothing was started. Once the command runs, a signal is handled below.
+    tokio::select! {
+        r = sandbox.run(opts) => r?,
+        n = signals.recv() => return Ok(128 + n),
+    }
     let (outcome, by_signal) = tokio::select! {
         o = sandbox.wait() => (o?, None),
         n = signals.recv() => {
@@ -190,7 +194,9 @@ pub fn policy_opts(spec: &RunSpec, argv: Vec<OsString>) -> Result<SandboxOpts, C
     if let Some(limit) = spec.max_output {
         opts.output_limit = limit;
     }
-    opts.limits.memory_bytes = spec.memory_bytes;
+    if let Some(limit) = spec.memory_bytes {
+        opts.limits.memory_bytes = limit;
+    }
     opts.snapshot = spec.snapshot;
     opts.env = env_policy(&spec.env)?;
     Ok(opts)

@@ -1,0 +1,302 @@
+//! The `strict` lane: a pid namespace with a private `/proc`, made in the forked child with
+//! no helper binary; the command keeps its own semantics (self-signals, exit codes), orphans
+//! are reaped, nothing outlives the run; and where no namespace can be made the lane
+//! refuses the backend with the remedy while `fast` still runs it.
+
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::fs;
+use std::os::unix::process::CommandExt;
+use std::time::Duration;
+
+use common::*;
+use sandbox_core::{Backend, Lane, NetworkMode, SandboxError, SandboxExt, Status, TreeKill};
+
+fn strict<S: AsRef<std::ffi::OsStr>>(
+    ws: &std::path::Path,
+    argv: &[S],
+) -> sandbox_core::SandboxOpts {
+    let mut o = opts(ws, argv);
+    o.lane = Lane::Strict;
+    o
+}
+
+/// Pids (in the host's namespace) whose command line contains `mark`.
+fn host_processes_with(mark: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        if let Ok(cmd) = fs::read(e.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmd)
+                .replace('\0', " ")
+                .contains(mark)
+            {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn strict_runs_in_a_pid_namespace_of_its_own() {
+    assert!(backend().capability().process_isolation);
+    let ws = tempdir();
+    let me = std::process::id();
+    let o = run(strict(
+        ws.path(),
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "echo self=$$; ls /proc | grep -c '^[0-9]' ; test -e /proc/{me} && echo seen; \
+                 kill -0 {me} 2>/dev/null && echo signalled; tr -d '\\000' < /proc/1/cmdline | wc -c"
+            ),
+        ],
+    ))
+    .await;
+    assert_ok(&o);
+    let s = out(&o);
+    let lines: Vec<&str> = s.lines().collect();
+    // pid 2: the init is pid 1.
+    assert_eq!(lines[0], "self=2", "{s}");
+    // The init, the shell, ls and grep at most: nothing of the host.
+    let n: u32 = lines[1].parse().unwrap();
+    assert!((2..=5).contains(&n), "{s}");
+    assert!(!s.contains("seen") && !s.contains("signalled"), "{s}");
+    // The init's command line (the host's own argv) is wiped.
+    assert_eq!(lines[2], "0", "{s}");
+    assert_eq!(o.policy.tree_kill, Some(TreeKill::PidNamespace));
+    assert!(o.policy.notes.iter().any(|n| n.contains("pid namespace")));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn fast_has_no_pid_namespace() {
+    let ws = tempdir();
+    let o = sh(ws.path(), "echo $$").await;
+    assert_ok(&o);
+    assert_ne!(out(&o).trim(), "2");
+    assert_eq!(o.policy.tree_kill, Some(TreeKill::ProcessGroup));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn self_signals_and_exit_codes_are_the_commands_own() {
+    let ws = tempdir();
+    for (sig, name) in [(15, "TERM"), (2, "INT"), (9, "KILL"), (10, "USR1")] {
+        let o = run(strict(
+            ws.path(),
+            &["sh", "-c", &format!("kill -{name} $$")],
+        ))
+        .await;
+        assert_eq!(
+            o.status,
+            Status::Signaled { signal: sig },
+            "{name}: {}",
+            err(&o)
+        );
+    }
+    for code in [0, 1, 3, 137, 143, 255] {
+        let o = run(strict(ws.path(), &["sh", "-c", &format!("exit {code}")])).await;
+        assert_eq!(o.status, Status::Exited { code }, "{}", err(&o));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn orphans_are_reaped_while_the_command_runs() {
+    let ws = tempdir();
+    // A child that double-forks and exits: its orphan ends before the shell looks.
+    let o = run(strict(
+        ws.path(),
+        &[
+            "sh",
+            "-c",
+            "( sleep 0.2 & ); sleep 1; \
+             for f in /proc/[0-9]*/stat; do read -r l < $f 2>/dev/null && echo \"$l\"; done",
+        ],
+    ))
+    .await;
+    assert_ok(&o);
+    let s = out(&o);
+    assert!(
+        !s.lines().any(|l| l.contains(") Z ")),
+        "a zombie is left: {s}"
+    );
+    assert!(s.lines().count() >= 2, "{s}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_and_exit_leave_nothing_of_the_namespace() {
+    let ws = tempdir();
+    let mark = format!("{}", 9_000_000 + std::process::id() % 1_000_000);
+    // A background sleeper outlives its shell: the run's end takes it down.
+    let o = run(strict(
+        ws.path(),
+        &["sh", "-c", &format!("sleep {mark} & echo started")],
+    ))
+    .await;
+    assert_ok(&o);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(host_processes_with(&format!("sleep {mark}")).is_empty());
+
+    // Killed while running: the init, the waiter and the command all go.
+    let sb = backend().sandbox();
+    let mut o = strict(
+        ws.path(),
+        &["sh", "-c", &format!("sleep {mark} & sleep {mark}")],
+    );
+    o.timeout = Some(Duration::from_secs(60));
+    sb.run(o).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while host_processes_with(&format!("sleep {mark}")).len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sleepers never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sb.kill().await.unwrap();
+    let out = sb.wait().await.unwrap();
+    assert_eq!(out.status, Status::Killed);
+    assert!(host_processes_with(&format!("sleep {mark}")).is_empty());
+}
+
+/// The probe run as a fresh process, in a user namespace whose `max_user_namespaces` is 0
+/// (see [`without_user_namespaces_strict_is_refused_and_fast_runs`]).
+const INNER: &str = "SANDBOX_LANDLOCK_NO_USERNS_INNER";
+
+/// As uid 65534 with no user namespace to be had: `process_isolation` is not claimed,
+/// `strict` refuses with the remedy, and `fast` still runs (with `full` network: `none`
+/// needs a network namespace to hide the host's /proc/net, and is an over-grant without).
+///
+/// No host sysctl is touched: the test re-runs itself in a user namespace of its own whose
+/// `user.max_user_namespaces` (a per-namespace limit, checked for every ancestor) it sets
+/// to 0, as uid 65534 there. Nothing to restore: the limit dies with the namespace.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_user_namespaces_strict_is_refused_and_fast_runs() {
+    if std::env::var_os(INNER).is_some() {
+        return inner().await;
+    }
+    let uid: u32 = if is_root() {
+        65534
+    } else {
+        unsafe { libc::getuid() }
+    };
+    let gid: u32 = if is_root() {
+        65534
+    } else {
+        unsafe { libc::getgid() }
+    };
+    let uid_map = std::ffi::CString::new(format!("{uid} {uid} 1")).unwrap();
+    let gid_map = std::ffi::CString::new(format!("{gid} {gid} 1")).unwrap();
+    let tmp = tempdir();
+    std::fs::set_permissions(
+        tmp.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "without_user_namespaces_strict_is_refused_and_fast_runs",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(INNER, "1")
+    .env("TMPDIR", tmp.path());
+    // SAFETY: raw system calls on data prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let write = |path: &std::ffi::CStr, data: &[u8]| -> std::io::Result<()> {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let n = libc::write(fd, data.as_ptr().cast(), data.len());
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                if n != data.len() as isize {
+                    return Err(e);
+                }
+                Ok(())
+            };
+            // The ids first (a process may map only its own uid into a namespace it made).
+            if libc::getuid() != uid
+                && (libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setresgid(gid, gid, gid) != 0
+                    || libc::setresuid(uid, uid, uid) != 0)
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // A changed uid leaves the process undumpable, its /proc/self root's.
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            // Full capabilities in the new namespace, until the exec (uid 65534 there).
+            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            write(c"/proc/self/setgroups", b"deny")?;
+            write(c"/proc/self/uid_map", uid_map.as_bytes())?;
+            write(c"/proc/self/gid_map", gid_map.as_bytes())?;
+            write(c"/proc/sys/user/max_user_namespaces", b"0")?;
+            Ok(())
+        });
+    }
+    let out = tokio::task::spawn_blocking(move || cmd.output())
+        .await
+        .unwrap()
+        .unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("inner checks passed"), "{text}");
+}
+
+async fn inner() {
+    // SAFETY: plain queries.
+    assert_ne!(unsafe { libc::geteuid() }, 0);
+    let b = sandbox_landlock::LandlockBackend::new();
+    let cap = b.capability();
+    assert!(!cap.process_isolation);
+    assert!(matches!(
+        cap.network_none,
+        sandbox_core::Enforcement::OverGrant(_)
+    ));
+    let ws = tempdir();
+    // `full` network, so that the refusal is for the processes alone.
+    let mut o = strict(ws.path(), &["true"]);
+    o.network = NetworkMode::Full;
+    let e = b.sandbox().execute(o).await.unwrap_err();
+    match &e {
+        SandboxError::PolicyRefused { lane, reason, .. } => {
+            assert_eq!(lane, "strict");
+            assert!(reason.contains("process isolation"), "{reason}");
+            assert!(reason.contains("`fast` lane"), "{reason}");
+        }
+        other => panic!("{other}"),
+    }
+    let pre = b.sandbox().preflight().await.unwrap();
+    let details = pre.details.join("\n");
+    assert!(details.contains("user.max_user_namespaces"), "{details}");
+    let mut o = opts(ws.path(), &["sh", "-c", "echo ran"]);
+    o.network = NetworkMode::Full;
+    let out = b.sandbox().execute(o).await.unwrap();
+    assert_eq!(out.status, Status::Exited { code: 0 }, "{}", err(&out));
+    assert_eq!(out.stdout.text(), "ran\n");
+    let e = b
+        .sandbox()
+        .execute(opts(ws.path(), &["true"]))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, SandboxError::PolicyRefused { reason, .. } if reason.contains("/proc/net")),
+        "{e}"
+    );
+    println!("inner checks passed");
+}

@@ -1,0 +1,120 @@
+//! `cargo xtask fuzz [--seconds N]`: the property tests over `Plan::new`, the policy file
+//! and the command line, with many cases, for half the time; then the `cargo fuzz` target
+//! over `Plan::new` for the other half. Fails on any panic or property violation.
+//!
+//! The property tests draw a new seed on every run, so repeating them explores new
+//! inputs. The fuzz target needs `cargo fuzz` (`cargo install cargo-fuzz`) and the
+//! sanitizer flags of a nightly compiler; on a stable toolchain `RUSTC_BOOTSTRAP=1` lets the
+//! same compiler accept them, for this build only.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::{cargo, project_root, Result};
+
+/// Cases per property-test run: enough that one run takes a few seconds.
+const CASES_PER_RUN: &str = "4096";
+
+fn parse(args: &[String]) -> Result<u64> {
+    let mut seconds = 120;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--seconds" => {
+                let v = it.next().ok_or("--seconds needs a value")?;
+                seconds = v
+                    .parse()
+                    .map_err(|_| format!("--seconds takes a whole number, not `{v}`"))?;
+                if seconds < 2 {
+                    return Err("--seconds must be at least 2".into());
+                }
+            }
+            other => {
+                return Err(format!("unknown option `{other}` (see `cargo xtask help`)").into())
+            }
+        }
+    }
+    Ok(seconds)
+}
+
+fn property_tests() -> Result<()> {
+    for (package, target) in [
+        ("sandbox-core", "--test=plan_props"),
+        ("sandbox", "--bin=sandbox"),
+    ] {
+        let status = Command::new(cargo())
+            .current_dir(project_root())
+            .args(["test", "--quiet", "-p", package, target])
+            .args(if package == "sandbox" {
+                &["--", "props::"][..]
+            } else {
+                &[][..]
+            })
+            .env("PROPTEST_CASES", CASES_PER_RUN)
+            .status()?;
+        if !status.success() {
+            return Err(format!("property tests of {package} failed ({status})").into());
+        }
+    }
+    Ok(())
+}
+
+/// `cargo xtask fuzz [--seconds N]`.
+pub fn run(args: &[String]) -> Result<()> {
+    let seconds = parse(args)?;
+    let started = Instant::now();
+    let half = Duration::from_secs(seconds / 2);
+    let mut rounds = 0;
+    eprintln!("xtask: property tests, {CASES_PER_RUN} cases a run, for {half:?}");
+    while rounds == 0 || started.elapsed() < half {
+        property_tests()?;
+        rounds += 1;
+    }
+    eprintln!("xtask: property tests: {rounds} rounds, no failure");
+
+    let has_cargo_fuzz = Command::new(cargo())
+        .args(["fuzz", "--version"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_cargo_fuzz {
+        return Err(
+            "`cargo fuzz` is not installed; install it with `cargo install cargo-fuzz` \
+                    (scripts/test-all does)"
+                .into(),
+        );
+    }
+    let left = Duration::from_secs(seconds).saturating_sub(started.elapsed());
+    let left = left.as_secs().max(1);
+    eprintln!("xtask: cargo fuzz run plan_new for {left} s");
+    let fuzz = project_root().join("fuzz");
+    let status = Command::new(cargo())
+        .current_dir(&fuzz)
+        .env("RUSTC_BOOTSTRAP", "1")
+        .args(["fuzz", "run", "-O", "plan_new", "--"])
+        .arg(format!("-max_total_time={left}"))
+        .arg("-rss_limit_mb=2048")
+        .status()?;
+    if !status.success() {
+        return Err(format!(
+            "the fuzz target found a failure ({status}); the input is in {}",
+            fuzz.join("artifacts/plan_new").display()
+        )
+        .into());
+    }
+    eprintln!("xtask: fuzzing found nothing in {seconds} s");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seconds_default_to_two_minutes_and_are_checked() {
+        assert_eq!(parse(&[]).unwrap(), 120);
+        assert_eq!(parse(&["--seconds".into(), "30".into()]).unwrap(), 30);
+        assert!(parse(&["--seconds".into(), "1".into()]).is_err());
+        assert!(parse(&["--seconds".into(), "x".into()]).is_err());
+        assert!(parse(&["--bogus".into()]).is_err());
+    }
+}

@@ -2,6 +2,9 @@
 //! notification), allowed operations never are, and a command looping over a denied call
 //! keeps the host's memory bounded.
 
+// Test helpers panic on failure like the tests that call them.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 use common::*;

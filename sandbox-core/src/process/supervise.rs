@@ -212,6 +212,7 @@ pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration)
         backend,
         files: Default::default(),
         policy: plan.effective_policy(backend),
+        denials: Default::default(),
     };
     control.finish(Ok(outcome));
     handle

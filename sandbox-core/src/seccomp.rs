@@ -770,6 +770,54 @@ mod tests {
         }
     }
 
+    /// The notifying program differs from the plain one exactly where the plain one answers
+    /// a table denial `EPERM`: there it notifies. Everything else (allowed calls, the
+    /// `ENOSYS` fall-backs, x32's `EPERM`, the kill of a foreign architecture) is identical.
+    #[test]
+    fn notifying_program_notifies_exactly_the_table_denials() {
+        for network in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
+            let pol = policy(network, true);
+            let plain = SeccompProgram::build(&pol).unwrap();
+            let notify = SeccompProgram::build_with(&pol, true).unwrap();
+            let mut notified = 0;
+            for d in syscalls::denials(&pol) {
+                let Some(nr) = d.nr else { continue };
+                let (on, off) = triggering(d);
+                let (p, n) = (plain.decide(nr as u32, on), notify.decide(nr as u32, on));
+                if d.rule == Rule::FallBack {
+                    assert_eq!((p, n), (ENOSYS, ENOSYS), "{}", d.name);
+                } else {
+                    assert_eq!(p, EPERM, "{}", d.name);
+                    assert_eq!(n, libc::SECCOMP_RET_USER_NOTIF, "{}", d.name);
+                    notified += 1;
+                }
+                if let Some(off) = off {
+                    assert_eq!(
+                        notify.decide(nr as u32, off),
+                        libc::SECCOMP_RET_ALLOW,
+                        "{}",
+                        d.name
+                    );
+                }
+            }
+            assert!(notified > 10);
+            for nr in 0..460u32 {
+                let (p, n) = (plain.decide(nr, [0; 6]), notify.decide(nr, [0; 6]));
+                if p != EPERM {
+                    assert_eq!(p, n, "call {nr}");
+                }
+            }
+            if cfg!(target_arch = "x86_64") {
+                // x32 calls: still EPERM, never a notification.
+                let x32 = 0x4000_0000 | libc::SYS_ptrace as u32;
+                assert_eq!(notify.decide(x32, [0; 6]), EPERM);
+            }
+            // A foreign architecture is still killed.
+            let foreign = interpret(notify.instructions(), &seccomp_data(0, 0x4000_0003, [0; 6])).0;
+            assert_eq!(foreign, libc::SECCOMP_RET_KILL_PROCESS);
+        }
+    }
+
     #[test]
     fn cached_programs_are_shared() {
         let a = SeccompProgram::cached(&policy(NetworkMode::None, true)).unwrap();

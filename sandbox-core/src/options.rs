@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Lane, NetworkMode};
+use crate::{Changes, Lane, NetworkMode};
 
 /// The default cap on each captured output stream: 8 MiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 8 << 20;
@@ -157,8 +157,13 @@ pub struct SandboxOpts {
     pub stdin: Stdin,
     /// Files (relative to the workspace) read into the outcome after the command ends.
     pub capture_files: Vec<PathBuf>,
-    /// Run against a throwaway copy of the workspace: the original is never touched.
+    /// Run against a throwaway copy of the workspace: the original is never touched. The
+    /// same as `changes: Changes::Discard`.
     pub snapshot: bool,
+    /// What happens to the command's writes to the workspace: straight in (the default),
+    /// into a layer that is thrown away, or into a layer whose change set the outcome
+    /// carries for the host to apply or discard (see [`crate::changes`]).
+    pub changes: Changes,
     /// Sees output as it is produced (optional).
     pub output_sink: Option<OutputSink>,
     /// Record what was refused in the outcome's denials, where the backend can
@@ -190,6 +195,7 @@ impl SandboxOpts {
             stdin: Stdin::Null,
             capture_files: Vec::new(),
             snapshot: false,
+            changes: Changes::Direct,
             output_sink: None,
             report_denials: true,
         }

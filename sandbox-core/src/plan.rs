@@ -52,8 +52,10 @@ pub struct Plan {
     pub stdin: Stdin,
     /// Files to read into the outcome, relative to the workspace.
     pub capture_files: Vec<PathBuf>,
-    /// Whether to run against a throwaway copy.
+    /// Whether to run against a throwaway copy (`changes` is `Discard`).
     pub snapshot: bool,
+    /// What happens to the command's writes (`snapshot` folded in as `Discard`).
+    pub changes: crate::Changes,
     /// Output callback.
     pub output_sink: Option<OutputSink>,
     /// Record refusals in the outcome where the backend can.
@@ -249,6 +251,10 @@ impl Plan {
         };
 
         let host_is_root = nix::unistd::geteuid().is_root();
+        let changes = match (opts.snapshot, opts.changes) {
+            (true, crate::Changes::Direct) => crate::Changes::Discard,
+            (_, c) => c,
+        };
         let grants = check_lane(
             opts.lane,
             backend,
@@ -257,7 +263,7 @@ impl Plan {
                 network: opts.network,
                 carveouts: !readonly_carveouts.is_empty(),
                 limits: &opts.limits,
-                snapshot: opts.snapshot,
+                changes,
                 host_is_root,
             },
         )?;
@@ -278,7 +284,8 @@ impl Plan {
             limits: opts.limits.clone(),
             stdin: opts.stdin.clone(),
             capture_files: opts.capture_files.clone(),
-            snapshot: opts.snapshot,
+            snapshot: changes == crate::Changes::Discard,
+            changes,
             output_sink: opts.output_sink.clone(),
             report_denials: opts.report_denials,
             grants,
@@ -409,6 +416,7 @@ mod tests {
             oom_status: true,
             snapshot: true,
             sparse_snapshot: true,
+            change_layer: None,
             host_programs: true,
             full_network_is_host: true,
             reports_denials: crate::DenialKinds::default(),

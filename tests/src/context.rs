@@ -170,7 +170,7 @@ pub fn strictest_lane(backend: &'static str, cap: &Capability) -> Option<Lane> {
         network: sandbox_core::NetworkMode::None,
         carveouts: false,
         limits: &limits,
-        snapshot: false,
+        changes: sandbox_core::Changes::Direct,
         host_is_root: is_root(),
     };
     Lane::ALL
@@ -527,6 +527,7 @@ mod tests {
             oom_status: true,
             snapshot: true,
             sparse_snapshot: true,
+            change_layer: Some(sandbox_core::LayerMechanism::Overlay),
             host_programs: true,
             full_network_is_host: true,
             reports_denials: sandbox_core::DenialKinds::default(),

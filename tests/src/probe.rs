@@ -16,7 +16,11 @@
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `syscall-loop NAME N`, `see-pid PID`, `open-files N`,
 //! `print TEXT [SECS]`, `barrier DIR N ID`, `kill-self N`, `orphan`, `tree DIR`,
-//! `blocks PATH`, `kill-parent CODE`, `readable DIR DEPTH`, `tmpfs DIR`.
+//! `blocks PATH`, `kill-parent CODE`, `readable DIR DEPTH`, `tmpfs DIR`,
+//! `edit OP ARGS... [, OP ARGS...]...` (ops: `write P C`, `mkdir P`, `chmod P OCTAL`,
+//! `symlink TARGET P`, `link FROM TO`, `rename FROM TO`, `remove P`, `mkfifo P`,
+//! `say TEXT`, `sleep SECS`, `tree`), `tree` (the working directory's entries, one per line:
+//! path, kind, mode, contents or target; sorted).
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
@@ -82,6 +86,8 @@ pub fn main(args: Vec<OsString>) -> ! {
         ("kill-parent", [code]) => kill_parent(num(code) as i32),
         ("readable", [dir, depth]) => readable(dir, num(depth) as usize),
         ("tmpfs", [dir]) => tmpfs(dir),
+        ("edit", ops) => edit(ops),
+        ("tree", []) => tree_here(),
         _ => usage(&format!(
             "unknown subcommand or arguments: {}",
             text[1..].join(" ")
@@ -743,8 +749,9 @@ fn cat() -> ! {
 }
 
 /// Double fork with `setsid` in between, as a daemon escaping its parent does. The
-/// grandchild writes `PID SETSID_OK ERRNO` to PIDFILE, then lives forever; the host checks
-/// from outside that it does not outlive the run. With RELEASE, the probe itself stays
+/// grandchild writes `PID SETSID_OK ERRNO` to PIDFILE, then lives forever, rewriting a
+/// counter in `PIDFILE.beat` every 100 ms; the host checks from outside that it does not
+/// outlive the run (in its `/proc`, and by the heartbeat stopping). With RELEASE, the probe itself stays
 /// until that file exists (so the host can look while the run is still going).
 fn daemonize(pidfile: &str, release: Option<&str>) -> ! {
     // SAFETY: the probe is single-threaded, so the children may use std freely.
@@ -767,8 +774,12 @@ fn daemonize(pidfile: &str, release: Option<&str>) -> ! {
             if std::fs::write(&tmp, line).is_ok() {
                 let _ = std::fs::rename(&tmp, pidfile);
             }
-            loop {
-                std::thread::sleep(Duration::from_secs(1));
+            // A heartbeat the host can watch where the daemon is not a host process
+            // (under a user-space kernel such as gVisor's): it stops only when we die.
+            let beat = format!("{pidfile}.beat");
+            for n in 0u64.. {
+                let _ = std::fs::write(&beat, n.to_string());
+                std::thread::sleep(Duration::from_millis(100));
             }
         }
         // SAFETY: leave at once, without running anything of the parent's.
@@ -1153,4 +1164,112 @@ fn invoke(name: &str) -> Option<(i64, i32)> {
         }
     };
     Some(r)
+}
+
+/// Several file operations in order, separated by `,`; stops at the first that fails.
+fn edit(ops: &[String]) -> ! {
+    for op in ops.split(|a| a == ",") {
+        let r = match op {
+            [o, p, c] if o == "write" => std::fs::write(p, c),
+            [o, p] if o == "mkdir" => std::fs::create_dir(p),
+            [o, p, m] if o == "chmod" => {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = u32::from_str_radix(m, 8).unwrap_or_else(|_| usage("bad mode"));
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+            }
+            [o, t, p] if o == "symlink" => std::os::unix::fs::symlink(t, p),
+            [o, a, b] if o == "link" => std::fs::hard_link(a, b),
+            // As `mv` does: where the kernel refuses to reparent (EXDEV, which landlock
+            // also answers for a cross-directory rename it will not allow), copy and
+            // remove.
+            [o, a, b] if o == "rename" => match std::fs::rename(a, b) {
+                Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                    std::fs::copy(a, b).and_then(|_| std::fs::remove_file(a))
+                }
+                r => r,
+            },
+            [o, p] if o == "remove" => match std::fs::symlink_metadata(p) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+                _ => std::fs::remove_file(p),
+            },
+            [o, p] if o == "mkfifo" => {
+                let c = cstr(p);
+                // SAFETY: mkfifo on a C string we own.
+                if unsafe { libc::mkfifo(c.as_ptr(), 0o644) } == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::last_os_error())
+                }
+            }
+            [o, t] if o == "say" => {
+                let mut out = io::stdout().lock();
+                writeln!(out, "{t}").and_then(|()| out.flush())
+            }
+            [o] if o == "tree" => tree_lines().and_then(|lines| {
+                let mut out = io::stdout().lock();
+                for l in lines {
+                    writeln!(out, "{l}")?;
+                }
+                out.flush()
+            }),
+            [o, t] if o == "sleep" => {
+                std::thread::sleep(secs(t));
+                Ok(())
+            }
+            _ => usage(&format!("edit: unknown op {op:?}")),
+        };
+        if let Err(e) = r {
+            fail(&op.join(" "), &e);
+        }
+    }
+    ok().emit();
+    exit(0)
+}
+
+/// Every entry under the working directory: `path kind mode contents-or-target`, sorted.
+fn tree_here() -> ! {
+    let lines = tree_lines().unwrap_or_else(|e| fail("tree", &e));
+    let mut o = io::stdout().lock();
+    for l in lines {
+        let _ = writeln!(o, "{l}");
+    }
+    let _ = o.flush();
+    exit(0)
+}
+
+fn tree_lines() -> io::Result<Vec<String>> {
+    fn walk(dir: &Path, rel: &str, out: &mut Vec<String>) -> io::Result<()> {
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            let m = std::fs::symlink_metadata(e.path())?;
+            let mode = m.mode() & 0o7777;
+            let t = m.file_type();
+            if t.is_dir() {
+                out.push(format!("{path} dir {mode:o}"));
+                walk(&e.path(), &path, out)?;
+            } else if t.is_symlink() {
+                let target = std::fs::read_link(e.path())?;
+                out.push(format!("{path} symlink -> {}", target.display()));
+            } else if t.is_file() {
+                let c = std::fs::read(e.path())?;
+                out.push(format!(
+                    "{path} file {mode:o} {}",
+                    esc(&String::from_utf8_lossy(&c))
+                ));
+            } else {
+                out.push(format!("{path} special {mode:o}"));
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(Path::new("."), "", &mut out)?;
+    out.sort();
+    Ok(out)
 }

@@ -211,6 +211,13 @@ pub mod require {
              file's whole length against the copy's cap instead",
         )
     }
+    /// `change_layer`: a copy-on-write layer with a change set to review.
+    pub fn change_layer(c: &Capability) -> Result<(), String> {
+        claim(
+            c.change_layer.is_some(),
+            "a copy-on-write layer with a change set (capability.change_layer)",
+        )
+    }
     /// `host_programs`: argv\[0\] is resolved on the host before anything runs.
     pub fn host_programs(c: &Capability) -> Result<(), String> {
         claim(
@@ -285,6 +292,11 @@ pub fn cases() -> Vec<Case> {
         case!(hostwalk::climbing_link_copied_as_link, snapshot),
         case!(fs::control_grants_refused, always),
         case!(fs::large_read_grant_runs_or_is_refused, confine_reads),
+        case!(changes::untouched_until_applied, change_layer),
+        case!(changes::lists_exactly_what_changed, change_layer),
+        case!(changes::apply_matches_the_command_view, change_layer),
+        case!(changes::apply_refuses_escapes, change_layer),
+        case!(changes::conflict_detected, change_layer),
         case!(fs::reads_outside_denied, confine_reads, confinement),
         case!(fs::writes_outside_denied, confine_writes, confinement),
         case!(fs::readonly_carveouts, carveouts, confinement),
@@ -397,6 +409,7 @@ mod tests {
             open_files_limit: true,
             signal_status: true,
             snapshot: true,
+            change_layer: Some(sandbox_core::LayerMechanism::Overlay),
             host_programs: true,
             full_network_is_host: true,
             ..Capability::default()

@@ -27,6 +27,7 @@ fn cap() -> Capability {
         oom_status: true,
         snapshot: true,
         sparse_snapshot: true,
+        change_layer: None,
         host_programs: true,
         full_network_is_host: true,
         reports_denials: sandbox_core::DenialKinds::default(),

@@ -2,6 +2,7 @@
 //! the host side judges the effect wherever it can.
 
 pub mod api;
+pub mod changes;
 pub mod denials;
 pub mod env;
 pub mod fd;

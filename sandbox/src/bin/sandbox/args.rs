@@ -111,6 +111,17 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Run on a copy-on-write layer over the workspace, then: `ask` (show what changed and
+    /// ask, on a terminal; without one nothing is applied), `apply` (write it into the
+    /// workspace unless something escapes it or conflicts), `discard` (throw it away; what
+    /// `--snapshot` means). Without it the command writes the workspace directly
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub changes: Option<ChangesArg>,
+
+    /// With `--changes`: show a unified diff of the changed text files
+    #[arg(long)]
+    pub changes_diff: bool,
+
     /// Do not print the one-line summary of denied operations on stderr after the run
     /// (`--json` carries the whole list either way)
     #[arg(long, short = 'q')]
@@ -188,7 +199,8 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
 
-    /// Run against a throwaway copy of the workspace; the original is never touched
+    /// Run against a throwaway copy of the workspace; the original is never touched (for
+    /// `sandbox run`, the same as `--changes discard`)
     #[arg(long)]
     pub snapshot: bool,
 
@@ -316,6 +328,18 @@ impl From<NetworkArg> for NetworkMode {
             NetworkArg::Full => Self::Full,
         }
     }
+}
+
+/// What to do with the command's changes, as typed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ChangesArg {
+    /// Show the change set and ask whether to apply it (nothing applied without a
+    /// terminal).
+    Ask,
+    /// Apply it unless something escapes the workspace or conflicts.
+    Apply,
+    /// Throw it away.
+    Discard,
 }
 
 /// A lane, as typed.

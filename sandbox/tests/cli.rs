@@ -770,11 +770,10 @@ fn a_denied_call_is_summarised_on_stderr_and_quiet_silences_it() {
         let a: Vec<&str> = args.iter().map(String::as_str).collect();
         let o = run_in(ws.path(), &a);
         assert_eq!(code(&o), 0, "{backend}: {}", text(&o.stderr));
-        assert_eq!(
-            text(&o.stdout),
-            "rc=1\n",
-            "{backend}: unshare was not refused"
-        );
+        // A backend with a kernel of its own (gVisor) may let `unshare` make a namespace
+        // inside it: then there is nothing to report, and nothing must be.
+        let refused = text(&o.stdout) == "rc=1\n";
+        assert!(!claims || refused, "{backend}: unshare was not refused");
         let stderr = text(&o.stderr);
         if claims {
             assert!(
@@ -788,7 +787,7 @@ fn a_denied_call_is_summarised_on_stderr_and_quiet_silences_it() {
         let mut quiet = a.clone();
         quiet.insert(1, "--quiet");
         let o = run_in(ws.path(), &quiet);
-        assert_eq!(text(&o.stdout), "rc=1\n");
+        assert_eq!(text(&o.stdout) == "rc=1\n", refused, "{backend}");
         assert!(!text(&o.stderr).contains("sandbox: denied"), "{backend}");
         // --json: the whole list.
         let mut json = a.clone();

@@ -47,6 +47,7 @@
 pub mod capability;
 pub mod changes;
 pub mod denial;
+pub mod egress;
 mod error;
 mod grants;
 pub mod idmap;
@@ -66,6 +67,9 @@ pub mod syscalls;
 pub use capability::{Capability, Enforcement};
 pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};
 pub use denial::{Denial, DenialKind, DenialKinds, DenialMechanism, Denials};
+pub use egress::{
+    ConnectionRecord, EgressRun, ProxyProtocol, Resolver, SystemResolver, PROXY_PORT,
+};
 pub use error::{Result, SandboxError};
 pub use options::{
     EnvPolicy, OutputSink, ResourceLimits, SandboxOpts, Stdin, StreamKind, DEFAULT_MAX_PROCESSES,
@@ -75,6 +79,6 @@ pub use outcome::{
     Captured, EffectivePolicy, Grant, LimitMechanism, LimitRecord, Logs, SandboxOutcome, Status,
     TreeKill,
 };
-pub use plan::{Plan, DEFAULT_PATH};
-pub use policy::{Lane, NetworkMode};
+pub use plan::{Plan, DEFAULT_PATH, MAX_HOST_PORTS};
+pub use policy::{Allowlist, Decision, HostPattern, Lane, NetworkMode};
 pub use sandbox::{Backend, DynSandbox, Preflight, Sandbox, SandboxExt};

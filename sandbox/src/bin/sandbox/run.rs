@@ -10,8 +10,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    ChangeSet, Changes, Denials, DynSandbox, EffectivePolicy, EnvPolicy, Plan, SandboxError,
-    SandboxOpts, SandboxOutcome, Status,
+    ChangeSet, Changes, ConnectionRecord, Denials, DynSandbox, EffectivePolicy, EnvPolicy, Plan,
+    SandboxError, SandboxOpts, SandboxOutcome, Status,
 };
 
 use crate::args::{ChangesArg, RunArgs};
@@ -159,6 +159,10 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         }
     };
     terminal.finish();
+    // After the command's own output: what the proxy refused, one line each.
+    for line in outcome.denied_lines() {
+        eprintln!("{line}");
+    }
     if !args_quiet {
         if let Some(line) = outcome.denials.summary() {
             eprintln!("sandbox: {line}");
@@ -228,6 +232,8 @@ pub fn policy_opts(spec: &RunSpec, argv: Vec<OsString>) -> Result<SandboxOpts, C
     opts.read_only_paths = spec.read.clone();
     opts.writable_paths = spec.write.clone();
     opts.network = spec.network;
+    opts.allow_hosts = spec.allow_hosts.clone();
+    opts.host_ports = spec.host_ports.clone();
     opts.lane = spec.lane;
     opts.timeout = spec.timeout;
     if let Some(limit) = spec.max_output {
@@ -301,6 +307,8 @@ struct JsonOutcome<'a> {
     /// With `--changes`: whether they were applied, and why not.
     #[serde(skip_serializing_if = "Option::is_none")]
     changes_settled: Option<&'a changes::Settled>,
+    /// Network `proxy`: every connection attempt, allowed or denied.
+    connections: &'a [ConnectionRecord],
     /// What was refused while it ran, as far as the backend sees (`doctor` shows which
     /// kinds each backend reports).
     denials: &'a Denials,
@@ -323,6 +331,7 @@ impl<'a> JsonOutcome<'a> {
             policy: &o.policy,
             changes: o.changes.as_ref(),
             changes_settled: None,
+            connections: &o.connections,
             denials: &o.denials,
         }
     }

@@ -67,6 +67,13 @@ pub async fn measure(
         })?,
         _ => Vec::new(),
     };
+    // A backend that records refusals (a seccomp supervisor): the same run with the record
+    // off, so the row shows what reporting costs at start-up.
+    let plain_opts = {
+        let mut o = opts.clone();
+        o.report_denials = false;
+        o
+    };
     let mut probes: Vec<Probe<'_>> = vec![
         Box::new(|| Box::pin(runs::bare_spawn(&bare_argv))),
         Box::new(|| {
@@ -116,6 +123,15 @@ pub async fn measure(
             }));
             probes.len() - 1
         });
+    let reports = s.backend.capability().reports_denials != Default::default();
+    let plain_at = probes.len();
+    if reports {
+        let plain_opts = &plain_opts;
+        probes.push(Box::new(move || {
+            let opts = plain_opts.clone();
+            Box::pin(async move { runs::library_run(&s.backend, opts).await.map(|(d, _)| d) })
+        }));
+    }
     let mut rows = Vec::new();
     for (rounds, how) in [
         (rounds, "back to back".to_string()),
@@ -151,6 +167,20 @@ pub async fn measure(
                 fast,
                 "the same on `fast`",
                 Some(budget::STRICT_VS_FAST),
+                budget.quick,
+            ));
+        }
+        if let (true, Some(plain)) = (reports, samples.get(plain_at)) {
+            rows.push(row(
+                s,
+                format!(
+                    "start-up with denial reporting (kinds: {}), {how}",
+                    s.backend.capability().reports_denials.names().join(", ")
+                ),
+                ours,
+                plain,
+                "the same run with `report_denials` off",
+                Some(budget::DENIAL_REPORTING),
                 budget.quick,
             ));
         }

@@ -101,6 +101,9 @@ pub struct Capability {
     /// on the host's `PATH` before anything runs. False for a container with its own root
     /// filesystem, where `argv[0]` is resolved inside.
     pub host_programs: bool,
+    /// The kinds of refused operation this backend sees and lists in the outcome's
+    /// [`crate::Denials`]. A kind not claimed may still be refused, unreported.
+    pub reports_denials: crate::DenialKinds,
 }
 
 impl Capability {

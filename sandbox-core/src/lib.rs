@@ -46,6 +46,7 @@
 
 pub mod capability;
 pub mod changes;
+pub mod denial;
 pub mod egress;
 mod error;
 mod grants;
@@ -65,6 +66,7 @@ pub mod syscalls;
 
 pub use capability::{Capability, Enforcement};
 pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};
+pub use denial::{Denial, DenialKind, DenialKinds, DenialMechanism, Denials};
 pub use egress::{
     ConnectionRecord, EgressRun, ProxyProtocol, Resolver, SystemResolver, PROXY_PORT,
 };

@@ -179,6 +179,10 @@ pub struct SandboxOpts {
     /// `127.0.0.1:PORT` (a database or an API the host runs for the agent), and nothing
     /// else of the host's. With network `loopback` or `proxy` only.
     pub host_ports: Vec<u16>,
+    /// Record what was refused in the outcome's denials, where the backend can
+    /// ([`crate::Capability::reports_denials`]). On by default; off, a backend uses its
+    /// plain mechanism (the same refusals, unrecorded), which the bench compares against.
+    pub report_denials: bool,
 }
 
 impl SandboxOpts {
@@ -209,6 +213,7 @@ impl SandboxOpts {
             allow_hosts: Vec::new(),
             resolver: None,
             host_ports: Vec::new(),
+            report_denials: true,
         }
     }
 }

@@ -287,6 +287,9 @@ pub struct SandboxOutcome {
     pub changes: Option<crate::ChangeSet>,
     /// With network mode `proxy`: every connection attempt through the proxy, in order.
     pub connections: Vec<ConnectionRecord>,
+    /// What was refused while it ran, as far as the backend can see
+    /// ([`crate::Capability::reports_denials`]).
+    pub denials: crate::Denials,
 }
 
 impl SandboxOutcome {
@@ -311,7 +314,14 @@ impl SandboxOutcome {
             policy,
             changes: None,
             connections: Vec::new(),
+            denials: crate::Denials::default(),
         }
+    }
+
+    /// The outcome with `denials` (a backend outside core that saw some).
+    pub fn with_denials(mut self, denials: crate::Denials) -> Self {
+        self.denials = denials;
+        self
     }
 
     /// The attempts the proxy denied, one line each (`sandbox: denied connect to

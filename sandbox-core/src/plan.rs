@@ -60,6 +60,8 @@ pub struct Plan {
     pub changes: crate::Changes,
     /// Output callback.
     pub output_sink: Option<OutputSink>,
+    /// Record refusals in the outcome where the backend can.
+    pub report_denials: bool,
     /// The lane's grants.
     pub grants: Vec<Grant>,
     /// Whether the host process is root.
@@ -304,6 +306,7 @@ impl Plan {
             snapshot: changes == crate::Changes::Discard,
             changes,
             output_sink: opts.output_sink.clone(),
+            report_denials: opts.report_denials,
             grants,
             host_is_root,
             allowlist,
@@ -552,6 +555,7 @@ mod tests {
             change_layer: None,
             host_programs: true,
             full_network_is_host: true,
+            reports_denials: crate::DenialKinds::default(),
         }
     }
 

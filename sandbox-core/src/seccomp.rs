@@ -338,6 +338,15 @@ fn interpret(prog: &[sock_filter], data: &[u32; 16]) -> (u32, usize) {
 impl SeccompProgram {
     /// Compile the filter for `policy`.
     pub fn build(policy: &SyscallPolicy) -> Result<Self, SandboxError> {
+        Self::build_with(policy, false)
+    }
+
+    /// Compile the filter for `policy`; with `notify`, the table's denials return
+    /// `SECCOMP_RET_USER_NOTIF` instead of `EPERM`, for a supervisor that records each one
+    /// and answers `EPERM` itself (the run's supervisor in core). Only the table's rule
+    /// actions change: the head (`ENOSYS` fall-backs, `EPERM` for x32) and the kill of a
+    /// foreign architecture stay as they are, and allowed calls never leave the kernel.
+    pub fn build_with(policy: &SyscallPolicy, notify: bool) -> Result<Self, SandboxError> {
         let rules = deny_rules(policy)?;
         let filtered: Vec<u32> = rules.keys().map(|&nr| nr as u32).collect();
         let filter = SeccompFilter::new(
@@ -347,7 +356,15 @@ impl SeccompProgram {
             target_arch()?,
         )
         .map_err(build_error)?;
-        let compiled: BpfProgram = filter.try_into().map_err(build_error)?;
+        let mut compiled: BpfProgram = filter.try_into().map_err(build_error)?;
+        if notify {
+            let eperm = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
+            for f in compiled.iter_mut() {
+                if f.code == BPF_RET_K && f.k == eperm {
+                    f.k = libc::SECCOMP_RET_USER_NOTIF;
+                }
+            }
+        }
         let mut program = head();
         program.extend(fast_path(&filtered));
         program.extend(compiled);
@@ -367,15 +384,25 @@ impl SeccompProgram {
 
     /// The program for `policy`, compiled once per process.
     pub fn cached(policy: &SyscallPolicy) -> Result<Arc<Self>, SandboxError> {
-        type Cache = Mutex<HashMap<SyscallPolicy, Arc<SeccompProgram>>>;
+        Self::cached_with(policy, false)
+    }
+
+    /// The program for `policy` and `notify` (see [`Self::build_with`]), compiled once per
+    /// process.
+    pub fn cached_with(policy: &SyscallPolicy, notify: bool) -> Result<Arc<Self>, SandboxError> {
+        type Cache = Mutex<HashMap<(SyscallPolicy, bool), Arc<SeccompProgram>>>;
         static CACHE: OnceLock<Cache> = OnceLock::new();
         let cache = CACHE.get_or_init(Default::default);
-        if let Some(p) = cache.lock().ok().and_then(|c| c.get(policy).cloned()) {
+        if let Some(p) = cache
+            .lock()
+            .ok()
+            .and_then(|c| c.get(&(*policy, notify)).cloned())
+        {
             return Ok(p);
         }
-        let p = Arc::new(Self::build(policy)?);
+        let p = Arc::new(Self::build_with(policy, notify)?);
         if let Ok(mut c) = cache.lock() {
-            c.insert(*policy, p.clone());
+            c.insert((*policy, notify), p.clone());
         }
         Ok(p)
     }
@@ -401,6 +428,114 @@ impl SeccompProgram {
     /// Install it last: it denies calls that earlier steps may need.
     pub fn install_step(self: &Arc<Self>) -> InstallSeccomp {
         InstallSeccomp(self.clone())
+    }
+}
+
+/// Whether this kernel can notify a supervisor of a filtered call
+/// (`SECCOMP_RET_USER_NOTIF`, Linux 5.0), asked once per process without installing
+/// anything.
+pub fn user_notification_available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| {
+        let action: u32 = libc::SECCOMP_RET_USER_NOTIF;
+        // SAFETY: SECCOMP_GET_ACTION_AVAIL reads one u32 from the pointer, which is live.
+        unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_GET_ACTION_AVAIL,
+                0,
+                &action as *const u32,
+            ) == 0
+        }
+    })
+}
+
+/// Installs a notifying [`SeccompProgram`] (built with `notify`) in the child with
+/// `SECCOMP_FILTER_FLAG_NEW_LISTENER`, and sends the listener to the host over `sock` (one
+/// end of a socket pair made before the fork) for the run's supervisor in core to serve.
+#[derive(Debug)]
+pub struct InstallNotifying {
+    program: Arc<SeccompProgram>,
+    sock: std::os::fd::OwnedFd,
+}
+
+impl InstallNotifying {
+    /// The step for `program` (built with `notify`), and the host's end of the socket pair
+    /// it sends the listener on: what [`crate::process::Launch::seccomp_listener`] takes.
+    pub fn pair(
+        program: Arc<SeccompProgram>,
+    ) -> Result<(Self, std::os::fd::OwnedFd), SandboxError> {
+        use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+        let (host, child) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(|e| SandboxError::io("making the seccomp listener's socket pair", e.into()))?;
+        Ok((
+            Self {
+                program,
+                sock: child,
+            },
+            host,
+        ))
+    }
+}
+
+// SAFETY: `prctl`, `seccomp`, `sendmsg` and `close` are plain system calls (`sendmsg` is
+// listed async-signal-safe); the message and its control buffer live on the stack, the
+// program was compiled before the fork and is kept alive by the Arc. Nothing allocates.
+unsafe impl PreExec for InstallNotifying {
+    fn pre_exec(&self) -> io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let prog = libc::sock_fprog {
+            len: self.program.program.len() as u16,
+            filter: self.program.program.as_ptr() as *mut libc::sock_filter,
+        };
+        // SAFETY (whole block): see the impl's comment; every pointer is to a live local.
+        unsafe {
+            if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let listener = libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+                &prog as *const libc::sock_fprog,
+            );
+            if listener < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let listener = listener as libc::c_int;
+            // From here the denied calls wait for an answer: the listener must reach the
+            // host, and must not stay in the command's hands (it could answer its own
+            // denials). It is close-on-exec, and closed here besides.
+            let mut byte = [0u8; 1];
+            let mut iov = libc::iovec {
+                iov_base: byte.as_mut_ptr().cast(),
+                iov_len: 1,
+            };
+            // Room for one descriptor's control message, aligned for `cmsghdr`.
+            let mut control = [0u64; 4];
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as _;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as _;
+            std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), listener);
+            let sent = libc::sendmsg(self.sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL);
+            let err = io::Error::last_os_error();
+            libc::close(listener);
+            if sent != 1 {
+                return Err(err);
+            }
+        }
+        Ok(())
     }
 }
 
@@ -632,6 +767,54 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// The notifying program differs from the plain one exactly where the plain one answers
+    /// a table denial `EPERM`: there it notifies. Everything else (allowed calls, the
+    /// `ENOSYS` fall-backs, x32's `EPERM`, the kill of a foreign architecture) is identical.
+    #[test]
+    fn notifying_program_notifies_exactly_the_table_denials() {
+        for network in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
+            let pol = policy(network, true);
+            let plain = SeccompProgram::build(&pol).unwrap();
+            let notify = SeccompProgram::build_with(&pol, true).unwrap();
+            let mut notified = 0;
+            for d in syscalls::denials(&pol) {
+                let Some(nr) = d.nr else { continue };
+                let (on, off) = triggering(d);
+                let (p, n) = (plain.decide(nr as u32, on), notify.decide(nr as u32, on));
+                if d.rule == Rule::FallBack {
+                    assert_eq!((p, n), (ENOSYS, ENOSYS), "{}", d.name);
+                } else {
+                    assert_eq!(p, EPERM, "{}", d.name);
+                    assert_eq!(n, libc::SECCOMP_RET_USER_NOTIF, "{}", d.name);
+                    notified += 1;
+                }
+                if let Some(off) = off {
+                    assert_eq!(
+                        notify.decide(nr as u32, off),
+                        libc::SECCOMP_RET_ALLOW,
+                        "{}",
+                        d.name
+                    );
+                }
+            }
+            assert!(notified > 10);
+            for nr in 0..460u32 {
+                let (p, n) = (plain.decide(nr, [0; 6]), notify.decide(nr, [0; 6]));
+                if p != EPERM {
+                    assert_eq!(p, n, "call {nr}");
+                }
+            }
+            if cfg!(target_arch = "x86_64") {
+                // x32 calls: still EPERM, never a notification.
+                let x32 = 0x4000_0000 | libc::SYS_ptrace as u32;
+                assert_eq!(notify.decide(x32, [0; 6]), EPERM);
+            }
+            // A foreign architecture is still killed.
+            let foreign = interpret(notify.instructions(), &seccomp_data(0, 0x4000_0003, [0; 6])).0;
+            assert_eq!(foreign, libc::SECCOMP_RET_KILL_PROCESS);
         }
     }
 

@@ -49,6 +49,9 @@ pub fn capability() -> Capability {
         host_programs: false,
         // `full` is the engine's bridge, not the host's network namespace.
         full_network_is_host: false,
+        // The engine refuses silently: its seccomp profile cannot notify anyone, and an
+        // AppArmor or namespace refusal leaves no record the backend can read.
+        reports_denials: sandbox_core::DenialKinds::default(),
     }
 }
 

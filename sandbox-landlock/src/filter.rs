@@ -46,6 +46,11 @@ pub(crate) fn shared(network: NetworkMode) -> Result<Arc<SeccompProgram>, Sandbo
     SeccompProgram::cached(&shared_policy(network))
 }
 
+/// The shared filter whose denied calls notify a supervisor instead of failing at once.
+pub(crate) fn shared_notifying(network: NetworkMode) -> Result<Arc<SeccompProgram>, SandboxError> {
+    SeccompProgram::cached_with(&shared_policy(network), true)
+}
+
 fn build_error(e: impl std::fmt::Display) -> SandboxError {
     SandboxError::io(
         "building the unix-socket seccomp filter",

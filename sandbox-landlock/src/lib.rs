@@ -124,8 +124,8 @@ use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
 use sandbox_core::registry::{AutoRank, BackendInfo};
 use sandbox_core::{
-    Capability, Changes, Enforcement, Lane, NetworkMode, Plan, Preflight, SandboxError, SandboxExt,
-    SandboxOpts, Status, TreeKill,
+    Capability, Changes, DenialKinds, Enforcement, Lane, NetworkMode, Plan, Preflight,
+    SandboxError, SandboxExt, SandboxOpts, Status, TreeKill,
 };
 
 use crate::child::{DropCapabilities, ProcessLimit, RestrictSelf};
@@ -237,6 +237,18 @@ fn capability(host: &Host) -> Capability {
         signal_status: true,
         host_programs: true,
         full_network_is_host: true,
+        // Only what the notifying filter sees: the table's denied calls. Landlock's own
+        // refusals (files, network ports, signals) go to the audit log, which this backend
+        // does not read, so they are not claimed.
+        reports_denials: if sandbox_core::seccomp::user_notification_available() {
+            DenialKinds {
+                syscall: true,
+                ptrace: true,
+                ..DenialKinds::default()
+            }
+        } else {
+            DenialKinds::default()
+        },
         ..Capability::default()
     };
     support.apply(&mut cap);
@@ -504,13 +516,27 @@ impl Launcher for LandlockBackend {
                 filter::unix_socket_filter()?
             )));
         }
-        // Last: it denies calls the steps above make.
-        launch
-            .pre_exec
-            .push(Box::new(filter::shared(plan.network)?.install_step()));
-        launch
-            .notes
-            .push("seccomp: the shared filter, setsid and setpgid denied".into());
+        // Last: it denies calls the steps above make. Where the kernel can notify, the
+        // denied calls go to core's supervisor, which records each and answers EPERM.
+        if plan.report_denials && sandbox_core::seccomp::user_notification_available() {
+            let (step, host_end) = sandbox_core::seccomp::InstallNotifying::pair(
+                filter::shared_notifying(plan.network)?,
+            )?;
+            launch.pre_exec.push(Box::new(step));
+            launch.seccomp_listener = Some(host_end);
+            launch.notes.push(
+                "seccomp: the shared filter, setsid and setpgid denied; denied calls \
+                 reported (user notification, answered EPERM)"
+                    .into(),
+            );
+        } else {
+            launch
+                .pre_exec
+                .push(Box::new(filter::shared(plan.network)?.install_step()));
+            launch
+                .notes
+                .push("seccomp: the shared filter, setsid and setpgid denied".into());
+        }
         launch.tree_kill = Some(if pid {
             TreeKill::PidNamespace
         } else {

@@ -303,6 +303,16 @@ fn write_capability(f: &mut fmt::Formatter<'_>, c: &Capability) -> fmt::Result {
         "    status      signals told apart from exit codes: {}, out-of-memory reported: {}",
         yes_no(c.signal_status),
         yes_no(c.oom_status),
+    )?;
+    let kinds = c.reports_denials.names();
+    writeln!(
+        f,
+        "    denials     reported: {}",
+        if kinds.is_empty() {
+            "none (refused operations are not listed in the outcome)".to_string()
+        } else {
+            kinds.join(", ")
+        },
     )
 }
 

@@ -17,7 +17,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use support::{available, backend_flags, docker_image, doctor, text, workspace, BIN};
+use support::{available, backend_flags, confines, docker_image, doctor, text, workspace, BIN};
 
 mod support;
 
@@ -824,3 +824,109 @@ backend_cases!(bwrap, "bwrap");
 backend_cases!(landlock, "landlock");
 backend_cases!(docker, "docker");
 backend_cases!(gvisor, "gvisor");
+
+// ---------------------------------------------------------------------------------------
+// Denials: the summary after a run, and `doctor --prove`.
+
+/// Every available backend that claims to report denied calls prints the one-line summary
+/// on stderr after a run that makes one (`unshare -U`: denied by the shared table), lists
+/// it in `--json`, and prints nothing with `--quiet`. A backend that does not claim it
+/// prints no summary (it never invents one).
+#[test]
+fn a_denied_call_is_summarised_on_stderr_and_quiet_silences_it() {
+    for info in sandbox::registry::compiled_in().filter(|i| i.launcher.is_some()) {
+        let backend = info.name;
+        if !available(backend) || !confines(backend) {
+            continue;
+        }
+        let claims = capability(backend)["reports_denials"]["syscall"] == true;
+        let ws = workspace();
+        let script = ["sh", "-c", "unshare -U true; echo rc=$?"];
+        let mut args: Vec<String> = vec!["run".into()];
+        args.extend(backend_flags(backend));
+        args.push("--".into());
+        args.extend(script.iter().map(|s| s.to_string()));
+        let a: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = run_in(ws.path(), &a);
+        assert_eq!(code(&o), 0, "{backend}: {}", text(&o.stderr));
+        // A backend with a kernel of its own (gVisor) may let `unshare` make a namespace
+        // inside it: then there is nothing to report, and nothing must be.
+        let refused = text(&o.stdout) == "rc=1\n";
+        assert!(!claims || refused, "{backend}: unshare was not refused");
+        let stderr = text(&o.stderr);
+        if claims {
+            assert!(
+                stderr.contains("sandbox: denied 1 operation: unshare (seccomp)"),
+                "{backend}: {stderr}"
+            );
+        } else {
+            assert!(!stderr.contains("sandbox: denied"), "{backend}: {stderr}");
+        }
+        // --quiet: no summary, the same refusal.
+        let mut quiet = a.clone();
+        quiet.insert(1, "--quiet");
+        let o = run_in(ws.path(), &quiet);
+        assert_eq!(text(&o.stdout) == "rc=1\n", refused, "{backend}");
+        assert!(!text(&o.stderr).contains("sandbox: denied"), "{backend}");
+        // --json: the whole list.
+        let mut json = a.clone();
+        json.insert(1, "--json");
+        let o = run_in(ws.path(), &json);
+        let j = json_of(&o);
+        let entries = j["denials"]["entries"].as_array().unwrap();
+        if claims {
+            assert_eq!(entries.len(), 1, "{backend}: {j}");
+            assert_eq!(entries[0]["target"], "unshare");
+            assert_eq!(entries[0]["kind"], "syscall");
+            assert_eq!(entries[0]["mechanism"], "seccomp");
+            assert_eq!(entries[0]["count"], 1);
+        } else {
+            assert!(entries.is_empty(), "{backend}: {j}");
+        }
+    }
+}
+
+/// `doctor --prove` proves every available process backend here, case by case, with the
+/// command itself as the probe; the read-confinement case ran and held where claimed.
+#[test]
+fn doctor_prove_proves_each_available_process_backend() {
+    for info in sandbox::registry::compiled_in().filter(|i| i.launcher.is_some() && !i.unconfined) {
+        let backend = info.name;
+        if !available(backend) {
+            continue;
+        }
+        let ws = workspace();
+        let o = run_in(
+            ws.path(),
+            &["doctor", "--prove", "--backend", backend, "--json"],
+        );
+        let out = text(&o.stdout);
+        let j: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!(code(&o), 0, "{backend}: {j}");
+        assert_eq!(j[0]["backend"], backend);
+        assert_eq!(j[0]["result"], "proved", "{j}");
+        let cases = j[0]["cases"].as_array().unwrap();
+        let verdict = |name: &str| {
+            cases
+                .iter()
+                .find(|c| c["case"] == name)
+                .map(|c| c["verdict"].as_str().unwrap().to_string())
+        };
+        if capability(backend)["confine_reads"] == true {
+            assert_eq!(verdict("fs::reads_outside_denied").as_deref(), Some("pass"));
+        }
+        assert_eq!(
+            verdict("denials::allowed_not_reported").as_deref(),
+            Some("pass")
+        );
+        assert!(cases.iter().all(|c| c["verdict"] != "fail"), "{j}");
+    }
+}
+
+/// `doctor --prove` with a backend this build does not know is an option error.
+#[test]
+fn doctor_prove_with_an_unknown_backend_is_125() {
+    let ws = workspace();
+    let o = run_in(ws.path(), &["doctor", "--prove", "--backend", "nosuch"]);
+    assert_eq!(code(&o), 125, "{}", text(&o.stderr));
+}

@@ -207,6 +207,9 @@ impl Dir {
 pub struct Context {
     backend: Arc<dyn Backend>,
     probe: PathBuf,
+    /// Arguments between the probe and its subcommand (`__probe` when the probe is the
+    /// `sandbox` command itself).
+    probe_prefix: Vec<OsString>,
     scratch: tempfile::TempDir,
     cap: Capability,
     lane: Lane,
@@ -229,11 +232,25 @@ impl Context {
         Ok(Self {
             backend,
             probe,
+            probe_prefix: Vec::new(),
             scratch,
             cap,
             lane,
             mode,
         })
+    }
+
+    /// The same context with `prefix` between the probe and each subcommand: for a probe
+    /// that is a subcommand of a larger program (`sandbox __probe`).
+    pub fn with_probe_prefix(mut self, prefix: Vec<OsString>) -> Self {
+        self.probe_prefix = prefix;
+        self
+    }
+
+    /// The same context on `lane` instead of the strictest the capability allows.
+    pub fn with_lane(mut self, lane: Lane) -> Self {
+        self.lane = lane;
+        self
     }
 
     /// The backend under test.
@@ -316,6 +333,7 @@ impl Context {
         S: AsRef<OsStr>,
     {
         std::iter::once(self.probe.clone().into_os_string())
+            .chain(self.probe_prefix.iter().cloned())
             .chain(args.into_iter().map(|a| a.as_ref().to_owned()))
             .collect()
     }
@@ -516,6 +534,7 @@ mod tests {
             change_layer: Some(sandbox_core::LayerMechanism::Overlay),
             host_programs: true,
             full_network_is_host: true,
+            reports_denials: sandbox_core::DenialKinds::default(),
         }
     }
 

@@ -76,6 +76,8 @@ pub mod cases;
 mod context;
 pub mod harness;
 pub mod host;
+pub mod probe;
+pub mod prove;
 mod registry;
 pub mod soak;
 

@@ -257,6 +257,13 @@ pub mod require {
             "to run the host's programs (capability.host_programs)",
         )
     }
+    /// `reports_denials.syscall` and `.ptrace`: denied calls are listed by name.
+    pub fn reports_syscall_denials(c: &Capability) -> Result<(), String> {
+        claim(
+            c.reports_denials.syscall && c.reports_denials.ptrace,
+            "to report denied system calls (capability.reports_denials.syscall)",
+        )
+    }
     /// The host runs as root and the backend claims to drop root's power.
     pub fn drops_host_root(c: &Capability) -> Result<(), String> {
         if !crate::context::is_root() {
@@ -381,6 +388,9 @@ pub fn cases() -> Vec<Case> {
             confinement
         ),
         case!(scale::concurrent_32, always),
+        case!(denials::syscalls_reported, reports_syscall_denials),
+        case!(denials::allowed_not_reported, always),
+        case!(denials::million_refusals_bounded, reports_syscall_denials),
     ]
 }
 

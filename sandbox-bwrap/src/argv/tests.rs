@@ -33,6 +33,7 @@ fn cap() -> Capability {
         change_layer: None,
         host_programs: true,
         full_network_is_host: true,
+        reports_denials: sandbox_core::DenialKinds::default(),
     }
 }
 

@@ -282,6 +282,7 @@ mod tests {
             change_layer: Some(crate::LayerMechanism::Overlay),
             host_programs: true,
             full_network_is_host: true,
+            reports_denials: crate::DenialKinds::default(),
         }
     }
 

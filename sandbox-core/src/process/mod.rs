@@ -17,6 +17,7 @@
 pub mod cgroup;
 mod child;
 pub mod files;
+mod notify;
 pub mod output;
 mod supervise;
 pub mod tree;
@@ -90,6 +91,11 @@ pub struct Launch {
     /// Network mode `proxy`: the run's proxy, started by the backend in `prepare`. Core
     /// ends it once the command's tree is dead and puts its record in the outcome.
     pub egress: Option<Box<dyn EgressRun>>,
+    /// The host's end of a socket pair on which a step of the child sends the listener of
+    /// a notifying seccomp filter ([`crate::seccomp::InstallNotifying`]). Core then serves
+    /// it for the run: each denied call is recorded in the outcome's denials and answered
+    /// `EPERM`.
+    pub seccomp_listener: Option<OwnedFd>,
 }
 
 impl fmt::Debug for Launch {
@@ -109,6 +115,7 @@ impl fmt::Debug for Launch {
             .field("process_rlimit_inside", &self.process_rlimit_inside)
             .field("limits_inside", &self.limits_inside)
             .field("egress", &self.egress)
+            .field("seccomp_listener", &self.seccomp_listener)
             .finish()
     }
 }
@@ -132,6 +139,7 @@ impl Launch {
             process_rlimit_inside: false,
             limits_inside: false,
             egress: None,
+            seccomp_listener: None,
         }
     }
 
@@ -158,6 +166,7 @@ impl Launch {
             process_rlimit_inside: false,
             limits_inside: false,
             egress: None,
+            seccomp_listener: None,
         }
     }
 }

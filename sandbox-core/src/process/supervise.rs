@@ -165,6 +165,14 @@ pub(super) fn start(
     launch.pass_fds.clear();
     let pgid = child.id().map(|p| Pid::from_raw(p as i32));
 
+    // The seccomp supervisor, for a backend whose filter notifies: the child has sent the
+    // listener before exec, so it is waiting on the socket already.
+    let denial_log = super::notify::SharedLog::default();
+    let watcher = launch
+        .seccomp_listener
+        .take()
+        .map(|sock| tokio::spawn(super::notify::watch(sock, denial_log.clone())));
+
     let (handle, control) = run_channel(plan.output_limit);
     let tap = control.tap(plan.output_sink.clone());
     let mut readers = Vec::new();
@@ -190,6 +198,8 @@ pub(super) fn start(
         child,
         exit: None,
         connections: Vec::new(),
+        watcher,
+        denial_log,
     };
     supervise(run, control, readers, started, timeout);
     Ok(handle)
@@ -209,6 +219,7 @@ pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration)
         policy: plan.effective_policy(backend),
         changes: None,
         connections: Vec::new(),
+        denials: Default::default(),
     };
     control.finish(Ok(outcome));
     handle
@@ -228,6 +239,8 @@ struct Supervised {
     exit: Option<std::process::ExitStatus>,
     /// The egress proxy's record, once it is finished in [`Job::stop`].
     connections: Vec<ConnectionRecord>,
+    watcher: Option<tokio::task::JoinHandle<()>>,
+    denial_log: super::notify::SharedLog,
 }
 
 #[async_trait]
@@ -279,6 +292,16 @@ impl Job for Supervised {
             End::Exited(Some(_)) if oom && unreported => Status::OutOfMemory,
             End::Exited(Some(_)) => decode(reported.or(self.exit), oom),
         };
+        // The tree is dead: no call is waiting on the listener any more, and every call that
+        // was answered was recorded before its answer. The watcher goes with the run.
+        if let Some(w) = &self.watcher {
+            w.abort();
+        }
+        let denials = self
+            .denial_log
+            .lock()
+            .map(|l| l.denials().clone())
+            .unwrap_or_default();
         let files = match &self.layer {
             // The command's view is the overlay, which is gone with its namespace: read
             // through the layer.
@@ -302,8 +325,13 @@ impl Job for Supervised {
             plan,
             policy,
             connections,
+            watcher,
             ..
         } = self;
+        // Wait for the aborted watcher, so its listener is closed when `wait` returns.
+        if let Some(w) = watcher {
+            let _ = w.await;
+        }
         // The tree is dead: the layer holds exactly what the command left.
         let changes = match layer {
             Some(l) if plan.changes == Changes::Review => {
@@ -344,6 +372,7 @@ impl Job for Supervised {
             policy,
             changes,
             connections,
+            denials,
         };
         // Remove the cgroups and the launch's resources (temp dirs, the snapshot copy)
         // before reporting, so that `wait` returning means nothing is left behind.

@@ -122,6 +122,11 @@ pub struct RunArgs {
     #[arg(long)]
     pub changes_diff: bool,
 
+    /// Do not print the one-line summary of denied operations on stderr after the run
+    /// (`--json` carries the whole list either way)
+    #[arg(long, short = 'q')]
+    pub quiet: bool,
+
     /// The program and its arguments, passed as an argv (never through a shell)
     #[arg(
         value_name = "PROGRAM",
@@ -245,6 +250,20 @@ pub struct DoctorArgs {
     /// Check the docker backend with this image (it needs one to run anything)
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
+
+    /// Prove the confinement here: run the conformance suite's confinement cases against
+    /// each available backend (or the one named); exit 0 only when every case each backend
+    /// claims holds
+    #[arg(long)]
+    pub prove: bool,
+
+    /// With --prove: only this backend
+    #[arg(long, value_name = "NAME", requires = "prove")]
+    pub backend: Option<String>,
+
+    /// With --prove: run the cases on this lane (default: the strictest the backend allows)
+    #[arg(long, value_name = "LANE", requires = "prove")]
+    pub lane: Option<String>,
 }
 
 /// A backend name, as typed: `auto` or a name in the registry (compiled in or not: one

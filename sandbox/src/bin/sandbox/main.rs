@@ -12,6 +12,7 @@ mod error;
 mod mcp;
 #[cfg(test)]
 mod props;
+mod prove;
 mod run;
 mod stream;
 
@@ -23,6 +24,13 @@ use crate::args::{Cli, Command, DoctorArgs};
 use crate::error::SANDBOX_FAILED;
 
 fn main() {
+    // The conformance probe, for `doctor --prove`: hidden, and before clap so that the
+    // probe's own arguments are never parsed as ours.
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == prove::PROBE_SUBCOMMAND) {
+        argv.remove(1);
+        sandbox_conformance::probe::main(argv);
+    }
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
@@ -73,6 +81,9 @@ fn with_runtime(fut: impl std::future::Future<Output = i32>) -> i32 {
 }
 
 async fn doctor(args: DoctorArgs) -> i32 {
+    if args.prove {
+        return prove::prove(args).await;
+    }
     let mut config = Config::default();
     config.image = args.image;
     let report = sandbox::doctor::doctor(&config).await;

@@ -10,7 +10,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    ChangeSet, Changes, ConnectionRecord, DynSandbox, EffectivePolicy, EnvPolicy, Plan,
+    ChangeSet, Changes, ConnectionRecord, Denials, DynSandbox, EffectivePolicy, EnvPolicy, Plan,
     SandboxError, SandboxOpts, SandboxOutcome, Status,
 };
 
@@ -90,6 +90,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     })?;
     let json = args.json;
     let changes_diff = args.changes_diff;
+    let args_quiet = args.quiet;
     let spec = config::resolve(args.policy, &cwd)?;
     // `--snapshot` (policy) is `--changes discard` (how this run's writes are handled).
     let changes_mode = match (args.changes, spec.snapshot) {
@@ -161,6 +162,11 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     // After the command's own output: what the proxy refused, one line each.
     for line in outcome.denied_lines() {
         eprintln!("{line}");
+    }
+    if !args_quiet {
+        if let Some(line) = outcome.denials.summary() {
+            eprintln!("sandbox: {line}");
+        }
     }
     let mut code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
     // A change set is only acted on when the command ended by itself.
@@ -303,6 +309,9 @@ struct JsonOutcome<'a> {
     changes_settled: Option<&'a changes::Settled>,
     /// Network `proxy`: every connection attempt, allowed or denied.
     connections: &'a [ConnectionRecord],
+    /// What was refused while it ran, as far as the backend sees (`doctor` shows which
+    /// kinds each backend reports).
+    denials: &'a Denials,
 }
 
 impl<'a> JsonOutcome<'a> {
@@ -323,6 +332,7 @@ impl<'a> JsonOutcome<'a> {
             changes: o.changes.as_ref(),
             changes_settled: None,
             connections: &o.connections,
+            denials: &o.denials,
         }
     }
 }

@@ -1,0 +1,218 @@
+//! `sandbox doctor --prove`: runs the conformance suite's confinement cases on this host,
+//! against each available backend or the one named, with the command itself as the probe
+//! (`sandbox __probe ...`), so no source tree or cargo is needed.
+
+use std::ffi::OsString;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use sandbox::select::Config;
+use sandbox::{Backend, Lane};
+use sandbox_conformance::prove::Proved;
+
+use crate::args::DoctorArgs;
+use crate::error::SANDBOX_FAILED;
+
+/// The hidden subcommand that runs the probe.
+pub const PROBE_SUBCOMMAND: &str = "__probe";
+
+/// One backend's proof.
+#[derive(Debug, Serialize)]
+struct BackendProof {
+    backend: &'static str,
+    /// `proved`, `failed`, `unavailable` or `not_proved`.
+    result: &'static str,
+    /// Why it is unavailable or not proved here.
+    reason: Option<String>,
+    version: Option<String>,
+    cases: Vec<Proved>,
+}
+
+fn kernel() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+async fn prove_one(
+    name: &'static str,
+    config: &Config,
+    lane: Option<Lane>,
+    exe: &std::path::Path,
+) -> BackendProof {
+    let mut proof = BackendProof {
+        backend: name,
+        result: "unavailable",
+        reason: None,
+        version: None,
+        cases: Vec::new(),
+    };
+    let backend: Arc<dyn Backend> = match sandbox::select::backend(name, config) {
+        Ok(b) => b,
+        Err(e) => {
+            proof.reason = Some(e.to_string());
+            return proof;
+        }
+    };
+    if !backend.capability().host_programs {
+        // Its command runs in an image of its own: the probe would need an image built
+        // from this binary, which only the suite (`cargo xtask conformance`) makes.
+        proof.result = "not_proved";
+        proof.reason = Some(
+            "its commands run in an image, which does not hold this binary as a probe; \
+             prove it with `cargo xtask conformance --backend NAME` from the source tree"
+                .into(),
+        );
+        return proof;
+    }
+    match backend.sandbox().preflight().await {
+        Ok(p) => proof.version = p.version,
+        Err(e) => {
+            proof.reason = Some(e.to_string());
+            return proof;
+        }
+    }
+    match sandbox_conformance::prove::prove(
+        backend,
+        exe.to_path_buf(),
+        vec![OsString::from(PROBE_SUBCOMMAND)],
+        lane,
+    )
+    .await
+    {
+        Ok(cases) => {
+            proof.result = if cases.iter().any(|c| c.verdict == "fail") {
+                "failed"
+            } else {
+                "proved"
+            };
+            proof.cases = cases;
+        }
+        Err(e) => {
+            proof.result = "failed";
+            proof.reason = Some(format!("cannot make a scratch directory: {e}"));
+        }
+    }
+    proof
+}
+
+fn print_text(p: &BackendProof, kernel: &str) {
+    let version = p
+        .version
+        .as_deref()
+        .map_or(String::new(), |v| format!(", {v}"));
+    match p.result {
+        "proved" | "failed" => {
+            let passed = p.cases.iter().filter(|c| c.verdict == "pass").count();
+            let skipped: Vec<&str> = p
+                .cases
+                .iter()
+                .filter(|c| c.verdict == "skip")
+                .map(|c| c.case.as_str())
+                .collect();
+            let failed: Vec<&Proved> = p.cases.iter().filter(|c| c.verdict == "fail").collect();
+            if failed.is_empty() {
+                println!(
+                    "{}: {passed} confinement cases enforced on this host (kernel {kernel}{version}){}",
+                    p.backend,
+                    if skipped.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; skipped (`--json` says why): {}", skipped.join(", "))
+                    }
+                );
+            } else {
+                println!(
+                    "{}: NOT ENFORCED on this host (kernel {kernel}{version}): {} of {} cases failed",
+                    p.backend,
+                    failed.len(),
+                    failed.len() + passed
+                );
+                for c in failed {
+                    println!("  {}: {}", c.case, c.message.as_deref().unwrap_or("failed"));
+                }
+                println!(
+                    "  remedy: do not rely on `{}` here; run `sandbox doctor` and report its \
+                     output with these lines",
+                    p.backend
+                );
+            }
+        }
+        _ => println!(
+            "{}: {}: {}",
+            p.backend,
+            if p.result == "unavailable" {
+                "not available here"
+            } else {
+                "not proved"
+            },
+            p.reason.as_deref().unwrap_or("")
+        ),
+    }
+}
+
+/// Run `doctor --prove`; the exit status.
+pub async fn prove(args: DoctorArgs) -> i32 {
+    let lane = match args.lane.as_deref().map(str::parse::<Lane>).transpose() {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("sandbox: --lane: {e}");
+            return SANDBOX_FAILED;
+        }
+    };
+    let exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!(
+                "sandbox: cannot find this program to use as the probe: {e}; remedy: run it \
+                 by its path"
+            );
+            return SANDBOX_FAILED;
+        }
+    };
+    let mut config = Config::default();
+    config.image = args.image.clone();
+    let names: Vec<&'static str> = match &args.backend {
+        Some(n) => match sandbox::select::info(n) {
+            Ok(i) => vec![i.name],
+            Err(e) => {
+                eprintln!("sandbox: {e}");
+                return SANDBOX_FAILED;
+            }
+        },
+        // The unconfined backend has nothing to prove.
+        None => sandbox::registry::compiled_in()
+            .filter(|i| !i.unconfined)
+            .map(|i| i.name)
+            .collect(),
+    };
+    let kernel = kernel();
+    let mut proofs = Vec::new();
+    for name in names {
+        let p = prove_one(name, &config, lane, &exe).await;
+        if !args.json {
+            print_text(&p, &kernel);
+        }
+        proofs.push(p);
+    }
+    if args.json {
+        match serde_json::to_string_pretty(&proofs) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("sandbox: could not write the report as JSON: {e}");
+                return SANDBOX_FAILED;
+            }
+        }
+    }
+    // A named backend must be proved; otherwise every backend that ran must hold, and at
+    // least one must have run.
+    let failed = proofs.iter().any(|p| p.result == "failed");
+    let named_unproved = args.backend.is_some() && proofs.iter().any(|p| p.result != "proved");
+    let none_proved = !proofs.iter().any(|p| p.result == "proved");
+    if failed || named_unproved || none_proved {
+        1
+    } else {
+        0
+    }
+}

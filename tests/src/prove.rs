@@ -1,0 +1,75 @@
+//! `sandbox doctor --prove`: the suite's confinement cases (and the denial record's
+//! checks) run against one backend on this host, from inside the `sandbox` command, with
+//! no source tree and no cargo: the probe is the command itself (`sandbox __probe`).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sandbox_core::{Backend, Lane};
+use serde::Serialize;
+
+use crate::context::{Context, Mode};
+use crate::registry::{cases, run_case, Case, Verdict};
+
+/// One case's verdict, as `doctor --prove` prints it.
+#[derive(Clone, Debug, Serialize)]
+pub struct Proved {
+    /// `area::name`.
+    pub case: String,
+    /// `pass`, `fail` or `skip`.
+    pub verdict: &'static str,
+    /// Why it failed or was skipped.
+    pub message: Option<String>,
+}
+
+/// What `--prove` runs: every confinement case, and the denial record's cheap checks (a
+/// million refusals is left to the suite: it takes seconds, not a proof of confinement).
+fn proves(c: &Case) -> bool {
+    c.confinement || (c.area == "denials" && c.name != "million_refusals_bounded")
+}
+
+/// How many cases run at once: most wait on a sandbox.
+const AT_ONCE: usize = 4;
+
+/// Run the proving cases against `backend` (its preflight has passed), with `probe` then
+/// `prefix` as the probe's argv head, on `lane` (default: the strictest it allows). `Err` when the scratch directory cannot be made.
+pub async fn prove(
+    backend: Arc<dyn Backend>,
+    probe: PathBuf,
+    prefix: Vec<OsString>,
+    lane: Option<Lane>,
+) -> std::io::Result<Vec<Proved>> {
+    let mut ctx = Context::new(backend, probe, Mode::Conform)?.with_probe_prefix(prefix);
+    if let Some(lane) = lane {
+        ctx = ctx.with_lane(lane);
+    }
+    let ctx = Arc::new(ctx);
+    let selected: Vec<Case> = cases().into_iter().filter(proves).collect();
+    let mut out = Vec::with_capacity(selected.len());
+    for chunk in selected.chunks(AT_ONCE) {
+        let handles: Vec<_> = chunk
+            .iter()
+            .map(|&c| {
+                let ctx = ctx.clone();
+                (c, tokio::spawn(run_case(c, ctx)))
+            })
+            .collect();
+        for (c, h) in handles {
+            let verdict = h
+                .await
+                .unwrap_or_else(|e| Verdict::Fail(format!("the case panicked: {e}")));
+            let (word, message) = match verdict {
+                Verdict::Pass(_) => ("pass", None),
+                Verdict::Fail(m) => ("fail", Some(m)),
+                Verdict::Skip(r) => ("skip", Some(r)),
+            };
+            out.push(Proved {
+                case: format!("{}::{}", c.area, c.name),
+                verdict: word,
+                message,
+            });
+        }
+    }
+    Ok(out)
+}

@@ -12,6 +12,7 @@ mod mcp;
 #[cfg(test)]
 mod props;
 mod run;
+mod startup;
 mod stream;
 
 use clap::{CommandFactory, Parser};

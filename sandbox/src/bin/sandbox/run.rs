@@ -16,6 +16,7 @@ use sandbox::{
 use crate::args::RunArgs;
 use crate::config::{self, RunSpec};
 use crate::error::{over_grants, trusted_lane_hint, CliError};
+use crate::startup;
 use crate::stream::{Dest, Terminal};
 
 /// The signal a shell pipeline's writer dies of when its reader goes away; the same on
@@ -102,21 +103,26 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     opts.output_sink = Some(terminal.sink());
     let (choice, config) = choice_of(&spec);
 
-    let selected = tokio::select! {
-        s = select::select(&choice, &opts, &config) => {
+    // No preflight here unless `auto` has nothing cached: a launch that fails is
+    // diagnosed below.
+    let chosen = tokio::select! {
+        s = startup::choose(&choice, &opts, &config) => {
             s.map_err(|e| with_hint(e, &opts, &config))?
         }
         n = signals.recv() => return Ok(128 + n),
     };
-    let backend = selected.backend;
+    let backend = Arc::clone(&chosen.backend);
     if !json {
         warn_over_grants(&opts, backend.name(), &backend.capability());
     }
 
     let sandbox: Arc<DynSandbox> = Arc::from(backend.sandbox());
     // Not raced against the signals: `run` returns as soon as the command is running, and
-    // a signal that came meanwhile is still pending below.
-    sandbox.run(opts).await?;
+    // a signal that came meanwhile is still pending below. A launch that fails started
+    // nothing; the preflight says why.
+    if let Err(e) = sandbox.run(opts).await {
+        return Err(startup::diagnose(&chosen, e).await.into());
+    }
     let (outcome, by_signal) = tokio::select! {
         o = sandbox.wait() => (o?, None),
         n = signals.recv() => {

@@ -13,6 +13,7 @@
 //!   against a bare pipe.
 //! - 64 sandboxes at once on the multi-threaded runtime against 64 one after another.
 //! - Start-up through the `sandbox` command as a whole process.
+//! - Start-up over a 1 GiB workspace with the copy-on-write layer against a plain run.
 //!
 //! # Honesty
 //!
@@ -35,6 +36,7 @@ mod concurrency;
 mod docker_cli;
 mod error;
 mod flood;
+mod layer;
 mod machine;
 mod measure;
 mod runs;
@@ -87,6 +89,8 @@ enum Only {
     Concurrency,
     /// Start-up through the `sandbox` command.
     Cli,
+    /// Start-up over a 1 GiB workspace with the copy-on-write layer.
+    Layer,
 }
 
 #[derive(Debug, Subcommand)]
@@ -262,6 +266,11 @@ async fn bench(args: Args) -> ExitCode {
             eprintln!("sandbox-bench: {name}: concurrency");
             let r = concurrency::measure(&s, &budget).await.map(|r| vec![r]);
             failed |= record(&mut report.rows, name, "concurrency", r);
+        }
+        if wanted(Only::Layer) {
+            eprintln!("sandbox-bench: {name}: the copy-on-write layer over 1 GiB");
+            let r = layer::measure(&s, &budget).await;
+            failed |= record(&mut report.rows, name, "the copy-on-write layer", r);
         }
         if !wanted(Only::Cli) {
             continue;

@@ -25,16 +25,22 @@
 //! the host's `/tmp`). The host root, `/proc` (and anything in it) and `/dev` itself cannot
 //! be named: the sandbox builds its own.
 
-use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::RawFd;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
+use sandbox_core::layout::{self, MountTable, Origin};
 use sandbox_core::{Lane, NetworkMode, Plan};
 
 use crate::error::BwrapError;
-use crate::host::{SystemEntry, PROC_HIDDEN, PROC_READ_ONLY};
+use crate::host::{PROC_HIDDEN, PROC_READ_ONLY};
 use crate::rootview::Hidden;
+use sandbox_core::layout::SystemEntry;
+
+/// The most options bwrap reads from `--args` (its own `MAX_ARGS` is 9000; the margin is
+/// for what it adds). Past it bwrap fails with "Exceeded maximum number of arguments", so
+/// the run is refused before it starts, with the reason and a remedy.
+pub(crate) const MAX_OPTIONS: usize = 8900;
 
 /// Where the waiter is placed inside: a directory of the sandbox's own root tmpfs, which no
 /// caller path can cover (the host root cannot be named).
@@ -98,94 +104,37 @@ enum Op {
     Waiter(RawFd),
 }
 
-/// Who asked for a mount, and with what weight at the same path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Origin {
-    System,
-    /// The program itself, when nothing else shows it.
-    Program,
-    ReadOnlyPath,
-    Writable,
-    Workspace,
-    Carveout,
-}
+/// The shared mount table (`sandbox_core::layout`) with bwrap's operations.
+type Table = MountTable<Op>;
+type Mount = layout::Mount<Op>;
 
-#[derive(Clone, Debug)]
-struct Mount {
-    op: Op,
-    origin: Origin,
-}
-
-fn depth(p: &Path) -> usize {
-    p.components()
-        .filter(|c| matches!(c, Component::Normal(_)))
-        .count()
-}
-
-/// The mount table being built: one mount per destination.
-#[derive(Default)]
-struct Table {
-    mounts: BTreeMap<PathBuf, Mount>,
-}
-
-impl Table {
-    fn system(&mut self, dest: impl Into<PathBuf>, op: Op) {
-        self.mounts.insert(
-            dest.into(),
-            Mount {
-                op,
-                origin: Origin::System,
-            },
-        );
-    }
-
-    /// A caller's path: replaces a system mount, and another caller's mount of less weight.
-    fn user(&mut self, dest: &Path, origin: Origin) {
-        let op = match origin {
-            Origin::Writable | Origin::Workspace => Op::Bind,
-            _ => Op::RoBind,
-        };
-        match self.mounts.get(dest) {
-            Some(m) if m.origin != Origin::System && m.origin >= origin => {}
-            _ => {
-                self.mounts.insert(dest.to_path_buf(), Mount { op, origin });
-            }
-        }
-    }
-
+/// bwrap's reading of the shared table.
+trait BwrapTable {
+    /// A caller's path, bound writable or read-only by its origin.
+    fn user(&mut self, dest: &Path, origin: Origin);
     /// The mount whose destination is the longest prefix of `path`, ignoring hides.
-    fn covering(&self, path: &Path) -> Option<(&Path, &Mount)> {
-        self.mounts
-            .iter()
-            .filter(|(dest, m)| {
-                path.starts_with(dest) && !matches!(m.op, Op::HideFile | Op::HideDir)
-            })
-            .max_by_key(|(dest, _)| depth(dest))
-            .map(|(d, m)| (d.as_path(), m))
-    }
-
+    fn covering(&self, path: &Path) -> Option<(&Path, &Mount)>;
     /// Whether `path` shows the host's own file inside: the deepest mount over it, hides
     /// included, is a bind.
-    fn shows_host(&self, path: &Path) -> bool {
-        let deepest = self
-            .mounts
-            .iter()
-            .filter(|(dest, _)| path.starts_with(dest))
-            .max_by_key(|(dest, _)| depth(dest));
-        matches!(deepest, Some((_, m)) if matches!(m.op, Op::RoBind | Op::Bind))
+    fn shows_host(&self, path: &Path) -> bool;
+}
+
+impl BwrapTable for Table {
+    fn user(&mut self, dest: &Path, origin: Origin) {
+        let op = if origin.writable() {
+            Op::Bind
+        } else {
+            Op::RoBind
+        };
+        self.caller(dest, origin, op);
     }
 
-    /// In mount order: shallowest first; at one depth, system mounts before the caller's.
-    fn ordered(&self) -> Vec<(&PathBuf, &Mount)> {
-        let mut v: Vec<_> = self.mounts.iter().collect();
-        v.sort_by(|(a, ma), (b, mb)| {
-            (depth(a), ma.origin != Origin::System, *a).cmp(&(
-                depth(b),
-                mb.origin != Origin::System,
-                *b,
-            ))
-        });
-        v
+    fn covering(&self, path: &Path) -> Option<(&Path, &Mount)> {
+        self.deepest(path, |m| !matches!(m.op, Op::HideFile | Op::HideDir))
+    }
+
+    fn shows_host(&self, path: &Path) -> bool {
+        matches!(self.deepest(path, |_| true), Some((_, m)) if matches!(m.op, Op::RoBind | Op::Bind))
     }
 }
 
@@ -260,6 +209,9 @@ pub(crate) fn build(
     for dir in PRIVATE_TMPFS {
         t.system(*dir, Op::Tmpfs);
     }
+    // bwrap's /dev is a tmpfs it cannot size, with a writable /dev/shm in it: a sized tmpfs
+    // of our own goes over /dev/shm, so no writable tmpfs escapes the memory limit.
+    t.system("/dev/shm", Op::Tmpfs);
 
     for p in &plan.read_only_paths {
         check_user_path("read_only_paths", p)?;
@@ -334,6 +286,10 @@ pub(crate) fn build(
         &[
             "--unshare-user".as_ref(),
             "--unshare-pid".as_ref(),
+            // The waiter is the pid namespace's init: the kernel delivers no signal from
+            // inside the namespace to an init without a handler, SIGKILL included, so the
+            // command cannot kill it and lose its status.
+            "--as-pid-1".as_ref(),
             "--unshare-ipc".as_ref(),
             "--unshare-uts".as_ref(),
             "--unshare-cgroup-try".as_ref(),
@@ -363,6 +319,7 @@ pub(crate) fn build(
     let seccomp = fds.seccomp.to_string();
     push(&mut o, &["--seccomp".as_ref(), seccomp.as_ref()]);
 
+    let tmpfs_size = plan.limits.memory_bytes.map(|b| b.to_string());
     let mut remount_ro: Vec<&Path> = Vec::new();
     for (dest, m) in t.ordered() {
         let d = dest.as_os_str();
@@ -370,7 +327,14 @@ pub(crate) fn build(
             Op::RoBind => push(&mut o, &["--ro-bind".as_ref(), d, d]),
             Op::Bind => push(&mut o, &["--bind".as_ref(), d, d]),
             Op::RoBindTry => push(&mut o, &["--ro-bind-try".as_ref(), d, d]),
-            Op::Tmpfs => push(&mut o, &["--tmpfs".as_ref(), d]),
+            Op::Tmpfs => {
+                // Inside the run's memory limit (the kernel's default is half of RAM, for
+                // each tmpfs); an explicitly unlimited run keeps the kernel's default.
+                if let Some(size) = &tmpfs_size {
+                    push(&mut o, &["--size".as_ref(), size.as_ref()]);
+                }
+                push(&mut o, &["--tmpfs".as_ref(), d]);
+            }
             Op::Proc => push(&mut o, &["--proc".as_ref(), d]),
             Op::Dev => push(&mut o, &["--dev".as_ref(), d]),
             Op::Symlink(target) => push(&mut o, &["--symlink".as_ref(), target.as_os_str(), d]),
@@ -428,6 +392,12 @@ pub(crate) fn build(
         plan.program.clone().into(),
     ];
     command.extend(plan.argv.iter().cloned());
+    if o.len() > MAX_OPTIONS {
+        return Err(BwrapError::TooManyMounts {
+            options: o.len(),
+            hidden: hidden.len(),
+        });
+    }
     Ok(BwrapArgs {
         options: o,
         command,

@@ -30,6 +30,20 @@ pub(crate) enum BwrapError {
         /// The lane that refuses it.
         lane: Lane,
     },
+    /// The mounts would take more options than bwrap reads (a large named tree whose
+    /// root-only entries are each hidden by a mount of their own).
+    #[error(
+        "the sandbox would need {options} bwrap options ({hidden} of its mounts hide root-only \
+         entries), more than bwrap reads ({max}); grant a smaller directory, or run the host \
+         as an ordinary user (then nothing needs hiding)",
+        max = crate::argv::MAX_OPTIONS
+    )]
+    TooManyMounts {
+        /// The options the plan needs.
+        options: usize,
+        /// How many root-only entries are hidden.
+        hidden: usize,
+    },
     /// bwrap is not installed or not runnable.
     #[error("bwrap was not found ({0})")]
     Missing(String),
@@ -48,6 +62,11 @@ impl From<BwrapError> for SandboxError {
         let text = e.to_string();
         match e {
             BwrapError::Path { field, .. } => SandboxError::invalid(field, text),
+            BwrapError::TooManyMounts { .. } => SandboxError::NotSupported {
+                backend: NAME,
+                feature: "a read or write grant this large on a root host".into(),
+                remedy: text,
+            },
             BwrapError::RootFullNetwork { lane } => SandboxError::PolicyRefused {
                 lane: lane.to_string(),
                 backend: NAME,

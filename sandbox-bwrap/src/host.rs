@@ -6,21 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The top-level directories the sandbox gets read-only, as the host has them. `/bin`,
-/// `/lib*` and `/sbin` are symlinks into `/usr` on a merged-`/usr` host and directories on
-/// an older one; `/opt` and `/nix/store` exist only on some hosts.
-pub(crate) const SYSTEM_DIRS: &[&str] = &[
-    "/usr",
-    "/etc",
-    "/opt",
-    "/nix/store",
-    "/bin",
-    "/sbin",
-    "/lib",
-    "/lib64",
-    "/lib32",
-    "/libx32",
-];
+pub(crate) use sandbox_core::layout::SystemEntry;
 
 /// Entries of `/proc` that stay read-only inside: bwrap covers some of them itself, but
 /// decides by `access(W_OK)` on the entry, which skips `/proc/sys` (a 0555 directory) even
@@ -38,6 +24,11 @@ pub(crate) const PROC_READ_ONLY: &[&str] = &[
 
 /// Entries of `/proc` hidden inside (as Docker does): they describe the whole host (every
 /// task, every timer with its process name, the keyring list), not the sandbox's namespace.
+///
+/// And every top-level file the kernel makes readable by root alone (mode 0400): a command
+/// that keeps host uid 0 with its capabilities dropped still owns them, and they are
+/// kernel-exploitation aids (slab and vmalloc layouts, physical page flags). A test checks
+/// that this list covers every such file of the running kernel.
 pub(crate) const PROC_HIDDEN: &[&str] = &[
     "/proc/kcore",
     "/proc/keys",
@@ -45,18 +36,14 @@ pub(crate) const PROC_HIDDEN: &[&str] = &[
     "/proc/timer_list",
     "/proc/sched_debug",
     "/proc/latency_stats",
+    "/proc/kmsg",
+    "/proc/kpagecgroup",
+    "/proc/kpagecount",
+    "/proc/kpageflags",
+    "/proc/pagetypeinfo",
+    "/proc/slabinfo",
+    "/proc/vmallocinfo",
 ];
-
-/// One system directory as the host has it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) enum SystemEntry {
-    /// A real directory (bound read-only).
-    Dir,
-    /// A symlink, recreated inside with the same target.
-    Symlink(PathBuf),
-    /// Not on this host.
-    Absent,
-}
 
 /// Options of bwrap this backend relies on, and the ones it uses when present.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -67,7 +54,7 @@ pub(crate) struct Features {
     pub missing: Vec<&'static str>,
     /// `--disable-userns` (0.8): no nested user namespaces even if seccomp were bypassed.
     pub disable_userns: bool,
-    /// `--overlay-src` (0.10): noted in `doctor`; snapshots use core's copy either way.
+    /// `--overlay-src` (0.10): unused; snapshots and change sets use core's layer either way.
     pub overlay: bool,
 }
 
@@ -109,7 +96,7 @@ pub(crate) struct HostFacts {
     pub version: Option<String>,
     /// What the installed bwrap supports.
     pub features: Features,
-    /// Each of [`SYSTEM_DIRS`], in that order.
+    /// Each of [`sandbox_core::layout::SYSTEM_DIRS`], in that order.
     pub system: Vec<(PathBuf, SystemEntry)>,
     /// Where `/etc/resolv.conf` leads when that is outside `/etc` (systemd-resolved's stub
     /// in `/run`): bound with the full network so name resolution works.
@@ -120,17 +107,6 @@ pub(crate) struct HostFacts {
     pub landlock_abi: u32,
     /// The host process runs as root.
     pub is_root: bool,
-}
-
-fn system_entry(path: &Path) -> SystemEntry {
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_symlink() => match std::fs::read_link(path) {
-            Ok(target) => SystemEntry::Symlink(target),
-            Err(_) => SystemEntry::Absent,
-        },
-        Ok(m) if m.is_dir() => SystemEntry::Dir,
-        _ => SystemEntry::Absent,
-    }
 }
 
 fn landlock_abi() -> u32 {
@@ -181,10 +157,7 @@ impl HostFacts {
             bwrap,
             version,
             features,
-            system: SYSTEM_DIRS
-                .iter()
-                .map(|d| (PathBuf::from(d), system_entry(Path::new(d))))
-                .collect(),
+            system: sandbox_core::layout::system_layout(),
             resolv_conf,
             proc_entries: PROC_READ_ONLY
                 .iter()
@@ -205,6 +178,22 @@ impl HostFacts {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn every_root_only_proc_file_of_this_kernel_is_hidden() {
+        use std::os::unix::fs::MetadataExt;
+        let mut missed = Vec::new();
+        for e in std::fs::read_dir("/proc").unwrap() {
+            let e = e.unwrap();
+            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            let path = e.path().display().to_string();
+            if m.is_file() && m.mode() & 0o004 == 0 && !PROC_HIDDEN.contains(&path.as_str()) {
+                missed.push(path);
+            }
+        }
+        assert!(missed.is_empty(), "not hidden: {missed:?}");
+    }
+
     use super::*;
 
     #[test]
@@ -219,18 +208,5 @@ mod tests {
         // An option named only inside another's description does not count.
         let f = Features::from_help("    --bind SRC DEST   like --seccomp but not\n");
         assert!(f.missing.contains(&"--seccomp"));
-    }
-
-    #[test]
-    fn system_entries_are_read_not_assumed() {
-        let d = tempfile::tempdir().unwrap();
-        std::fs::create_dir(d.path().join("real")).unwrap();
-        std::os::unix::fs::symlink("usr/bin", d.path().join("link")).unwrap();
-        assert_eq!(system_entry(&d.path().join("real")), SystemEntry::Dir);
-        assert_eq!(
-            system_entry(&d.path().join("link")),
-            SystemEntry::Symlink("usr/bin".into())
-        );
-        assert_eq!(system_entry(&d.path().join("none")), SystemEntry::Absent);
     }
 }

@@ -66,7 +66,11 @@
 //!
 //! # What it cannot do
 //!
-//! - Snapshots use core's copy: the overlay support of newer bwrap is not used.
+//! - Snapshots and change sets use core's layer (`sandbox_core::changes`): an overlay
+//!   that core mounts over the workspace in a mount namespace of its own (inside a user
+//!   namespace when the host is not root) just before bwrap is executed, which bwrap's
+//!   namespaces inherit and bind like any directory; bwrap's own `--overlay` (0.9+) is
+//!   not used.
 //! - Root-only files added to `/usr` or `/opt` after the first run of a process are not
 //!   hidden until the next process (those trees are walked once); `/etc` and the named
 //!   paths are walked per run, and a file created between that walk and bwrap's mounts
@@ -289,11 +293,10 @@ impl Launcher for BwrapBackend {
             )));
         }
         let mut details = vec![format!("bwrap at {}", self.bwrap()?.display())];
-        details.push(if self.facts.features.overlay {
-            "snapshots: core's copy (this bwrap's overlay support is not used)".into()
-        } else {
-            "snapshots: core's copy".into()
-        });
+        details.push(format!(
+            "snapshots and change sets: core's layer ({})",
+            self.capability.change_layer.map_or("none", |m| m.as_str())
+        ));
         if self.facts.can_scope_abstract_unix() {
             details.push("abstract unix sockets confined with the full network (landlock)".into());
         }

@@ -23,6 +23,11 @@
 //!   included), where on the host it would count every process of the user.
 //! - `PROGRAM`: absolute path to execute; `ARGV0` and `ARGS` its argv.
 //!
+//! It runs as the pid namespace's init (bwrap `--as-pid-1`): the kernel delivers no signal
+//! from inside the namespace to an init that has no handler for it, SIGKILL included, so
+//! the command cannot kill the waiter and lose its status. As init it also reaps every
+//! orphan, so exited descendants do not pile up as zombies against the process cap.
+//!
 //! Exit: the command's exit code, or 128+N when it was killed by signal N (what bwrap would
 //! report anyway); 127/126 when it could not be executed, as shells do.
 
@@ -42,6 +47,7 @@ extern "C" {
     fn fcntl(fd: i32, cmd: i32, arg: i32) -> i32;
     fn syscall(nr: i64, a: u64, b: u64, c: u64) -> i64;
     fn setrlimit(resource: i32, rlim: *const Rlimit) -> i32;
+    fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
 }
 /// `struct rlimit`: two `rlim_t` (64-bit on every 64-bit Linux target).
 #[repr(C)]
@@ -102,6 +108,25 @@ fn scope_abstract_unix() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Reap every child (orphans reparent to us, the namespace's init) until `pid` ends;
+/// returns its raw wait status.
+fn reap_until(pid: i32) -> std::io::Result<i32> {
+    loop {
+        let mut status = 0;
+        // SAFETY: a plain system call writing into a local that lives across it.
+        let got = unsafe { waitpid(-1, &mut status, 0) };
+        if got == pid {
+            return Ok(status);
+        }
+        if got < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
     if args.len() < 6 {
@@ -158,8 +183,8 @@ fn main() -> ExitCode {
     // waiter, and so its report, down with it.
     cmd.arg0(&args[5]).args(&args[6..]).process_group(0);
     let raw = match cmd.spawn() {
-        Ok(mut child) => match child.wait() {
-            Ok(status) => status.into_raw(),
+        Ok(child) => match reap_until(child.id() as i32) {
+            Ok(status) => status,
             Err(e) => return fail(&format!("waiting for the command: {e}")),
         },
         Err(e) => {

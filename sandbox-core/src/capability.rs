@@ -76,6 +76,15 @@ pub struct Capability {
     pub oom_status: bool,
     /// The command can run against a throwaway copy of the workspace.
     pub snapshot: bool,
+    /// The snapshot copy keeps a sparse file's holes. False where the copy is unpacked by
+    /// something that fills them (docker's engine); there a file is charged at its whole
+    /// length against the copy's cap instead.
+    pub sparse_snapshot: bool,
+    /// The best copy-on-write layer this backend can put over the workspace for
+    /// [`Changes::Review`](crate::Changes::Review) (and `Discard`); `None` refuses a
+    /// review. A run falls back from overlay to a reflink copy, then to a copy, where the
+    /// workspace's filesystem needs it; the outcome says which was used.
+    pub change_layer: Option<crate::LayerMechanism>,
     /// The command sees the host's programs at their host paths, so `argv[0]` is resolved
     /// on the host's `PATH` before anything runs. False for a container with its own root
     /// filesystem, where `argv[0]` is resolved inside.

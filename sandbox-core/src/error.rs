@@ -25,6 +25,21 @@ pub enum SandboxError {
         reason: String,
     },
 
+    /// A read or write grant names something that would let the command undo its own
+    /// confinement (a cgroup, sysfs, procfs or device filesystem, or a container engine's
+    /// socket), however the path was spelled; nothing was started.
+    #[error("{field}: {path} is refused: {what}; remedy: {remedy}")]
+    ControlGrant {
+        /// The option at fault (`read_only_paths`, `writable_paths`).
+        field: &'static str,
+        /// The grant, resolved.
+        path: PathBuf,
+        /// What it is or holds (`it is on cgroupfs (v2)`, `it holds a proc mount at /x/proc`).
+        what: String,
+        /// What to do instead.
+        remedy: String,
+    },
+
     /// The backend cannot work on this host at all.
     #[error("sandbox backend `{backend}` is unavailable: {reason}; remedy: {remedy}")]
     Unavailable {

@@ -15,6 +15,7 @@
 //! - **Nothing outlives `wait` or `kill`**: no process (including ones that double-fork and
 //!   call `setsid`), cgroup, temp dir or descriptor.
 //! - **Safe defaults**: no network, a scrubbed environment, an output cap, a process cap,
+//!   a memory limit for the whole tree ([`DEFAULT_MEMORY_BYTES`]),
 //!   the `strict` lane.
 //!
 //! # Shape
@@ -27,6 +28,8 @@
 //!   that runs a process implements [`process::Launcher`] and gets a whole [`Sandbox`] from
 //!   [`process::ProcessSandbox`].
 //! - [`run`]: the one-run state machine, shared with backends that are not processes.
+//! - [`changes`]: the copy-on-write layer over the workspace and the change set a host
+//!   reviews, applies or discards.
 //! - [`syscalls`]: the one table of denied system calls, rendered to the BPF program
 //!   (`seccomp`, behind the feature of that name) and to container profiles.
 //! - [`registry`]: what each backend crate says about itself ([`registry::BackendInfo`]),
@@ -36,12 +39,17 @@
 //!
 //! `tokio` (process, timers, channels), `async-trait` (an object-safe async trait),
 //! `thiserror` (the typed error), `serde` (outcomes and policies as JSON), `nix` and `libc`
-//! (signals, credentials, the raw calls between fork and exec), `which` (resolving
-//! `argv[0]` as a shell would), `tempfile` (snapshot copies), `tracing` (diagnostics),
+//! (signals, credentials, the raw calls between fork and exec; with nix's `dir` feature,
+//! the descriptor-relative walks over the change layer), `which` (resolving `argv[0]` as a
+//! shell would), `tempfile` (snapshot copies, the layer's directory), `tracing` (diagnostics),
 //! and, behind the `seccomp` feature, `seccompiler` (the shared system-call filter).
 
 pub mod capability;
+pub mod changes;
 mod error;
+mod grants;
+pub mod idmap;
+pub mod layout;
 mod options;
 mod outcome;
 mod plan;
@@ -55,10 +63,11 @@ pub mod seccomp;
 pub mod syscalls;
 
 pub use capability::{Capability, Enforcement};
+pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};
 pub use error::{Result, SandboxError};
 pub use options::{
     EnvPolicy, OutputSink, ResourceLimits, SandboxOpts, Stdin, StreamKind, DEFAULT_MAX_PROCESSES,
-    DEFAULT_OUTPUT_LIMIT,
+    DEFAULT_MEMORY_BYTES, DEFAULT_OUTPUT_LIMIT,
 };
 pub use outcome::{
     Captured, EffectivePolicy, Grant, LimitMechanism, LimitRecord, Logs, SandboxOutcome, Status,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Lane, NetworkMode};
+use crate::{Changes, Lane, NetworkMode};
 
 /// The default cap on each captured output stream: 8 MiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 8 << 20;
@@ -21,6 +21,16 @@ pub const DEFAULT_OUTPUT_LIMIT: usize = 8 << 20;
 /// The default cap on the number of processes (and threads) a command may have at once, so
 /// that a fork bomb stops here instead of at the host's limit.
 pub const DEFAULT_MAX_PROCESSES: u64 = 512;
+
+/// The default memory limit for the whole command tree: 8 GiB. A run that names no limit
+/// must still not be able to take the host's memory (its own, or through a tmpfs the
+/// sandbox made, which backends size inside this limit). Override it with
+/// [`ResourceLimits::memory_bytes`]; `None` there is "unlimited", and only said explicitly.
+///
+/// Where no memory cgroup can be made the limit falls back, like any memory limit, to a
+/// per-process `RLIMIT_AS` (recorded as such in the effective policy); 8 GiB of address
+/// space leaves room for runtimes that reserve address space up front (V8, the JVM).
+pub const DEFAULT_MEMORY_BYTES: u64 = 8 << 30;
 
 /// Resource limits for the whole command. `None` leaves a limit unset.
 ///
@@ -30,7 +40,8 @@ pub const DEFAULT_MAX_PROCESSES: u64 = 512;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ResourceLimits {
-    /// Memory, in bytes.
+    /// Memory, in bytes, for the whole tree; [`DEFAULT_MEMORY_BYTES`] unless set, `None`
+    /// for no limit at all.
     pub memory_bytes: Option<u64>,
     /// CPU time, in seconds (per process: `RLIMIT_CPU`).
     pub cpu_seconds: Option<u64>,
@@ -53,10 +64,11 @@ impl ResourceLimits {
 }
 
 impl Default for ResourceLimits {
-    /// The safe default: a process cap, nothing else.
+    /// The safe default: a process cap and a memory limit, nothing else.
     fn default() -> Self {
         Self {
             max_processes: Some(DEFAULT_MAX_PROCESSES),
+            memory_bytes: Some(DEFAULT_MEMORY_BYTES),
             ..Self::none()
         }
     }
@@ -145,8 +157,13 @@ pub struct SandboxOpts {
     pub stdin: Stdin,
     /// Files (relative to the workspace) read into the outcome after the command ends.
     pub capture_files: Vec<PathBuf>,
-    /// Run against a throwaway copy of the workspace: the original is never touched.
+    /// Run against a throwaway copy of the workspace: the original is never touched. The
+    /// same as `changes: Changes::Discard`.
     pub snapshot: bool,
+    /// What happens to the command's writes to the workspace: straight in (the default),
+    /// into a layer that is thrown away, or into a layer whose change set the outcome
+    /// carries for the host to apply or discard (see [`crate::changes`]).
+    pub changes: Changes,
     /// Sees output as it is produced (optional).
     pub output_sink: Option<OutputSink>,
 }
@@ -174,6 +191,7 @@ impl SandboxOpts {
             stdin: Stdin::Null,
             capture_files: Vec::new(),
             snapshot: false,
+            changes: Changes::Direct,
             output_sink: None,
         }
     }

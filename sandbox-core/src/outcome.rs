@@ -274,6 +274,10 @@ pub struct SandboxOutcome {
     pub files: BTreeMap<PathBuf, Vec<u8>>,
     /// What was enforced.
     pub policy: EffectivePolicy,
+    /// With [`Changes::Review`](crate::Changes::Review): what the command changed in its
+    /// layer over the workspace, to apply or discard (dropping it discards).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changes: Option<crate::ChangeSet>,
 }
 
 impl SandboxOutcome {
@@ -296,6 +300,7 @@ impl SandboxOutcome {
             backend,
             files,
             policy,
+            changes: None,
         }
     }
 }

@@ -52,8 +52,10 @@ pub struct Plan {
     pub stdin: Stdin,
     /// Files to read into the outcome, relative to the workspace.
     pub capture_files: Vec<PathBuf>,
-    /// Whether to run against a throwaway copy.
+    /// Whether to run against a throwaway copy (`changes` is `Discard`).
     pub snapshot: bool,
+    /// What happens to the command's writes (`snapshot` folded in as `Discard`).
+    pub changes: crate::Changes,
     /// Output callback.
     pub output_sink: Option<OutputSink>,
     /// The lane's grants.
@@ -182,15 +184,22 @@ impl Plan {
             .iter()
             .map(|p| inside("readonly_carveouts", &workspace, p))
             .collect::<Result<Vec<_>, _>>()?;
+        // Grants are judged on the resolved path, by filesystem type and by what they
+        // hold, so no spelling (a symlink, a bind mount) reaches a control file.
+        let grant = |field, p: &PathBuf| {
+            let canon = canonical_dir(field, p)?;
+            crate::grants::check(field, &canon)?;
+            Ok::<_, SandboxError>(canon)
+        };
         let read_only_paths = opts
             .read_only_paths
             .iter()
-            .map(|p| canonical_dir("read_only_paths", p))
+            .map(|p| grant("read_only_paths", p))
             .collect::<Result<Vec<_>, _>>()?;
         let writable_paths = opts
             .writable_paths
             .iter()
-            .map(|p| canonical_dir("writable_paths", p))
+            .map(|p| grant("writable_paths", p))
             .collect::<Result<Vec<_>, _>>()?;
         for p in &opts.capture_files {
             if p.is_absolute()
@@ -240,6 +249,10 @@ impl Plan {
         };
 
         let host_is_root = nix::unistd::geteuid().is_root();
+        let changes = match (opts.snapshot, opts.changes) {
+            (true, crate::Changes::Direct) => crate::Changes::Discard,
+            (_, c) => c,
+        };
         let grants = check_lane(
             opts.lane,
             backend,
@@ -248,7 +261,7 @@ impl Plan {
                 network: opts.network,
                 carveouts: !readonly_carveouts.is_empty(),
                 limits: &opts.limits,
-                snapshot: opts.snapshot,
+                changes,
                 host_is_root,
             },
         )?;
@@ -269,7 +282,8 @@ impl Plan {
             limits: opts.limits.clone(),
             stdin: opts.stdin.clone(),
             capture_files: opts.capture_files.clone(),
-            snapshot: opts.snapshot,
+            snapshot: changes == crate::Changes::Discard,
+            changes,
             output_sink: opts.output_sink.clone(),
             grants,
             host_is_root,
@@ -398,6 +412,8 @@ mod tests {
             signal_status: true,
             oom_status: true,
             snapshot: true,
+            sparse_snapshot: true,
+            change_layer: None,
             host_programs: true,
             full_network_is_host: true,
         }

@@ -35,6 +35,10 @@ pub fn capability() -> Capability {
         signal_status: false,
         oom_status: true,
         snapshot: true,
+        // The engine unpacks an upload densely, whatever the archive says.
+        sparse_snapshot: false,
+        // No change set yet: a review is refused (`Discard` uses the volume copy).
+        change_layer: None,
         host_programs: false,
         // `full` is the engine's bridge, not the host's network namespace.
         full_network_is_host: false,

@@ -463,7 +463,9 @@ fn upload_for(i: usize, handovers: &[Handover], identity: &Identity) -> Upload {
     let rel = |p: &Path| p.strip_prefix(&h.path).unwrap_or(p).to_path_buf();
     Upload {
         root: h.path.clone(),
-        top: i.to_string(),
+        top: crate::spec::loader_path(i)
+            .trim_start_matches('/')
+            .to_owned(),
         // A writable tree belongs to the command; a read-only one keeps its host owners,
         // so what the command could not read on the host it cannot read here either.
         owner: (!h.read_only).then_some((identity.uid, identity.gid)),
@@ -508,7 +510,7 @@ async fn upload(
             loader,
             Some(
                 UploadToContainerOptionsBuilder::new()
-                    .path("/.sandbox-load")
+                    .path(transfer::UPLOAD_TO)
                     .build(),
             ),
             bollard::body_try_stream(body),

@@ -229,8 +229,14 @@ pub(crate) fn container(input: &SpecInput<'_>) -> Result<ContainerCreateBody, Do
 
     let mounts = mounts(input)?;
     // The workspace (or another path) may be `/tmp` itself: it then is the scratch space.
+    // Sized inside the run's memory limit (the kernel's default is half of the host's RAM);
+    // an explicitly unlimited run keeps that default.
+    let tmpfs_opts = match plan.limits.memory_bytes {
+        Some(b) => format!("rw,nosuid,nodev,mode=1777,size={b}"),
+        None => "rw,nosuid,nodev,mode=1777".to_string(),
+    };
     let tmpfs = (!input.handovers.iter().any(|h| h.path == Path::new("/tmp")))
-        .then(|| HashMap::from([("/tmp".to_string(), "rw,nosuid,nodev,mode=1777".to_string())]));
+        .then(|| HashMap::from([("/tmp".to_string(), tmpfs_opts)]));
     let network_mode = match plan.network {
         NetworkMode::None | NetworkMode::Loopback => "none",
         NetworkMode::Full => "bridge",
@@ -440,7 +446,14 @@ mod tests {
         assert_eq!(h.auto_remove, Some(false), "we inspect, then remove");
         assert_eq!(
             h.tmpfs.as_ref().unwrap().get("/tmp").map(String::as_str),
-            Some("rw,nosuid,nodev,mode=1777")
+            Some(
+                format!(
+                    "rw,nosuid,nodev,mode=1777,size={}",
+                    sandbox_core::DEFAULT_MEMORY_BYTES
+                )
+                .as_str()
+            ),
+            "/tmp is sized inside the (default) memory limit"
         );
         assert_eq!(h.log_config.as_ref().unwrap().typ.as_deref(), Some("none"));
         assert_eq!(body.user.as_deref(), Some("1000:1000"));
@@ -663,7 +676,9 @@ mod tests {
     fn paths_the_engine_owns_are_refused() {
         let f = fixture();
         let mut opts = f.opts.clone();
-        opts.read_only_paths = vec!["/proc".into()];
+        // Core refuses /proc, /sys and /dev themselves (control filesystems); /dev/shm is a
+        // plain tmpfs that only the engine's own mounts make off limits.
+        opts.read_only_paths = vec!["/dev/shm".into()];
         let e = build(&opts, &DockerConfig::new("img")).unwrap_err();
         assert!(
             matches!(

@@ -10,15 +10,30 @@
 //! directory, never a symlink (a planted `link -> /etc` followed by `link/passwd` would
 //! otherwise write through it); files are written to a temp file and renamed over the
 //! target, which replaces a symlink instead of following it; setuid, setgid and sticky
-//! bits are dropped; fifos and devices are ignored. Only paths that were uploaded and are
+//! bits are dropped; fifos and devices are ignored. Both directions are walked with
+//! descriptors (core's [`tree`]): the upload never follows a symlink, and the write-back
+//! resolves each parent beneath the tree's descriptor with `RESOLVE_NO_SYMLINKS`, so a
+//! link swapped in by a command still running in the same workspace is never followed. Only paths that were uploaded and are
 //! missing from the archive are deleted, so a file the command could not see is never
 //! removed, and carve-outs and nested handovers are never touched.
 
 use std::collections::BTreeSet;
-use std::fs;
+use std::ffi::OsStr;
+use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::fd::OwnedFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+use sandbox_core::process::tree::{self, Budget, Meta, Source, Visit};
+
+/// Where an upload is unpacked: the container's root. The engine refuses a symlink whose
+/// target climbs above the directory it unpacks into, so unpacking into the loader's
+/// `/.sandbox-load` made a workspace holding `up -> ../../x` fail to run at all (bwrap and
+/// landlock copy it as a link, unchanged). Unpacked at `/`, no target climbs above it and
+/// links arrive unchanged; [`Upload::top`] is then the mount point without its leading `/`.
+pub(crate) const UPLOAD_TO: &str = "/";
 
 /// How one tree is uploaded.
 #[derive(Clone, Debug)]
@@ -26,7 +41,7 @@ pub(crate) struct Upload {
     /// The host tree.
     pub root: PathBuf,
     /// The archive's top directory: the loader's mount point for the tree's volume, as a
-    /// name relative to the upload destination.
+    /// name relative to [`UPLOAD_TO`].
     pub top: String,
     /// Owner of every entry (a writable tree: the command's uid), or `None` to keep each
     /// file's host owner (a read-only tree keeps its host permissions).
@@ -40,9 +55,8 @@ pub(crate) struct Upload {
     pub skip: Vec<PathBuf>,
 }
 
-/// The permission bits kept: no setuid, setgid or sticky bit crosses in either direction.
 fn plain(mode: u32) -> u32 {
-    mode & 0o777
+    tree::plain(mode)
 }
 
 /// The owner's read and execute bits, given to the group and kept for others: readable
@@ -53,99 +67,96 @@ fn read_only_mode(mode: u32) -> u32 {
 }
 
 /// Write the archive of `up` to `out`; returns the relative paths it holds (for telling,
-/// after the run, what the command deleted).
+/// after the run, what the command deleted). The walk is core's [`tree::walk`]: links are
+/// archived as links, fifos and devices left out, and the size capped.
 pub(crate) fn write_archive<W: Write>(up: &Upload, out: W) -> io::Result<BTreeSet<PathBuf>> {
-    let mut b = tar::Builder::new(out);
-    b.follow_symlinks(false);
-    let mut seen = BTreeSet::new();
-    let meta = fs::symlink_metadata(&up.root)?;
-    if !meta.is_dir() {
-        return Err(io::Error::other(format!(
-            "{} is not a directory",
-            up.root.display()
-        )));
-    }
-    append(&mut b, up, Path::new(""), &meta, &mut seen)?;
-    walk(&mut b, up, Path::new(""), &mut seen)?;
-    b.into_inner()?.flush()?;
-    Ok(seen)
-}
-
-fn walk<W: Write>(
-    b: &mut tar::Builder<W>,
-    up: &Upload,
-    rel: &Path,
-    seen: &mut BTreeSet<PathBuf>,
-) -> io::Result<()> {
-    let dir = up.root.join(rel);
-    let mut entries = fs::read_dir(&dir)?
-        .map(|e| e.map(|e| e.file_name()))
-        .collect::<io::Result<Vec<_>>>()?;
-    entries.sort();
-    for name in entries {
-        let child = rel.join(&name);
-        if up.skip.iter().any(|s| child.starts_with(s)) {
-            continue;
-        }
-        let meta = fs::symlink_metadata(up.root.join(&child))?;
-        let ty = meta.file_type();
-        if !(ty.is_dir() || ty.is_file() || ty.is_symlink()) {
-            // Sockets, fifos and devices do not travel.
-            continue;
-        }
-        append(b, up, &child, &meta, seen)?;
-        if ty.is_dir() {
-            walk(b, up, &child, seen)?;
-        }
-    }
-    Ok(())
-}
-
-fn append<W: Write>(
-    b: &mut tar::Builder<W>,
-    up: &Upload,
-    rel: &Path,
-    meta: &fs::Metadata,
-    seen: &mut BTreeSet<PathBuf>,
-) -> io::Result<()> {
-    let name = Path::new(&up.top).join(rel);
-    let ro = up.read_only_inside.iter().any(|p| rel.starts_with(p));
-    let (uid, gid, mode) = if ro {
-        (0, up.read_only_group, read_only_mode(meta.mode()))
-    } else {
-        let (u, g) = up.owner.unwrap_or((meta.uid(), meta.gid()));
-        (u, g, plain(meta.mode()))
+    let mut v = Archiver {
+        b: tar::Builder::new(out),
+        up,
+        seen: BTreeSet::new(),
     };
-    let mut h = tar::Header::new_gnu();
-    h.set_uid(uid.into());
-    h.set_gid(gid.into());
-    h.set_mode(mode);
-    h.set_mtime(meta.mtime().max(0) as u64);
-    let full = up.root.join(rel);
-    let ty = meta.file_type();
-    if ty.is_dir() {
+    v.b.follow_symlinks(false);
+    tree::walk(&up.root, &Budget::default(), &mut v)?;
+    v.b.into_inner()?.flush()?;
+    Ok(v.seen)
+}
+
+struct Archiver<'a, W: Write> {
+    b: tar::Builder<W>,
+    up: &'a Upload,
+    seen: BTreeSet<PathBuf>,
+}
+
+impl<W: Write> Archiver<'_, W> {
+    fn skipped(&self, rel: &Path) -> bool {
+        !rel.as_os_str().is_empty() && self.up.skip.iter().any(|s| rel.starts_with(s))
+    }
+
+    fn header(&mut self, rel: &Path, meta: &Meta) -> (tar::Header, PathBuf) {
+        let up = self.up;
+        let ro = up.read_only_inside.iter().any(|p| rel.starts_with(p));
+        let (uid, gid, mode) = if ro {
+            (0, up.read_only_group, read_only_mode(meta.mode))
+        } else {
+            let (u, g) = up.owner.unwrap_or((meta.uid, meta.gid));
+            (u, g, plain(meta.mode))
+        };
+        let mut h = tar::Header::new_gnu();
+        h.set_uid(uid.into());
+        h.set_gid(gid.into());
+        h.set_mode(mode);
+        h.set_mtime(meta.mtime.max(0) as u64);
+        if !rel.as_os_str().is_empty() {
+            self.seen.insert(rel.to_path_buf());
+        }
+        (h, Path::new(&up.top).join(rel))
+    }
+}
+
+impl<W: Write> Visit for Archiver<'_, W> {
+    fn enter_dir(&mut self, rel: &Path, meta: &Meta) -> io::Result<bool> {
+        if self.skipped(rel) {
+            return Ok(false);
+        }
+        let (mut h, name) = self.header(rel, meta);
         h.set_entry_type(tar::EntryType::Directory);
         h.set_size(0);
-        b.append_data(&mut h, &name, io::empty())?;
-    } else if ty.is_symlink() {
+        self.b.append_data(&mut h, &name, io::empty())?;
+        Ok(true)
+    }
+
+    fn leave_dir(&mut self, _: &Path, _: &Meta) -> io::Result<()> {
+        Ok(())
+    }
+
+    fn file(&mut self, rel: &Path, meta: &Meta, src: &mut Source<'_>) -> io::Result<()> {
+        if self.skipped(rel) {
+            return Ok(());
+        }
+        let (mut h, name) = self.header(rel, meta);
+        let len = src.len();
+        // The engine unpacks an upload densely (Go's archive/tar fills holes with zeros,
+        // whatever the archive says), so a file costs its whole length on the engine's
+        // disk: it is charged at that length, and one longer than the cap is refused
+        // before a byte is sent.
+        src.reserve(len)?;
+        h.set_entry_type(tar::EntryType::Regular);
+        // The size is the one the open file had; a file that shrinks meanwhile is padded,
+        // so the header never lies about what follows.
+        h.set_size(len);
+        let body = (&mut *src).chain(io::repeat(0)).take(len);
+        self.b.append_data(&mut h, &name, body)
+    }
+
+    fn symlink(&mut self, rel: &Path, meta: &Meta, target: &Path) -> io::Result<()> {
+        if self.skipped(rel) {
+            return Ok(());
+        }
+        let (mut h, name) = self.header(rel, meta);
         h.set_entry_type(tar::EntryType::Symlink);
         h.set_size(0);
-        let target = fs::read_link(&full)?;
-        b.append_link(&mut h, &name, target)?;
-    } else {
-        h.set_entry_type(tar::EntryType::Regular);
-        let f = fs::File::open(&full)
-            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", full.display())))?;
-        // The size is taken from the open file, so a file that changes while we read it
-        // cannot make the header lie about what follows.
-        let len = f.metadata()?.len();
-        h.set_size(len);
-        b.append_data(&mut h, &name, f.take(len))?;
+        self.b.append_link(&mut h, &name, target)
     }
-    if !rel.as_os_str().is_empty() {
-        seen.insert(rel.to_path_buf());
-    }
-    Ok(())
 }
 
 /// How the changes came back.
@@ -198,52 +209,71 @@ fn bad_path(p: &Path) -> io::Error {
     )
 }
 
-/// Every parent of `rel` under `root` must be a real directory: never follow a symlink.
-fn check_parents(root: &Path, rel: &Path) -> io::Result<()> {
-    let mut cur = root.to_path_buf();
-    if let Some(parent) = rel.parent() {
-        for c in parent.components() {
-            cur.push(c);
-            let m = fs::symlink_metadata(&cur)?;
-            if !m.is_dir() {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "{} is not a directory on the host; refusing to write below it",
-                        cur.display()
-                    ),
-                ));
-            }
-        }
-    }
+/// The directory that holds `rel`, opened beneath `root` without following any symlink
+/// (a planted `link -> /etc` then `link/passwd` is refused), and `rel`'s last name.
+fn parent_of<'r>(root: &OwnedFd, rel: &'r Path) -> io::Result<(OwnedFd, &'r OsStr)> {
+    let name = rel.file_name().ok_or_else(|| bad_path(rel))?;
+    let parent = tree::open_beneath(root, rel.parent().unwrap_or(Path::new("")))?;
+    Ok((parent, name))
+}
+
+fn stat_at(dir: &OwnedFd, name: &OsStr) -> Option<rustix::fs::Stat> {
+    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()
+}
+
+fn is(st: &rustix::fs::Stat, ty: FileType) -> bool {
+    FileType::from_raw_mode(st.st_mode) == ty
+}
+
+/// Open `name` in `dir` without following a link or blocking: for reading, or only to
+/// change its mode.
+fn open_at(dir: &OwnedFd, name: &OsStr, extra: OFlags) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | extra,
+        Mode::empty(),
+    )?)
+}
+
+fn chmod_at(dir: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<()> {
+    let fd = open_at(dir, name, OFlags::empty())?;
+    rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
     Ok(())
 }
 
-fn remove_any(p: &Path) -> io::Result<()> {
-    match fs::symlink_metadata(p) {
-        Ok(m) if m.is_dir() => fs::remove_dir_all(p),
-        Ok(_) => fs::remove_file(p),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-    }
+fn temp_name(name: &OsStr) -> std::ffi::OsString {
+    let mut t = std::ffi::OsString::from(".");
+    t.push(name);
+    t.push(format!(".sandbox-{}", std::process::id()));
+    t
 }
 
-fn temp_name(target: &Path) -> PathBuf {
-    let name = target
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    target.with_file_name(format!(".{name}.sandbox-{}", std::process::id()))
+/// A new temp file next to `name` in `dir`, for writing.
+fn create_temp(dir: &OwnedFd, tmp: &OsStr) -> io::Result<File> {
+    tree::remove_at(dir, tmp)?;
+    let fd = rustix::fs::openat(
+        dir,
+        tmp,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    Ok(File::from(fd))
 }
 
-fn same_content(a: &Path, b: &Path) -> io::Result<bool> {
-    let (Ok(ma), Ok(mb)) = (fs::symlink_metadata(a), fs::symlink_metadata(b)) else {
+/// Whether `a` and `b` in `dir` are regular files with the same bytes.
+fn same_content(dir: &OwnedFd, a: &OsStr, b: &OsStr) -> io::Result<bool> {
+    let (Some(ma), Some(mb)) = (stat_at(dir, a), stat_at(dir, b)) else {
         return Ok(false);
     };
-    if !ma.is_file() || !mb.is_file() || ma.len() != mb.len() {
+    if !is(&ma, FileType::RegularFile)
+        || !is(&mb, FileType::RegularFile)
+        || ma.st_size != mb.st_size
+    {
         return Ok(false);
     }
-    let (mut fa, mut fb) = (fs::File::open(a)?, fs::File::open(b)?);
+    let mut fa = File::from(open_at(dir, a, OFlags::empty())?);
+    let mut fb = File::from(open_at(dir, b, OFlags::empty())?);
     let (mut ba, mut bb) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
     loop {
         let n = fa.read(&mut ba)?;
@@ -257,8 +287,30 @@ fn same_content(a: &Path, b: &Path) -> io::Result<bool> {
     }
 }
 
+/// Copy `from` into `to` keeping blocks of zeros as holes; returns the length.
+fn copy_sparse_from(mut from: impl Read, to: &File) -> io::Result<u64> {
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    loop {
+        let n = from.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        tree::write_sparse(to, &buf[..n], off)?;
+        off += n as u64;
+    }
+    rustix::fs::ftruncate(to, off)?;
+    Ok(off)
+}
+
 /// Apply the archive the engine returned for a tree to the host tree (see the module docs).
 pub(crate) fn apply_archive<R: Read>(archive: R, to: &WriteBack<'_>) -> io::Result<Applied> {
+    let root = rustix::fs::open(
+        to.root,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let is_root = nix::unistd::geteuid().is_root();
     let mut applied = Applied::default();
     let mut present = BTreeSet::new();
     let mut ar = tar::Archive::new(archive);
@@ -272,70 +324,64 @@ pub(crate) fn apply_archive<R: Read>(archive: R, to: &WriteBack<'_>) -> io::Resu
         }
         let ty = entry.header().entry_type();
         let mode = plain(entry.header().mode()?);
-        let target = to.root.join(&rel);
-        check_parents(to.root, &rel)?;
-        let old = fs::symlink_metadata(&target).ok();
-        let owner = old.as_ref().map(|m| (m.uid(), m.gid())).or(to.chown_new);
+        let (dir, name) = parent_of(&root, &rel)?;
+        let old = stat_at(&dir, name);
+        let owner = old.as_ref().map(|m| (m.st_uid, m.st_gid)).or(to.chown_new);
         match ty {
             tar::EntryType::Directory => {
                 present.insert(rel.clone());
                 match &old {
-                    Some(m) if m.is_dir() => {
-                        if plain(m.mode()) != mode {
-                            fs::set_permissions(&target, fs::Permissions::from_mode(mode))?;
+                    Some(m) if is(m, FileType::Directory) => {
+                        if plain(m.st_mode) != mode {
+                            chmod_at(&dir, name, mode)?;
                         }
                         continue;
                     }
-                    Some(_) => remove_any(&target)?,
+                    Some(_) => tree::remove_at(&dir, name)?,
                     None => {}
                 }
-                fs::create_dir(&target)?;
-                fs::set_permissions(&target, fs::Permissions::from_mode(mode))?;
+                rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o700))?;
+                chmod_at(&dir, name, mode)?;
             }
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
+            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
                 present.insert(rel.clone());
-                let tmp = temp_name(&target);
-                let _ = fs::remove_file(&tmp);
+                let tmp = temp_name(name);
                 {
-                    let mut f = fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .open(&tmp)?;
-                    io::copy(&mut entry, &mut f)?;
-                    f.set_permissions(fs::Permissions::from_mode(mode))?;
+                    let f = create_temp(&dir, &tmp)?;
+                    copy_sparse_from(&mut entry, &f)?;
+                    rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))?;
                     if let Ok(mtime) = entry.header().mtime() {
                         let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime);
                         f.set_modified(t)?;
                     }
                 }
-                if same_content(&tmp, &target)? {
-                    fs::remove_file(&tmp)?;
-                    if let Some(m) = &old {
-                        if plain(m.mode()) != mode {
-                            fs::set_permissions(&target, fs::Permissions::from_mode(mode))?;
-                        }
+                if same_content(&dir, &tmp, name)? {
+                    rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty())?;
+                    if old.as_ref().is_some_and(|m| plain(m.st_mode) != mode) {
+                        chmod_at(&dir, name, mode)?;
                     }
                     continue;
                 }
-                if old.as_ref().is_some_and(|m| m.is_dir()) {
-                    fs::remove_dir_all(&target)?;
+                if old.as_ref().is_some_and(|m| is(m, FileType::Directory)) {
+                    tree::remove_at(&dir, name)?;
                 }
-                fs::rename(&tmp, &target)?;
+                rustix::fs::renameat(&dir, &tmp, &dir, name)?;
             }
             tar::EntryType::Symlink => {
                 present.insert(rel.clone());
                 let Some(link) = entry.link_name()? else {
                     continue;
                 };
-                if old.as_ref().is_some_and(|m| m.is_symlink())
-                    && fs::read_link(&target)? == link.as_ref()
+                if old.as_ref().is_some_and(|m| is(m, FileType::Symlink))
+                    && rustix::fs::readlinkat(&dir, name, Vec::new())?.as_bytes()
+                        == link.as_os_str().as_bytes()
                 {
                     continue;
                 }
                 if old.is_some() {
-                    remove_any(&target)?;
+                    tree::remove_at(&dir, name)?;
                 }
-                std::os::unix::fs::symlink(&link, &target)?;
+                rustix::fs::symlinkat(link.as_ref(), &dir, name)?;
             }
             tar::EntryType::Link => {
                 // A second name for a file earlier in the archive: copied, never linked to
@@ -347,30 +393,42 @@ pub(crate) fn apply_archive<R: Read>(archive: R, to: &WriteBack<'_>) -> io::Resu
                 let Some(src_rel) = below_top(&link)? else {
                     continue;
                 };
-                let src = to.root.join(&src_rel);
-                check_parents(to.root, &src_rel)?;
-                if !fs::symlink_metadata(&src)?.is_file() {
+                let (src_dir, src_name) = parent_of(&root, &src_rel)?;
+                if !stat_at(&src_dir, src_name).is_some_and(|m| is(&m, FileType::RegularFile)) {
                     continue;
                 }
-                if same_content(&src, &target).unwrap_or(false) {
+                let src = File::from(open_at(&src_dir, src_name, OFlags::empty())?);
+                if !is(&rustix::fs::fstat(&src)?, FileType::RegularFile) {
                     continue;
                 }
-                let tmp = temp_name(&target);
-                let _ = fs::remove_file(&tmp);
-                fs::copy(&src, &tmp)?;
-                fs::set_permissions(&tmp, fs::Permissions::from_mode(plain(mode)))?;
+                let tmp = temp_name(name);
+                {
+                    let f = create_temp(&dir, &tmp)?;
+                    copy_sparse_from(&src, &f)?;
+                    rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))?;
+                }
+                if same_content(&dir, &tmp, name)? {
+                    rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty())?;
+                    continue;
+                }
                 if old.is_some() {
-                    remove_any(&target)?;
+                    tree::remove_at(&dir, name)?;
                 }
-                fs::rename(&tmp, &target)?;
+                rustix::fs::renameat(&dir, &tmp, &dir, name)?;
             }
             // Devices, fifos and anything else do not come back.
             _ => continue,
         }
         applied.written += 1;
         if let Some((uid, gid)) = owner {
-            if nix::unistd::geteuid().is_root() {
-                std::os::unix::fs::lchown(&target, Some(uid), Some(gid))?;
+            if is_root {
+                rustix::fs::chownat(
+                    &dir,
+                    name,
+                    Some(rustix::fs::Uid::from_raw(uid)),
+                    Some(rustix::fs::Gid::from_raw(gid)),
+                    AtFlags::SYMLINK_NOFOLLOW,
+                )?;
             }
         }
     }
@@ -380,12 +438,11 @@ pub(crate) fn apply_archive<R: Read>(archive: R, to: &WriteBack<'_>) -> io::Resu
             continue;
         }
         // A parent replaced by a file or link took its children with it.
-        if check_parents(to.root, rel).is_err() {
+        let Ok((dir, name)) = parent_of(&root, rel) else {
             continue;
-        }
-        let p = to.root.join(rel);
-        if fs::symlink_metadata(&p).is_ok() {
-            remove_any(&p)?;
+        };
+        if stat_at(&dir, name).is_some() {
+            tree::remove_at(&dir, name)?;
             applied.removed += 1;
         }
     }
@@ -487,7 +544,8 @@ impl Read for ChannelReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::unix::fs::symlink;
+    use std::fs;
+    use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
 
     fn tree() -> tempfile::TempDir {
         let d = tempfile::tempdir().unwrap();
@@ -713,6 +771,55 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("not a directory"), "{e}");
         assert!(!outside.path().join("owned").exists());
+    }
+
+    #[test]
+    fn a_file_longer_than_the_cap_is_refused_before_it_is_sent() {
+        let d = tempfile::tempdir().unwrap();
+        let f = fs::File::create(d.path().join("hole")).unwrap();
+        // Sparse: nothing allocated, but the engine would unpack all of it.
+        f.set_len(sandbox_core::process::tree::MAX_COPY_BYTES + 1)
+            .unwrap();
+        drop(f);
+        let mut up = upload(d.path());
+        up.skip.clear();
+        up.read_only_inside.clear();
+        let mut out = Vec::new();
+        let e = write_archive(&up, &mut out).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge, "{e}");
+        assert!(e.to_string().contains("MAX_COPY_BYTES"), "{e}");
+        assert!(out.len() < 1 << 20, "{} bytes were sent", out.len());
+    }
+
+    #[test]
+    fn zeros_written_back_become_holes() {
+        let d = tempfile::tempdir().unwrap();
+        let src = d.path().join("src");
+        fs::create_dir(&src).unwrap();
+        let mut data = vec![0u8; 8 << 20];
+        data[0] = 1;
+        data[(8 << 20) - 1] = 2;
+        fs::write(src.join("f"), &data).unwrap();
+        let mut out = Vec::new();
+        let mut up = upload(&src);
+        up.skip.clear();
+        up.read_only_inside.clear();
+        write_archive(&up, &mut out).unwrap();
+        let back = d.path().join("back");
+        fs::create_dir(&back).unwrap();
+        let seen = BTreeSet::new();
+        apply_archive(
+            &out[..],
+            &WriteBack {
+                root: &back,
+                uploaded: &seen,
+                keep: &[],
+                chown_new: None,
+            },
+        )
+        .unwrap();
+        assert_eq!(fs::read(back.join("f")).unwrap(), data);
+        assert!(fs::metadata(back.join("f")).unwrap().blocks() * 512 < 1 << 20);
     }
 
     #[test]

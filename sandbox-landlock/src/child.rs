@@ -1113,6 +1113,59 @@ unsafe impl PreExec for RestrictSelf {
     }
 }
 
+/// The workspace's rules again, on the copy-on-write layer mounted over it.
+///
+/// Landlock ties a rule to an inode and, walking up from a file, skips the directory a
+/// mount covers: a rule on the workspace's own directory does not reach an overlay
+/// mounted on it (made in the child by core, see `sandbox_core::changes`). So, after that
+/// mount, every rule at or under the workspace is added once more to the run's own layer,
+/// on the inode the path now shows, with the same rights. The run's layer is its own
+/// (never the cached first layer of a root host), so adding to it here changes nothing
+/// another run uses. Where the layer is a copy the paths show the same inodes as in the
+/// parent and the rules are added twice, which changes nothing.
+#[derive(Debug)]
+pub(crate) struct RulesOnLayer {
+    /// The run's own ruleset.
+    pub ruleset: Arc<OwnedFd>,
+    /// Each rule's path and rights (`landlock_path_beneath_attr.allowed_access`).
+    pub rules: Vec<(CString, u64)>,
+}
+
+// SAFETY: `open`, `landlock_add_rule` and `close` on C strings and a stack attribute
+// prepared before the fork; iterating a slice allocated before it allocates nothing;
+// errors are raw errnos.
+unsafe impl PreExec for RulesOnLayer {
+    fn pre_exec(&self) -> io::Result<()> {
+        for (path, access) in &self.rules {
+            // SAFETY: open/landlock_add_rule/close on a C string and a stack attribute
+            // prepared before the fork.
+            unsafe {
+                let fd = libc::open(path.as_ptr(), libc::O_PATH | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let attr = PathBeneathAttr {
+                    allowed_access: *access,
+                    parent_fd: fd,
+                };
+                let r = libc::syscall(
+                    libc::SYS_landlock_add_rule,
+                    self.ruleset.as_raw_fd(),
+                    LANDLOCK_RULE_PATH_BENEATH,
+                    &attr as *const PathBeneathAttr,
+                    0 as libc::c_uint,
+                );
+                let err = io::Error::last_os_error();
+                libc::close(fd);
+                if r != 0 {
+                    return Err(err);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

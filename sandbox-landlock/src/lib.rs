@@ -43,6 +43,11 @@
 //!   `src/child.rs`).
 //! - **Resources, output, timeout, tree kill, environment**: core's, as for every process
 //!   backend.
+//! - **Change sets**: core's copy-on-write layer (`sandbox_core::changes`), an overlay
+//!   core mounts over the workspace in the child before this backend's steps. Landlock
+//!   skips a directory a mount covers, so the workspace's rules are added once more on the
+//!   overlay after it is mounted (`child::RulesOnLayer`); the upper directory itself is in
+//!   a temp dir the command is granted nothing of.
 //!
 //! # What it cannot
 //!
@@ -54,6 +59,9 @@
 //!   `process_isolation` (decided when the backend is built, by making one), and the
 //!   `strict` lane refuses this backend with the remedy ([`PID_NS_REMEDY`]); `fast` still
 //!   runs it.
+//! - As root, a rename across directories is refused with `EXDEV` (a root host's first
+//!   layer handles reads only, and landlock denies reparenting unless every layer grants
+//!   it): `mv` falls back to copy and delete, as across filesystems.
 //! - `/tmp` is not writable unless named: set `TMPDIR` into the workspace for tools that
 //!   need one.
 //!
@@ -104,6 +112,8 @@ mod host;
 mod ruleset;
 mod system;
 
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -111,7 +121,7 @@ use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
 use sandbox_core::registry::{AutoRank, BackendInfo};
 use sandbox_core::{
-    Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, SandboxError, SandboxExt,
+    Capability, Changes, Enforcement, Lane, NetworkMode, Plan, Preflight, SandboxError, SandboxExt,
     SandboxOpts, Status, TreeKill,
 };
 
@@ -352,7 +362,8 @@ impl Launcher for LandlockBackend {
                  there stay closed"
             ));
         }
-        layers.push(Arc::new(compile::create(&spec)?));
+        let own = Arc::new(compile::create(&spec)?);
+        layers.push(own.clone());
 
         let net = match (plan.network, ns) {
             (NetworkMode::Loopback | NetworkMode::None, Some(_)) => true,
@@ -436,6 +447,23 @@ impl Launcher for LandlockBackend {
                  inheritable); SECBIT_NOROOT locked"
                     .into(),
             );
+        }
+        if plan.changes != Changes::Direct {
+            // The layer over the workspace hides the workspace's inodes from its rules.
+            let rules = spec
+                .rules
+                .iter()
+                .filter(|r| r.path.starts_with(&plan.workspace))
+                .map(|r| {
+                    CString::new(r.path.as_os_str().as_bytes())
+                        .map(|c| (c, r.access.bits()))
+                        .map_err(|_| SandboxError::invalid("workspace", "contains a NUL byte"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            launch.pre_exec.push(Box::new(child::RulesOnLayer {
+                ruleset: own,
+                rules,
+            }));
         }
         launch.pre_exec.push(Box::new(RestrictSelf {
             layers,

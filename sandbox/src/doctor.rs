@@ -263,11 +263,12 @@ fn enforcement(e: Enforcement) -> String {
 fn write_capability(f: &mut fmt::Formatter<'_>, c: &Capability) -> fmt::Result {
     writeln!(
         f,
-        "    filesystem  writes confined: {}, reads confined: {}, read-only carve-outs: {}, snapshot: {}",
+        "    filesystem  writes confined: {}, reads confined: {}, read-only carve-outs: {}, snapshot: {}, change layer: {}",
         yes_no(c.confine_writes),
         yes_no(c.confine_reads),
         yes_no(c.readonly_carveouts),
         yes_no(c.snapshot),
+        c.change_layer.map_or("no", |m| m.as_str()),
     )?;
     writeln!(
         f,

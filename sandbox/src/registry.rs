@@ -78,6 +78,7 @@ backends! {
     "bwrap" => bwrap: sandbox_bwrap,
     "landlock" => landlock: sandbox_landlock,
     "docker" => docker: sandbox_docker,
+    "gvisor" => gvisor: sandbox_gvisor,
 }
 
 /// The known backend called `name`.

@@ -9,18 +9,21 @@
 //! `run` does, so nothing is weakened), and (3) passes its preflight on this host, which
 //! does the real thing on a trivial command.
 //!
-//! - `strict`: `landlock`, then `bwrap`, then `docker`. Each enforces everything the lane
-//!   asks, process isolation included (landlock with a pid namespace of its own, where
-//!   the host lets it make one: root, or unprivileged user namespaces), so the faster
-//!   start wins, as `cargo xtask bench` measures it: landlock (a fork and a few system
-//!   calls) well ahead of bwrap (a helper program), itself ahead of a container. Where
-//!   landlock cannot make the namespace the lane refuses it, and `auto` goes on to bwrap.
-//! - `trusted`: `bwrap`, then `docker`, then `landlock`. Namespaces give the strongest
-//!   confinement of a host program (own mount, pid, network and user world); a container
-//!   is as strong but needs an image and an engine.
-//! - `fast`: `landlock`, then `bwrap`, then `docker`. On this lane every backend enforces
-//!   everything asked exactly (that is what the lane means), so the cheapest start wins:
-//!   landlock costs about what a bare spawn does.
+//! - `strict`: `landlock`, then `bwrap`, then `gvisor`, then `docker`. Each enforces
+//!   everything the lane asks, process isolation included (landlock with a pid namespace
+//!   of its own, where the host lets it make one: root, or unprivileged user namespaces),
+//!   so the faster start wins, as `cargo xtask bench` measures it: landlock (a fork and a
+//!   few system calls) well ahead of bwrap (a helper program), itself ahead of gVisor (a
+//!   runtime with a kernel of its own per command) and a container. Where landlock cannot
+//!   make the namespace the lane refuses it, and `auto` goes on to bwrap.
+//! - `trusted`: `bwrap`, then `gvisor`, then `docker`, then `landlock`. Namespaces give the
+//!   strongest confinement of a host program (own mount, pid, network and user world);
+//!   gVisor adds a kernel of its own between the command and the host's, at the cost of a
+//!   runtime per command; a container is as strong as namespaces but needs an image and an
+//!   engine.
+//! - `fast`: `landlock`, then `bwrap`, then `docker`, then `gvisor`. On this lane every
+//!   backend enforces everything asked exactly (that is what the lane means), so the
+//!   cheapest start wins: landlock costs about what a bare spawn does.
 //! - A backend that confines nothing ([`BackendInfo::unconfined`]: `none`) comes last, and
 //!   only with [`Choice::Auto`]`{ allow_none: true }`; even then the lane decides (it runs
 //!   only on `trusted`).
@@ -220,7 +223,7 @@ pub(crate) fn default_request_fits(
         network: NetworkMode::None,
         carveouts: false,
         limits: &limits,
-        snapshot: false,
+        changes: sandbox_core::Changes::Direct,
         host_is_root,
     };
     check_lane(lane, name, cap, &request).map(drop)
@@ -438,15 +441,17 @@ mod tests {
 
     #[test]
     fn the_ranks_give_the_documented_order() {
-        for lane in [Lane::Fast, Lane::Strict] {
-            assert_eq!(
-                names(preference(lane)),
-                documented(&["landlock", "bwrap", "docker"])
-            );
-        }
+        assert_eq!(
+            names(preference(Lane::Fast)),
+            documented(&["landlock", "bwrap", "docker", "gvisor"])
+        );
+        assert_eq!(
+            names(preference(Lane::Strict)),
+            documented(&["landlock", "bwrap", "gvisor", "docker"])
+        );
         assert_eq!(
             names(preference(Lane::Trusted)),
-            documented(&["bwrap", "docker", "landlock"])
+            documented(&["bwrap", "gvisor", "docker", "landlock"])
         );
     }
 

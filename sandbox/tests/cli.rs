@@ -75,6 +75,13 @@ fn assert_refused_before_running(extra: &[&str], expect_in_stderr: &str) {
 }
 
 #[test]
+fn contradictory_changes_flags_are_125_before_anything_runs() {
+    assert_refused_before_running(&["--snapshot", "--changes", "apply"], "--snapshot");
+    assert_refused_before_running(&["--changes-diff"], "--changes");
+    assert_refused_before_running(&["--changes", "sometimes"], "sometimes");
+}
+
+#[test]
 fn unknown_flag_is_125_before_anything_runs() {
     assert_refused_before_running(&["--netwrok", "none"], "--netwrok");
 }
@@ -643,6 +650,66 @@ fn relative_paths_are_taken_against_the_current_directory(backend: &str) {
     assert_eq!(text(&o.stdout).trim(), sub.to_str().unwrap());
 }
 
+/// `--changes ask` without a terminal applies nothing and says so; `--changes apply`
+/// writes the change set, which `--json` lists; a backend without a change layer refuses
+/// with 125 before running anything.
+fn changes_are_asked_applied_or_refused(backend: &str) {
+    let ws = workspace();
+    std::fs::write(ws.path().join("a.txt"), "one\n").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let edit = ["sh", "-c", "echo two >> a.txt; echo new > b.txt"];
+    if capability(backend)["change_layer"].is_null() {
+        let o = run_with(backend, ws.path(), &["--changes", "apply"], &edit);
+        assert_eq!(code(&o), 125, "{}", text(&o.stderr));
+        assert!(
+            text(&o.stderr).contains("copy-on-write"),
+            "{}",
+            text(&o.stderr)
+        );
+        assert!(!ws.path().join("b.txt").exists(), "the program ran");
+        return;
+    }
+    let o = run_with(
+        backend,
+        ws.path(),
+        &["--changes", "ask", "--changes-diff"],
+        &edit,
+    );
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), 0, "{err}");
+    assert!(
+        err.contains("no terminal") && err.contains("nothing was applied"),
+        "{err}"
+    );
+    assert!(err.contains(" b.txt | +4 B (added)"), "{err}");
+    assert!(err.contains("+two"), "the diff is missing: {err}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "one\n"
+    );
+    assert!(!ws.path().join("b.txt").exists());
+
+    let o = run_with(backend, ws.path(), &["--changes", "apply", "--json"], &edit);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let j = json_of(&o);
+    let paths: Vec<&str> = j["changes"]["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(paths, ["a.txt", "b.txt"], "{j}");
+    assert_eq!(j["changes_settled"]["applied"], true, "{j}");
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("a.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("b.txt")).unwrap(),
+        "new\n"
+    );
+}
+
 macro_rules! backend_cases {
     ($module:ident, $feature:literal) => {
         #[cfg(feature = $feature)]
@@ -668,6 +735,7 @@ macro_rules! backend_cases {
             case!(relative_paths_are_taken_against_the_current_directory);
             case!(interrupting_sandbox_kills_the_tree_and_exits_128_plus_n);
             case!(a_reader_that_goes_away_ends_the_program_as_sigpipe_would);
+            case!(changes_are_asked_applied_or_refused);
         }
     };
 }
@@ -676,3 +744,4 @@ backend_cases!(none, "none");
 backend_cases!(bwrap, "bwrap");
 backend_cases!(landlock, "landlock");
 backend_cases!(docker, "docker");
+backend_cases!(gvisor, "gvisor");

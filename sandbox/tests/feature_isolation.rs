@@ -59,8 +59,8 @@ fn owned_by(krate: &str) -> Option<&'static str> {
         "seccompiler" => Some("bwrap|landlock"),
         "clap" | "clap_complete" | "toml" => Some("cli"),
         "rmcp" => Some("mcp"),
-        // bollard speaks JSON to the engine.
-        "serde_json" => Some("cli|docker"),
+        // bollard speaks JSON to the engine; gvisor writes an OCI spec.
+        "serde_json" => Some("cli|docker|gvisor"),
         _ => None,
     }
 }

@@ -170,7 +170,7 @@ pub fn strictest_lane(backend: &'static str, cap: &Capability) -> Option<Lane> {
         network: sandbox_core::NetworkMode::None,
         carveouts: false,
         limits: &limits,
-        snapshot: false,
+        changes: sandbox_core::Changes::Direct,
         host_is_root: is_root(),
     };
     Lane::ALL
@@ -508,6 +508,8 @@ mod tests {
             signal_status: true,
             oom_status: true,
             snapshot: true,
+            sparse_snapshot: true,
+            change_layer: Some(sandbox_core::LayerMechanism::Overlay),
             host_programs: true,
             full_network_is_host: true,
         }

@@ -191,9 +191,32 @@ pub mod require {
             "to report signals apart from exit codes (capability.signal_status)",
         )
     }
+    /// `process_isolation` and `signal_status`: the command is in a pid namespace of its
+    /// own, and the backend reports its own status (a helper of the backend's stands
+    /// between).
+    pub fn isolated_status(c: &Capability) -> Result<(), String> {
+        process_isolation(c)?;
+        signal_status(c)
+    }
     /// `snapshot`.
     pub fn snapshot(c: &Capability) -> Result<(), String> {
         claim(c.snapshot, "snapshot runs (capability.snapshot)")
+    }
+    /// `sparse_snapshot`.
+    pub fn sparse_snapshot(c: &Capability) -> Result<(), String> {
+        snapshot(c)?;
+        claim(
+            c.sparse_snapshot,
+            "to keep holes in its snapshot copy (capability.sparse_snapshot); it charges a \
+             file's whole length against the copy's cap instead",
+        )
+    }
+    /// `change_layer`: a copy-on-write layer with a change set to review.
+    pub fn change_layer(c: &Capability) -> Result<(), String> {
+        claim(
+            c.change_layer.is_some(),
+            "a copy-on-write layer with a change set (capability.change_layer)",
+        )
     }
     /// `host_programs`: argv\[0\] is resolved on the host before anything runs.
     pub fn host_programs(c: &Capability) -> Result<(), String> {
@@ -256,6 +279,17 @@ pub fn cases() -> Vec<Case> {
         case!(fs::unknown_program, host_programs),
         case!(fs::capture_files, always),
         case!(fs::snapshot, snapshot),
+        case!(hostwalk::swapper_race, always),
+        case!(hostwalk::fifo_does_not_block, always),
+        case!(hostwalk::sparse_stays_sparse, sparse_snapshot),
+        case!(hostwalk::climbing_link_copied_as_link, snapshot),
+        case!(fs::control_grants_refused, always),
+        case!(fs::large_read_grant_runs_or_is_refused, confine_reads),
+        case!(changes::untouched_until_applied, change_layer),
+        case!(changes::lists_exactly_what_changed, change_layer),
+        case!(changes::apply_matches_the_command_view, change_layer),
+        case!(changes::apply_refuses_escapes, change_layer),
+        case!(changes::conflict_detected, change_layer),
         case!(fs::reads_outside_denied, confine_reads, confinement),
         case!(fs::writes_outside_denied, confine_writes, confinement),
         case!(fs::readonly_carveouts, carveouts, confinement),
@@ -270,6 +304,7 @@ pub fn cases() -> Vec<Case> {
             confinement
         ),
         case!(proc::no_survivor_after_wait, always),
+        case!(proc::helper_survives_the_command, isolated_status),
         case!(proc::no_survivor_after_kill, always),
         case!(proc::no_survivor_after_timeout, always),
         case!(
@@ -281,6 +316,7 @@ pub fn cases() -> Vec<Case> {
         case!(proc::orphans_reaped, process_isolation),
         case!(limits::process_cap, process_limit),
         case!(limits::memory, memory_limit),
+        case!(limits::default_memory_bounds_the_host, memory_limit),
         case!(limits::open_files, open_files_limit),
         case!(limits::cpu_time, cpu_limit),
         case!(
@@ -289,6 +325,11 @@ pub fn cases() -> Vec<Case> {
             confinement
         ),
         case!(root::no_setuid_root_left, drops_host_root, confinement),
+        case!(
+            root::kernel_files_no_more_than_nobody,
+            drops_host_root,
+            confinement
+        ),
         case!(scale::concurrent_32, always),
     ]
 }
@@ -358,6 +399,7 @@ mod tests {
             open_files_limit: true,
             signal_status: true,
             snapshot: true,
+            change_layer: Some(sandbox_core::LayerMechanism::Overlay),
             host_programs: true,
             full_network_is_host: true,
             ..Capability::default()

@@ -26,6 +26,8 @@ fn cap() -> Capability {
         signal_status: true,
         oom_status: true,
         snapshot: true,
+        sparse_snapshot: true,
+        change_layer: None,
         host_programs: true,
         full_network_is_host: true,
     }
@@ -114,12 +116,16 @@ fn args_of(plan: &Plan, sys: &[(PathBuf, SystemEntry)]) -> BwrapArgs {
 fn parse(args: &BwrapArgs) -> Vec<(String, Vec<String>)> {
     let arity = |f: &str| match f {
         "--setenv" | "--ro-bind" | "--bind" | "--ro-bind-try" | "--symlink" | "--ro-bind-data" => 2,
-        "--cap-drop" | "--seccomp" | "--tmpfs" | "--proc" | "--dev" | "--dir" | "--perms"
-        | "--remount-ro" | "--chdir" => 1,
+        "--size" | "--cap-drop" | "--seccomp" | "--tmpfs" | "--proc" | "--dev" | "--dir"
+        | "--perms" | "--remount-ro" | "--chdir" => 1,
         f if f.starts_with("--unshare-")
             || matches!(
                 f,
-                "--disable-userns" | "--die-with-parent" | "--new-session" | "--clearenv"
+                "--disable-userns"
+                    | "--die-with-parent"
+                    | "--new-session"
+                    | "--clearenv"
+                    | "--as-pid-1"
             ) =>
         {
             0
@@ -177,6 +183,7 @@ fn every_namespace_is_unshared_and_net_only_without_full() {
             "--unshare-ipc",
             "--unshare-uts",
             "--unshare-cgroup-try",
+            "--as-pid-1",
             "--die-with-parent",
             "--new-session",
             "--clearenv",
@@ -207,13 +214,15 @@ fn the_host_root_is_never_bound_wholesale() {
     }
     // Nor when the caller names it.
     for field in ["read_only_paths", "writable_paths"] {
-        let mut o = ws.opts();
+        // Core's plan refuses `/` already (it holds control mounts); the argv builder is
+        // the second line, checked on a plan that carries it anyway.
+        let mut pl = plan(&ws.opts());
         if field == "read_only_paths" {
-            o.read_only_paths = vec!["/".into()];
+            pl.read_only_paths = vec!["/".into()];
         } else {
-            o.writable_paths = vec!["/".into()];
+            pl.writable_paths = vec!["/".into()];
         }
-        let e = SandboxError::from(build(&plan(&o), &layout(&merged()), &[], FDS).unwrap_err());
+        let e = SandboxError::from(build(&pl, &layout(&merged()), &[], FDS).unwrap_err());
         assert!(
             matches!(e, SandboxError::InvalidConfig { field: f, .. } if f == field),
             "{e}"
@@ -417,9 +426,11 @@ fn a_named_path_replaces_the_system_mount_at_the_same_place() {
 fn proc_and_dev_cannot_be_granted() {
     let ws = Ws::new();
     for p in ["/proc/self", "/dev", "/proc"] {
-        let mut o = ws.opts();
-        o.read_only_paths = vec![p.into()];
-        let e = build(&plan(&o), &layout(&merged()), &[], FDS).unwrap_err();
+        // Core's plan refuses these already (control filesystems); the argv builder is
+        // the second line, checked on a plan that carries them anyway.
+        let mut pl = plan(&ws.opts());
+        pl.read_only_paths = vec![p.into()];
+        let e = build(&pl, &layout(&merged()), &[], FDS).unwrap_err();
         assert!(matches!(e, BwrapError::Path { .. }), "{p}: {e}");
     }
     // A path under /dev is a plain grant, mounted over the fresh /dev.
@@ -665,4 +676,43 @@ fn a_program_hidden_as_root_only_is_bound_when_named_to_run() {
     let ops = parse(&build(&plan(&o), &layout(&merged()), &hidden, FDS).unwrap());
     assert!(has(&ops, "--ro-bind", &[s(&prog), s(&prog)]));
     assert!(!has(&ops, "--ro-bind", &["/dev/null", s(&prog)]));
+}
+
+#[test]
+fn more_mounts_than_bwrap_reads_are_refused_with_the_reason() {
+    let ws = Ws::new();
+    let hidden: Vec<Hidden> = (0..MAX_OPTIONS / 2)
+        .map(|i| Hidden {
+            path: PathBuf::from(format!("/etc/many/f{i}")),
+            dir: false,
+        })
+        .collect();
+    let e = build(&plan(&ws.opts()), &layout(&merged()), &hidden, FDS).unwrap_err();
+    assert!(
+        matches!(e, BwrapError::TooManyMounts { hidden: n, .. } if n == MAX_OPTIONS / 2),
+        "{e}"
+    );
+    assert!(e.to_string().contains("grant a smaller directory"), "{e}");
+}
+
+#[test]
+fn every_writable_tmpfs_is_sized_inside_the_memory_limit() {
+    let ws = Ws::new();
+    let mut o = ws.opts();
+    o.limits.memory_bytes = Some(256 << 20);
+    let ops = parse(&args_of(&plan(&o), &merged()));
+    for dir in ["/tmp", "/home", "/root", "/run", "/dev/shm"] {
+        let at = position(&ops, "--tmpfs", &[dir]).unwrap_or_else(|| panic!("no tmpfs at {dir}"));
+        assert_eq!(
+            ops[at - 1],
+            ("--size".to_string(), vec![(256u64 << 20).to_string()])
+        );
+    }
+    let dev = position(&ops, "--dev", &["/dev"]).unwrap();
+    let shm = position(&ops, "--tmpfs", &["/dev/shm"]).unwrap();
+    assert!(dev < shm, "/dev/shm is mounted over bwrap's /dev");
+    // Unlimited, said explicitly: the kernel's default size.
+    o.limits.memory_bytes = None;
+    let ops = parse(&args_of(&plan(&o), &merged()));
+    assert!(!ops.iter().any(|(f, _)| f == "--size"));
 }

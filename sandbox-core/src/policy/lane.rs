@@ -15,6 +15,7 @@
 //! | cannot see or signal the host's processes           | required | —        | —                    |
 //! | each resource limit asked                           | required | required | required             |
 //! | snapshot, when asked                                | required | required | required             |
+//! | a change set to review, when asked                  | required | required | required             |
 //!
 //! - `strict` is the default: everything asked is enforced exactly, and the command is in
 //!   its own process world. bwrap and docker qualify.
@@ -99,8 +100,8 @@ pub struct LaneRequest<'a> {
     pub carveouts: bool,
     /// The resource limits asked.
     pub limits: &'a ResourceLimits,
-    /// Whether a throwaway copy was asked.
-    pub snapshot: bool,
+    /// What is asked of the command's writes (a throwaway copy, a change set).
+    pub changes: crate::Changes,
     /// Whether the host process runs as root (euid 0).
     pub host_is_root: bool,
 }
@@ -225,8 +226,16 @@ pub fn check_lane(
     if limits.open_files.is_some() {
         hard("an open-files limit", cap.open_files_limit)?;
     }
-    if request.snapshot {
-        hard("running against a throwaway copy (snapshot)", cap.snapshot)?;
+    match request.changes {
+        crate::Changes::Direct => {}
+        crate::Changes::Discard => hard(
+            "running against a throwaway copy (snapshot)",
+            cap.snapshot || cap.change_layer.is_some(),
+        )?,
+        crate::Changes::Review => hard(
+            "a copy-on-write layer over the workspace with a change set to review",
+            cap.change_layer.is_some(),
+        )?,
     }
     Ok(grants)
 }
@@ -253,6 +262,8 @@ mod tests {
             signal_status: true,
             oom_status: true,
             snapshot: true,
+            sparse_snapshot: true,
+            change_layer: Some(crate::LayerMechanism::Overlay),
             host_programs: true,
             full_network_is_host: true,
         }
@@ -263,7 +274,7 @@ mod tests {
             network: NetworkMode::None,
             carveouts: false,
             limits,
-            snapshot: false,
+            changes: crate::Changes::Direct,
             host_is_root: false,
         }
     }

@@ -1,86 +1,155 @@
 //! Files in and out of a run: the throwaway copy for snapshot mode, and captured files.
 
 use std::collections::BTreeMap;
-use std::fs;
+use std::fs::File;
 use std::io::{self, Read};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+
+use super::tree::{self, Budget, Meta, Source, Visit};
 use crate::SandboxError;
 
-/// Copy `src` into a new temporary directory: regular files, directories and symlinks (as
-/// links, never followed), with their permission bits. Returns the temp dir, removed on drop.
-pub fn snapshot_copy(src: &Path) -> Result<tempfile::TempDir, SandboxError> {
+/// Copy `src` into a new temporary directory: regular files (holes kept), directories and
+/// symlinks (as links, never followed), with their permission bits less setuid, setgid and
+/// sticky. The walk is [`tree::walk`]'s, so a command racing it cannot make the host copy
+/// anything from outside `src`; `budget` bounds its size and time. Returns the temp dir,
+/// removed on drop, and on error nothing is left behind.
+pub fn snapshot_copy(src: &Path, budget: &Budget) -> Result<tempfile::TempDir, SandboxError> {
     let dir = tempfile::Builder::new()
         .prefix("sandbox-snapshot-")
         .tempdir()
         .map_err(|e| SandboxError::io("creating the snapshot directory", e))?;
-    copy_tree(src, dir.path())
+    copy_tree(src, dir.path(), budget)
         .map_err(|e| SandboxError::io(format!("copying {} for the snapshot", src.display()), e))?;
-    // The copy's root gets the original's mode (tempdir makes it 0700).
-    if let Ok(meta) = fs::metadata(src) {
-        let _ = fs::set_permissions(dir.path(), meta.permissions());
-    }
     Ok(dir)
 }
 
-fn copy_tree(src: &Path, dst: &Path) -> io::Result<()> {
-    for entry in fs::read_dir(src)? {
-        let entry = entry?;
-        let ty = entry.file_type()?;
-        let to = dst.join(entry.file_name());
-        if ty.is_dir() {
-            fs::create_dir(&to)?;
-            copy_tree(&entry.path(), &to)?;
-            fs::set_permissions(&to, entry.metadata()?.permissions())?;
-        } else if ty.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(entry.path())?, &to)?;
-        } else if ty.is_file() {
-            fs::copy(entry.path(), &to)?;
-        }
-        // Sockets, fifos and devices are not copied: a snapshot is of source trees.
+/// [`snapshot_copy`]'s walk, for callers that need the `io::Error` (its kind tells a
+/// deadline from a failure).
+pub fn copy_tree(src: &Path, dst: &Path, budget: &Budget) -> io::Result<()> {
+    let root = rustix::fs::open(
+        dst,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    tree::walk(src, budget, &mut CopyInto { dirs: vec![root] })
+}
+
+/// Writes what the walk meets under the destination directory on top of `dirs`.
+struct CopyInto {
+    dirs: Vec<OwnedFd>,
+}
+
+impl CopyInto {
+    fn top(&self) -> io::Result<&OwnedFd> {
+        self.dirs
+            .last()
+            .ok_or_else(|| io::Error::other("the copy lost its destination"))
     }
-    Ok(())
+}
+
+fn last(rel: &Path) -> io::Result<&std::ffi::OsStr> {
+    rel.file_name()
+        .ok_or_else(|| io::Error::other("an entry without a name"))
+}
+
+impl Visit for CopyInto {
+    fn enter_dir(&mut self, rel: &Path, _: &Meta) -> io::Result<bool> {
+        if rel.as_os_str().is_empty() {
+            return Ok(true);
+        }
+        let name = last(rel)?;
+        let top = self.top()?;
+        rustix::fs::mkdirat(top, name, Mode::from_raw_mode(0o700))?;
+        let d = rustix::fs::openat(
+            top,
+            name,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        self.dirs.push(d);
+        Ok(true)
+    }
+
+    fn leave_dir(&mut self, rel: &Path, meta: &Meta) -> io::Result<()> {
+        // The mode last, so a read-only directory could still be filled.
+        rustix::fs::fchmod(self.top()?, Mode::from_raw_mode(tree::plain(meta.mode)))?;
+        if !rel.as_os_str().is_empty() {
+            self.dirs.pop();
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, rel: &Path, meta: &Meta, src: &mut Source<'_>) -> io::Result<()> {
+        let fd = rustix::fs::openat(
+            self.top()?,
+            last(rel)?,
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let out = File::from(fd);
+        tree::copy_sparse(src, &out)?;
+        rustix::fs::fchmod(&out, Mode::from_raw_mode(tree::plain(meta.mode)))?;
+        Ok(())
+    }
+
+    fn symlink(&mut self, rel: &Path, _: &Meta, target: &Path) -> io::Result<()> {
+        rustix::fs::symlinkat(target, self.top()?, last(rel)?)?;
+        Ok(())
+    }
 }
 
 /// Read the files named in `names` (relative to `workspace`) into a map, each up to `cap`
 /// bytes. A file that is missing, not a regular file, or that resolves outside the
-/// workspace (a symlink planted by the command to exfiltrate a host file) is left out.
+/// workspace (a symlink planted by the command to exfiltrate a host file) is left out:
+/// the kernel resolves each name beneath the workspace's descriptor (`openat2` with
+/// `RESOLVE_BENEATH`), so a link swapped in meanwhile cannot lead out, and a fifo is opened
+/// without blocking.
 pub fn capture_files(
     workspace: &Path,
     names: &[PathBuf],
     cap: usize,
 ) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
+    let Ok(root) = rustix::fs::open(
+        workspace,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    ) else {
+        return out;
+    };
     for name in names {
-        let path = workspace.join(name);
-        let Ok(canon) = path.canonicalize() else {
-            continue;
-        };
-        if !canon.starts_with(workspace) {
-            continue;
-        }
-        let Ok(f) = fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(&canon)
-        else {
-            continue;
-        };
-        if !f.metadata().map(|m| m.is_file()).unwrap_or(false) {
-            continue;
-        }
-        let mut buf = Vec::new();
-        if f.take(cap as u64).read_to_end(&mut buf).is_ok() {
+        if let Some(buf) = capture_one(root.as_fd(), name, cap) {
             out.insert(name.clone(), buf);
         }
     }
     out
 }
 
+fn capture_one(root: std::os::fd::BorrowedFd<'_>, name: &Path, cap: usize) -> Option<Vec<u8>> {
+    let fd = rustix::fs::openat2(
+        root,
+        name,
+        OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
+        Mode::empty(),
+        ResolveFlags::BENEATH | ResolveFlags::NO_MAGICLINKS,
+    )
+    .ok()?;
+    let st = rustix::fs::fstat(&fd).ok()?;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return None;
+    }
+    let mut buf = Vec::new();
+    File::from(fd).take(cap as u64).read_to_end(&mut buf).ok()?;
+    Some(buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn snapshot_copies_files_dirs_and_links() {
@@ -88,7 +157,7 @@ mod tests {
         fs::create_dir(src.path().join("d")).unwrap();
         fs::write(src.path().join("d/f"), b"x").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", src.path().join("l")).unwrap();
-        let copy = snapshot_copy(src.path()).unwrap();
+        let copy = snapshot_copy(src.path(), &Budget::default()).unwrap();
         assert_eq!(fs::read(copy.path().join("d/f")).unwrap(), b"x");
         assert_eq!(
             fs::read_link(copy.path().join("l")).unwrap(),

@@ -19,6 +19,7 @@ mod child;
 pub mod files;
 pub mod output;
 mod supervise;
+pub mod tree;
 
 use std::any::Any;
 use std::ffi::OsString;
@@ -30,10 +31,11 @@ use async_trait::async_trait;
 
 pub use child::PreExec;
 
+use crate::changes::Layer;
 use crate::outcome::{LimitMechanism, TreeKill};
 use crate::run::RunSlot;
 use crate::{
-    Capability, Logs, Plan, Preflight, Sandbox, SandboxError, SandboxOpts, SandboxOutcome,
+    Capability, Changes, Logs, Plan, Preflight, Sandbox, SandboxError, SandboxOpts, SandboxOutcome,
 };
 
 /// What to spawn for one run: the result of a backend's pure policy function plus the
@@ -77,6 +79,15 @@ pub struct Launch {
     /// of the user on the host, and refuse the launcher's own namespace set-up). Core then
     /// leaves it off the launcher; the limit is still recorded.
     pub process_rlimit_inside: bool,
+    /// The backend runs the command under a kernel of its own (gVisor's Sentry): the
+    /// command's processes, descriptors and address space are not the launcher's, so the
+    /// backend sets the process cap, the open-files limit and (where no cgroup can hold
+    /// it) the memory limit inside, in its own spec. On the launcher they would bind the
+    /// runtime instead (its threads, its descriptors, its reserved address space) and
+    /// break it. Core records them as rlimits and leaves them off the launcher and its
+    /// cgroup; the CPU-time limit and a cgroup memory limit still bind the launcher's
+    /// whole tree, which is where the command's time and memory are spent.
+    pub limits_inside: bool,
 }
 
 impl fmt::Debug for Launch {
@@ -94,6 +105,7 @@ impl fmt::Debug for Launch {
             .field("notes", &self.notes)
             .field("exit_status_pipe", &self.exit_status_pipe)
             .field("process_rlimit_inside", &self.process_rlimit_inside)
+            .field("limits_inside", &self.limits_inside)
             .finish()
     }
 }
@@ -115,6 +127,7 @@ impl Launch {
             notes: Vec::new(),
             exit_status_pipe: None,
             process_rlimit_inside: false,
+            limits_inside: false,
         }
     }
 
@@ -139,6 +152,7 @@ impl Launch {
             notes: Vec::new(),
             exit_status_pipe: None,
             process_rlimit_inside: false,
+            limits_inside: false,
         }
     }
 }
@@ -201,7 +215,34 @@ impl HostSupport {
             LimitMechanism::CgroupV1 | LimitMechanism::CgroupV2
         );
         cap.snapshot = true;
+        cap.sparse_snapshot = true;
+        cap.change_layer = Some(if crate::changes::overlay_supported() {
+            crate::LayerMechanism::Overlay
+        } else {
+            crate::LayerMechanism::Reflink
+        });
     }
+}
+
+/// Make the run's layer on a blocking thread, under `deadline`. Dropping the future (the
+/// caller went away) cancels a copy between entries; the layer removes what it made.
+async fn layer_within(
+    workspace: &std::path::Path,
+    best: crate::LayerMechanism,
+    deadline: Option<std::time::Instant>,
+) -> Result<Layer, SandboxError> {
+    struct CancelOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for CancelOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let budget = tree::Budget::until(deadline);
+    let _cancel = CancelOnDrop(budget.cancel.clone());
+    let src = workspace.to_path_buf();
+    tokio::task::spawn_blocking(move || Layer::prepare(&src, best, &budget))
+        .await
+        .map_err(|e| SandboxError::io("making the workspace layer", std::io::Error::other(e)))?
 }
 
 /// A [`Sandbox`] for any [`Launcher`]: the whole run, kill and wait logic, once.
@@ -243,19 +284,58 @@ impl<L: Launcher> Sandbox for ProcessSandbox<L> {
     async fn run(&self, opts: SandboxOpts) -> Result<(), SandboxError> {
         let guard = self.slot.begin()?;
         let name = self.launcher.name();
-        let mut plan = Plan::new(&opts, name, &self.launcher.capability())?;
-        let snapshot = if plan.snapshot {
-            let copy = files::snapshot_copy(&plan.workspace)?;
-            plan.rebase_workspace(copy.path());
-            Some(copy)
-        } else {
-            None
+        let cap = self.launcher.capability();
+        let mut plan = Plan::new(&opts, name, &cap)?;
+        // The run's clock starts before the layer is made: a workspace made slow to copy
+        // (huge, or raced by another run) must not hold the timeout off.
+        let started = std::time::Instant::now();
+        let deadline = plan.timeout.map(|t| started + t);
+        // The layer over the workspace: overlay is mounted in the child over the
+        // workspace's own path; a copy (the race-free walk, under the run's deadline)
+        // moves the plan onto it.
+        let layer = match plan.changes {
+            Changes::Direct => None,
+            Changes::Discard | Changes::Review => {
+                let best = cap.change_layer.unwrap_or(crate::LayerMechanism::Copy);
+                match layer_within(&plan.workspace, best, deadline).await {
+                    Ok(l) => Some(l),
+                    Err(SandboxError::Io { source, .. }) if tree::is_deadline(&source) => {
+                        guard.started(supervise::timed_out(name, &plan, started.elapsed()));
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
         };
-        let mut launch = self.launcher.prepare(&plan)?;
-        if let Some(copy) = snapshot {
-            launch.keep_alive.push(Box::new(copy));
+        let mount = match &layer {
+            Some(l) if l.mechanism() == crate::LayerMechanism::Overlay => {
+                l.mount_step(&plan.cwd)?
+            }
+            Some(l) => {
+                plan.rebase_workspace(l.source());
+                None
+            }
+            None => None,
+        };
+        if let Some(d) = deadline {
+            plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
         }
-        let handle = supervise::start(name, plan, launch)?;
+        let mut launch = self.launcher.prepare(&plan)?;
+        if let Some(step) = mount {
+            launch.pre_exec.insert(0, Box::new(step));
+        }
+        if let Some(l) = &layer {
+            launch.notes.push(format!(
+                "workspace layer: {} ({})",
+                l.mechanism().as_str(),
+                if plan.changes == Changes::Review {
+                    "changes held for review"
+                } else {
+                    "changes discarded"
+                }
+            ));
+        }
+        let handle = supervise::start(name, plan, launch, layer)?;
         guard.started(handle);
         Ok(())
     }

@@ -14,9 +14,13 @@ use super::cgroup::{CgroupSupport, RunCgroups};
 use super::child::ChildSetup;
 use super::output::{drain, snapshot};
 use super::{files, HostSupport, Launch};
+use crate::changes::scan::scan;
+use crate::changes::Layer;
 use crate::outcome::{LimitMechanism, LimitRecord};
 use crate::run::{run_channel, RunControl, RunHandle};
-use crate::{Plan, SandboxError, SandboxOutcome, Status, StreamKind};
+use crate::{
+    ChangeSet, Changes, LayerMechanism, Plan, SandboxError, SandboxOutcome, Status, StreamKind,
+};
 
 /// How long to wait for the tree to be gone and the pipes to close after a kill.
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
@@ -26,6 +30,7 @@ pub(super) fn start(
     backend: &'static str,
     plan: Plan,
     mut launch: Launch,
+    layer: Option<Layer>,
 ) -> Result<RunHandle, SandboxError> {
     let drops_uid = launch.credentials.is_some_and(|(uid, _)| uid != 0);
     let host = HostSupport::detect(drops_uid);
@@ -37,9 +42,10 @@ pub(super) fn start(
     let cg_memory = limits
         .memory_bytes
         .filter(|_| host.memory != LimitMechanism::Rlimit);
+    let inside = launch.limits_inside;
     let cg_pids = limits
         .max_processes
-        .filter(|_| host.processes.is_some_and(|m| m != LimitMechanism::Rlimit));
+        .filter(|_| !inside && host.processes.is_some_and(|m| m != LimitMechanism::Rlimit));
     let cgroups = RunCgroups::create(CgroupSupport::get(), cg_memory, cg_pids)
         .map_err(|e| SandboxError::io("creating the run's cgroups", e))?
         .map(Arc::new);
@@ -51,12 +57,17 @@ pub(super) fn start(
             value: b,
             mechanism: host.memory,
         });
-        if host.memory == LimitMechanism::Rlimit {
+        if host.memory == LimitMechanism::Rlimit && !inside {
             rlimits.push((libc::RLIMIT_AS, b));
         }
     }
     if let Some(n) = limits.max_processes {
-        let mechanism = host.processes.ok_or_else(|| SandboxError::NotSupported {
+        let mechanism = if inside {
+            Some(LimitMechanism::Rlimit)
+        } else {
+            host.processes
+        };
+        let mechanism = mechanism.ok_or_else(|| SandboxError::NotSupported {
             backend,
             feature: "a process-count limit for a command running as root without a cgroup".into(),
             remedy: "run the host as an ordinary user, or give it a writable cgroup".into(),
@@ -66,7 +77,7 @@ pub(super) fn start(
             value: n,
             mechanism,
         });
-        if mechanism == LimitMechanism::Rlimit && !launch.process_rlimit_inside {
+        if mechanism == LimitMechanism::Rlimit && !launch.process_rlimit_inside && !inside {
             rlimits.push((libc::RLIMIT_NPROC, n));
         }
     }
@@ -84,7 +95,9 @@ pub(super) fn start(
             value: n,
             mechanism: LimitMechanism::Rlimit,
         });
-        rlimits.push((libc::RLIMIT_NOFILE, n));
+        if !inside {
+            rlimits.push((libc::RLIMIT_NOFILE, n));
+        }
     }
 
     // The tree kill: the backend's own guarantee, or a cgroup; neither is refused.
@@ -181,6 +194,7 @@ pub(super) fn start(
         backend,
         plan,
         launch,
+        layer,
         cgroups,
         pgid,
         started,
@@ -190,10 +204,30 @@ pub(super) fn start(
     Ok(handle)
 }
 
+/// A run that timed out before its command started (the layer's copy took the whole
+/// timeout): its outcome is known at once, and nothing was changed.
+pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration) -> RunHandle {
+    let (handle, control) = run_channel(plan.output_limit);
+    let outcome = SandboxOutcome {
+        status: Status::TimedOut,
+        stdout: snapshot(&control.stdout),
+        stderr: snapshot(&control.stderr),
+        wall_time,
+        backend,
+        files: Default::default(),
+        policy: plan.effective_policy(backend),
+        changes: None,
+    };
+    control.finish(Ok(outcome));
+    handle
+}
+
 struct Supervised {
     backend: &'static str,
     plan: Plan,
     launch: Launch,
+    /// The layer over the workspace (review or discard), while the command runs.
+    layer: Option<Layer>,
     cgroups: Option<Arc<RunCgroups>>,
     pgid: Option<Pid>,
     started: Instant,
@@ -261,25 +295,74 @@ impl Supervised {
             End::Exited(_) if oom && unreported => Status::OutOfMemory,
             End::Exited(_) => decode(reported.or(exit), oom),
         };
-        let files = files::capture_files(
-            &self.plan.workspace,
-            &self.plan.capture_files,
-            self.plan.output_limit,
-        );
+        let files = match &self.layer {
+            // The command's view is the overlay, which is gone with its namespace: read
+            // through the layer.
+            Some(l) if l.mechanism() == LayerMechanism::Overlay => self
+                .plan
+                .capture_files
+                .iter()
+                .filter_map(|n| Some((n.clone(), l.read_merged(n, self.plan.output_limit)?)))
+                .collect(),
+            _ => files::capture_files(
+                &self.plan.workspace,
+                &self.plan.capture_files,
+                self.plan.output_limit,
+            ),
+        };
+        let Supervised {
+            backend,
+            cgroups,
+            launch,
+            layer,
+            plan,
+            policy,
+            ..
+        } = self;
+        // The tree is dead: the layer holds exactly what the command left.
+        let changes = match layer {
+            Some(l) if plan.changes == Changes::Review => {
+                let scanned =
+                    tokio::task::spawn_blocking(move || scan(&l).map(|c| ChangeSet::new(l, c)))
+                        .await;
+                match scanned {
+                    Ok(Ok(set)) => Some(set),
+                    Ok(Err(e)) => {
+                        drop((cgroups, launch));
+                        control.finish(Err(SandboxError::io(
+                            "reading the command's changes from its layer",
+                            e,
+                        )));
+                        return;
+                    }
+                    Err(e) => {
+                        drop((cgroups, launch));
+                        control.finish(Err(SandboxError::io(
+                            "reading the command's changes from its layer",
+                            std::io::Error::other(e),
+                        )));
+                        return;
+                    }
+                }
+            }
+            other => {
+                // Discard: the layer goes with the rest below.
+                let _ = tokio::task::spawn_blocking(move || drop(other)).await;
+                None
+            }
+        };
         let outcome = SandboxOutcome {
             status,
             stdout: snapshot(&control.stdout),
             stderr: snapshot(&control.stderr),
             wall_time,
-            backend: self.backend,
+            backend,
             files,
-            policy: self.policy.clone(),
+            policy,
+            changes,
         };
         // Remove the cgroups and the launch's resources (temp dirs, the snapshot copy)
         // before reporting, so that `wait` returning means nothing is left behind.
-        let Supervised {
-            cgroups, launch, ..
-        } = self;
         let _ = tokio::task::spawn_blocking(move || {
             drop(cgroups);
             drop(launch);

@@ -14,7 +14,12 @@
 //! `connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `see-pid PID`, `open-files N`,
-//! `print TEXT [SECS]`, `barrier DIR N ID`, `kill-self N`, `orphan`.
+//! `print TEXT [SECS]`, `barrier DIR N ID`, `kill-self N`, `orphan`, `tree DIR`,
+//! `blocks PATH`, `kill-parent CODE`, `readable DIR DEPTH`, `tmpfs DIR`,
+//! `edit OP ARGS... [, OP ARGS...]...` (ops: `write P C`, `mkdir P`, `chmod P OCTAL`,
+//! `symlink TARGET P`, `link FROM TO`, `rename FROM TO`, `remove P`, `mkfifo P`,
+//! `say TEXT`, `sleep SECS`, `tree`), `tree` (the working directory's entries, one per line:
+//! path, kind, mode, contents or target; sorted).
 
 use std::ffi::{CString, OsString};
 use std::io::{self, Read, Write};
@@ -72,6 +77,13 @@ fn main() {
         ("print", [t]) => print_then_sleep(t, None),
         ("print", [t, s]) => print_then_sleep(t, Some(secs(s))),
         ("barrier", [dir, n, id]) => barrier(dir, num(n), id),
+        ("tree", [dir]) => tree(dir),
+        ("blocks", [p]) => blocks(p),
+        ("kill-parent", [code]) => kill_parent(num(code) as i32),
+        ("readable", [dir, depth]) => readable(dir, num(depth) as usize),
+        ("tmpfs", [dir]) => tmpfs(dir),
+        ("edit", ops) => edit(ops),
+        ("tree", []) => tree_here(),
         _ => usage(&format!(
             "unknown subcommand or arguments: {}",
             text[1..].join(" ")
@@ -171,6 +183,148 @@ fn cstr(p: &str) -> CString {
 
 // ---------------------------------------------------------------------------------------
 // Subcommands.
+
+/// Walk `dir` without following links: every regular file's content and every link's
+/// target, so the host can see what a copy of a tree holds.
+fn tree(dir: &str) -> ! {
+    fn visit(p: &Path, files: &mut String, links: &mut String) -> io::Result<()> {
+        let mut names: Vec<_> = std::fs::read_dir(p)?.collect::<io::Result<Vec<_>>>()?;
+        names.sort_by_key(|e| e.file_name());
+        for e in names {
+            let path = e.path();
+            let m = std::fs::symlink_metadata(&path)?;
+            if m.file_type().is_symlink() {
+                let t = std::fs::read_link(&path)?;
+                links.push_str(&format!("{}->{};", path.display(), t.display()));
+            } else if m.is_dir() {
+                visit(&path, files, links)?;
+            } else if m.is_file() {
+                use std::os::unix::fs::OpenOptionsExt;
+                let mut f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                    .open(&path)?;
+                let mut buf = Vec::new();
+                f.read_to_end(&mut buf)?;
+                files.push_str(&format!(
+                    "{}={};",
+                    path.display(),
+                    String::from_utf8_lossy(&buf)
+                ));
+            }
+        }
+        Ok(())
+    }
+    let (mut files, mut links) = (String::new(), String::new());
+    match visit(Path::new(dir), &mut files, &mut links) {
+        Ok(()) => {
+            ok().s("files", &files).s("links", &links).emit();
+            exit(0)
+        }
+        Err(e) => fail("tree", &e),
+    }
+}
+
+/// SIGKILL our parent (a backend's helper inside the sandbox), but only when the parent
+/// is the pid namespace's init or its child (pid 1 within two hops): inside a sandbox's own
+/// pid namespace that is the sandbox's helper, never a host process (on the host, pid 1 is
+/// never this close to a test's probe). Then exit with `code`.
+fn kill_parent(code: i32) -> ! {
+    fn parent_of(pid: i32) -> Option<i32> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // `pid (comm) state ppid ...`; comm may hold spaces and parentheses.
+        let after = &stat[stat.rfind(')')? + 1..];
+        after.split_whitespace().nth(1)?.parse().ok()
+    }
+    // SAFETY: a plain system call.
+    let ppid = unsafe { libc::getppid() };
+    let nested = ppid == 1 || parent_of(ppid) == Some(1);
+    // SAFETY: a plain system call on numbers.
+    let killed = nested && unsafe { libc::kill(ppid, libc::SIGKILL) } == 0;
+    ok().b("namespaced", nested)
+        .n("parent", i64::from(ppid))
+        .b("signal_sent", killed)
+        .emit();
+    std::thread::sleep(Duration::from_millis(300));
+    exit(code)
+}
+
+/// Walk `dir` to `depth` levels without following links, and list the regular files that
+/// opened for reading although their mode gives others no read bit (what an unprivileged
+/// user could not open), with how many files were tried.
+fn readable(dir: &str, depth: usize) -> ! {
+    use std::os::unix::fs::OpenOptionsExt;
+    const MAX: usize = 200_000;
+    let mut found = Vec::new();
+    let mut tried = 0usize;
+    let mut stack = vec![(std::path::PathBuf::from(dir), 1usize)];
+    while let Some((d, level)) = stack.pop() {
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if m.is_dir() && level < depth {
+                stack.push((p, level + 1));
+            } else if m.is_file() && tried < MAX {
+                tried += 1;
+                let opened = std::fs::OpenOptions::new()
+                    .read(true)
+                    .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+                    .open(&p)
+                    .is_ok();
+                if opened && m.mode() & 0o004 == 0 {
+                    found.push(p.display().to_string());
+                }
+            }
+        }
+    }
+    ok().n("tried", tried as i64)
+        .s("readable", &found.join("\n"))
+        .emit();
+    exit(0)
+}
+
+/// Whether `dir` is on a tmpfs, its size, and whether we can create a file in it.
+fn tmpfs(dir: &str) -> ! {
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    // SAFETY: a zeroed statfs is a valid out-parameter; the path outlives the call.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    let c = cstr(dir);
+    // SAFETY: as above.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        fail("statfs", &io::Error::last_os_error());
+    }
+    let probe = Path::new(dir).join(format!(".probe-{}", std::process::id()));
+    let writable = std::fs::write(&probe, b"x").is_ok();
+    let _ = std::fs::remove_file(&probe);
+    #[allow(clippy::unnecessary_cast)]
+    let is_tmpfs = st.f_type as i64 == TMPFS_MAGIC;
+    ok().b("tmpfs", is_tmpfs)
+        .n(
+            "size",
+            (st.f_blocks as i64).saturating_mul(st.f_bsize as i64),
+        )
+        .b("writable", writable)
+        .emit();
+    exit(0)
+}
+
+/// The size of `p` and the bytes the filesystem allocated for it (`st_blocks`).
+fn blocks(p: &str) -> ! {
+    match std::fs::symlink_metadata(p) {
+        Ok(m) => {
+            ok().n("size", m.len() as i64)
+                .n("allocated", (m.blocks() * 512) as i64)
+                .emit();
+            exit(0)
+        }
+        Err(e) => fail("blocks", &e),
+    }
+}
 
 /// The whole argv, so the host can check every argument arrived byte for byte.
 fn argv(args: &[OsString]) -> ! {
@@ -591,8 +745,9 @@ fn cat() -> ! {
 }
 
 /// Double fork with `setsid` in between, as a daemon escaping its parent does. The
-/// grandchild writes `PID SETSID_OK ERRNO` to PIDFILE, then lives forever; the host checks
-/// from outside that it does not outlive the run. With RELEASE, the probe itself stays
+/// grandchild writes `PID SETSID_OK ERRNO` to PIDFILE, then lives forever, rewriting a
+/// counter in `PIDFILE.beat` every 100 ms; the host checks from outside that it does not
+/// outlive the run (in its `/proc`, and by the heartbeat stopping). With RELEASE, the probe itself stays
 /// until that file exists (so the host can look while the run is still going).
 fn daemonize(pidfile: &str, release: Option<&str>) -> ! {
     // SAFETY: the probe is single-threaded, so the children may use std freely.
@@ -615,8 +770,12 @@ fn daemonize(pidfile: &str, release: Option<&str>) -> ! {
             if std::fs::write(&tmp, line).is_ok() {
                 let _ = std::fs::rename(&tmp, pidfile);
             }
-            loop {
-                std::thread::sleep(Duration::from_secs(1));
+            // A heartbeat the host can watch where the daemon is not a host process
+            // (under a user-space kernel such as gVisor's): it stops only when we die.
+            let beat = format!("{pidfile}.beat");
+            for n in 0u64.. {
+                let _ = std::fs::write(&beat, n.to_string());
+                std::thread::sleep(Duration::from_millis(100));
             }
         }
         // SAFETY: leave at once, without running anything of the parent's.
@@ -979,4 +1138,112 @@ fn invoke(name: &str) -> Option<(i64, i32)> {
         }
     };
     Some(r)
+}
+
+/// Several file operations in order, separated by `,`; stops at the first that fails.
+fn edit(ops: &[String]) -> ! {
+    for op in ops.split(|a| a == ",") {
+        let r = match op {
+            [o, p, c] if o == "write" => std::fs::write(p, c),
+            [o, p] if o == "mkdir" => std::fs::create_dir(p),
+            [o, p, m] if o == "chmod" => {
+                use std::os::unix::fs::PermissionsExt;
+                let mode = u32::from_str_radix(m, 8).unwrap_or_else(|_| usage("bad mode"));
+                std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
+            }
+            [o, t, p] if o == "symlink" => std::os::unix::fs::symlink(t, p),
+            [o, a, b] if o == "link" => std::fs::hard_link(a, b),
+            // As `mv` does: where the kernel refuses to reparent (EXDEV, which landlock
+            // also answers for a cross-directory rename it will not allow), copy and
+            // remove.
+            [o, a, b] if o == "rename" => match std::fs::rename(a, b) {
+                Err(e) if e.raw_os_error() == Some(libc::EXDEV) => {
+                    std::fs::copy(a, b).and_then(|_| std::fs::remove_file(a))
+                }
+                r => r,
+            },
+            [o, p] if o == "remove" => match std::fs::symlink_metadata(p) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(p),
+                _ => std::fs::remove_file(p),
+            },
+            [o, p] if o == "mkfifo" => {
+                let c = cstr(p);
+                // SAFETY: mkfifo on a C string we own.
+                if unsafe { libc::mkfifo(c.as_ptr(), 0o644) } == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::last_os_error())
+                }
+            }
+            [o, t] if o == "say" => {
+                let mut out = io::stdout().lock();
+                writeln!(out, "{t}").and_then(|()| out.flush())
+            }
+            [o] if o == "tree" => tree_lines().and_then(|lines| {
+                let mut out = io::stdout().lock();
+                for l in lines {
+                    writeln!(out, "{l}")?;
+                }
+                out.flush()
+            }),
+            [o, t] if o == "sleep" => {
+                std::thread::sleep(secs(t));
+                Ok(())
+            }
+            _ => usage(&format!("edit: unknown op {op:?}")),
+        };
+        if let Err(e) = r {
+            fail(&op.join(" "), &e);
+        }
+    }
+    ok().emit();
+    exit(0)
+}
+
+/// Every entry under the working directory: `path kind mode contents-or-target`, sorted.
+fn tree_here() -> ! {
+    let lines = tree_lines().unwrap_or_else(|e| fail("tree", &e));
+    let mut o = io::stdout().lock();
+    for l in lines {
+        let _ = writeln!(o, "{l}");
+    }
+    let _ = o.flush();
+    exit(0)
+}
+
+fn tree_lines() -> io::Result<Vec<String>> {
+    fn walk(dir: &Path, rel: &str, out: &mut Vec<String>) -> io::Result<()> {
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            let name = e.file_name().to_string_lossy().into_owned();
+            let path = if rel.is_empty() {
+                name
+            } else {
+                format!("{rel}/{name}")
+            };
+            let m = std::fs::symlink_metadata(e.path())?;
+            let mode = m.mode() & 0o7777;
+            let t = m.file_type();
+            if t.is_dir() {
+                out.push(format!("{path} dir {mode:o}"));
+                walk(&e.path(), &path, out)?;
+            } else if t.is_symlink() {
+                let target = std::fs::read_link(e.path())?;
+                out.push(format!("{path} symlink -> {}", target.display()));
+            } else if t.is_file() {
+                let c = std::fs::read(e.path())?;
+                out.push(format!(
+                    "{path} file {mode:o} {}",
+                    esc(&String::from_utf8_lossy(&c))
+                ));
+            } else {
+                out.push(format!("{path} special {mode:o}"));
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(Path::new("."), "", &mut out)?;
+    out.sort();
+    Ok(out)
 }

@@ -412,3 +412,76 @@ pub async fn readonly_carveouts(ctx: Arc<Context>) -> CaseResult {
     }
     checks.finish()
 }
+
+/// Grants that would undo the policy (cgroupfs, sysfs, procfs, devtmpfs, a container
+/// engine's socket) are refused before anything runs, also when a symlink spells them.
+pub async fn control_grants_refused(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("control")?;
+    std::os::unix::fs::symlink("/sys/fs/cgroup", ws.join("cg"))?;
+    let mut cases: Vec<(&'static str, PathBuf)> = vec![
+        ("writable_paths", PathBuf::from("/sys/fs/cgroup")),
+        ("writable_paths", ws.join("cg")),
+        ("writable_paths", PathBuf::from("/proc/sys")),
+        ("read_only_paths", PathBuf::from("/sys")),
+        ("writable_paths", PathBuf::from("/dev")),
+    ];
+    if Path::new("/run/docker.sock").exists() {
+        cases.push(("read_only_paths", PathBuf::from("/run")));
+        cases.push(("read_only_paths", PathBuf::from("/var/run")));
+    }
+    for (field, path) in cases {
+        let mut opts = ctx.opts(ws.path(), ["exit", "0"]);
+        if field == "writable_paths" {
+            opts.writable_paths = vec![path.clone()];
+        } else {
+            opts.read_only_paths = vec![path.clone()];
+        }
+        let sb = ctx.sandbox();
+        match sb.run(opts).await {
+            Err(SandboxError::ControlGrant { field: f, .. }) if f == field => {}
+            other => {
+                return Err(Failure::Violation(format!(
+                    "{field} {}: run gave {other:?}, not a control-grant refusal",
+                    path.display()
+                )))
+            }
+        }
+        ensure!(
+            matches!(sb.wait().await, Err(SandboxError::State { .. })),
+            "{field} {}: something was started",
+            path.display()
+        );
+    }
+    Ok(())
+}
+
+/// A read grant of a tree with thousands of root-only entries runs, or is refused before
+/// anything runs with a typed error; it never fails inside the launcher.
+pub async fn large_read_grant_runs_or_is_refused(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("large-grant")?;
+    let big = ctx.dir("large-tree", 0o755)?;
+    for i in 0..3500 {
+        plant(&big.join(format!("secret-{i}")), "s", 0o600)?;
+    }
+    let mut opts = ctx.opts(ws.path(), ["exit", "0"]);
+    opts.read_only_paths = vec![big.path().to_path_buf()];
+    let sb = ctx.sandbox();
+    match sb.run(opts).await {
+        Ok(()) => {
+            let out = sb.wait().await?;
+            ensure!(
+                out.status.success(),
+                "the run started but failed: {}",
+                describe(&out)
+            );
+        }
+        Err(e @ (SandboxError::NotSupported { .. } | SandboxError::InvalidConfig { .. })) => {
+            ensure!(
+                matches!(sb.wait().await, Err(SandboxError::State { .. })),
+                "refused ({e}), yet something was started"
+            );
+        }
+        Err(e) => return Err(Failure::Broken(format!("neither ran nor refused: {e}"))),
+    }
+    Ok(())
+}

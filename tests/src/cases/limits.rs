@@ -126,3 +126,41 @@ pub async fn cpu_time(ctx: Arc<Context>) -> CaseResult {
     }
     Ok(())
 }
+
+/// A run that names no memory limit gets the documented default, recorded in its policy;
+/// and no writable tmpfs it sees (`/tmp`, `/dev/shm`) is larger than its limit.
+pub async fn default_memory_bounds_the_host(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("default-memory")?;
+    let out = ctx.run(ctx.opts(ws.path(), ["exit", "0"])).await?;
+    let recorded = out
+        .policy
+        .limits
+        .iter()
+        .find(|l| l.limit == "memory")
+        .map(|l| l.value);
+    forbid!(
+        recorded != Some(sandbox_core::DEFAULT_MEMORY_BYTES),
+        "a run without a memory limit has {recorded:?} recorded, not the default {}",
+        sandbox_core::DEFAULT_MEMORY_BYTES
+    );
+    const LIMIT: u64 = 64 << 20;
+    for dir in ["/tmp", "/dev/shm"] {
+        let mut o = ctx.opts(ws.path(), ["tmpfs", dir]);
+        o.limits.memory_bytes = Some(LIMIT);
+        let p = ctx.probe_run(o).await?;
+        if !p.succeeded() {
+            // Not there at all inside: nothing to fill.
+            continue;
+        }
+        let tmpfs = p.field("tmpfs").and_then(|v| v.as_bool()) == Some(true);
+        let writable = p.field("writable").and_then(|v| v.as_bool()) == Some(true);
+        let size = p.int("size")?;
+        forbid!(
+            tmpfs && writable && size > LIMIT as i64,
+            "{dir} is a writable tmpfs of {} MiB under a {} MiB memory limit",
+            size >> 20,
+            LIMIT >> 20
+        );
+    }
+    Ok(())
+}

@@ -2,9 +2,11 @@
 //! the host side judges the effect wherever it can.
 
 pub mod api;
+pub mod changes;
 pub mod env;
 pub mod fd;
 pub mod fs;
+pub mod hostwalk;
 pub mod limits;
 pub mod net;
 pub mod proc;

@@ -53,14 +53,17 @@ async fn daemon(ctx: Arc<Context>, end: End) -> CaseResult {
         )));
     }
     let daemon_line = std::fs::read_to_string(&pidfile).unwrap_or_default();
+    // The daemon's heartbeat: how the host sees it where its processes are not the
+    // host's (a user-space kernel such as gVisor's runs them inside its own process).
+    let beat = ws.join("daemon.pid.beat");
     if end != End::Timeout {
         // The host's view works: the daemon is visible before the run ends.
         let alive = processes_with_arg(&mark);
-        if alive.is_empty() {
+        if alive.is_empty() && !beating(&beat).await {
             let _ = sb.kill().await;
             return Err(Failure::Broken(
-                "the daemon cannot be found in the host's /proc while the run is going, so \
-                 its survival could not be judged"
+                "the daemon can be seen neither in the host's /proc nor by its heartbeat \
+                 while the run is going, so its survival could not be judged"
                     .into(),
             ));
         }
@@ -94,7 +97,27 @@ async fn daemon(ctx: Arc<Context>, end: End) -> CaseResult {
         "processes of the run outlived {end:?} (daemon reported `{}`): {left:?}",
         daemon_line.trim()
     );
+    ensure!(
+        !beating(&beat).await,
+        "the daemon's heartbeat in the workspace still advances after {end:?} returned: \
+         it survived (daemon reported `{}`)",
+        daemon_line.trim()
+    );
     Ok(())
+}
+
+/// Whether the daemon's heartbeat file changes within a second (it is rewritten every
+/// 100 ms while the daemon lives).
+async fn beating(beat: &std::path::Path) -> bool {
+    let first = std::fs::read_to_string(beat).ok();
+    for _ in 0..10 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = std::fs::read_to_string(beat).ok();
+        if now.is_some() && now != first {
+            return true;
+        }
+    }
+    false
 }
 
 /// SIGKILL each listed process (found by its unique mark, so nothing else is hit).
@@ -164,6 +187,24 @@ pub async fn orphans_reaped(ctx: Arc<Context>) -> CaseResult {
         p.succeeded(),
         "the orphan was not reaped within 10 s (a zombie nobody waits for): {}",
         p.describe()
+    );
+    Ok(())
+}
+
+/// The command SIGKILLs its parent inside the sandbox (a backend's helper that reports its
+/// status) and exits 3: the outcome is exit 3, not a status forged by the helper's death.
+pub async fn helper_survives_the_command(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("helper")?;
+    let p = ctx.probe_in(ws.path(), ["kill-parent", "3"]).await?;
+    ensure!(
+        p.field("namespaced").and_then(|v| v.as_bool()) == Some(true),
+        "the probe is not in a pid namespace of its own, so it sent nothing: {}",
+        p.describe()
+    );
+    forbid!(
+        !matches!(p.outcome.status, sandbox_core::Status::Exited { code: 3 }),
+        "the command exited 3 after killing its parent, but the outcome is {:?}",
+        p.outcome.status
     );
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
 
 use super::CaseResult;
-use crate::context::{token, Context, Forbidden};
+use crate::context::{token, Context, Failure, Forbidden};
 use crate::host::owner_and_mode;
 
 /// A root-only (0600) file in a directory the command may read stays unreadable.
@@ -62,4 +62,42 @@ pub async fn no_setuid_root_left(ctx: Arc<Context>) -> CaseResult {
         format!("a setgid-root file was left in the workspace (mode {mode:o}, group {gid})")
     });
     checks.finish()
+}
+
+/// On a root host, the command opens nothing in `/proc` (top level) or `/sys` that the
+/// host's mode bits keep from an unprivileged user (`slabinfo`, `kpageflags`, ...): the
+/// probe lists what it opened, and the host checks each path's mode itself.
+pub async fn kernel_files_no_more_than_nobody(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("kernel-files")?;
+    let mut f = Forbidden::new(&ctx);
+    for (dir, depth) in [("/proc", "1"), ("/sys", "64")] {
+        let p = ctx.probe_in(ws.path(), ["readable", dir, depth]).await?;
+        if !p.succeeded() {
+            return Err(Failure::Broken(format!("{dir}: {}", p.describe())));
+        }
+        let listed = p
+            .field("readable")
+            .and_then(|v| v.as_str())
+            .unwrap_or_default()
+            .to_owned();
+        // Judged on the host: a file others cannot read here, opened in there.
+        let over: Vec<&str> = listed
+            .lines()
+            .filter(|l| !l.is_empty())
+            .filter(|l| {
+                std::fs::symlink_metadata(l)
+                    .map(|m| {
+                        use std::os::unix::fs::MetadataExt;
+                        m.mode() & 0o004 == 0
+                    })
+                    .unwrap_or(false)
+            })
+            .collect();
+        f.check(
+            &format!("root-only files in {dir} opened"),
+            !over.is_empty(),
+            || over.iter().take(12).copied().collect::<Vec<_>>().join(", "),
+        );
+    }
+    f.finish()
 }

@@ -111,6 +111,17 @@ pub struct RunArgs {
     #[arg(long)]
     pub json: bool,
 
+    /// Run on a copy-on-write layer over the workspace, then: `ask` (show what changed and
+    /// ask, on a terminal; without one nothing is applied), `apply` (write it into the
+    /// workspace unless something escapes it or conflicts), `discard` (throw it away; what
+    /// `--snapshot` means). Without it the command writes the workspace directly
+    #[arg(long, value_enum, value_name = "WHAT")]
+    pub changes: Option<ChangesArg>,
+
+    /// With `--changes`: show a unified diff of the changed text files
+    #[arg(long)]
+    pub changes_diff: bool,
+
     /// The program and its arguments, passed as an argv (never through a shell)
     #[arg(
         value_name = "PROGRAM",
@@ -167,14 +178,11 @@ pub struct PolicyArgs {
     )]
     pub max_output: Option<u64>,
 
-    /// Memory limit for the whole command, in MiB
-    #[arg(
-        long,
-        value_name = "MB",
-        value_parser = clap::value_parser!(u64).range(1..),
-        allow_negative_numbers = true
-    )]
-    pub memory: Option<u64>,
+    /// Memory limit for the whole command, in MiB, or `unlimited`; without it every run
+    /// gets the library's default (8 GiB), and every tmpfs the sandbox makes is sized
+    /// inside the limit
+    #[arg(long, value_name = "MB|unlimited", allow_negative_numbers = true)]
+    pub memory: Option<MemoryArg>,
 
     /// The trust tier: `strict` (everything enforced exactly, in its own process world),
     /// `fast` (the same without process isolation), `trusted` (accepts over-grants, up to
@@ -186,7 +194,8 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "IMAGE")]
     pub image: Option<String>,
 
-    /// Run against a throwaway copy of the workspace; the original is never touched
+    /// Run against a throwaway copy of the workspace; the original is never touched (for
+    /// `sandbox run`, the same as `--changes discard`)
     #[arg(long)]
     pub snapshot: bool,
 
@@ -302,6 +311,18 @@ impl From<NetworkArg> for NetworkMode {
     }
 }
 
+/// What to do with the command's changes, as typed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ChangesArg {
+    /// Show the change set and ask whether to apply it (nothing applied without a
+    /// terminal).
+    Ask,
+    /// Apply it unless something escapes the workspace or conflicts.
+    Apply,
+    /// Throw it away.
+    Discard,
+}
+
 /// A lane, as typed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LaneArg {
@@ -398,5 +419,46 @@ mod tests {
                 .to_string();
             assert!(help.contains("Exit status"), "{sub}: {help}");
         }
+    }
+}
+
+/// `--memory` (and the policy file's `memory`): MiB, or `unlimited`, which must be said.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemoryArg {
+    /// A limit in MiB (at least 1).
+    MiB(u64),
+    /// No limit at all.
+    Unlimited,
+}
+
+impl std::str::FromStr for MemoryArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "unlimited" {
+            return Ok(Self::Unlimited);
+        }
+        match s.parse::<u64>() {
+            Ok(n) if n >= 1 => Ok(Self::MiB(n)),
+            _ => Err(format!(
+                "{s:?} is not a number of MiB (at least 1) or `unlimited`"
+            )),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for MemoryArg {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(n) => n.to_string().parse(),
+            Raw::Text(t) => t.parse(),
+        }
+        .map_err(serde::de::Error::custom)
     }
 }

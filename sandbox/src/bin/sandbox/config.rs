@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use sandbox::{Lane, NetworkMode};
 
-use crate::args::{BackendArg, PolicyArgs};
+use crate::args::{BackendArg, MemoryArg, PolicyArgs};
 use crate::error::CliError;
 
 /// The file, as written.
@@ -33,7 +33,7 @@ pub struct PolicyFile {
     env: Vec<String>,
     timeout: Option<Seconds>,
     max_output: Option<u64>,
-    memory: Option<u64>,
+    memory: Option<MemoryArg>,
     lane: Option<Lane>,
     image: Option<String>,
     snapshot: Option<bool>,
@@ -59,7 +59,8 @@ pub struct RunSpec {
     pub env: Vec<OsString>,
     pub timeout: Option<Duration>,
     pub max_output: Option<usize>,
-    pub memory_bytes: Option<u64>,
+    /// `None`: the library's default; `Some(None)`: unlimited, said explicitly.
+    pub memory_bytes: Option<Option<u64>>,
     pub lane: Lane,
     pub image: Option<String>,
     pub snapshot: bool,
@@ -168,10 +169,11 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     if max_output == Some(0) {
         return Err(CliError::option("max-output", "must be at least one byte"));
     }
-    let memory_bytes = args.memory.or(file.memory).map(mib).transpose()?;
-    if memory_bytes == Some(0) {
-        return Err(CliError::option("memory", "must be at least 1 MiB"));
-    }
+    let memory_bytes = match args.memory.or(file.memory) {
+        None => None,
+        Some(MemoryArg::Unlimited) => Some(None),
+        Some(MemoryArg::MiB(mb)) => Some(Some(mib(mb)?)),
+    };
     Ok(RunSpec {
         backend: args.backend.or(file.backend).unwrap_or(BackendArg::AUTO),
         workspace,
@@ -301,7 +303,21 @@ mod tests {
     #[test]
     fn memory_is_mebibytes_and_overflow_is_an_error() {
         let spec = resolve(run_args(&["--memory", "3", "true"]), Path::new("/")).unwrap();
-        assert_eq!(spec.memory_bytes, Some(3 << 20));
+        assert_eq!(spec.memory_bytes, Some(Some(3 << 20)));
+        let spec = resolve(run_args(&["--memory", "unlimited", "true"]), Path::new("/")).unwrap();
+        assert_eq!(spec.memory_bytes, Some(None), "unlimited, said explicitly");
+        let spec = resolve(run_args(&["true"]), Path::new("/")).unwrap();
+        assert_eq!(spec.memory_bytes, None, "the library's default");
+        let mut full = vec!["sandbox", "run", "--memory", "0", "true"];
+        assert!(
+            Cli::try_parse_from(full.drain(..)).is_err(),
+            "0 MiB is refused"
+        );
+        let file: PolicyFile = toml::from_str("memory = \"unlimited\"").unwrap();
+        assert_eq!(file.memory, Some(MemoryArg::Unlimited));
+        let file: PolicyFile = toml::from_str("memory = 64").unwrap();
+        assert_eq!(file.memory, Some(MemoryArg::MiB(64)));
+        assert!(toml::from_str::<PolicyFile>("memory = \"lots\"").is_err());
         let e = resolve(
             run_args(&["--memory", &u64::MAX.to_string(), "true"]),
             Path::new("/"),

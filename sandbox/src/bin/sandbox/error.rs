@@ -157,6 +157,19 @@ fn explain_sandbox(e: &SandboxError) -> (String, String) {
             format!("invalid {}: {reason}", flag_of(field)),
             "fix the option; `sandbox run --help` lists them".to_string(),
         ),
+        SandboxError::ControlGrant {
+            field,
+            path,
+            what,
+            remedy,
+        } => (
+            format!(
+                "{} {} is refused: it is {what}",
+                flag_of(field),
+                path.display()
+            ),
+            remedy.clone(),
+        ),
         SandboxError::Unavailable {
             backend,
             reason,

@@ -5,6 +5,7 @@
 //! status from the sandbox's (`sandbox run --help` lists the statuses).
 
 mod args;
+mod changes;
 mod config;
 mod error;
 #[cfg(feature = "mcp")]

@@ -10,10 +10,12 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    DynSandbox, EffectivePolicy, EnvPolicy, Plan, SandboxError, SandboxOpts, SandboxOutcome, Status,
+    ChangeSet, Changes, DynSandbox, EffectivePolicy, EnvPolicy, Plan, SandboxError, SandboxOpts,
+    SandboxOutcome, Status,
 };
 
-use crate::args::RunArgs;
+use crate::args::{ChangesArg, RunArgs};
+use crate::changes;
 use crate::config::{self, RunSpec};
 use crate::error::{over_grants, trusted_lane_hint, CliError};
 use crate::startup;
@@ -88,12 +90,35 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         source,
     })?;
     let json = args.json;
+    let changes_diff = args.changes_diff;
     let spec = config::resolve(args.policy, &cwd)?;
+    // `--snapshot` (policy) is `--changes discard` (how this run's writes are handled).
+    let changes_mode = match (args.changes, spec.snapshot) {
+        (Some(c), true) if c != ChangesArg::Discard => {
+            return Err(CliError::option(
+                "changes",
+                "--snapshot means --changes discard; give one or the other",
+            ))
+        }
+        (c, true) => c.or(Some(ChangesArg::Discard)),
+        (c, false) => c,
+    };
+    if changes_diff && changes_mode.is_none() {
+        return Err(CliError::option(
+            "changes-diff",
+            "shows the change set of --changes ask|apply|discard; give one",
+        ));
+    }
     let terminal = Terminal::new(
         if json { Dest::Stderr } else { Dest::Stdout },
         spec.max_output,
     );
     let mut opts = policy_opts(&spec, args.command)?;
+    opts.changes = match changes_mode {
+        None => Changes::Direct,
+        Some(ChangesArg::Discard) => Changes::Discard,
+        Some(ChangesArg::Ask | ChangesArg::Apply) => Changes::Review,
+    };
     // A person in a subdirectory of the workspace means to run the command there.
     if let (Ok(ws), Ok(here)) = (spec.workspace.canonicalize(), cwd.canonicalize()) {
         if here.starts_with(&ws) {
@@ -117,11 +142,17 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     }
 
     let sandbox: Arc<DynSandbox> = Arc::from(backend.sandbox());
-    // Not raced against the signals: `run` returns as soon as the command is running, and
-    // a signal that came meanwhile is still pending below. A launch that fails started
-    // nothing; the preflight says why.
-    if let Err(e) = sandbox.run(opts).await {
-        return Err(startup::diagnose(&chosen, e).await.into());
+    // Raced against the signals: `run` may first copy the workspace (`--snapshot`), which
+    // can take long; a signal then drops it, which stops the copy and removes what it
+    // made, and nothing was started. Once the command runs, a signal is handled below.
+    // A launch that fails started nothing; the preflight says why.
+    tokio::select! {
+        r = sandbox.run(opts) => {
+            if let Err(e) = r {
+                return Err(startup::diagnose(&chosen, e).await.into());
+            }
+        }
+        n = signals.recv() => return Ok(128 + n),
     }
     let (outcome, by_signal) = tokio::select! {
         o = sandbox.wait() => (o?, None),
@@ -135,9 +166,24 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         }
     };
     terminal.finish();
-    let code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
+    let mut code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
+    // A change set is only acted on when the command ended by itself.
+    let settled = match (&outcome.changes, changes_mode, by_signal) {
+        (Some(set), Some(mode), None) => Some(changes::settle(set, mode, changes_diff)),
+        (Some(set), Some(_), Some(_)) => {
+            set.discard();
+            eprintln!("sandbox: interrupted: the command's changes were discarded");
+            None
+        }
+        _ => None,
+    };
+    if settled.as_ref().is_some_and(|s| s.failed) {
+        code = crate::error::SANDBOX_FAILED;
+    }
     if json {
-        print_json(&JsonOutcome::new(&outcome, code));
+        let mut j = JsonOutcome::new(&outcome, code);
+        j.changes_settled = settled.as_ref();
+        print_json(&j);
     }
     Ok(code)
 }
@@ -189,7 +235,9 @@ pub fn policy_opts(spec: &RunSpec, argv: Vec<OsString>) -> Result<SandboxOpts, C
     if let Some(limit) = spec.max_output {
         opts.output_limit = limit;
     }
-    opts.limits.memory_bytes = spec.memory_bytes;
+    if let Some(limit) = spec.memory_bytes {
+        opts.limits.memory_bytes = limit;
+    }
     opts.snapshot = spec.snapshot;
     opts.env = env_policy(&spec.env)?;
     Ok(opts)
@@ -249,6 +297,12 @@ struct JsonOutcome<'a> {
     /// What `sandbox run` exits with.
     exit_status: i32,
     policy: &'a EffectivePolicy,
+    /// With `--changes`: every change the command made in its layer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changes: Option<&'a ChangeSet>,
+    /// With `--changes`: whether they were applied, and why not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    changes_settled: Option<&'a changes::Settled>,
 }
 
 impl<'a> JsonOutcome<'a> {
@@ -266,6 +320,8 @@ impl<'a> JsonOutcome<'a> {
             backend: o.backend,
             exit_status,
             policy: &o.policy,
+            changes: o.changes.as_ref(),
+            changes_settled: None,
         }
     }
 }

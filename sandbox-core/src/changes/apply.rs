@@ -1,0 +1,452 @@
+//! Apply a change set into the real workspace: check everything first, write nothing if a
+//! check fails, then write each file beside its target and rename it over.
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::fmt;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::fcntl::{openat, renameat, OFlag};
+use nix::sys::stat::{fchmod, mkdirat, Mode};
+use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
+use serde::Serialize;
+
+use super::fsx::{self, Kind};
+use super::layer::Layer;
+use super::{Change, ChangeKind, Stamp};
+
+/// Why a change cannot be applied at all, forced or not: it would reach out of the
+/// workspace or plant something the host might trip over.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Escape {
+    /// A symlink whose target, taken from where it sits, leaves the workspace.
+    SymlinkOutside {
+        /// The target as written.
+        target: PathBuf,
+    },
+    /// A character or block device node.
+    Device,
+    /// A FIFO.
+    Fifo,
+    /// A unix socket.
+    Socket,
+    /// A set-user-id or set-group-id bit.
+    SetId {
+        /// The permission bits asked.
+        mode: u32,
+    },
+    /// A regular file with more links than the layer holds: a hard link to a file
+    /// outside.
+    HardLinkOutside,
+    /// A directory on the way in the real workspace is a symlink (or not a directory).
+    ThroughSymlink {
+        /// The path, relative to the workspace, that is not a directory.
+        at: PathBuf,
+    },
+}
+
+impl fmt::Display for Escape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::SymlinkOutside { target } => {
+                write!(
+                    f,
+                    "a symlink to {} (out of the workspace)",
+                    target.display()
+                )
+            }
+            Self::Device => f.write_str("a device node"),
+            Self::Fifo => f.write_str("a FIFO"),
+            Self::Socket => f.write_str("a socket"),
+            Self::SetId { mode } => write!(f, "a set-id bit (mode {mode:o})"),
+            Self::HardLinkOutside => f.write_str("a hard link to a file outside the workspace"),
+            Self::ThroughSymlink { at } => {
+                write!(
+                    f,
+                    "a path through {}, which is not a directory",
+                    at.display()
+                )
+            }
+        }
+    }
+}
+
+/// One refused change.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    /// The change's path, relative to the workspace.
+    pub path: PathBuf,
+    /// Why.
+    pub escape: Escape,
+}
+
+/// Why [`ChangeSet::apply`](super::ChangeSet::apply) wrote nothing, or stopped.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ApplyError {
+    /// Some changes may never be applied; nothing was written. Discard the change set.
+    #[error("refused, nothing applied: {}", list_refusals(.refusals))]
+    Refused {
+        /// Every refused change.
+        refusals: Vec<Refusal>,
+    },
+    /// Files the change set touches changed in the real workspace after the run started;
+    /// nothing was written. Apply with `force` to overwrite them, or discard.
+    #[error(
+        "conflict, nothing applied: {} changed in the workspace after the run started; \
+         apply with force to overwrite, or discard",
+        list_paths(.paths)
+    )]
+    Conflict {
+        /// The paths, relative to the workspace.
+        paths: Vec<PathBuf>,
+    },
+    /// The change set was already applied or discarded.
+    #[error("the change set was already applied or discarded")]
+    Gone,
+    /// Writing failed part-way; the changes before `path` were applied.
+    #[error("applying {}: {source}", .path.display())]
+    Io {
+        /// Where it failed, relative to the workspace.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+    },
+}
+
+fn list_paths(p: &[PathBuf]) -> String {
+    p.iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn list_refusals(r: &[Refusal]) -> String {
+    r.iter()
+        .map(|r| format!("{}: {}", r.path.display(), r.escape))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// What an apply did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct ApplyReport {
+    /// Files, symlinks and directories written or created.
+    pub written: usize,
+    /// Entries deleted.
+    pub deleted: usize,
+    /// Mode changes made.
+    pub modes: usize,
+    /// Conflicting paths overwritten because the caller forced it.
+    pub forced: Vec<PathBuf>,
+}
+
+/// Lexically resolve `target` from the directory `parent` (relative to the workspace
+/// `ws`): does it stay inside `ws`?
+fn stays_inside(ws: &Path, parent: &Path, target: &Path) -> bool {
+    let mut stack: Vec<&OsStr> = Vec::new();
+    let base: Vec<&OsStr> = if target.is_absolute() {
+        Vec::new()
+    } else {
+        ws.components()
+            .chain(parent.components())
+            .filter_map(|c| match c {
+                Component::Normal(n) => Some(n),
+                _ => None,
+            })
+            .collect()
+    };
+    stack.extend(base);
+    for c in target.components() {
+        match c {
+            Component::Normal(n) => stack.push(n),
+            Component::ParentDir if stack.pop().is_none() => return false,
+            _ => {}
+        }
+    }
+    let resolved: PathBuf = std::iter::once(OsStr::new("/")).chain(stack).collect();
+    resolved.starts_with(ws)
+}
+
+fn nix_err(path: &Path) -> impl Fn(nix::Error) -> ApplyError + '_ {
+    move |e| ApplyError::Io {
+        path: path.to_path_buf(),
+        source: fsx::nix_io(e),
+    }
+}
+
+fn io_err(path: &Path) -> impl Fn(io::Error) -> ApplyError + '_ {
+    move |source| ApplyError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// How a real path's directories look: all directories, a missing one, or not a directory.
+enum Way {
+    Dir(OwnedFd),
+    Missing,
+    NotDir(PathBuf),
+}
+
+/// Walk the real workspace down to `rel`'s parent, stopping at a directory the change set
+/// creates (everything beneath it is new).
+fn way(root: BorrowedFd<'_>, rel: &Path, created: &BTreeSet<&Path>) -> io::Result<Way> {
+    let mut cur = nix::unistd::dup(root).map_err(fsx::nix_io)?;
+    let mut at = PathBuf::new();
+    let Some(parent) = rel.parent() else {
+        return Ok(Way::Dir(cur));
+    };
+    for c in parent.components() {
+        let Component::Normal(n) = c else { continue };
+        at.push(n);
+        if created.contains(at.as_path()) {
+            return Ok(Way::Missing);
+        }
+        match fsx::open_dir_at(cur.as_fd(), n) {
+            Ok(fd) => cur = fd,
+            Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(Way::Missing),
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENOTDIR)) => {
+                return Ok(Way::NotDir(at))
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Way::Dir(cur))
+}
+
+fn mode_bits(m: u32) -> Mode {
+    Mode::from_bits_truncate(m & 0o7777)
+}
+
+pub(crate) fn apply(
+    layer: &Layer,
+    changes: &[Change],
+    force: bool,
+) -> Result<ApplyReport, super::ApplyError> {
+    let ws = layer.workspace();
+    let real = fsx::open_root(ws).map_err(io_err(Path::new(".")))?;
+    let src = fsx::open_root(layer.source()).map_err(io_err(Path::new(".")))?;
+    let created: BTreeSet<&Path> = changes
+        .iter()
+        .filter(|c| c.kind == ChangeKind::DirAdded)
+        .map(|c| c.path.as_path())
+        .collect();
+
+    // 1. Escapes: never applied, forced or not.
+    let mut refusals = Vec::new();
+    let mut conflicts = Vec::new();
+    for c in changes {
+        let refuse = |escape| Refusal {
+            path: c.path.clone(),
+            escape,
+        };
+        match &c.kind {
+            ChangeKind::Special => {
+                let st = fsx::open_parent(src.as_fd(), &c.path)
+                    .ok()
+                    .flatten()
+                    .and_then(|p| fsx::stat_at(p.as_fd(), fsx::file_name(&c.path)).ok())
+                    .flatten();
+                let escape = match st.map(|s| s.st_mode & libc::S_IFMT) {
+                    Some(libc::S_IFIFO) => Escape::Fifo,
+                    Some(libc::S_IFSOCK) => Escape::Socket,
+                    _ => Escape::Device,
+                };
+                refusals.push(refuse(escape));
+            }
+            ChangeKind::Symlink { target } => {
+                let parent = c.path.parent().unwrap_or(Path::new(""));
+                if !stays_inside(ws, parent, target) {
+                    refusals.push(refuse(Escape::SymlinkOutside {
+                        target: target.clone(),
+                    }));
+                }
+            }
+            ChangeKind::Added | ChangeKind::Modified | ChangeKind::ModeChanged => {
+                if c.links.0 > c.links.1 {
+                    refusals.push(refuse(Escape::HardLinkOutside));
+                }
+            }
+            ChangeKind::DirAdded | ChangeKind::Deleted { .. } => {}
+        }
+        if let Some(m) = c.mode.filter(|m| m & 0o6000 != 0) {
+            refusals.push(refuse(Escape::SetId { mode: m }));
+        }
+        // 2. The real side: no symlink on the way; unchanged since the run started.
+        match way(real.as_fd(), &c.path, &created).map_err(io_err(&c.path))? {
+            Way::NotDir(at) => refusals.push(refuse(Escape::ThroughSymlink { at })),
+            Way::Missing => {
+                if c.real.is_some() {
+                    conflicts.push(c.path.clone());
+                }
+            }
+            Way::Dir(parent) => {
+                let now = fsx::stat_at(parent.as_fd(), fsx::file_name(&c.path))
+                    .map_err(io_err(&c.path))?
+                    .map(|s| Stamp::of(&s));
+                let moved = now != c.real || now.is_some_and(|s| s.ctime >= layer.start());
+                if moved {
+                    conflicts.push(c.path.clone());
+                }
+            }
+        }
+    }
+    if !refusals.is_empty() {
+        return Err(ApplyError::Refused { refusals });
+    }
+    conflicts.dedup();
+    let mut report = ApplyReport::default();
+    if !conflicts.is_empty() {
+        if !force {
+            return Err(ApplyError::Conflict { paths: conflicts });
+        }
+        report.forced = conflicts;
+    }
+
+    // 3. Deletions, deepest first.
+    for c in changes.iter().rev().filter(|c| c.is_deletion()) {
+        let Ok(Some(parent)) = fsx::open_parent(real.as_fd(), &c.path) else {
+            continue;
+        };
+        let name = fsx::file_name(&c.path);
+        let Some(st) = fsx::stat_at(parent.as_fd(), name).map_err(io_err(&c.path))? else {
+            continue;
+        };
+        let flag = if fsx::kind(&st) == Kind::Dir {
+            UnlinkatFlags::RemoveDir
+        } else {
+            UnlinkatFlags::NoRemoveDir
+        };
+        unlinkat(parent.as_fd(), name, flag).map_err(nix_err(&c.path))?;
+        report.deleted += 1;
+    }
+
+    // 4. Additions, parents first; directory modes afterwards, deepest first.
+    let mut dir_modes = Vec::new();
+    for c in changes.iter().filter(|c| !c.is_deletion()) {
+        let parent = fsx::open_parent(real.as_fd(), &c.path)
+            .map_err(io_err(&c.path))?
+            .ok_or_else(|| ApplyError::Io {
+                path: c.path.clone(),
+                source: io::Error::from_raw_os_error(libc::ENOENT),
+            })?;
+        let name = fsx::file_name(&c.path);
+        match &c.kind {
+            ChangeKind::DirAdded => {
+                match mkdirat(parent.as_fd(), name, Mode::from_bits_truncate(0o700)) {
+                    Ok(()) | Err(nix::Error::EEXIST) => {}
+                    Err(e) => return Err(nix_err(&c.path)(e)),
+                }
+                dir_modes.push(c);
+                report.written += 1;
+            }
+            ChangeKind::Added | ChangeKind::Modified => {
+                let from = fsx::open_parent(src.as_fd(), &c.path)
+                    .map_err(io_err(&c.path))?
+                    .ok_or_else(|| io_err(&c.path)(io::Error::from_raw_os_error(libc::ENOENT)))?;
+                let mut from = fsx::open_file_at(from.as_fd(), name).map_err(io_err(&c.path))?;
+                write_beside(parent.as_fd(), name, c.mode.unwrap_or(0o644), |out| {
+                    io::copy(&mut from, out).map(|_| ())
+                })
+                .map_err(io_err(&c.path))?;
+                report.written += 1;
+            }
+            ChangeKind::Symlink { target } => {
+                let tmp = temp_name();
+                symlinkat(target.as_path(), parent.as_fd(), tmp.as_os_str())
+                    .map_err(nix_err(&c.path))?;
+                if let Err(e) = renameat(parent.as_fd(), tmp.as_os_str(), parent.as_fd(), name) {
+                    let _ = unlinkat(parent.as_fd(), tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+                    return Err(nix_err(&c.path)(e));
+                }
+                report.written += 1;
+            }
+            ChangeKind::ModeChanged => {
+                let st = fsx::stat_at(parent.as_fd(), name).map_err(io_err(&c.path))?;
+                if st.as_ref().map(fsx::kind) == Some(Kind::Dir) {
+                    dir_modes.push(c);
+                } else {
+                    let f = fsx::open_file_at(parent.as_fd(), name).map_err(io_err(&c.path))?;
+                    fchmod(f.as_fd(), mode_bits(c.mode.unwrap_or(0o644)))
+                        .map_err(nix_err(&c.path))?;
+                    report.modes += 1;
+                }
+            }
+            ChangeKind::Deleted { .. } | ChangeKind::Special => {}
+        }
+    }
+    for c in dir_modes.into_iter().rev() {
+        let Some(parent) = fsx::open_parent(real.as_fd(), &c.path).map_err(io_err(&c.path))? else {
+            continue;
+        };
+        let d =
+            fsx::open_dir_at(parent.as_fd(), fsx::file_name(&c.path)).map_err(io_err(&c.path))?;
+        fchmod(d.as_fd(), mode_bits(c.mode.unwrap_or(0o755))).map_err(nix_err(&c.path))?;
+        if c.kind == ChangeKind::ModeChanged {
+            report.modes += 1;
+        }
+    }
+    Ok(report)
+}
+
+fn temp_name() -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    PathBuf::from(format!(
+        ".sandbox-apply-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
+}
+
+/// Create a new file beside `name` in `dir`, fill it, give it `mode`, and rename it over
+/// `name`: a reader sees the old file or the new one, never half of it.
+fn write_beside(
+    dir: BorrowedFd<'_>,
+    name: &OsStr,
+    mode: u32,
+    fill: impl FnOnce(&mut std::fs::File) -> io::Result<()>,
+) -> io::Result<()> {
+    let tmp = temp_name();
+    let fd = openat(
+        dir,
+        tmp.as_os_str(),
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+        Mode::from_bits_truncate(0o600),
+    )
+    .map_err(fsx::nix_io)?;
+    let mut f = std::fs::File::from(fd);
+    let done = fill(&mut f)
+        .and_then(|()| fchmod(f.as_fd(), mode_bits(mode)).map_err(fsx::nix_io))
+        .and_then(|()| renameat(dir, tmp.as_os_str(), dir, name).map_err(fsx::nix_io));
+    if done.is_err() {
+        let _ = unlinkat(dir, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
+    }
+    done
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn symlink_targets_are_judged_from_where_they_sit() {
+        let ws = Path::new("/w/s");
+        assert!(stays_inside(ws, Path::new("a"), Path::new("../b")));
+        assert!(stays_inside(ws, Path::new(""), Path::new("a/../b")));
+        assert!(!stays_inside(ws, Path::new(""), Path::new("../x")));
+        assert!(!stays_inside(
+            ws,
+            Path::new("a/b"),
+            Path::new("../../../s2")
+        ));
+        assert!(stays_inside(ws, Path::new("a"), Path::new("/w/s/c")));
+        assert!(!stays_inside(ws, Path::new("a"), Path::new("/etc/passwd")));
+        assert!(!stays_inside(ws, Path::new("a"), Path::new("/w/s/../x")));
+        assert!(!stays_inside(ws, Path::new(""), Path::new("/w/sx")));
+    }
+}

@@ -1,0 +1,277 @@
+//! The change set on a copy layer (the fallback where overlay cannot be mounted), edited
+//! directly as a command would, and the escapes a confined command cannot make (device
+//! nodes, set-id bits, hard links out), planted here by hand. The overlay layer is
+//! exercised end to end by the conformance suite (`changes::*`).
+
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use super::*;
+
+fn settle() {
+    std::thread::sleep(std::time::Duration::from_millis(50));
+}
+
+fn workspace() -> (tempfile::TempDir, PathBuf) {
+    let ws = tempfile::tempdir().unwrap();
+    let p = ws.path().canonicalize().unwrap();
+    for (f, c) in [
+        ("keep", "k"),
+        ("mod", "old"),
+        ("del", "d"),
+        ("chm", "c"),
+        ("gone/a", "a"),
+        ("gone/sub/b", "b"),
+        ("src/mv", "m"),
+        ("dst/.k", ""),
+    ] {
+        let path = p.join(f);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, c).unwrap();
+    }
+    settle();
+    (ws, p)
+}
+
+fn copy_set(ws: &Path, edit: impl FnOnce(&Path)) -> ChangeSet {
+    let layer = Layer::prepare(
+        ws,
+        LayerMechanism::Copy,
+        &crate::process::tree::Budget::default(),
+    )
+    .unwrap();
+    assert_eq!(layer.mechanism(), LayerMechanism::Copy);
+    edit(layer.source());
+    let changes = scan::scan(&layer).unwrap();
+    ChangeSet::new(layer, changes)
+}
+
+fn kinds(set: &ChangeSet) -> Vec<(String, ChangeKind)> {
+    set.changes()
+        .iter()
+        .map(|c| (c.path.display().to_string(), c.kind.clone()))
+        .collect()
+}
+
+/// A listing of a tree: path, kind, mode, contents or target.
+fn tree(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    fn walk(d: &Path, rel: &Path, out: &mut Vec<String>) {
+        let mut entries: Vec<_> = fs::read_dir(d).unwrap().map(|e| e.unwrap()).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let r = rel.join(e.file_name());
+            let m = fs::symlink_metadata(e.path()).unwrap();
+            let mode = m.permissions().mode() & 0o7777;
+            if m.is_dir() {
+                out.push(format!("{} dir {mode:o}", r.display()));
+                walk(&e.path(), &r, out);
+            } else if m.file_type().is_symlink() {
+                out.push(format!(
+                    "{} -> {:?}",
+                    r.display(),
+                    fs::read_link(e.path()).unwrap()
+                ));
+            } else {
+                let c = fs::read(e.path()).unwrap_or_default();
+                out.push(format!("{} {mode:o} {:?}", r.display(), c));
+            }
+        }
+    }
+    walk(root, Path::new(""), &mut out);
+    out
+}
+
+fn edits(c: &Path) {
+    fs::write(c.join("mod"), "new!").unwrap();
+    fs::write(c.join("add"), "added").unwrap();
+    fs::remove_file(c.join("del")).unwrap();
+    fs::set_permissions(c.join("chm"), fs::Permissions::from_mode(0o600)).unwrap();
+    symlink("keep", c.join("link")).unwrap();
+    fs::rename(c.join("src/mv"), c.join("dst/mv")).unwrap();
+    fs::remove_dir_all(c.join("gone")).unwrap();
+    fs::create_dir(c.join("nd")).unwrap();
+    fs::write(c.join("nd/x"), "x").unwrap();
+    fs::set_permissions(c.join("nd"), fs::Permissions::from_mode(0o750)).unwrap();
+}
+
+#[test]
+fn a_copy_layer_lists_exactly_the_edits() {
+    let (_t, ws) = workspace();
+    let set = copy_set(&ws, edits);
+    let got = kinds(&set);
+    let want = vec![
+        ("add".into(), ChangeKind::Added),
+        ("chm".into(), ChangeKind::ModeChanged),
+        ("del".into(), ChangeKind::Deleted { dir: false }),
+        ("dst/mv".into(), ChangeKind::Added),
+        ("gone".into(), ChangeKind::Deleted { dir: true }),
+        ("gone/a".into(), ChangeKind::Deleted { dir: false }),
+        ("gone/sub".into(), ChangeKind::Deleted { dir: true }),
+        ("gone/sub/b".into(), ChangeKind::Deleted { dir: false }),
+        (
+            "link".into(),
+            ChangeKind::Symlink {
+                target: "keep".into(),
+            },
+        ),
+        ("mod".into(), ChangeKind::Modified),
+        ("nd".into(), ChangeKind::DirAdded),
+        ("nd/x".into(), ChangeKind::Added),
+        ("src/mv".into(), ChangeKind::Deleted { dir: false }),
+    ];
+    assert_eq!(got, want);
+    let chm = &set.changes()[1];
+    assert_eq!((chm.old_mode, chm.mode), (Some(0o644), Some(0o600)));
+    // Serialises for `--json`, with no internal state.
+    let json = serde_json::to_value(&set).unwrap();
+    assert_eq!(json["mechanism"], "copy");
+    assert_eq!(json["changes"][0]["kind"], "added");
+    assert!(json["changes"][0].get("real").is_none());
+}
+
+#[test]
+fn apply_makes_the_workspace_the_layer_and_drops_it() {
+    let (_t, ws) = workspace();
+    let set = copy_set(&ws, edits);
+    let want = tree(&set.layer_dir().unwrap().join("copy"));
+    let dir = set.layer_dir().unwrap();
+    let report = set.apply(false).unwrap();
+    assert_eq!(tree(&ws), want);
+    assert_eq!((report.deleted, report.forced.len()), (6, 0));
+    assert!(!dir.exists(), "the layer is still on disk");
+    assert!(matches!(set.apply(false), Err(ApplyError::Gone)));
+}
+
+#[test]
+fn dropping_or_discarding_removes_the_layer_and_writes_nothing() {
+    let (_t, ws) = workspace();
+    let before = tree(&ws);
+    let set = copy_set(&ws, |c| {
+        fs::write(c.join("mod"), "x").unwrap();
+        // A directory the command made unwritable must still be removed.
+        fs::create_dir(c.join("ro")).unwrap();
+        fs::write(c.join("ro/f"), "f").unwrap();
+        fs::set_permissions(c.join("ro"), fs::Permissions::from_mode(0o500)).unwrap();
+    });
+    let dir = set.layer_dir().unwrap();
+    let clone = set.clone();
+    drop(set);
+    assert!(dir.exists(), "a clone still holds it");
+    drop(clone);
+    assert!(
+        !dir.exists(),
+        "dropping the last clone left {}",
+        dir.display()
+    );
+    assert_eq!(tree(&ws), before);
+    let set = copy_set(&ws, |c| fs::write(c.join("mod"), "x").unwrap());
+    let dir = set.layer_dir().unwrap();
+    set.discard();
+    assert!(!dir.exists());
+    assert_eq!(tree(&ws), before);
+}
+
+fn refused(set: &ChangeSet) -> Vec<Escape> {
+    match set.apply(true) {
+        Err(ApplyError::Refused { refusals }) => refusals.into_iter().map(|r| r.escape).collect(),
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn escapes_are_refused_before_anything_is_written() {
+    let (_t, ws) = workspace();
+    let before = tree(&ws);
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret");
+    fs::write(&secret, "s").unwrap();
+    let set = copy_set(&ws, |c| {
+        fs::write(c.join("mod"), "would be written").unwrap();
+        symlink("/etc/shadow", c.join("abs")).unwrap();
+        symlink("../../etc", c.join("gone/up")).unwrap();
+        fs::write(c.join("suid"), "x").unwrap();
+        fs::set_permissions(c.join("suid"), fs::Permissions::from_mode(0o4755)).unwrap();
+        fs::write(c.join("sgid"), "x").unwrap();
+        fs::set_permissions(c.join("sgid"), fs::Permissions::from_mode(0o2755)).unwrap();
+        // A hard link to a file outside the layer (same filesystem: the temp dir).
+        if fs::hard_link(&secret, c.join("hard")).is_err() {
+            eprintln!("hard link across filesystems not possible here");
+        }
+        let fifo =
+            std::ffi::CString::new(c.join("fifo").into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: a C string we own.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+        if nix::unistd::geteuid().is_root() {
+            let dev = std::ffi::CString::new(c.join("null").into_os_string().into_encoded_bytes())
+                .unwrap();
+            // SAFETY: a C string we own; a character device 1:3 (/dev/null's numbers).
+            let r =
+                unsafe { libc::mknod(dev.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, 3)) };
+            assert_eq!(r, 0);
+        }
+    });
+    let got = refused(&set);
+    let has = |f: &dyn Fn(&Escape) -> bool| got.iter().any(f);
+    assert!(
+        has(
+            &|e| matches!(e, Escape::SymlinkOutside { target } if target == Path::new("/etc/shadow"))
+        ),
+        "{got:?}"
+    );
+    assert!(
+        has(
+            &|e| matches!(e, Escape::SymlinkOutside { target } if target == Path::new("../../etc"))
+        ),
+        "{got:?}"
+    );
+    assert!(has(&|e| *e == Escape::SetId { mode: 0o4755 }), "{got:?}");
+    assert!(has(&|e| *e == Escape::SetId { mode: 0o2755 }), "{got:?}");
+    assert!(has(&|e| *e == Escape::Fifo), "{got:?}");
+    if set.changes().iter().any(|c| c.path == Path::new("hard")) {
+        assert!(has(&|e| *e == Escape::HardLinkOutside), "{got:?}");
+    }
+    if nix::unistd::geteuid().is_root() {
+        assert!(has(&|e| *e == Escape::Device), "{got:?}");
+    }
+    assert_eq!(tree(&ws), before, "a refused apply wrote something");
+    assert_eq!(fs::read_to_string(&secret).unwrap(), "s");
+    assert!(set.is_pending(), "a refused set must stay for a discard");
+}
+
+#[test]
+fn a_path_through_a_symlink_in_the_real_workspace_is_refused() {
+    let (_t, ws) = workspace();
+    let outside = tempfile::tempdir().unwrap();
+    let set = copy_set(&ws, |c| fs::write(c.join("dst/new"), "x").unwrap());
+    fs::remove_dir_all(ws.join("dst")).unwrap();
+    symlink(outside.path(), ws.join("dst")).unwrap();
+    let got = refused(&set);
+    assert_eq!(
+        got,
+        vec![Escape::ThroughSymlink { at: "dst".into() }],
+        "{got:?}"
+    );
+    assert!(!outside.path().join("new").exists());
+}
+
+#[test]
+fn a_file_changed_after_the_start_is_a_conflict_unless_forced() {
+    let (_t, ws) = workspace();
+    let set = copy_set(&ws, |c| {
+        fs::write(c.join("mod"), "cmd").unwrap();
+        fs::write(c.join("keep"), "cmd").unwrap();
+    });
+    fs::write(ws.join("mod"), "host").unwrap();
+    match set.apply(false) {
+        Err(ApplyError::Conflict { paths }) => assert_eq!(paths, vec![PathBuf::from("mod")]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(fs::read_to_string(ws.join("mod")).unwrap(), "host");
+    assert_eq!(fs::read_to_string(ws.join("keep")).unwrap(), "k");
+    let r = set.apply(true).unwrap();
+    assert_eq!(r.forced, vec![PathBuf::from("mod")]);
+    assert_eq!(fs::read_to_string(ws.join("mod")).unwrap(), "cmd");
+    assert_eq!(fs::read_to_string(ws.join("keep")).unwrap(), "cmd");
+}

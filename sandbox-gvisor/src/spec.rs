@@ -1,0 +1,817 @@
+//! The policy: a plan and the host's facts in, an OCI bundle's `config.json` and runsc's
+//! arguments out. Pure: it touches nothing (the one question it asks of the filesystem,
+//! whether a source is a directory, comes in as a function), so every knob is unit-tested
+//! without spawning.
+//!
+//! # The sandbox's filesystem
+//!
+//! The root is a directory of our own, read-only, holding only mount points and the
+//! host's top-level symlinks (`/bin -> usr/bin` on a merged-`/usr` host). On it, shallowest
+//! first:
+//!
+//! - the system read-only: `/usr`, `/etc`, `/opt`, `/nix/store` and the `/bin`, `/sbin`,
+//!   `/lib*` that are real directories on the host;
+//! - gVisor's own `/proc` (the sandbox's processes only), `/dev` and `/sys`;
+//! - private tmpfs on `/tmp` (sized to the memory limit when there is one), `/home`,
+//!   `/root` and `/run`;
+//! - the caller's paths: extra read-only paths, the workspace and extra writable paths
+//!   writable, carve-outs read-only over them; the program's own file read-only when
+//!   nothing else shows it.
+//!
+//! A path named more than once gets one mount, the one the caller meant: a carve-out (a
+//! restriction) over a writable grant over a read-only grant; a caller's path replaces a
+//! system mount at the same place. The host root, `/proc`, `/sys` (and anything in them)
+//! and `/dev` itself cannot be named: the sandbox has its own.
+//!
+//! # The process
+//!
+//! The plan's program (the canonical path `argv[0]` resolved to on the host) with the
+//! plan's arguments, environment and working directory; no capabilities in any set,
+//! `noNewPrivileges`; the uid of [`Identity`]; the process cap, the open-files limit and
+//! (without a cgroup) the memory limit as rlimits that the Sentry enforces for the
+//! sandbox's own processes; an OCI seccomp filter, applied by the Sentry, that refuses
+//! setuid and setgid bits on every call that sets a mode.
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+use sandbox_core::layout::{depth, MountTable, Origin, SystemEntry};
+use sandbox_core::{NetworkMode, Plan};
+use serde_json::{json, Value};
+
+use crate::error::GvisorError;
+
+/// The private tmpfs directories.
+const PRIVATE_TMPFS: &[&str] = &["/tmp", "/home", "/root", "/run"];
+
+/// The uid and gid of the command inside the sandbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// The unprivileged uid and gid.
+pub(crate) const NOBODY: u32 = 65534;
+
+/// Who the command runs as: see the crate docs. `owner` is the workspace's owner.
+///
+/// - A host that is not root runs runsc rootless, whose one mapped uid is the caller:
+///   the command is uid 0 *inside* (no capabilities), which is the caller on the host.
+/// - A root host runs the command as the workspace's owner when that is an ordinary
+///   user (group 0 replaced by `nogroup`), so what it makes belongs to that user; with a
+///   root-owned workspace, as `nobody`, the workspace handed over by an idmapped mount.
+pub(crate) fn identity(host_is_root: bool, owner: (u32, u32)) -> Identity {
+    if !host_is_root {
+        return Identity { uid: 0, gid: 0 };
+    }
+    match owner {
+        (0, _) => Identity {
+            uid: NOBODY,
+            gid: NOBODY,
+        },
+        (uid, gid) => Identity {
+            uid,
+            gid: if gid == 0 { NOBODY } else { gid },
+        },
+    }
+}
+
+/// Limits the Sentry enforces inside (see `Launch::limits_inside`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct InsideLimits {
+    /// `RLIMIT_NOFILE`.
+    pub open_files: Option<u64>,
+    /// `RLIMIT_NPROC`.
+    pub processes: Option<u64>,
+    /// `RLIMIT_AS`, where no cgroup holds the memory limit.
+    pub address_space: Option<u64>,
+    /// The size of each private tmpfs, in bytes (the memory limit: tmpfs is memory).
+    pub tmpfs_bytes: Option<u64>,
+}
+
+/// The host's layout, as the policy needs it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout<'a> {
+    /// The system directories and how the host has each.
+    pub system: &'a [(PathBuf, SystemEntry)],
+    /// Caller's paths bound from elsewhere: the idmapped staging mount that hands a tree
+    /// to the command's uid (destination, source).
+    pub staged: &'a [(PathBuf, PathBuf)],
+}
+
+/// Something to make in the bundle's root directory before runsc starts: a mount point
+/// (the root is read-only inside, so the runtime cannot make them), or a system symlink.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Skeleton {
+    Dir(PathBuf),
+    File(PathBuf),
+    Symlink { at: PathBuf, target: PathBuf },
+}
+
+/// A bundle to write: `config.json` and the root's skeleton (paths absolute as seen
+/// inside; the bundle writer puts them under its root directory).
+#[derive(Clone, Debug)]
+pub(crate) struct Bundle {
+    pub config: Value,
+    pub skeleton: Vec<Skeleton>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Op {
+    RoBind,
+    Bind,
+    Tmpfs,
+}
+
+fn text<'a>(field: &'static str, what: &'static str, s: &'a OsStr) -> Result<&'a str, GvisorError> {
+    s.to_str().ok_or_else(|| GvisorError::NotUtf8 {
+        field,
+        what,
+        shown: s.to_string_lossy().into_owned(),
+    })
+}
+
+/// Refuse caller paths the sandbox builds itself.
+fn check_user_path(field: &'static str, p: &Path) -> Result<(), GvisorError> {
+    let why = if p == Path::new("/") {
+        Some("the host root is never bound wholesale; name the directories you need")
+    } else if p.starts_with("/proc") || p.starts_with("/sys") || p == Path::new("/dev") {
+        Some("the sandbox has its own /proc, /sys and /dev; the host's cannot be granted")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(GvisorError::Path {
+            field,
+            path: p.to_path_buf(),
+            why,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The shared mount table (`sandbox_core::layout`) with this backend's operations.
+type Table = MountTable<Op>;
+
+/// A caller's path, bound writable or read-only by its origin.
+fn grant(t: &mut Table, dest: &Path, origin: Origin) {
+    let op = if origin.writable() {
+        Op::Bind
+    } else {
+        Op::RoBind
+    };
+    t.caller(dest, origin, op);
+}
+
+/// Whether `path` shows the host's own file inside: the deepest mount over it is a bind
+/// (a private tmpfs over a host path hides it).
+fn shows_host(t: &Table, path: &Path) -> bool {
+    matches!(t.deepest(path, |_| true), Some((_, m)) if m.op != Op::Tmpfs)
+}
+
+/// Whether a mount strictly above `path` holds it (else it sits on our own root).
+fn above(t: &Table, path: &Path) -> bool {
+    t.mounts
+        .keys()
+        .any(|d| d.as_path() != path && path.starts_with(d))
+}
+
+/// The bundle for `plan`. `is_dir` says whether a host path is a directory (for the
+/// kind of mount point to make).
+pub(crate) fn bundle(
+    plan: &Plan,
+    layout: Layout<'_>,
+    who: Identity,
+    limits: InsideLimits,
+    is_dir: &dyn Fn(&Path) -> bool,
+) -> Result<Bundle, GvisorError> {
+    let mut table = Table::default();
+    let mut skeleton = Vec::new();
+    for (path, entry) in layout.system {
+        match entry {
+            SystemEntry::Dir => table.system(path, Op::RoBind),
+            SystemEntry::Symlink(target) => skeleton.push(Skeleton::Symlink {
+                at: path.clone(),
+                target: target.clone(),
+            }),
+            SystemEntry::Absent => {}
+        }
+    }
+    for t in PRIVATE_TMPFS {
+        table.system(*t, Op::Tmpfs);
+    }
+    let lists: [(&'static str, Origin, &[PathBuf]); 4] = [
+        (
+            "read_only_paths",
+            Origin::ReadOnlyPath,
+            &plan.read_only_paths,
+        ),
+        ("writable_paths", Origin::Writable, &plan.writable_paths),
+        (
+            "workspace",
+            Origin::Workspace,
+            std::slice::from_ref(&plan.workspace),
+        ),
+        (
+            "readonly_carveouts",
+            Origin::Carveout,
+            &plan.readonly_carveouts,
+        ),
+    ];
+    for (field, origin, paths) in lists {
+        for p in paths {
+            check_user_path(field, p)?;
+            grant(&mut table, p, origin);
+        }
+    }
+    // A program outside everything shown (a tool in the caller's home, a test binary in a
+    // build directory) gets its own file: naming it to run grants it, not its directory.
+    // A symlinked system directory counts as shown through its target.
+    if !shows_host(&table, &plan.program) {
+        check_user_path("argv", &plan.program)?;
+        grant(&mut table, &plan.program, Origin::Program);
+    }
+
+    let mut mounts = vec![
+        json!({"destination": "/proc", "type": "proc", "source": "proc"}),
+        json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
+               "options": ["nosuid", "noexec", "mode=755"]}),
+    ];
+    for (dest, m) in table.ordered() {
+        let d = text("mounts", "a path", dest.as_os_str())?;
+        let entry = match m.op {
+            Op::Tmpfs => {
+                let mut options = vec!["nosuid".to_owned(), "nodev".into(), "mode=1777".into()];
+                if let Some(b) = limits.tmpfs_bytes {
+                    options.push(format!("size={b}"));
+                }
+                json!({"destination": d, "type": "tmpfs", "source": "tmpfs", "options": options})
+            }
+            Op::RoBind | Op::Bind => {
+                let rw = if m.op == Op::Bind { "rw" } else { "ro" };
+                let source = match layout.staged.iter().find(|(at, _)| at == dest) {
+                    Some((_, from)) => text("mounts", "a path", from.as_os_str())?,
+                    None => d,
+                };
+                json!({"destination": d, "type": "bind", "source": source,
+                       "options": ["rbind", rw, "nosuid", "nodev"]})
+            }
+        };
+        mounts.push(entry);
+        // Mount points on our own (read-only) root are made in the bundle beforehand.
+        if !above(&table, dest) {
+            let mut parents: Vec<PathBuf> = dest
+                .ancestors()
+                .skip(1)
+                .filter(|a| depth(a) > 0)
+                .map(Path::to_path_buf)
+                .collect();
+            parents.reverse();
+            for a in parents {
+                let s = Skeleton::Dir(a);
+                if !skeleton.contains(&s) {
+                    skeleton.push(s);
+                }
+            }
+            let point = if m.op == Op::Tmpfs || is_dir(dest) {
+                Skeleton::Dir(dest.clone())
+            } else {
+                Skeleton::File(dest.clone())
+            };
+            if !skeleton.contains(&point) {
+                skeleton.push(point);
+            }
+        }
+    }
+
+    let mut args = vec![text("argv", "the program", plan.program.as_os_str())?.to_owned()];
+    for a in &plan.argv[1..] {
+        args.push(text("argv", "an argument", a)?.to_owned());
+    }
+    let env = plan
+        .env
+        .iter()
+        .map(|(k, v)| {
+            Ok(format!(
+                "{}={}",
+                text("env", "a variable name", k)?,
+                text("env", "a variable's value", v)?
+            ))
+        })
+        .collect::<Result<Vec<_>, GvisorError>>()?;
+    let mut rlimits = Vec::new();
+    for (name, v) in [
+        ("RLIMIT_NOFILE", limits.open_files),
+        ("RLIMIT_NPROC", limits.processes),
+        ("RLIMIT_AS", limits.address_space),
+    ] {
+        if let Some(v) = v {
+            rlimits.push(json!({"type": name, "hard": v, "soft": v}));
+        }
+    }
+    let none: [&str; 0] = [];
+    // With the full network, runsc's host network is the network namespace it runs in:
+    // the spec must not ask for a new one.
+    let mut namespaces = vec![
+        json!({"type": "pid"}),
+        json!({"type": "ipc"}),
+        json!({"type": "uts"}),
+        json!({"type": "mount"}),
+    ];
+    if plan.network != NetworkMode::Full {
+        namespaces.push(json!({"type": "network"}));
+    }
+    let config = json!({
+        "ociVersion": "1.0.2",
+        "process": {
+            "terminal": false,
+            "user": {"uid": who.uid, "gid": who.gid},
+            "args": args,
+            "env": env,
+            "cwd": text("cwd", "the working directory", plan.cwd.as_os_str())?,
+            "capabilities": {
+                "bounding": none, "effective": none, "inheritable": none,
+                "permitted": none, "ambient": none
+            },
+            "noNewPrivileges": true,
+            "rlimits": rlimits,
+        },
+        "root": {"path": "rootfs", "readonly": true},
+        "hostname": "sandbox",
+        "mounts": mounts,
+        "linux": {
+            "namespaces": namespaces,
+            "seccomp": no_setuid_filter(),
+        },
+    });
+    Ok(Bundle { config, skeleton })
+}
+
+const S_ISUID: u64 = 0o4000;
+const S_ISGID: u64 = 0o2000;
+
+/// The OCI seccomp filter the Sentry applies to the command: every call that sets a mode
+/// is refused (`EPERM`) with a setuid or setgid bit, so no such file is left behind for
+/// the host to run. Everything else is allowed: the Sentry is the kernel the command
+/// talks to, and it never passes the command's system calls to the host's.
+fn no_setuid_filter() -> Value {
+    // (call, index of the mode, index of the flags that must hold O_CREAT or O_TMPFILE)
+    let calls: [(&str, u32, Option<u32>); 8] = [
+        ("chmod", 1, None),
+        ("fchmod", 1, None),
+        ("fchmodat", 2, None),
+        ("creat", 1, None),
+        ("mknod", 1, None),
+        ("mknodat", 2, None),
+        ("open", 2, Some(1)),
+        ("openat", 3, Some(2)),
+    ];
+    let creating = [libc::O_CREAT as u64, libc::O_TMPFILE as u64];
+    let cond = |index: u32, mask: u64| json!({"index": index, "value": mask, "valueTwo": mask, "op": "SCMP_CMP_MASKED_EQ"});
+    let mut rules = Vec::new();
+    for (name, mode, flags) in calls {
+        for bit in [S_ISUID, S_ISGID] {
+            let flag_sets: Vec<Option<u64>> = match flags {
+                None => vec![None],
+                Some(_) => creating.iter().copied().map(Some).collect(),
+            };
+            for f in flag_sets {
+                let mut args = vec![cond(mode, bit)];
+                if let (Some(i), Some(f)) = (flags, f) {
+                    args.push(cond(i, f));
+                }
+                rules.push(json!({
+                    "names": [name], "action": "SCMP_ACT_ERRNO",
+                    "errnoRet": libc::EPERM, "args": args
+                }));
+            }
+        }
+    }
+    json!({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "architectures": [if cfg!(target_arch = "aarch64") { "SCMP_ARCH_AARCH64" } else { "SCMP_ARCH_X86_64" }],
+        "syscalls": rules,
+    })
+}
+
+/// runsc's arguments: global options, then `run` of the bundle. `rootless` for a host
+/// that is not root.
+pub(crate) fn runsc_args(
+    state: &Path,
+    bundle: &Path,
+    id: &str,
+    network: NetworkMode,
+    rootless: bool,
+) -> Vec<OsString> {
+    let mut a: Vec<OsString> = Vec::new();
+    let mut opt = |s: &str| a.push(s.into());
+    let mut root = OsString::from("--root=");
+    root.push(state);
+    // `none` and `loopback` alike: gVisor's own network stack with only its loopback,
+    // nothing of the host's. `full`: the host's network stack (root only).
+    opt(match network {
+        NetworkMode::None | NetworkMode::Loopback => "--network=none",
+        NetworkMode::Full => "--network=host",
+    });
+    // The Sentry intercepts system calls by ptrace: works everywhere, no /dev/kvm.
+    opt("--platform=ptrace");
+    // The whole tree is already in the run's cgroups (core's), where the host has them.
+    opt("--ignore-cgroups");
+    // The command's filter (setuid bits), applied by the Sentry.
+    opt("--oci-seccomp");
+    // No host unix socket or FIFO may be opened through a bound path.
+    opt("--host-uds=none");
+    opt("--host-fifo=none");
+    if rootless {
+        opt("--rootless");
+    }
+    a.insert(0, root);
+    a.push("run".into());
+    let mut b = OsString::from("--bundle=");
+    b.push(bundle);
+    a.push(b);
+    a.push(id.into());
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_core::{Capability, SandboxOpts};
+
+    /// The backend's own capability, as on a root host (every network mode).
+    fn cap() -> Capability {
+        let mut facts = crate::host::HostFacts::detect();
+        facts.is_root = true;
+        crate::capability(&facts)
+    }
+
+    fn system() -> Vec<(PathBuf, SystemEntry)> {
+        vec![
+            ("/usr".into(), SystemEntry::Dir),
+            ("/etc".into(), SystemEntry::Dir),
+            ("/opt".into(), SystemEntry::Absent),
+            ("/bin".into(), SystemEntry::Symlink("usr/bin".into())),
+        ]
+    }
+
+    /// The error `bundle` gives for `opts`.
+    fn refusal(opts: &SandboxOpts) -> GvisorError {
+        let plan = Plan::new(opts, "gvisor", &cap()).unwrap();
+        let sys = system();
+        let layout = Layout {
+            system: &sys,
+            staged: &[],
+        };
+        bundle(&plan, layout, WHO, InsideLimits::default(), &|_| true).unwrap_err()
+    }
+
+    const WHO: Identity = Identity {
+        uid: 1000,
+        gid: 1000,
+    };
+
+    fn build(opts: &SandboxOpts, limits: InsideLimits) -> Bundle {
+        let plan = Plan::new(opts, "gvisor", &cap()).unwrap();
+        let sys = system();
+        bundle(
+            &plan,
+            Layout {
+                system: &sys,
+                staged: &[],
+            },
+            WHO,
+            limits,
+            &|p: &Path| p.is_dir(),
+        )
+        .unwrap()
+    }
+
+    fn mounts(b: &Bundle) -> Vec<(String, String, Vec<String>)> {
+        b.config["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["destination"].as_str().unwrap().to_owned(),
+                    m["type"].as_str().unwrap().to_owned(),
+                    m["options"]
+                        .as_array()
+                        .map(|o| o.iter().map(|x| x.as_str().unwrap().to_owned()).collect())
+                        .unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    fn mount_of(b: &Bundle, dest: &Path) -> Option<(String, Vec<String>)> {
+        mounts(b)
+            .into_iter()
+            .find(|(d, _, _)| Path::new(d) == dest)
+            .map(|(_, t, o)| (t, o))
+    }
+
+    #[test]
+    fn the_system_is_read_only_and_symlinks_are_recreated() {
+        let ws = tempfile::tempdir().unwrap();
+        let b = build(
+            &SandboxOpts::new(ws.path(), ["true"]),
+            InsideLimits::default(),
+        );
+        let (t, o) = mount_of(&b, Path::new("/usr")).unwrap();
+        assert_eq!(t, "bind");
+        assert!(o.contains(&"ro".to_owned()), "{o:?}");
+        assert!(mount_of(&b, Path::new("/opt")).is_none());
+        assert!(b.skeleton.contains(&Skeleton::Symlink {
+            at: "/bin".into(),
+            target: "usr/bin".into()
+        }));
+        assert_eq!(b.config["root"]["readonly"], true);
+        for t in PRIVATE_TMPFS {
+            assert_eq!(mount_of(&b, Path::new(t)).unwrap().0, "tmpfs", "{t}");
+        }
+        // Nothing else of the host: no /home bind, no /var, no /root of the host.
+        assert!(mounts(&b)
+            .iter()
+            .all(|(d, t, _)| t != "bind" || !(d.starts_with("/var") || d == "/")));
+    }
+
+    #[test]
+    fn workspace_is_writable_and_carveouts_and_named_paths_are_not() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join(".git")).unwrap();
+        let ro = tempfile::tempdir().unwrap();
+        let rw = tempfile::tempdir().unwrap();
+        let mut opts = SandboxOpts::new(ws.path(), ["true"]);
+        opts.readonly_carveouts.push(".git".into());
+        opts.read_only_paths.push(ro.path().into());
+        opts.writable_paths.push(rw.path().into());
+        let b = build(&opts, InsideLimits::default());
+        let canon = |p: &Path| p.canonicalize().unwrap();
+        let w = canon(ws.path());
+        assert!(mount_of(&b, &w).unwrap().1.contains(&"rw".to_owned()));
+        assert!(mount_of(&b, &w.join(".git"))
+            .unwrap()
+            .1
+            .contains(&"ro".to_owned()));
+        assert!(mount_of(&b, &canon(ro.path()))
+            .unwrap()
+            .1
+            .contains(&"ro".to_owned()));
+        assert!(mount_of(&b, &canon(rw.path()))
+            .unwrap()
+            .1
+            .contains(&"rw".to_owned()));
+        // The carve-out is mounted after (over) the workspace.
+        let order: Vec<String> = mounts(&b).into_iter().map(|m| m.0).collect();
+        let at = |p: &Path| order.iter().position(|d| Path::new(d) == p).unwrap();
+        assert!(at(&w) < at(&w.join(".git")));
+        // Every bind is nosuid and nodev.
+        for (d, t, o) in mounts(&b) {
+            if t == "bind" {
+                assert!(
+                    o.contains(&"nosuid".into()) && o.contains(&"nodev".into()),
+                    "{d}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_staged_tree_is_bound_from_its_staging_mount() {
+        let ws = tempfile::tempdir().unwrap();
+        let opts = SandboxOpts::new(ws.path(), ["true"]);
+        let plan = Plan::new(&opts, "gvisor", &cap()).unwrap();
+        let sys = system();
+        let w = ws.path().canonicalize().unwrap();
+        let staged = [(w.clone(), PathBuf::from("/b/stage/0"))];
+        let layout = Layout {
+            system: &sys,
+            staged: &staged,
+        };
+        let b = bundle(&plan, layout, WHO, InsideLimits::default(), &|_| true).unwrap();
+        let m = b.config["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| Path::new(m["destination"].as_str().unwrap()) == w)
+            .unwrap();
+        assert_eq!(m["source"], "/b/stage/0");
+        assert_eq!(m["options"][1], "rw");
+    }
+
+    #[test]
+    fn a_path_named_twice_gets_the_restriction() {
+        let ws = tempfile::tempdir().unwrap();
+        let mut opts = SandboxOpts::new(ws.path(), ["true"]);
+        opts.read_only_paths.push(ws.path().into());
+        let b = build(&opts, InsideLimits::default());
+        let w = ws.path().canonicalize().unwrap();
+        // The workspace outweighs a read-only grant of the same path.
+        assert!(mount_of(&b, &w).unwrap().1.contains(&"rw".to_owned()));
+        let n = mounts(&b).iter().filter(|m| Path::new(&m.0) == w).count();
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn reserved_paths_are_refused() {
+        let ws = tempfile::tempdir().unwrap();
+        for bad in ["/", "/proc", "/sys/kernel", "/dev"] {
+            let mut opts = SandboxOpts::new(ws.path(), ["true"]);
+            opts.read_only_paths.push(bad.into());
+            let e = refusal(&opts);
+            assert!(
+                matches!(e, GvisorError::Path { field: "read_only_paths", ref path, .. } if path == Path::new(bad)),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn process_argv_env_cwd_user_and_no_privileges() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join("sub")).unwrap();
+        let mut opts = SandboxOpts::new(ws.path(), ["true", "a b", "", "$(id)"]);
+        opts.cwd = Some("sub".into());
+        opts.env.set.push(("FOO".into(), "x=y".into()));
+        let b = build(&opts, InsideLimits::default());
+        let p = &b.config["process"];
+        let program = which::which("true").unwrap().canonicalize().unwrap();
+        assert_eq!(
+            p["args"],
+            json!([program.to_str().unwrap(), "a b", "", "$(id)"])
+        );
+        let env: Vec<&str> = p["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert!(env.contains(&"FOO=x=y"), "{env:?}");
+        assert!(env.iter().any(|e| e.starts_with("PATH=")));
+        assert_eq!(
+            Path::new(p["cwd"].as_str().unwrap()),
+            ws.path().canonicalize().unwrap().join("sub")
+        );
+        assert_eq!(p["user"], json!({"uid": 1000, "gid": 1000}));
+        assert_eq!(p["noNewPrivileges"], true);
+        for set in [
+            "bounding",
+            "effective",
+            "inheritable",
+            "permitted",
+            "ambient",
+        ] {
+            assert_eq!(p["capabilities"][set], json!([]), "{set}");
+        }
+    }
+
+    #[test]
+    fn limits_become_rlimits_and_the_tmpfs_size() {
+        let ws = tempfile::tempdir().unwrap();
+        let limits = InsideLimits {
+            open_files: Some(64),
+            processes: Some(32),
+            address_space: None,
+            tmpfs_bytes: Some(1 << 20),
+        };
+        let b = build(&SandboxOpts::new(ws.path(), ["true"]), limits);
+        let r = &b.config["process"]["rlimits"];
+        assert_eq!(
+            *r,
+            json!([
+                {"type": "RLIMIT_NOFILE", "hard": 64, "soft": 64},
+                {"type": "RLIMIT_NPROC", "hard": 32, "soft": 32}
+            ])
+        );
+        let (_, o) = mount_of(&b, Path::new("/tmp")).unwrap();
+        assert!(o.contains(&"size=1048576".to_owned()), "{o:?}");
+    }
+
+    #[test]
+    fn a_program_outside_everything_gets_its_own_file_and_mount_points() {
+        let ws = tempfile::tempdir().unwrap();
+        // The test binary itself: in target/, which nothing else shows.
+        let me = std::env::current_exe().unwrap().canonicalize().unwrap();
+        let opts = SandboxOpts::new(ws.path(), [me.as_os_str()]);
+        let b = build(&opts, InsideLimits::default());
+        let (t, o) = mount_of(&b, &me).unwrap();
+        assert_eq!(t, "bind");
+        assert!(o.contains(&"ro".to_owned()));
+        assert!(b.skeleton.contains(&Skeleton::File(me.clone())));
+        for a in me.ancestors().skip(1).filter(|a| depth(a) > 0) {
+            if !a.starts_with("/tmp") && !a.starts_with("/usr") {
+                assert!(
+                    b.skeleton.contains(&Skeleton::Dir(a.into())),
+                    "{}",
+                    a.display()
+                );
+            }
+        }
+        // Under a private tmpfs, the program's file is still bound.
+        let tmp = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        let prog = tmp.path().canonicalize().unwrap().join("prog");
+        std::fs::copy(&me, &prog).unwrap();
+        let b = build(
+            &SandboxOpts::new(ws.path(), [prog.as_os_str()]),
+            InsideLimits::default(),
+        );
+        assert_eq!(mount_of(&b, &prog).unwrap().0, "bind");
+        // A system program gets nothing of its own.
+        let b = build(
+            &SandboxOpts::new(ws.path(), ["true"]),
+            InsideLimits::default(),
+        );
+        assert!(!mounts(&b).iter().any(|m| m.0.ends_with("/true")));
+    }
+
+    #[test]
+    fn setuid_bits_are_refused_by_every_call_that_sets_a_mode() {
+        let f = no_setuid_filter();
+        assert_eq!(f["defaultAction"], "SCMP_ACT_ALLOW");
+        let rules = f["syscalls"].as_array().unwrap();
+        for call in [
+            "chmod", "fchmod", "fchmodat", "creat", "mknod", "mknodat", "open", "openat",
+        ] {
+            for bit in [S_ISUID, S_ISGID] {
+                assert!(
+                    rules.iter().any(|r| r["names"][0] == call
+                        && r["action"] == "SCMP_ACT_ERRNO"
+                        && r["args"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .any(|a| a["value"] == bit
+                                && a["valueTwo"] == bit
+                                && a["op"] == "SCMP_CMP_MASKED_EQ")),
+                    "{call} {bit:o}"
+                );
+            }
+        }
+        // open/openat refuse only when creating.
+        let open: Vec<&Value> = rules.iter().filter(|r| r["names"][0] == "openat").collect();
+        assert!(open
+            .iter()
+            .all(|r| r["args"].as_array().unwrap().len() == 2));
+    }
+
+    #[test]
+    fn identity_follows_the_rules() {
+        let id = |uid, gid| Identity { uid, gid };
+        assert_eq!(identity(false, (1000, 1000)), id(0, 0));
+        assert_eq!(identity(true, (1000, 1000)), id(1000, 1000));
+        assert_eq!(identity(true, (1000, 0)), id(1000, NOBODY));
+        assert_eq!(identity(true, (0, 0)), id(NOBODY, NOBODY));
+    }
+
+    #[test]
+    fn only_the_full_network_shares_the_hosts_namespace() {
+        let ws = tempfile::tempdir().unwrap();
+        let has_netns = |mode| {
+            let mut opts = SandboxOpts::new(ws.path(), ["true"]);
+            opts.network = mode;
+            let b = build(&opts, InsideLimits::default());
+            b.config["linux"]["namespaces"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|n| n["type"] == "network")
+        };
+        assert!(has_netns(NetworkMode::None));
+        assert!(has_netns(NetworkMode::Loopback));
+        assert!(!has_netns(NetworkMode::Full));
+    }
+
+    #[test]
+    fn network_modes_map_to_runsc() {
+        let a = |n, rootless| {
+            runsc_args(Path::new("/s"), Path::new("/b"), "id", n, rootless)
+                .into_iter()
+                .map(|s| s.into_string().unwrap())
+                .collect::<Vec<_>>()
+        };
+        assert!(a(NetworkMode::None, false).contains(&"--network=none".into()));
+        assert!(a(NetworkMode::Loopback, false).contains(&"--network=none".into()));
+        assert!(a(NetworkMode::Full, false).contains(&"--network=host".into()));
+        assert!(a(NetworkMode::None, true).contains(&"--rootless".into()));
+        assert!(!a(NetworkMode::None, false).contains(&"--rootless".into()));
+        let v = a(NetworkMode::None, false);
+        assert_eq!(&v[v.len() - 3..], ["run", "--bundle=/b", "id"]);
+        assert_eq!(v[0], "--root=/s");
+    }
+
+    #[test]
+    fn a_non_utf8_argument_is_refused() {
+        use std::os::unix::ffi::OsStringExt;
+        let ws = tempfile::tempdir().unwrap();
+        let bad = OsString::from_vec(vec![0xff, 0xfe]);
+        let opts = SandboxOpts::new(ws.path(), [OsString::from("true"), bad]);
+        let e = refusal(&opts);
+        assert!(
+            matches!(e, GvisorError::NotUtf8 { field: "argv", .. }),
+            "{e}"
+        );
+    }
+}

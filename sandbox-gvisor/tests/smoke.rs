@@ -1,0 +1,304 @@
+//! Real commands under runsc, judged from the host: what only this backend does (its
+//! bundle, its uid rules, runsc's leftovers). The shared behaviour is the conformance
+//! suite's (`cargo xtask conformance --backend gvisor`).
+//!
+//! Skipped, with a message, on a host without runsc; `SANDBOX_TEST_REQUIRE=gvisor` (or
+//! `all`) makes that a failure, as CI does.
+
+#![allow(clippy::unwrap_used)] // test helpers: a failed step is a failed test
+
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use sandbox_core::{Sandbox, SandboxExt, SandboxOpts, Status};
+use sandbox_gvisor::GvisorBackend;
+
+/// One test at a time: the leftover checks look at every run of this process.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+fn available() -> bool {
+    let found = which::which("runsc").is_ok();
+    if !found {
+        let required = std::env::var("SANDBOX_TEST_REQUIRE").is_ok_and(|v| {
+            v.split(',')
+                .any(|b| b.trim() == "gvisor" || b.trim() == "all")
+        });
+        assert!(
+            !required,
+            "gvisor is required (SANDBOX_TEST_REQUIRE) but runsc is not installed"
+        );
+        eprintln!("skipped: runsc is not installed");
+    }
+    found
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+/// A workspace owned by `uid` (on a root host; otherwise the caller's own).
+fn workspace_of(uid: Option<u32>) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    if let (Some(uid), true) = (uid, is_root()) {
+        nix::unistd::chown(
+            d.path(),
+            Some(nix::unistd::Uid::from_raw(uid)),
+            Some(nix::unistd::Gid::from_raw(uid)),
+        )
+        .unwrap();
+    }
+    d
+}
+
+fn workspace() -> tempfile::TempDir {
+    workspace_of(None)
+}
+
+/// What every runsc process of this binary's runs has in its command line, the gofer
+/// included: the bundle directory's prefix (`--root=TMP/sandbox-gvisor-…/state`).
+fn ours() -> String {
+    std::env::temp_dir()
+        .join("sandbox-gvisor-")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// The runsc processes whose command line names `needle`.
+fn runsc_processes(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains("runsc") && cmd.contains(needle) {
+            found.push(cmd);
+        }
+    }
+    found
+}
+
+/// The pids of [`runsc_processes`].
+fn runsc_pids(needle: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd);
+        if cmd.contains("runsc") && cmd.contains(needle) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// No runsc process of ours, no bundle made since `before`, no staging mount.
+fn assert_nothing_left(before: &[PathBuf]) {
+    assert_eq!(runsc_processes(&ours()), Vec::<String>::new());
+    let after: Vec<_> = bundles()
+        .into_iter()
+        .filter(|b| !before.contains(b))
+        .collect();
+    assert_eq!(after, Vec::<PathBuf>::new());
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains("sandbox-gvisor-"), "{mounts}");
+}
+
+fn bundles() -> Vec<PathBuf> {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("sandbox-gvisor-"))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_command_runs_writes_its_workspace_and_leaves_nothing() {
+    if !available() {
+        return;
+    }
+    let _one = SERIAL.lock().await;
+    let ws = workspace();
+    let secret_dir = tempfile::tempdir().unwrap();
+    let secret = secret_dir.path().join("secret");
+    std::fs::write(&secret, "s3cret").unwrap();
+    let mut opts = SandboxOpts::new(
+        ws.path(),
+        [
+            "/bin/sh",
+            "-c",
+            "echo made > out.txt; cat \"$1\" && echo READ; exit 7",
+            "sh",
+            secret.to_str().unwrap(),
+        ],
+    );
+    opts.timeout = Some(Duration::from_secs(60));
+    let before = bundles();
+    let sb = sandbox_gvisor::sandbox();
+    let out = sb.execute(opts).await.unwrap();
+    assert_eq!(
+        out.status,
+        Status::Exited { code: 7 },
+        "{}",
+        out.stderr.text()
+    );
+    assert!(!out.stdout.text().contains("READ"), "{}", out.stdout.text());
+    let made = ws.path().join("out.txt");
+    assert_eq!(
+        std::fs::read_to_string(&made).ok().as_deref(),
+        Some("made\n"),
+        "{}",
+        out.stderr.text()
+    );
+    // The file belongs to the workspace's owner on disk: the caller, or on a root host
+    // root (the command ran as `nobody` through an idmapped mount).
+    assert_eq!(
+        std::fs::metadata(&made).unwrap().uid(),
+        nix::unistd::geteuid().as_raw()
+    );
+    // Nothing of runsc is left: no process of this run, no bundle, no mount.
+    assert_nothing_left(&before);
+}
+
+#[tokio::test]
+async fn kill_leaves_no_runsc_process_behind() {
+    if !available() {
+        return;
+    }
+    let _one = SERIAL.lock().await;
+    let ws = workspace();
+    let mut opts = SandboxOpts::new(
+        ws.path(),
+        ["/bin/sh", "-c", "(setsid sleep 300 &) ; sleep 300"],
+    );
+    opts.timeout = Some(Duration::from_secs(120));
+    let sb = sandbox_gvisor::sandbox();
+    sb.run(opts).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let ours = ours();
+    assert!(
+        !runsc_processes(&ours).is_empty(),
+        "runsc is not running after 1.5 s"
+    );
+    sb.kill().await.unwrap();
+    let out = sb.wait().await.unwrap();
+    assert_eq!(out.status, Status::Killed);
+    assert_eq!(runsc_processes(&ours), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn sigkill_of_runsc_from_outside_leaves_nothing() {
+    if !available() {
+        return;
+    }
+    let _one = SERIAL.lock().await;
+    let ws = workspace();
+    let mut opts = SandboxOpts::new(ws.path(), ["/bin/sh", "-c", "sleep 300"]);
+    opts.timeout = Some(Duration::from_secs(120));
+    let before = bundles();
+    let sb = sandbox_gvisor::sandbox();
+    sb.run(opts).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let ours = ours();
+    // Every runsc process of the run, the Sentry and the gofer included, killed by someone
+    // else (the OOM killer, an operator).
+    let pids = runsc_pids(&ours);
+    assert!(pids.len() >= 2, "runsc's processes: {pids:?}");
+    for pid in &pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let out = tokio::time::timeout(Duration::from_secs(60), sb.wait())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(out.status, Status::Exited { code: 0 });
+    assert_nothing_left(&before);
+}
+
+#[tokio::test]
+async fn setuid_bits_are_refused() {
+    if !available() {
+        return;
+    }
+    let _one = SERIAL.lock().await;
+    let ws = workspace();
+    let f = ws.path().join("f");
+    let opts = SandboxOpts::new(
+        ws.path(),
+        [
+            "/bin/sh",
+            "-c",
+            "touch f && chmod 755 f && echo PLAIN; chmod 4755 f || echo REFUSED",
+        ],
+    );
+    let out = sandbox_gvisor::sandbox().execute(opts).await.unwrap();
+    let text = out.stdout.text();
+    assert!(text.contains("PLAIN") && text.contains("REFUSED"), "{text}");
+    assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o7777, 0o755);
+}
+
+#[tokio::test]
+async fn a_root_host_runs_the_command_as_the_workspace_owner_or_nobody() {
+    if !available() || !is_root() {
+        return;
+    }
+    let _one = SERIAL.lock().await;
+    let root_only = tempfile::tempdir().unwrap();
+    let secret = root_only.path().join("secret");
+    std::fs::write(&secret, "s3cret").unwrap();
+    std::fs::set_permissions(&secret, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    for (owner, expected_uid) in [(Some(4242), 4242), (None, 65534)] {
+        let ws = workspace_of(owner);
+        let mut opts = SandboxOpts::new(
+            ws.path(),
+            [
+                "/bin/sh",
+                "-c",
+                "id -u > uid.txt; cat \"$1\" && echo READ",
+                "sh",
+                secret.to_str().unwrap(),
+            ],
+        );
+        opts.read_only_paths.push(root_only.path().into());
+        let out = sandbox_gvisor::sandbox().execute(opts).await.unwrap();
+        assert!(!out.stdout.text().contains("READ"), "{}", out.stdout.text());
+        let uid = std::fs::read_to_string(ws.path().join("uid.txt")).unwrap();
+        assert_eq!(uid.trim(), expected_uid.to_string(), "{owner:?}");
+        // On disk the file is the workspace owner's.
+        let on_disk = std::fs::metadata(ws.path().join("uid.txt")).unwrap().uid();
+        assert_eq!(on_disk, owner.unwrap_or(0));
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains("sandbox-gvisor-"), "{mounts}");
+}
+
+#[tokio::test]
+async fn preflight_runs_a_real_command() {
+    if !available() {
+        return;
+    }
+    let _one = SERIAL.lock().await;
+    let p = GvisorBackend::new();
+    let pre = sandbox_core::process::ProcessSandbox::new(p)
+        .preflight()
+        .await
+        .unwrap();
+    assert_eq!(pre.backend, "gvisor");
+    assert!(
+        pre.version.as_deref().unwrap_or("").contains("runsc"),
+        "{pre:?}"
+    );
+}

@@ -1,0 +1,436 @@
+//! The copy-on-write layer and its change set: the real workspace untouched until the host
+//! applies, the change set exact, apply faithful, escapes refused, conflicts caught.
+//!
+//! A conflict is judged by file times against a stamp taken when the layer is made, so
+//! each case lets a clock tick pass between planting its workspace and running
+//! ([`settle`]): otherwise a planted file could count as changed after the start.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbox_core::changes::{ApplyError, ChangeKind, Escape};
+use sandbox_core::{ChangeSet, Changes, SandboxOutcome};
+
+use super::CaseResult;
+use crate::context::{describe, Context, Failure};
+
+/// Let file times move past everything planted so far.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+fn plant(ws: &Path, rel: &str, content: &str) -> std::io::Result<()> {
+    let p = ws.join(rel);
+    if let Some(d) = p.parent() {
+        std::fs::create_dir_all(d)?;
+    }
+    std::fs::write(p, content)
+}
+
+/// The workspace as the probe's `tree` lists it, run on the host (unconfined).
+fn host_tree(ctx: &Context, ws: &Path) -> Result<Vec<String>, Failure> {
+    let out = std::process::Command::new(ctx.probe())
+        .arg("tree")
+        .current_dir(ws)
+        .output()?;
+    if !out.status.success() {
+        return Err(Failure::Broken(format!(
+            "the probe's tree failed on the host: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect())
+}
+
+/// Run the probe's `edit` with `ops` on a layer held for review; the outcome must succeed
+/// and carry a change set.
+async fn review(
+    ctx: &Context,
+    ws: &Path,
+    ops: &[&str],
+) -> Result<(SandboxOutcome, ChangeSet), Failure> {
+    let mut args = vec!["edit"];
+    args.extend_from_slice(ops);
+    let mut opts = ctx.opts(ws, args);
+    opts.changes = Changes::Review;
+    let out = ctx.run(opts).await?;
+    ensure!(
+        out.status.success(),
+        "the command's edits failed in the layer: {}",
+        describe(&out)
+    );
+    let set = out.changes.clone().ok_or_else(|| {
+        Failure::Broken(format!(
+            "a review run's outcome has no change set: {}",
+            describe(&out)
+        ))
+    })?;
+    Ok((out, set))
+}
+
+fn listed(set: &ChangeSet) -> BTreeSet<(PathBuf, String)> {
+    set.changes()
+        .iter()
+        .map(|c| {
+            let kind = match &c.kind {
+                ChangeKind::Added => "added".to_string(),
+                ChangeKind::Modified => "modified".into(),
+                ChangeKind::Deleted { dir } => format!("deleted dir={dir}"),
+                ChangeKind::ModeChanged => format!(
+                    "mode {:o}->{:o}",
+                    c.old_mode.unwrap_or(0),
+                    c.mode.unwrap_or(0)
+                ),
+                ChangeKind::Symlink { target } => format!("symlink {}", target.display()),
+                ChangeKind::DirAdded => "dir added".into(),
+                ChangeKind::Special => "special".into(),
+            };
+            (c.path.clone(), kind)
+        })
+        .collect()
+}
+
+/// The real workspace is untouched while the command writes its layer, after the run, and
+/// after a discard, which leaves nothing on disk; `Discard` (snapshot) likewise.
+pub async fn untouched_until_applied(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("cow-untouched")?;
+    plant(ws.path(), "a.txt", "original")?;
+    plant(ws.path(), "d/f", "inner")?;
+    let before = host_tree(&ctx, ws.path())?;
+    settle().await;
+    let mut opts = ctx.opts(
+        ws.path(),
+        [
+            "edit", "write", "a.txt", "changed", ",", "write", "new.txt", "n", ",", "remove", "d",
+            ",", "say", "edited", ",", "sleep", "30",
+        ],
+    );
+    opts.changes = Changes::Review;
+    let sb = ctx.sandbox();
+    sb.run(opts).await?;
+    // While it runs, after its edits: nothing of them is in the real workspace.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let logs = sb.logs().await?;
+        if logs.stdout.text().contains("edited") {
+            break;
+        }
+        if logs.stdout.text().contains("\"ok\":false") || tokio::time::Instant::now() > deadline {
+            let _ = sb.kill().await;
+            return Err(Failure::Broken(format!(
+                "the command did not report its edits: {}",
+                logs.stdout.text()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let during = host_tree(&ctx, ws.path())?;
+    sb.kill().await?;
+    let out = sb.wait().await?;
+    ensure!(
+        during == before,
+        "the real workspace changed while the command ran: {during:?} (was {before:?})"
+    );
+    let set = out.changes.clone().ok_or_else(|| {
+        Failure::Broken(format!("no change set in the outcome: {}", describe(&out)))
+    })?;
+    ensure!(
+        set.changes().len() >= 3,
+        "the change set misses the command's edits: {:?}",
+        listed(&set)
+    );
+    ensure!(
+        host_tree(&ctx, ws.path())? == before,
+        "the real workspace changed after the run, before any apply"
+    );
+    let layer = set
+        .layer_dir()
+        .ok_or_else(|| Failure::Broken("no layer".into()))?;
+    ensure!(
+        layer.exists(),
+        "the layer {} is not on disk",
+        layer.display()
+    );
+    drop(out);
+    set.discard();
+    ensure!(
+        !layer.exists(),
+        "the layer {} is still on disk after a discard",
+        layer.display()
+    );
+    ensure!(
+        host_tree(&ctx, ws.path())? == before,
+        "the real workspace changed after a discard"
+    );
+    ensure!(
+        matches!(set.apply(false), Err(ApplyError::Gone)),
+        "a discarded change set could still be applied"
+    );
+
+    // Discard (what `snapshot` means): no change set, nothing written.
+    let mut opts = ctx.opts(ws.path(), ["edit", "write", "a.txt", "changed"]);
+    opts.changes = Changes::Discard;
+    opts.capture_files = vec!["a.txt".into()];
+    let out = ctx.run(opts).await?;
+    ensure!(out.status.success(), "{}", describe(&out));
+    ensure!(
+        out.files.get(Path::new("a.txt")).map(Vec::as_slice) == Some(b"changed".as_slice()),
+        "the command's write was not in its layer (captured {:?})",
+        out.files.get(Path::new("a.txt"))
+    );
+    ensure!(out.changes.is_none(), "a discard run carries a change set");
+    ensure!(
+        host_tree(&ctx, ws.path())? == before,
+        "a discard run changed the real workspace"
+    );
+    Ok(())
+}
+
+/// The workspace the listing and apply cases start from.
+fn plant_tree(ws: &Path) -> std::io::Result<()> {
+    for (p, c) in [
+        ("keep.txt", "keep"),
+        ("mod.txt", "old"),
+        ("del.txt", "bye"),
+        ("chm.txt", "mode"),
+        ("src/moved.txt", "m"),
+        ("gone/a", "a"),
+        ("gone/sub/b", "b"),
+        ("dst/.keep", ""),
+    ] {
+        plant(ws, p, c)?;
+    }
+    Ok(())
+}
+
+/// What the command does to [`plant_tree`]: modify, add, delete, chmod, symlink, rename
+/// across directories, delete a directory with its contents.
+#[rustfmt::skip]
+const EDITS: &[&str] = &[
+    "write", "mod.txt", "new!", ",", "write", "add.txt", "added", ",", "remove", "del.txt", ",",
+    "chmod", "chm.txt", "600", ",", "symlink", "keep.txt", "link", ",", "rename",
+    "src/moved.txt", "dst/moved.txt", ",", "remove", "gone",
+];
+
+/// More for the apply case: a deleted directory made again, a new directory with a mode,
+/// a file replaced by a directory; then the command lists what it sees.
+#[rustfmt::skip]
+const MORE_EDITS: &[&str] = &[
+    ",", "mkdir", "gone", ",", "write", "gone/again", "g", ",", "mkdir", "newdir", ",",
+    "write", "newdir/x", "x", ",", "chmod", "newdir", "750", ",", "remove", "was-file", ",",
+    "mkdir", "was-file", ",", "tree",
+];
+
+/// The change set lists exactly what the command did: add, modify, delete, chmod, symlink,
+/// a rename across directories, a deleted directory with its contents.
+pub async fn lists_exactly_what_changed(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("cow-list")?;
+    plant_tree(ws.path())?;
+    settle().await;
+    let (_out, set) = review(&ctx, ws.path(), EDITS).await?;
+    let want: BTreeSet<(PathBuf, String)> = [
+        ("add.txt", "added"),
+        ("chm.txt", "mode 644->600"),
+        ("del.txt", "deleted dir=false"),
+        ("dst/moved.txt", "added"),
+        ("gone", "deleted dir=true"),
+        ("gone/a", "deleted dir=false"),
+        ("gone/sub", "deleted dir=true"),
+        ("gone/sub/b", "deleted dir=false"),
+        ("link", "symlink keep.txt"),
+        ("mod.txt", "modified"),
+        ("src/moved.txt", "deleted dir=false"),
+    ]
+    .into_iter()
+    .map(|(p, k)| (PathBuf::from(p), k.to_string()))
+    .collect();
+    let got = listed(&set);
+    ensure!(
+        got == want,
+        "the change set ({:?} layer) is not what the command did:\n  extra: {:?}\n  missing: {:?}",
+        set.mechanism(),
+        got.difference(&want).collect::<Vec<_>>(),
+        want.difference(&got).collect::<Vec<_>>()
+    );
+    let size = |p: &str| {
+        set.changes()
+            .iter()
+            .find(|c| c.path == Path::new(p))
+            .map(|c| c.size)
+    };
+    ensure!(
+        size("mod.txt") == Some(4) && size("add.txt") == Some(5) && size("link") == Some(8),
+        "sizes: mod.txt {:?} (want 4), add.txt {:?} (want 5), link {:?} (want 8)",
+        size("mod.txt"),
+        size("add.txt"),
+        size("link")
+    );
+    Ok(())
+}
+
+/// After apply the real workspace is exactly what the command saw at its end.
+pub async fn apply_matches_the_command_view(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("cow-apply")?;
+    plant_tree(ws.path())?;
+    plant(ws.path(), "was-file", "f")?;
+    settle().await;
+    let mut ops = EDITS.to_vec();
+    ops.extend_from_slice(MORE_EDITS);
+    let (out, set) = review(&ctx, ws.path(), &ops).await?;
+    let text = out.stdout.text();
+    let seen: Vec<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('{'))
+        .map(str::to_owned)
+        .collect();
+    ensure!(
+        !seen.is_empty(),
+        "the command listed nothing: {}",
+        describe(&out)
+    );
+    let report = set
+        .apply(false)
+        .map_err(|e| Failure::Broken(format!("apply failed: {e} (changes: {:?})", listed(&set))))?;
+    let real = host_tree(&ctx, ws.path())?;
+    ensure!(
+        real == seen,
+        "after apply the workspace differs from the command's view:\n  real: {real:?}\n  seen: {seen:?}"
+    );
+    ensure!(
+        report.written > 0 && report.deleted > 0 && report.forced.is_empty(),
+        "apply reported {report:?}"
+    );
+    ensure!(
+        !set.is_pending() && set.layer_dir().is_none(),
+        "the layer is still held after apply"
+    );
+    ensure!(
+        matches!(set.apply(false), Err(ApplyError::Gone)),
+        "a change set applied twice"
+    );
+    Ok(())
+}
+
+/// Apply refuses a symlink out of the workspace (absolute or by `..`), a FIFO, and a path
+/// through a symlink in the real workspace, and writes nothing when it refuses.
+pub async fn apply_refuses_escapes(ctx: Arc<Context>) -> CaseResult {
+    let outside = ctx.dir("cow-outside", 0o755)?;
+    plant(outside.path(), "secret", "host")?;
+    type Expect = fn(&Escape) -> bool;
+    let cases: Vec<(&str, Vec<&str>, Expect)> = vec![
+        (
+            "absolute symlink out",
+            vec!["symlink", "/etc/passwd", "leak"],
+            |e| matches!(e, Escape::SymlinkOutside { target } if target == Path::new("/etc/passwd")),
+        ),
+        (
+            "relative symlink out",
+            vec!["mkdir", "d", ",", "symlink", "../../x", "d/up"],
+            |e| matches!(e, Escape::SymlinkOutside { .. }),
+        ),
+        ("fifo", vec!["mkfifo", "pipe"], |e| {
+            matches!(e, Escape::Fifo)
+        }),
+        (
+            "path through a symlink",
+            vec!["write", "sub/f", "through"],
+            |e| matches!(e, Escape::ThroughSymlink { at } if at == Path::new("sub")),
+        ),
+    ];
+    for (what, ops, expect) in cases {
+        let ws = ctx.workspace("cow-escape")?;
+        plant(ws.path(), "sub/.keep", "")?;
+        plant(ws.path(), "a.txt", "original")?;
+        settle().await;
+        let mut all = vec![
+            "write", "a.txt", "changed", ",", "write", "b.txt", "new", ",",
+        ];
+        all.extend(ops);
+        let (_out, set) = review(&ctx, ws.path(), &all).await?;
+        if what == "path through a symlink" {
+            // The host's own tree changes after the run: `sub` becomes a symlink out.
+            std::fs::remove_dir_all(ws.join("sub"))?;
+            std::os::unix::fs::symlink(outside.path(), ws.join("sub"))?;
+        }
+        let before = host_tree(&ctx, ws.path())?;
+        let secret_before = host_tree(&ctx, outside.path())?;
+        match set.apply(true) {
+            Err(ApplyError::Refused { refusals }) => ensure!(
+                refusals.iter().any(|r| expect(&r.escape)),
+                "{what}: refused for other reasons: {refusals:?}"
+            ),
+            other => {
+                return Err(Failure::Broken(format!(
+                    "{what}: apply (forced) was not refused: {other:?}; changes {:?}",
+                    listed(&set)
+                )))
+            }
+        }
+        ensure!(
+            host_tree(&ctx, ws.path())? == before,
+            "{what}: a refused apply changed the workspace"
+        );
+        ensure!(
+            host_tree(&ctx, outside.path())? == secret_before,
+            "{what}: a refused apply changed a directory outside the workspace"
+        );
+        ensure!(
+            set.is_pending(),
+            "{what}: a refused change set was dropped instead of left for a discard"
+        );
+    }
+    Ok(())
+}
+
+/// A file changed in the real workspace after the run started is a conflict: nothing is
+/// applied unless forced, and forcing overwrites it.
+pub async fn conflict_detected(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("cow-conflict")?;
+    plant(ws.path(), "a.txt", "v1")?;
+    plant(ws.path(), "b.txt", "v1")?;
+    settle().await;
+    let (_out, set) = review(
+        &ctx,
+        ws.path(),
+        &["write", "a.txt", "cmd", ",", "write", "b.txt", "cmd"],
+    )
+    .await?;
+    std::fs::write(ws.join("a.txt"), "host")?;
+    match set.apply(false) {
+        Err(ApplyError::Conflict { paths }) => ensure!(
+            paths == vec![PathBuf::from("a.txt")],
+            "the conflict names {paths:?}, not a.txt"
+        ),
+        other => {
+            return Err(Failure::Broken(format!(
+                "a changed a.txt was not a conflict: {other:?}"
+            )))
+        }
+    }
+    let read = |p: &str| std::fs::read_to_string(ws.join(p)).unwrap_or_default();
+    ensure!(
+        read("a.txt") == "host" && read("b.txt") == "v1",
+        "a conflicting apply wrote something: a.txt {:?}, b.txt {:?}",
+        read("a.txt"),
+        read("b.txt")
+    );
+    let report = set
+        .apply(true)
+        .map_err(|e| Failure::Broken(format!("a forced apply failed: {e}")))?;
+    ensure!(
+        report.forced == vec![PathBuf::from("a.txt")],
+        "the forced apply reported {report:?}"
+    );
+    ensure!(
+        read("a.txt") == "cmd" && read("b.txt") == "cmd",
+        "a forced apply did not write: a.txt {:?}, b.txt {:?}",
+        read("a.txt"),
+        read("b.txt")
+    );
+    Ok(())
+}

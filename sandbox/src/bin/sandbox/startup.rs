@@ -159,15 +159,18 @@ pub async fn diagnose(chosen: &Chosen, e: SandboxError) -> SandboxError {
 }
 
 /// What decides `auto`'s choice besides the host: the lane and everything the lane check
-/// reads from the options.
+/// reads from the options. The named paths are in it whole: a backend may refuse a grant
+/// by the filesystem it is on, and then `auto` takes another for those paths only.
 fn shape(opts: &SandboxOpts, config: &Config, allow_none: bool) -> String {
     format!(
-        "lane={} network={:?} read={} write={} snapshot={} limits={:?} image={} none={}",
+        "lane={} network={:?} read={:?} write={:?} snapshot={} changes={:?} limits={:?} \
+         image={} none={}",
         opts.lane,
         opts.network,
-        !opts.read_only_paths.is_empty(),
-        !opts.writable_paths.is_empty(),
+        opts.read_only_paths,
+        opts.writable_paths,
         opts.snapshot,
+        opts.changes,
         opts.limits,
         config.image.is_some(),
         allow_none,
@@ -380,6 +383,9 @@ mod tests {
         let s1 = shape(&a, &c, false);
         a.network = sandbox::NetworkMode::Full;
         assert_ne!(s1, shape(&a, &c, false));
+        let s2 = shape(&a, &c, false);
+        a.read_only_paths.push("/srv/data".into());
+        assert_ne!(s2, shape(&a, &c, false));
         assert_ne!(shape(&a, &c, false), shape(&a, &c, true));
     }
 

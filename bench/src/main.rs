@@ -14,6 +14,8 @@
 //! - 64 sandboxes at once on the multi-threaded runtime against 64 one after another.
 //! - Start-up through the `sandbox` command as a whole process.
 //! - Start-up over a 1 GiB workspace with the copy-on-write layer against a plain run.
+//! - Network mode `proxy` (see [`egress`]): start-up against `loopback`, a download
+//!   through the proxy against a direct one, and the connection set-up it adds.
 //!
 //! # Honesty
 //!
@@ -27,13 +29,15 @@
 //!
 //! `sandbox-core` and the backend crates (what is measured), `tokio` (the runtime the
 //! library runs on, and the bare baselines), `clap` (arguments), `tempfile` (the
-//! workspace), `thiserror` (the error), `libc` (`fcntl` between fork and exec for the
+//! workspace), `thiserror` (the error), `sandbox-proxy` (the egress proxy measured on its
+//! own, and the test resolver table), `libc` (`fcntl` between fork and exec for the
 //! direct launch, `geteuid` for the header).
 
 mod budget;
 mod cli;
 mod concurrency;
 mod docker_cli;
+mod egress;
 mod error;
 mod flood;
 mod layer;
@@ -91,6 +95,8 @@ enum Only {
     Cli,
     /// Start-up over a 1 GiB workspace with the copy-on-write layer.
     Layer,
+    /// Network mode `proxy`: start-up, a download, connection set-up.
+    Egress,
 }
 
 #[derive(Debug, Subcommand)]
@@ -272,6 +278,11 @@ async fn bench(args: Args) -> ExitCode {
             let r = layer::measure(&s, &budget).await;
             failed |= record(&mut report.rows, name, "the copy-on-write layer", r);
         }
+        if wanted(Only::Egress) {
+            eprintln!("sandbox-bench: {name}: egress through the proxy");
+            let r = egress::measure(&s, &budget).await;
+            failed |= record(&mut report.rows, name, "egress through the proxy", r);
+        }
         if !wanted(Only::Cli) {
             continue;
         }
@@ -296,6 +307,11 @@ async fn bench(args: Args) -> ExitCode {
                 "no `sandbox` command given (--sandbox-bin PATH; `cargo xtask bench` passes it)",
             )),
         }
+    }
+    if args.only.is_empty() || args.only.contains(&Only::Egress) {
+        eprintln!("sandbox-bench: the egress proxy's connection set-up");
+        let r = egress::setup(&budget).await.map(|r| vec![r]);
+        failed |= record(&mut report.rows, "egress proxy", "connection set-up", r);
     }
     report.load_after = machine::Load::now();
     print!("{}", report.markdown());

@@ -73,6 +73,9 @@ pub(crate) struct Fds {
     pub waiter: RawFd,
     /// The write end of the status pipe.
     pub status: RawFd,
+    /// Network mode `proxy` or host ports: the unix socket the waiter sends the listeners
+    /// on (the proxy's, then each host port's).
+    pub proxy: Option<RawFd>,
 }
 
 /// bwrap's arguments: the options (handed over on a descriptor with `--args`, so that
@@ -389,6 +392,18 @@ pub(crate) fn build(
         fds.status.to_string().into(),
         flags.into(),
         nproc.into(),
+        fds.proxy
+            .map_or_else(
+                || "-".to_string(),
+                |fd| {
+                    let ports: Vec<String> = sandbox_proxy::inside_ports(plan)
+                        .iter()
+                        .map(u16::to_string)
+                        .collect();
+                    format!("{fd}:{}", ports.join(","))
+                },
+            )
+            .into(),
         plan.program.clone().into(),
     ];
     command.extend(plan.argv.iter().cloned());

@@ -23,7 +23,9 @@
 //! - **Network**: `none` and `loopback` get a network namespace of their own with only a
 //!   loopback (and with `none`, the seccomp program also refuses every socket family but
 //!   unix); `full` shares the host's, with abstract unix sockets confined by landlock
-//!   where the kernel can (6.12+).
+//!   where the kernel can (6.12+); `proxy` and host ports are `loopback` plus listeners the
+//!   waiter makes inside bwrap's network namespace and hands to the run's proxy
+//!   (`sandbox-proxy`) before the command starts.
 //! - **System calls**: the seccomp program shared with the landlock backend
 //!   (`sandbox_core::seccomp`), handed to bwrap's `--seccomp`: bwrap has none of its own.
 //! - **Terminal**: `--new-session`, so the command cannot push input into the caller's
@@ -100,7 +102,8 @@
 //! `sandbox-core` (everything shared, with its `seccomp` feature), `async-trait` (the
 //! launcher trait), `thiserror` (the backend's error), `which` (finding bwrap), `nix` and
 //! `libc` (memfds, pipes, the landlock ABI query), `tempfile` (preflight's workspace),
-//! `tokio` (preflight's blocking probe off the executor).
+//! `tokio` (preflight's blocking probe off the executor), `sandbox-proxy` (the egress proxy
+//! and host ports of network mode `proxy`).
 
 mod argv;
 mod error;
@@ -240,8 +243,14 @@ fn capability(facts: &HostFacts) -> Capability {
         network_none: Enforcement::Exact,
         network_loopback: Enforcement::Exact,
         network_full: full,
+        // bwrap's own network namespace holds only `lo`; the waiter hands the proxy its
+        // listener from inside it.
+        network_proxy: Enforcement::Exact,
+        host_ports: true,
         tree_kill: true,
         process_isolation: true,
+        // The waiter is the pid namespace's init (`--as-pid-1`) and waits for orphans.
+        reaps_orphans: true,
         drops_host_root: true,
         signal_status: true,
         host_programs: true,

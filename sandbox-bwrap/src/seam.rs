@@ -53,7 +53,7 @@ pub(crate) fn launch(
     plan: &Plan,
     layout: &Layout<'_>,
     hidden: &[Hidden],
-    notes: Vec<String>,
+    mut notes: Vec<String>,
 ) -> Result<Launch, SandboxError> {
     // The same program the landlock backend installs, so both deny the same kernel surface.
     // The pid namespace is the tree kill here, so setsid stays allowed.
@@ -64,6 +64,9 @@ pub(crate) fn launch(
     let seccomp = memfd("sandbox-seccomp", program.as_bytes()).map_err(io_err("seccomp"))?;
     let waiter = memfd("sandbox-waiter", WAITER).map_err(io_err("the waiter"))?;
     let (status_r, status_w) = pipe().map_err(io_err("the status pipe"))?;
+    // Network mode `proxy`: the waiter makes the listener inside bwrap's network namespace
+    // and sends it here, to the proxy this run owns.
+    let handover = sandbox_proxy::start_for_plan(plan)?;
     let BwrapArgs { options, command } = argv::build(
         plan,
         layout,
@@ -72,6 +75,7 @@ pub(crate) fn launch(
             seccomp: seccomp.as_raw_fd(),
             waiter: waiter.as_raw_fd(),
             status: status_w.as_raw_fd(),
+            proxy: handover.as_ref().map(|h| h.child_end.as_raw_fd()),
         },
     )?;
     let opts_fd = memfd("sandbox-bwrap-args", &nul_separated(&options))
@@ -82,6 +86,11 @@ pub(crate) fn launch(
     // bwrap itself needs no environment: the command's is set with --clearenv/--setenv.
     let mut launch = Launch::wrapped(bwrap.to_path_buf(), args, Vec::new(), plan);
     launch.pass_fds = vec![opts_fd, seccomp, waiter, status_w];
+    if let Some(h) = handover {
+        launch.pass_fds.push(h.child_end);
+        launch.egress = Some(Box::new(h.run));
+        notes.push(sandbox_proxy::note(plan));
+    }
     launch.exit_status_pipe = Some(status_r);
     launch.process_rlimit_inside = true;
     launch.tree_kill = Some(TreeKill::PidNamespace);

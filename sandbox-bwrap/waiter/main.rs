@@ -10,7 +10,7 @@
 //! library, and handed to bwrap on a descriptor (`--ro-bind-data`), so it exists only inside
 //! the sandbox and needs nothing installed on the host.
 //!
-//! Usage: `waiter STATUS_FD FLAGS NPROC PROGRAM ARGV0 [ARGS...]`
+//! Usage: `waiter STATUS_FD FLAGS NPROC PROXY PROGRAM ARGV0 [ARGS...]`
 //!
 //! - `STATUS_FD`: where to write the status (4 bytes, native endian); closed on exec so the
 //!   command never holds it.
@@ -21,6 +21,11 @@
 //! - `NPROC`: `-`, or the process cap: `RLIMIT_NPROC` set here, inside the sandbox's user
 //!   namespace, counts the processes of this sandbox alone (bwrap's init and the waiter
 //!   included), where on the host it would count every process of the user.
+//! - `PROXY`: `-`, or `FD:PORT[,PORT...]` for network mode `proxy` and host ports: a
+//!   listener on `127.0.0.1:PORT` for each port is made here, in the sandbox's own network
+//!   namespace, and all are sent in one message over the unix socket `FD` (`SCM_RIGHTS`)
+//!   to the host; all are closed before the command starts, so the command never holds
+//!   any.
 //! - `PROGRAM`: absolute path to execute; `ARGV0` and `ARGS` its argv.
 //!
 //! It runs as the pid namespace's init (bwrap `--as-pid-1`): the kernel delivers no signal
@@ -47,8 +52,31 @@ extern "C" {
     fn fcntl(fd: i32, cmd: i32, arg: i32) -> i32;
     fn syscall(nr: i64, a: u64, b: u64, c: u64) -> i64;
     fn setrlimit(resource: i32, rlim: *const Rlimit) -> i32;
+    fn sendmsg(fd: i32, msg: *const Msghdr, flags: i32) -> isize;
     fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
 }
+/// `struct iovec`.
+#[repr(C)]
+struct Iovec {
+    base: *mut u8,
+    len: usize,
+}
+/// `struct msghdr` of 64-bit Linux.
+#[repr(C)]
+struct Msghdr {
+    name: *mut u8,
+    namelen: u32,
+    iov: *mut Iovec,
+    iovlen: usize,
+    control: *mut u8,
+    controllen: usize,
+    flags: i32,
+}
+const SOL_SOCKET: i32 = 1;
+const SCM_RIGHTS: i32 = 1;
+const MSG_NOSIGNAL: i32 = 0x4000;
+/// `sizeof(struct cmsghdr)` on 64-bit Linux (the descriptors follow it).
+const CMSG_HDR: usize = 16;
 /// `struct rlimit`: two `rlim_t` (64-bit on every 64-bit Linux target).
 #[repr(C)]
 struct Rlimit {
@@ -108,6 +136,54 @@ fn scope_abstract_unix() -> std::io::Result<()> {
     Ok(())
 }
 
+/// Make a listener on `127.0.0.1:PORT` for each of `ports` here and send them all on
+/// `sock` in one message; then close everything.
+fn hand_over_listeners(sock: i32, ports: &[u16]) -> std::io::Result<()> {
+    use std::os::fd::{AsRawFd, OwnedFd};
+    // SAFETY: the descriptor was named by the host for us alone; owned (and closed) here.
+    let sock = unsafe { OwnedFd::from_raw_fd(sock) };
+    let listeners = ports
+        .iter()
+        .map(|p| std::net::TcpListener::bind(("127.0.0.1", *p)))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    // struct cmsghdr { size_t len; int level; int type; } then the descriptors, in a
+    // buffer of u64 words so it is aligned as the kernel expects.
+    let len = CMSG_HDR + 4 * listeners.len();
+    let mut words = vec![0u64; len.div_ceil(8)];
+    {
+        // SAFETY: viewing the words as bytes; the length is the buffer's own.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8)
+        };
+        bytes[..8].copy_from_slice(&len.to_ne_bytes());
+        bytes[8..12].copy_from_slice(&SOL_SOCKET.to_ne_bytes());
+        bytes[12..16].copy_from_slice(&SCM_RIGHTS.to_ne_bytes());
+        for (i, l) in listeners.iter().enumerate() {
+            let at = CMSG_HDR + 4 * i;
+            bytes[at..at + 4].copy_from_slice(&l.as_raw_fd().to_ne_bytes());
+        }
+    }
+    let mut byte = [0u8; 1];
+    let mut iov = Iovec {
+        base: byte.as_mut_ptr(),
+        len: 1,
+    };
+    let msg = Msghdr {
+        name: std::ptr::null_mut(),
+        namelen: 0,
+        iov: &mut iov,
+        iovlen: 1,
+        control: words.as_mut_ptr().cast(),
+        controllen: words.len() * 8,
+        flags: 0,
+    };
+    // SAFETY: every pointer in `msg` points at a live local of the length given.
+    if unsafe { sendmsg(sock.as_raw_fd(), &msg, MSG_NOSIGNAL) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Reap every child (orphans reparent to us, the namespace's init) until `pid` ends;
 /// returns its raw wait status.
 fn reap_until(pid: i32) -> std::io::Result<i32> {
@@ -129,8 +205,8 @@ fn reap_until(pid: i32) -> std::io::Result<i32> {
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
-    if args.len() < 6 {
-        return fail("usage: waiter STATUS_FD FLAGS NPROC PROGRAM ARGV0 [ARGS...]");
+    if args.len() < 7 {
+        return fail("usage: waiter STATUS_FD FLAGS NPROC PROXY PROGRAM ARGV0 [ARGS...]");
     }
     let Some(status_fd) = std::str::from_utf8(args[1].as_bytes())
         .ok()
@@ -172,16 +248,35 @@ fn main() -> ExitCode {
             ));
         }
     }
+    if args[4] != "-" {
+        let parsed = std::str::from_utf8(args[4].as_bytes())
+            .ok()
+            .and_then(|s| s.split_once(':'))
+            .and_then(|(fd, ports)| {
+                let ports = ports
+                    .split(',')
+                    .map(|p| p.parse::<u16>().ok())
+                    .collect::<Option<Vec<_>>>()?;
+                Some((fd.parse::<i32>().ok()?, ports))
+            })
+            .filter(|(fd, ports)| *fd > 2 && *fd != status_fd && !ports.is_empty());
+        let Some((fd, ports)) = parsed else {
+            return fail("PROXY is not FD:PORT[,PORT...]");
+        };
+        if let Err(e) = hand_over_listeners(fd, &ports) {
+            return fail(&format!("cannot hand the host its listeners: {e}"));
+        }
+    }
     // SAFETY: the descriptor was checked open above and is owned here alone.
     let mut status_out = unsafe { File::from_raw_fd(status_fd) };
 
-    let mut cmd = Command::new(&args[4]);
+    let mut cmd = Command::new(&args[5]);
     if flags.contains(&b'p') {
         cmd.env_remove("PWD");
     }
     // Its own process group: a command that signals its group (`kill 0`) does not take the
     // waiter, and so its report, down with it.
-    cmd.arg0(&args[5]).args(&args[6..]).process_group(0);
+    cmd.arg0(&args[6]).args(&args[7..]).process_group(0);
     let raw = match cmd.spawn() {
         Ok(child) => match reap_until(child.id() as i32) {
             Ok(status) => status,
@@ -190,7 +285,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!(
                 "sandbox: cannot execute {}: {e}",
-                std::path::Path::new(&args[4]).display()
+                std::path::Path::new(&args[5]).display()
             );
             // As shells report it: 127 not found, 126 found but not executable.
             let code = if e.kind() == std::io::ErrorKind::NotFound {

@@ -49,6 +49,13 @@ pub struct Capability {
     pub network_loopback: Enforcement,
     /// Network mode `full`.
     pub network_full: Enforcement,
+    /// Network mode `proxy`: a private loopback whose one way out is the allowlist proxy,
+    /// exposed inside on `127.0.0.1:PROXY_PORT`; no resolver, no other address.
+    pub network_proxy: Enforcement,
+    /// `host_ports` (with `loopback` or `proxy`): the command's `127.0.0.1:PORT` reaches the
+    /// host's, through a listener made in the command's namespace; nothing else of the
+    /// host's. A hard requirement when asked, on every lane.
+    pub host_ports: bool,
     /// With `full`, the command is in the host's own network namespace, so it also reaches
     /// services listening on the host's loopback (databases, an agent's local API). False
     /// for a container on the engine's bridge, which reaches the host only through the
@@ -74,6 +81,11 @@ pub struct Capability {
     pub signal_status: bool,
     /// A kill by the out-of-memory killer is reported as such.
     pub oom_status: bool,
+    /// A descendant orphaned while the command runs is reaped then by an init of the
+    /// sandbox's own (a pid namespace's init that waits for orphans), so zombies do not
+    /// pile up for the run's lifetime. False where the command itself is the sandbox's
+    /// first process and nothing else waits for orphans (gVisor's `runsc run`).
+    pub reaps_orphans: bool,
     /// The command can run against a throwaway copy of the workspace.
     pub snapshot: bool,
     /// The snapshot copy keeps a sparse file's holes. False where the copy is unpacked by
@@ -98,6 +110,7 @@ impl Capability {
             crate::NetworkMode::None => self.network_none,
             crate::NetworkMode::Loopback => self.network_loopback,
             crate::NetworkMode::Full => self.network_full,
+            crate::NetworkMode::Proxy => self.network_proxy,
         }
     }
 }

@@ -46,6 +46,7 @@
 
 pub mod capability;
 pub mod changes;
+pub mod egress;
 mod error;
 mod grants;
 pub mod idmap;
@@ -64,6 +65,9 @@ pub mod syscalls;
 
 pub use capability::{Capability, Enforcement};
 pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};
+pub use egress::{
+    ConnectionRecord, EgressRun, ProxyProtocol, Resolver, SystemResolver, PROXY_PORT,
+};
 pub use error::{Result, SandboxError};
 pub use options::{
     EnvPolicy, OutputSink, ResourceLimits, SandboxOpts, Stdin, StreamKind, DEFAULT_MAX_PROCESSES,
@@ -73,6 +77,6 @@ pub use outcome::{
     Captured, EffectivePolicy, Grant, LimitMechanism, LimitRecord, Logs, SandboxOutcome, Status,
     TreeKill,
 };
-pub use plan::{Plan, DEFAULT_PATH};
-pub use policy::{Lane, NetworkMode};
+pub use plan::{Plan, DEFAULT_PATH, MAX_HOST_PORTS};
+pub use policy::{Allowlist, Decision, HostPattern, Lane, NetworkMode};
 pub use sandbox::{Backend, DynSandbox, Preflight, Sandbox, SandboxExt};

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Changes, Lane, NetworkMode};
+use crate::{Changes, Lane, NetworkMode, Resolver};
 
 /// The default cap on each captured output stream: 8 MiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 8 << 20;
@@ -166,6 +166,19 @@ pub struct SandboxOpts {
     pub changes: Changes,
     /// Sees output as it is produced (optional).
     pub output_sink: Option<OutputSink>,
+    /// With network mode `proxy`: the hosts the command may reach, as patterns
+    /// (`crates.io`, `*.githubusercontent.com`, `example.com:8443`, `10.0.0.0/8`; see
+    /// [`policy::Allowlist`](crate::policy::Allowlist)). Required and non-empty with
+    /// `proxy`, refused with any other mode.
+    pub allow_hosts: Vec<String>,
+    /// With network mode `proxy`: how the proxy resolves allowed names. `None` is the
+    /// host's resolver. For tests (a table of names to loopback addresses) and for hosts
+    /// with their own resolver; never reachable from inside the sandbox.
+    pub resolver: Option<Arc<dyn Resolver>>,
+    /// Host ports by number: the command's `127.0.0.1:PORT` reaches the host's
+    /// `127.0.0.1:PORT` (a database or an API the host runs for the agent), and nothing
+    /// else of the host's. With network `loopback` or `proxy` only.
+    pub host_ports: Vec<u16>,
 }
 
 impl SandboxOpts {
@@ -193,6 +206,9 @@ impl SandboxOpts {
             snapshot: false,
             changes: Changes::Direct,
             output_sink: None,
+            allow_hosts: Vec::new(),
+            resolver: None,
+            host_ports: Vec::new(),
         }
     }
 }

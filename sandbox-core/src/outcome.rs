@@ -7,7 +7,8 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::capability::Enforcement;
-use crate::{Lane, NetworkMode};
+use crate::egress::ConnectionRecord;
+use crate::{Allowlist, Lane, NetworkMode};
 
 /// How the command ended. Signals, timeouts, the caller's kill and the OOM killer are
 /// distinct cases, never folded into an exit code.
@@ -224,6 +225,10 @@ pub struct EffectivePolicy {
     pub tree_kill: Option<TreeKill>,
     /// Backend-specific facts worth recording (the landlock ABI, the image, ...).
     pub notes: Vec<String>,
+    /// With network mode `proxy`: the allowlist the proxy applied.
+    pub allow_hosts: Allowlist,
+    /// The host's `127.0.0.1` ports the command could reach by number.
+    pub host_ports: Vec<u16>,
 }
 
 impl EffectivePolicy {
@@ -236,7 +241,9 @@ impl EffectivePolicy {
 
     /// Could the command reach any network beyond its own private loopback?
     pub fn can_reach_network(&self) -> bool {
-        self.network == NetworkMode::Full || self.over_granted("network mode").unwrap_or(true)
+        matches!(self.network, NetworkMode::Full | NetworkMode::Proxy)
+            || !self.host_ports.is_empty()
+            || self.over_granted("network mode").unwrap_or(true)
     }
 
     /// Could the command read files beyond the workspace, the system directories and the
@@ -278,6 +285,8 @@ pub struct SandboxOutcome {
     /// layer over the workspace, to apply or discard (dropping it discards).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes: Option<crate::ChangeSet>,
+    /// With network mode `proxy`: every connection attempt through the proxy, in order.
+    pub connections: Vec<ConnectionRecord>,
 }
 
 impl SandboxOutcome {
@@ -301,7 +310,17 @@ impl SandboxOutcome {
             files,
             policy,
             changes: None,
+            connections: Vec::new(),
         }
+    }
+
+    /// The attempts the proxy denied, one line each (`sandbox: denied connect to
+    /// pastebin.com:443 (not in the allowlist)`).
+    pub fn denied_lines(&self) -> Vec<String> {
+        self.connections
+            .iter()
+            .filter_map(ConnectionRecord::denied_line)
+            .collect()
     }
 }
 

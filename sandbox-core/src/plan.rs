@@ -7,10 +7,12 @@ use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use crate::capability::Capability;
+use crate::egress::PROXY_PORT;
 use crate::options::{OutputSink, ResourceLimits, SandboxOpts, Stdin};
 use crate::outcome::{EffectivePolicy, Grant};
 use crate::policy::{check_lane, LaneRequest};
-use crate::{Lane, NetworkMode, SandboxError};
+use crate::{Allowlist, Lane, NetworkMode, Resolver, SandboxError};
+use std::sync::Arc;
 
 /// The `PATH` a sandboxed command gets unless the caller sets one: the system directories,
 /// never the caller's own (which may point into writable or untrusted places).
@@ -62,6 +64,12 @@ pub struct Plan {
     pub grants: Vec<Grant>,
     /// Whether the host process is root.
     pub host_is_root: bool,
+    /// With network mode `proxy`: the parsed allowlist (never empty); empty otherwise.
+    pub allowlist: Allowlist,
+    /// With network mode `proxy`: the resolver the caller named, if any.
+    pub resolver: Option<Arc<dyn Resolver>>,
+    /// Host ports forwarded into the command's namespace (sorted, distinct).
+    pub host_ports: Vec<u16>,
 }
 
 fn canonical_dir(field: &'static str, path: &Path) -> Result<PathBuf, SandboxError> {
@@ -236,6 +244,8 @@ impl Plan {
             }
         }
 
+        let allowlist = check_allow_hosts(opts)?;
+        let host_ports = check_host_ports(opts)?;
         let env = build_env(opts, &workspace)?;
         let path_var = env
             .iter()
@@ -265,6 +275,15 @@ impl Plan {
                 host_is_root,
             },
         )?;
+        if !host_ports.is_empty() && !cap.host_ports {
+            return Err(SandboxError::NotSupported {
+                backend,
+                feature: "host ports (`host_ports`)".into(),
+                remedy: "use a backend whose capability lists host ports (bwrap, landlock; see \
+                         `sandbox doctor`)"
+                    .into(),
+            });
+        }
 
         Ok(Self {
             argv: opts.argv.clone(),
@@ -287,6 +306,9 @@ impl Plan {
             output_sink: opts.output_sink.clone(),
             grants,
             host_is_root,
+            allowlist,
+            resolver: opts.resolver.clone(),
+            host_ports,
         })
     }
 
@@ -318,6 +340,8 @@ impl Plan {
             limits: Vec::new(),
             tree_kill: None,
             notes: Vec::new(),
+            allow_hosts: self.allowlist.clone(),
+            host_ports: self.host_ports.clone(),
         }
     }
 
@@ -340,7 +364,111 @@ impl Plan {
     }
 }
 
-/// The minimal base (`PATH`, `HOME`, `LANG`), then the named pass-throughs, then the pairs.
+/// The allowlist of a `proxy` run: required, non-empty and well-formed; refused with any
+/// other mode, where it would silently mean nothing.
+fn check_allow_hosts(opts: &SandboxOpts) -> Result<Allowlist, SandboxError> {
+    if opts.network != NetworkMode::Proxy {
+        if !opts.allow_hosts.is_empty() {
+            return Err(SandboxError::invalid(
+                "allow_hosts",
+                format!(
+                    "an allowlist applies only to network mode `proxy`, not `{}`",
+                    opts.network
+                ),
+            ));
+        }
+        return Ok(Allowlist::default());
+    }
+    if opts.allow_hosts.is_empty() {
+        return Err(SandboxError::invalid(
+            "allow_hosts",
+            "network mode `proxy` needs at least one allowed host (`crates.io`, \
+             `*.githubusercontent.com`); for no network at all use `none`",
+        ));
+    }
+    Allowlist::parse(&opts.allow_hosts)
+        .map_err(|e| SandboxError::invalid("allow_hosts", e.to_string()))
+}
+
+/// The most host ports one run may forward (each is a listener handed over at start).
+pub const MAX_HOST_PORTS: usize = 32;
+
+/// Host ports: only with `loopback` or `proxy` (with `full` the host's loopback is already
+/// the command's; with `none` there is no network to put them in), distinct, not the
+/// proxy's own port, at most [`MAX_HOST_PORTS`].
+fn check_host_ports(opts: &SandboxOpts) -> Result<Vec<u16>, SandboxError> {
+    if opts.host_ports.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !matches!(opts.network, NetworkMode::Loopback | NetworkMode::Proxy) {
+        return Err(SandboxError::invalid(
+            "host_ports",
+            format!(
+                "host ports need network mode `loopback` or `proxy`, not `{}` (with `full` \
+                 the host's loopback is already reachable; with `none` there is no network)",
+                opts.network
+            ),
+        ));
+    }
+    let mut ports = opts.host_ports.clone();
+    ports.sort_unstable();
+    if let Some(w) = ports.windows(2).find(|w| w[0] == w[1]) {
+        return Err(SandboxError::invalid(
+            "host_ports",
+            format!("port {} is named twice", w[0]),
+        ));
+    }
+    if ports.contains(&0) {
+        return Err(SandboxError::invalid(
+            "host_ports",
+            "port 0 is not a port; name one from 1 to 65535",
+        ));
+    }
+    if opts.network == NetworkMode::Proxy && ports.contains(&PROXY_PORT) {
+        return Err(SandboxError::invalid(
+            "host_ports",
+            format!("port {PROXY_PORT} is the proxy's own inside the sandbox"),
+        ));
+    }
+    if ports.len() > MAX_HOST_PORTS {
+        return Err(SandboxError::invalid(
+            "host_ports",
+            format!("{} ports; at most {MAX_HOST_PORTS}", ports.len()),
+        ));
+    }
+    Ok(ports)
+}
+
+/// The proxy variables of a `proxy` run, upper and lower case, pointing at the proxy inside
+/// the command's namespace. `NO_PROXY` keeps the command's own loopback direct.
+pub fn proxy_env() -> Vec<(&'static str, String)> {
+    let http = format!("http://127.0.0.1:{PROXY_PORT}");
+    let socks = format!("socks5h://127.0.0.1:{PROXY_PORT}");
+    let no = "localhost,127.0.0.1,::1".to_string();
+    let mut v = Vec::new();
+    for (k, val) in [
+        ("HTTP_PROXY", &http),
+        ("HTTPS_PROXY", &http),
+        ("ALL_PROXY", &socks),
+        ("NO_PROXY", &no),
+    ] {
+        v.push((k, val.clone()));
+        v.push((lower(k), val.clone()));
+    }
+    v
+}
+
+fn lower(k: &'static str) -> &'static str {
+    match k {
+        "HTTP_PROXY" => "http_proxy",
+        "HTTPS_PROXY" => "https_proxy",
+        "ALL_PROXY" => "all_proxy",
+        _ => "no_proxy",
+    }
+}
+
+/// The minimal base (`PATH`, `HOME`, `LANG`), the proxy variables with `proxy`, then the
+/// named pass-throughs, then the pairs.
 fn build_env(
     opts: &SandboxOpts,
     workspace: &Path,
@@ -353,6 +481,11 @@ fn build_env(
             std::env::var_os("LANG").unwrap_or_else(|| "C.UTF-8".into()),
         ),
     ];
+    if opts.network == NetworkMode::Proxy {
+        for (k, v) in proxy_env() {
+            env.push((k.into(), v.into()));
+        }
+    }
     let mut put = |k: &str, v: OsString| {
         if let Some(slot) = env.iter_mut().find(|(name, _)| name == k) {
             slot.1 = v;
@@ -402,6 +535,8 @@ mod tests {
             network_none: Enforcement::Exact,
             network_loopback: Enforcement::Exact,
             network_full: Enforcement::Exact,
+            network_proxy: Enforcement::Exact,
+            host_ports: true,
             tree_kill: true,
             process_isolation: true,
             drops_host_root: true,
@@ -411,6 +546,7 @@ mod tests {
             open_files_limit: true,
             signal_status: true,
             oom_status: true,
+            reaps_orphans: true,
             snapshot: true,
             sparse_snapshot: true,
             change_layer: None,
@@ -421,6 +557,99 @@ mod tests {
 
     fn ws() -> tempfile::TempDir {
         tempfile::tempdir().unwrap()
+    }
+
+    #[test]
+    fn proxy_needs_a_well_formed_non_empty_allowlist_and_nothing_else_takes_one() {
+        let d = ws();
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.network = NetworkMode::Proxy;
+        let e = Plan::new(&opts, "t", &cap()).unwrap_err();
+        assert!(
+            matches!(&e, SandboxError::InvalidConfig { field: "allow_hosts", reason } if reason.contains("at least one")),
+            "{e}"
+        );
+        for bad in ["crates.io:0", "crates.io:65536", "*.com", "https://x.org"] {
+            opts.allow_hosts = vec!["ok.example".into(), bad.into()];
+            let e = Plan::new(&opts, "t", &cap()).unwrap_err();
+            assert!(
+                matches!(&e, SandboxError::InvalidConfig { field: "allow_hosts", reason } if reason.contains(bad)),
+                "{bad}: {e}"
+            );
+        }
+        opts.allow_hosts = vec!["crates.io".into(), "*.crates.io:8443".into()];
+        let plan = Plan::new(&opts, "t", &cap()).unwrap();
+        assert_eq!(plan.allowlist.patterns().len(), 2);
+        assert_eq!(
+            plan.env_var("HTTPS_PROXY").unwrap(),
+            "http://127.0.0.1:3128"
+        );
+        assert_eq!(
+            plan.env_var("all_proxy").unwrap(),
+            "socks5h://127.0.0.1:3128"
+        );
+        assert!(plan.env_var("NO_PROXY").is_some());
+        for mode in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
+            opts.network = mode;
+            let e = Plan::new(&opts, "t", &cap()).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    SandboxError::InvalidConfig {
+                        field: "allow_hosts",
+                        ..
+                    }
+                ),
+                "{mode}: {e}"
+            );
+        }
+        opts.allow_hosts.clear();
+        opts.network = NetworkMode::Loopback;
+        let plan = Plan::new(&opts, "t", &cap()).unwrap();
+        assert!(plan.env_var("HTTP_PROXY").is_none());
+    }
+
+    #[test]
+    fn host_ports_need_loopback_or_proxy_distinct_and_nonzero() {
+        let d = ws();
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.host_ports = vec![5432];
+        for mode in [NetworkMode::None, NetworkMode::Full] {
+            opts.network = mode;
+            let e = Plan::new(&opts, "t", &cap()).unwrap_err();
+            assert!(
+                matches!(&e, SandboxError::InvalidConfig { field: "host_ports", reason } if reason.contains("loopback")),
+                "{mode}: {e}"
+            );
+        }
+        opts.network = NetworkMode::Loopback;
+        for bad in [vec![0], vec![5432, 5432]] {
+            opts.host_ports = bad.clone();
+            let e = Plan::new(&opts, "t", &cap()).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    SandboxError::InvalidConfig {
+                        field: "host_ports",
+                        ..
+                    }
+                ),
+                "{bad:?}: {e}"
+            );
+        }
+        opts.host_ports = vec![8080, 5432];
+        assert_eq!(
+            Plan::new(&opts, "t", &cap()).unwrap().host_ports,
+            [5432, 8080]
+        );
+        let mut c = cap();
+        c.host_ports = false;
+        let e = Plan::new(&opts, "t", &c).unwrap_err();
+        assert!(matches!(e, SandboxError::NotSupported { .. }), "{e}");
+        opts.network = NetworkMode::Proxy;
+        opts.allow_hosts = vec!["x.org".into()];
+        opts.host_ports = vec![3128];
+        assert!(Plan::new(&opts, "t", &cap()).is_err());
     }
 
     #[test]

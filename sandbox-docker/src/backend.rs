@@ -24,6 +24,10 @@ pub fn capability() -> Capability {
         network_none: Enforcement::Exact,
         network_loopback: Enforcement::Exact,
         network_full: Enforcement::Exact,
+        // Not built for this engine yet: refused on every lane (see `check_lane`).
+        network_proxy: Enforcement::Unsupported,
+        // Not built for this engine yet: refused before anything runs.
+        host_ports: false,
         tree_kill: true,
         process_isolation: true,
         drops_host_root: true,
@@ -34,6 +38,7 @@ pub fn capability() -> Capability {
         // The engine's init reports a command killed by signal N as exit code 128+N.
         signal_status: false,
         oom_status: true,
+        reaps_orphans: true,
         snapshot: true,
         // The engine unpacks an upload densely, whatever the archive says.
         sparse_snapshot: false,

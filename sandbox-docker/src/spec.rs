@@ -238,7 +238,9 @@ pub(crate) fn container(input: &SpecInput<'_>) -> Result<ContainerCreateBody, Do
     let tmpfs = (!input.handovers.iter().any(|h| h.path == Path::new("/tmp")))
         .then(|| HashMap::from([("/tmp".to_string(), tmpfs_opts)]));
     let network_mode = match plan.network {
-        NetworkMode::None | NetworkMode::Loopback => "none",
+        // `Proxy` never gets here (the capability says unsupported and every lane refuses
+        // it); were it to, no network is the side that fails closed.
+        NetworkMode::None | NetworkMode::Loopback | NetworkMode::Proxy => "none",
         NetworkMode::Full => "bridge",
     };
     let stdin = matches!(plan.stdin, Stdin::Bytes(_));

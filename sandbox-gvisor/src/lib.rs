@@ -194,6 +194,17 @@ fn capability(facts: &HostFacts) -> Capability {
     cap.process_limit = true;
     // runsc folds the Sentry's OOM kill into its own exit code.
     cap.oom_status = false;
+    // The command is the container's first process and nothing else in the sandbox waits
+    // for orphans: they stay zombies (bounded by the process cap) until the run ends.
+    cap.reaps_orphans = false;
+    // gVisor's file proxy serves the workspace from its host path as the runtime found it
+    // (on a root host through an idmapped mount made before the command's namespaces
+    // exist), so an overlay mounted over that path between fork and exec is not what the
+    // command writes to. Its layer is a copy, which the plan moves onto.
+    cap.change_layer = Some(sandbox_core::LayerMechanism::Copy);
+    // The Sentry reports a file's blocks from its own view, so kept holes cannot be shown
+    // from inside; do not claim them.
+    cap.sparse_snapshot = false;
     cap
 }
 

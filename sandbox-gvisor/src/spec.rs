@@ -409,9 +409,10 @@ pub(crate) fn runsc_args(
     let mut root = OsString::from("--root=");
     root.push(state);
     // `none` and `loopback` alike: gVisor's own network stack with only its loopback,
-    // nothing of the host's. `full`: the host's network stack (root only).
+    // nothing of the host's. `full`: the host's network stack (root only). `proxy` is not
+    // claimed (the lane refuses it before a spec is built); were it asked, no network.
     opt(match network {
-        NetworkMode::None | NetworkMode::Loopback => "--network=none",
+        NetworkMode::None | NetworkMode::Loopback | NetworkMode::Proxy => "--network=none",
         NetworkMode::Full => "--network=host",
     });
     // The Sentry intercepts system calls by ptrace: works everywhere, no /dev/kvm.

@@ -25,8 +25,10 @@
 //!   connect, ABI 4), in a private network namespace with nothing up, so the host's
 //!   `/proc/net` (unix socket paths, listeners, routes) is out of sight; `loopback` by a
 //!   private network namespace with its own `lo`; both made through a user namespace when
-//!   the host is not root; `full` unrestricted. Where no namespace can be made, the
-//!   capability says `none` and `loopback` are over-granted and the lane decides.
+//!   the host is not root; `full` unrestricted; `proxy` and host ports are `loopback` plus
+//!   listeners made in that namespace between fork and exec and handed to the run's proxy
+//!   (`sandbox-proxy`). Where no namespace can be made, the capability says `none` and
+//!   `loopback` are over-granted and the lane decides, and refuses `proxy` and host ports.
 //! - **Processes** (on `strict`): a pid namespace of the command's own, with a private
 //!   `/proc` that shows only its processes; made in the forked child, with a tiny init as
 //!   pid 1 that reaps orphans and hands out the command's exact status (see
@@ -98,7 +100,8 @@
 //!
 //! # Dependencies
 //!
-//! `sandbox-core` (the contract and the process machinery), `landlock` (rulesets, ABI
+//! `sandbox-core` (the contract and the process machinery), `sandbox-proxy` (the egress
+//! proxy and host ports of network mode `proxy`), `landlock` (rulesets, ABI
 //! vocabulary, hard-requirement mode), `seccompiler` (this backend's own small filter),
 //! `libc` (the raw calls between fork and exec), `thiserror` (the private error type),
 //! `tempfile` (the preflight's throwaway workspace), `async-trait` (the launcher trait).
@@ -218,9 +221,19 @@ fn capability(host: &Host) -> Capability {
             Enforcement::OverGrant("the host's whole network")
         },
         network_full: Enforcement::Exact,
+        // The proxy's listener is made inside the command's private network namespace;
+        // without one there is nothing to hold the command to the proxy.
+        network_proxy: if host.ns.is_ok() {
+            Enforcement::Exact
+        } else {
+            Enforcement::Unsupported
+        },
+        host_ports: host.ns.is_ok(),
         tree_kill: true,
         // Claimed exactly when a pid namespace with its own /proc was made here.
         process_isolation: host.pid_ns.is_ok(),
+        // The pid namespace's tiny init waits for orphans.
+        reaps_orphans: host.pid_ns.is_ok(),
         // Without a mount namespace a root host's command could still change the mode of
         // every root-owned file it can name (landlock has no right for that).
         drops_host_root: !host.is_root || host.ns.is_ok(),
@@ -366,7 +379,15 @@ impl Launcher for LandlockBackend {
         layers.push(own.clone());
 
         let net = match (plan.network, ns) {
-            (NetworkMode::Loopback | NetworkMode::None, Some(_)) => true,
+            (NetworkMode::Loopback | NetworkMode::None | NetworkMode::Proxy, Some(_)) => true,
+            (NetworkMode::Proxy, None) => {
+                // The capability says unsupported and the lane refused; never run it open.
+                return Err(SandboxError::NotSupported {
+                    backend: NAME,
+                    feature: "network mode `proxy` without a network namespace".into(),
+                    remedy: "enable unprivileged user namespaces, or run the host as root".into(),
+                });
+            }
             (NetworkMode::Loopback, None) => {
                 // Only reachable on a lane that accepts the over-grant the capability
                 // states; the lane check has run.
@@ -420,6 +441,18 @@ impl Launcher for LandlockBackend {
             launch
                 .pre_exec
                 .push(Box::new(mode.step(net, pid, &spec, &plan.cwd)));
+            // The proxy and host ports: right after the namespaces are made, their listeners
+            // are created in the network one and handed to the host, then closed here,
+            // before the command runs.
+            if let Some(h) = sandbox_proxy::start_for_plan(plan)? {
+                launch.pre_exec.push(Box::new(sandbox_proxy::SendListener {
+                    sock: std::os::fd::AsRawFd::as_raw_fd(&h.child_end),
+                    ports: h.ports,
+                }));
+                launch.keep_alive.push(Box::new(h.child_end));
+                launch.egress = Some(Box::new(h.run));
+                launch.notes.push(sandbox_proxy::note(plan));
+            }
             let by_rlimit =
                 HostSupport::detect(false).processes == Some(sandbox_core::LimitMechanism::Rlimit);
             if let (true, true, Some(n)) = (userns, by_rlimit, plan.limits.max_processes) {

@@ -71,6 +71,8 @@ pub fn capability() -> Capability {
         network_none: Enforcement::OverGrant("the host's whole network"),
         network_loopback: Enforcement::OverGrant("the host's whole network"),
         network_full: Enforcement::Exact,
+        // No namespace to hold the command: the allowlist would be advice only.
+        network_proxy: Enforcement::OverGrant("the host's whole network, no allowlist"),
         tree_kill: host.cgroup_kill.is_some(),
         signal_status: true,
         host_programs: true,

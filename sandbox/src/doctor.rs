@@ -272,9 +272,10 @@ fn write_capability(f: &mut fmt::Formatter<'_>, c: &Capability) -> fmt::Result {
     )?;
     writeln!(
         f,
-        "    network     none: {}, loopback: {}, full: {}{}",
+        "    network     none: {}, loopback: {}, proxy: {}, full: {}{}",
         enforcement(c.network_none),
         enforcement(c.network_loopback),
+        enforcement(c.network_proxy),
         enforcement(c.network_full),
         match (c.network_full, c.full_network_is_host) {
             (Enforcement::Unsupported, _) => "",

@@ -87,6 +87,22 @@ fn unknown_flag_is_125_before_anything_runs() {
 }
 
 #[test]
+fn bad_allowlists_are_125_before_anything_runs() {
+    assert_refused_before_running(&["--allow-host", "crates.io:0"], "1 to 65535");
+    assert_refused_before_running(&["--allow-host", "*.com"], "top-level");
+    assert_refused_before_running(&["--allow-host", "https://crates.io"], "URL");
+    assert_refused_before_running(&["--network", "proxy"], "at least one allowed host");
+    assert_refused_before_running(&["--host-port", "0"], "0");
+    assert_refused_before_running(&["--host-port", "65536"], "65536");
+    assert_refused_before_running(&["--network", "full", "--host-port", "5432"], "loopback");
+    assert_refused_before_running(&["--network", "none", "--host-port", "5432"], "loopback");
+    assert_refused_before_running(
+        &["--network", "full", "--allow-host", "crates.io"],
+        "only to network mode `proxy`",
+    );
+}
+
+#[test]
 fn bad_values_are_125_before_anything_runs() {
     for (args, named) in [
         (&["--network", "everything"][..], "everything"),
@@ -710,6 +726,68 @@ fn changes_are_asked_applied_or_refused(backend: &str) {
     );
 }
 
+/// `--allow-host` with a loopback CIDR (the command line has no test resolver, by design):
+/// the allowed server is reached through the proxy, a denied attempt gets one stderr line
+/// after the run, and `--json` carries both records. A backend that cannot run the proxy
+/// refuses before anything runs; `none` runs it only as a recorded over-grant.
+fn allow_host_reaches_the_allowlist_and_prints_each_denied_attempt(backend: &str) {
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in server.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut buf = [0u8; 4096];
+            let _ = std::io::Read::read(&mut s, &mut buf);
+            let _ = std::io::Write::write_all(
+                &mut s,
+                b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nhello-cli\n",
+            );
+        }
+    });
+    let ws = workspace();
+    let allow = format!("127.0.0.0/8:{port}");
+    // `--noproxy ''`: the sandbox's NO_PROXY keeps 127.0.0.1 (the command's own loopback)
+    // direct; here the loopback address stands in for a remote host.
+    let script = format!(
+        "curl -sS --noproxy '' http://127.0.0.1:{port}/ >&2; \
+         curl -sS --noproxy '' http://127.0.0.1:1/ >/dev/null 2>&1; exit 0"
+    );
+    let o = run_with(
+        backend,
+        ws.path(),
+        &["--json", "--allow-host", &allow],
+        &["sh", "-c", &script],
+    );
+    let err = text(&o.stderr);
+    match capability(backend)["network_proxy"]["kind"].as_str() {
+        Some("exact") => {
+            assert_eq!(code(&o), 0, "{err}");
+            assert!(err.contains("hello-cli"), "{err}");
+            assert!(
+                err.contains("sandbox: denied connect to 127.0.0.1:1 (not in the allowlist)"),
+                "{err}"
+            );
+            let j = json_of(&o);
+            let c = j["connections"].as_array().unwrap();
+            assert_eq!(c.len(), 2, "{c:?}");
+            assert_eq!(c[0]["decision"], "allowed");
+            assert_eq!(c[0]["rule"], allow.as_str());
+            assert!(c[0]["bytes_in"].as_u64().unwrap() > 10, "{c:?}");
+            assert_eq!(c[1]["decision"], "denied");
+            assert_eq!(c[1]["port"], 1);
+        }
+        Some("over_grant") => {
+            assert_eq!(code(&o), 0, "{err}");
+            let grants = json_of(&o)["policy"]["grants"].to_string();
+            assert!(grants.contains("no allowlist"), "{grants}");
+        }
+        other => {
+            assert_eq!(code(&o), 125, "{other:?}: {err}");
+            assert!(err.contains("proxy"), "{err}");
+        }
+    }
+}
+
 macro_rules! backend_cases {
     ($module:ident, $feature:literal) => {
         #[cfg(feature = $feature)]
@@ -736,6 +814,7 @@ macro_rules! backend_cases {
             case!(interrupting_sandbox_kills_the_tree_and_exits_128_plus_n);
             case!(a_reader_that_goes_away_ends_the_program_as_sigpipe_would);
             case!(changes_are_asked_applied_or_refused);
+            case!(allow_host_reaches_the_allowlist_and_prints_each_denied_attempt);
         }
     };
 }

@@ -149,6 +149,19 @@ pub mod require {
              private-range address, which this suite never touches",
         )
     }
+    /// Network `proxy`, exactly.
+    pub fn network_proxy(c: &Capability) -> Result<(), String> {
+        exact("network mode `proxy`", c.network_proxy)
+    }
+    /// Network `proxy` exactly, with the host's programs (curl, python3, git) runnable.
+    pub fn proxy_tools(c: &Capability) -> Result<(), String> {
+        network_proxy(c)?;
+        host_programs(c)
+    }
+    /// `host_ports`.
+    pub fn host_ports(c: &Capability) -> Result<(), String> {
+        claim(c.host_ports, "host ports (capability.host_ports)")
+    }
     /// `process_isolation`.
     pub fn process_isolation(c: &Capability) -> Result<(), String> {
         claim(
@@ -161,6 +174,25 @@ pub mod require {
     pub fn isolated_signals(c: &Capability) -> Result<(), String> {
         process_isolation(c)?;
         signal_status(c)
+    }
+    /// `process_isolation` and `reaps_orphans`: an init of the sandbox's own waits for
+    /// orphans while the command runs.
+    pub fn reaps_orphans(c: &Capability) -> Result<(), String> {
+        process_isolation(c)?;
+        claim(
+            c.reaps_orphans,
+            "an init that reaps orphans while the command runs (capability.reaps_orphans)",
+        )
+    }
+    /// `memory_limit` and `confine_writes`: the writable tmpfs the command sees are the
+    /// sandbox's own, so they can be sized inside the limit.
+    pub fn memory_limit_confined(c: &Capability) -> Result<(), String> {
+        memory_limit(c)?;
+        claim(
+            c.confine_writes,
+            "confined writes, so that the writable tmpfs are the sandbox's own \
+             (capability.confine_writes)",
+        )
     }
     /// `process_limit`.
     pub fn process_limit(c: &Capability) -> Result<(), String> {
@@ -303,6 +335,20 @@ pub fn cases() -> Vec<Case> {
             host_services,
             confinement
         ),
+        case!(egress::bad_input_refused, always),
+        case!(egress::allowed_name_reached, proxy_tools),
+        case!(egress::denied_name_refused_and_recorded, proxy_tools),
+        case!(egress::ip_literal_refused, proxy_tools, confinement),
+        case!(egress::wildcard_rebound_to_loopback_refused, proxy_tools),
+        case!(egress::dns_from_inside_fails, network_proxy, confinement),
+        case!(egress::direct_connect_fails, network_proxy, confinement),
+        case!(egress::proxy_itself_refused, proxy_tools),
+        case!(egress::raw_sockets_and_io_uring_refused, network_proxy),
+        case!(egress::socks5_works, proxy_tools),
+        case!(egress::python_urllib_through_the_proxy, proxy_tools),
+        case!(egress::git_clone_over_http, proxy_tools),
+        case!(egress::pip_install_from_a_local_index, proxy_tools),
+        case!(egress::host_port_reaches_exactly_that_port, host_ports),
         case!(proc::no_survivor_after_wait, always),
         case!(proc::helper_survives_the_command, isolated_status),
         case!(proc::no_survivor_after_kill, always),
@@ -313,10 +359,13 @@ pub fn cases() -> Vec<Case> {
             confinement
         ),
         case!(proc::self_signals, isolated_signals),
-        case!(proc::orphans_reaped, process_isolation),
+        case!(proc::orphans_reaped, reaps_orphans),
         case!(limits::process_cap, process_limit),
         case!(limits::memory, memory_limit),
-        case!(limits::default_memory_bounds_the_host, memory_limit),
+        case!(
+            limits::default_memory_bounds_the_host,
+            memory_limit_confined
+        ),
         case!(limits::open_files, open_files_limit),
         case!(limits::cpu_time, cpu_limit),
         case!(

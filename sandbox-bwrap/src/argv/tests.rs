@@ -16,6 +16,8 @@ fn cap() -> Capability {
         network_none: Enforcement::Exact,
         network_loopback: Enforcement::Exact,
         network_full: Enforcement::Exact,
+        network_proxy: Enforcement::Exact,
+        host_ports: true,
         tree_kill: true,
         process_isolation: true,
         drops_host_root: true,
@@ -25,6 +27,7 @@ fn cap() -> Capability {
         open_files_limit: true,
         signal_status: true,
         oom_status: true,
+        reaps_orphans: true,
         snapshot: true,
         sparse_snapshot: true,
         change_layer: None,
@@ -79,6 +82,7 @@ const FDS: Fds = Fds {
     seccomp: 10,
     waiter: 11,
     status: 12,
+    proxy: None,
 };
 
 struct Ws {
@@ -577,6 +581,7 @@ fn the_waiter_runs_the_canonical_program_with_the_argv_as_given() {
             "12",
             "p",
             "512",
+            "-",
             s(&p.program),
             "sh",
             "-c",
@@ -594,6 +599,23 @@ fn the_waiter_runs_the_canonical_program_with_the_argv_as_given() {
             vec!["11".into(), WAITER_PATH.into()]
         )
     );
+}
+
+#[test]
+fn proxy_mode_unshares_the_network_and_names_the_handover_socket_to_the_waiter() {
+    let ws = Ws::new();
+    let mut o = ws.opts();
+    o.network = NetworkMode::Proxy;
+    o.allow_hosts = vec!["crates.io".into()];
+    let p = plan(&o);
+    let fds = Fds {
+        proxy: Some(13),
+        ..FDS
+    };
+    let args = build(&p, &layout(&merged()), &[], fds).unwrap();
+    assert_eq!(args.command[5], "13:3128");
+    assert!(has(&parse(&args), "--unshare-net", &[]));
+    assert_eq!(args_of(&plan(&ws.opts()), &merged()).command[5], "-");
 }
 
 #[test]

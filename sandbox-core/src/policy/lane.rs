@@ -10,6 +10,7 @@
 //! | reads confined (home, keys, credentials unreadable) | required | required | over-grant accepted  |
 //! | read-only carve-outs, when asked                    | required | required | over-grant accepted  |
 //! | the network mode asked, exactly                     | required | required | over-grant accepted  |
+//! | `proxy` mode, by a backend that can run the proxy   | required | required | required             |
 //! | every descendant killed with the command            | required | required | required             |
 //! | host root's power dropped, when the host is root    | required | required | not required         |
 //! | cannot see or signal the host's processes           | required | —        | —                    |
@@ -169,6 +170,18 @@ pub fn check_lane(
             "carve-outs stay writable",
         )?;
     }
+    // An allowlist proxy the backend cannot run is refused on every lane: running the
+    // command anyway would need a choice (no network, or all of it) nobody asked for. A
+    // backend that states an over-grant (`none`: the host's network) runs on `trusted`.
+    if request.network == NetworkMode::Proxy && cap.network_proxy == Enforcement::Unsupported {
+        return Err(SandboxError::NotSupported {
+            backend,
+            feature: "network mode `proxy` (egress through an allowlist proxy)".into(),
+            remedy: "use a backend whose capability enforces it (bwrap, landlock; see \
+                     `sandbox doctor`), or network mode `loopback` or `full`"
+                .into(),
+        });
+    }
     soft(
         &format!("network mode `{}`", request.network),
         cap.network(request.network),
@@ -252,6 +265,8 @@ mod tests {
             network_none: Enforcement::Exact,
             network_loopback: Enforcement::Exact,
             network_full: Enforcement::Exact,
+            network_proxy: Enforcement::Exact,
+            host_ports: true,
             tree_kill: true,
             process_isolation: true,
             drops_host_root: true,
@@ -261,6 +276,7 @@ mod tests {
             open_files_limit: true,
             signal_status: true,
             oom_status: true,
+            reaps_orphans: true,
             snapshot: true,
             sparse_snapshot: true,
             change_layer: Some(crate::LayerMechanism::Overlay),
@@ -315,6 +331,30 @@ mod tests {
         let limits = ResourceLimits::none();
         assert!(check_lane(Lane::Fast, "x", &cap, &req(&limits)).is_ok());
         assert!(check_lane(Lane::Strict, "x", &cap, &req(&limits)).is_err());
+    }
+
+    #[test]
+    fn proxy_unsupported_is_refused_everywhere_and_an_over_grant_only_on_trusted() {
+        let mut cap = full_cap();
+        cap.network_proxy = Enforcement::Unsupported;
+        let limits = ResourceLimits::none();
+        let mut r = req(&limits);
+        r.network = NetworkMode::Proxy;
+        for lane in Lane::ALL {
+            let err = check_lane(lane, "x", &cap, &r).unwrap_err();
+            assert!(
+                matches!(&err, SandboxError::NotSupported { feature, .. } if feature.contains("proxy")),
+                "{lane}: {err}"
+            );
+        }
+        cap.network_proxy = Enforcement::OverGrant("the host's whole network, no allowlist");
+        assert!(check_lane(Lane::Strict, "x", &cap, &r).is_err());
+        assert!(check_lane(Lane::Fast, "x", &cap, &r).is_err());
+        let grants = check_lane(Lane::Trusted, "x", &cap, &r).unwrap();
+        assert!(grants.iter().any(|g| g.what.contains("proxy")
+            && matches!(g.enforcement, Enforcement::OverGrant(w) if w.contains("no allowlist"))));
+        cap.network_proxy = Enforcement::Exact;
+        assert!(check_lane(Lane::Strict, "x", &cap, &r).is_ok());
     }
 
     #[test]

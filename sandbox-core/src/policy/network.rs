@@ -15,6 +15,10 @@ pub enum NetworkMode {
     Loopback,
     /// The host's network, unrestricted.
     Full,
+    /// A private loopback whose one way out is a proxy on the host that connects only to
+    /// the hosts of an allowlist ([`SandboxOpts::allow_hosts`](crate::SandboxOpts)), by
+    /// name, resolved on the host. No resolver, no other address, no UDP.
+    Proxy,
 }
 
 impl NetworkMode {
@@ -24,6 +28,7 @@ impl NetworkMode {
             Self::None => "none",
             Self::Loopback => "loopback",
             Self::Full => "full",
+            Self::Proxy => "proxy",
         }
     }
 }
@@ -41,8 +46,9 @@ impl FromStr for NetworkMode {
             "none" => Ok(Self::None),
             "loopback" => Ok(Self::Loopback),
             "full" => Ok(Self::Full),
+            "proxy" => Ok(Self::Proxy),
             other => Err(format!(
-                "unknown network mode `{other}` (expected none, loopback or full)"
+                "unknown network mode `{other}` (expected none, loopback, proxy or full)"
             )),
         }
     }

@@ -32,6 +32,7 @@ use async_trait::async_trait;
 pub use child::PreExec;
 
 use crate::changes::Layer;
+use crate::egress::EgressRun;
 use crate::outcome::{LimitMechanism, TreeKill};
 use crate::run::RunSlot;
 use crate::{
@@ -88,6 +89,9 @@ pub struct Launch {
     /// cgroup; the CPU-time limit and a cgroup memory limit still bind the launcher's
     /// whole tree, which is where the command's time and memory are spent.
     pub limits_inside: bool,
+    /// Network mode `proxy`: the run's proxy, started by the backend in `prepare`. Core
+    /// ends it once the command's tree is dead and puts its record in the outcome.
+    pub egress: Option<Box<dyn EgressRun>>,
 }
 
 impl fmt::Debug for Launch {
@@ -106,6 +110,7 @@ impl fmt::Debug for Launch {
             .field("exit_status_pipe", &self.exit_status_pipe)
             .field("process_rlimit_inside", &self.process_rlimit_inside)
             .field("limits_inside", &self.limits_inside)
+            .field("egress", &self.egress)
             .finish()
     }
 }
@@ -128,6 +133,7 @@ impl Launch {
             exit_status_pipe: None,
             process_rlimit_inside: false,
             limits_inside: false,
+            egress: None,
         }
     }
 
@@ -153,6 +159,7 @@ impl Launch {
             exit_status_pipe: None,
             process_rlimit_inside: false,
             limits_inside: false,
+            egress: None,
         }
     }
 }

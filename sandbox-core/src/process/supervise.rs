@@ -217,6 +217,7 @@ pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration)
         files: Default::default(),
         policy: plan.effective_policy(backend),
         changes: None,
+        connections: Vec::new(),
     };
     control.finish(Ok(outcome));
     handle
@@ -263,8 +264,12 @@ impl Supervised {
             _ = &mut timer => End::TimedOut,
             _ = control.kill_rx.wait_for(|k| *k) => End::Killed,
         };
-        // Whatever ended it, nothing of the tree may outlive the run.
+        // Whatever ended it, nothing of the tree may outlive the run; then nor may its proxy.
         self.kill_tree().await;
+        let connections = match &self.launch.egress {
+            Some(e) => e.finish().await,
+            None => Vec::new(),
+        };
         let exit = match end {
             End::Exited(s) => Some(s),
             _ => child.wait().await.ok(),
@@ -360,6 +365,7 @@ impl Supervised {
             files,
             policy,
             changes,
+            connections,
         };
         // Remove the cgroups and the launch's resources (temp dirs, the snapshot copy)
         // before reporting, so that `wait` returning means nothing is left behind.

@@ -11,7 +11,8 @@
 //!
 //! Subcommands: `argv`, `argv-hex`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
 //! `rename FROM TO`, `remove PATH`,
-//! `connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
+//! `connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `dns-udp HOST:PORT`,
+//! `udp-route HOST:PORT`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `see-pid PID`, `open-files N`,
 //! `print TEXT [SECS]`, `barrier DIR N ID`, `kill-self N`, `orphan`, `tree DIR`,
@@ -55,6 +56,8 @@ fn main() {
         ("connect", [addr]) => connect(addr),
         ("connect-abstract", [name]) => connect_abstract(name),
         ("listen-connect", []) => listen_connect(),
+        ("dns-udp", [addr]) => dns_udp(addr),
+        ("udp-route", [addr]) => udp_route(addr),
         ("env", []) => env(),
         ("fds", []) => fds(),
         ("fork", [n]) => fork_many(num(n)),
@@ -521,6 +524,55 @@ fn connect(addr: &str) -> ! {
     }
     ok().s("received", &String::from_utf8_lossy(&got)).emit();
     exit(0)
+}
+
+/// Send a DNS query (for `example.invalid`, type A) over UDP and wait for any answer: a
+/// resolver reached is a side channel out, whatever it answers.
+fn dns_udp(addr: &str) -> ! {
+    let addr: SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|_| usage(&format!("`{addr}` is not HOST:PORT")));
+    let run = || -> io::Result<usize> {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        s.set_read_timeout(Some(Duration::from_secs(3)))?;
+        let mut q = vec![0x12, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in ["example", "invalid"] {
+            q.push(label.len() as u8);
+            q.extend_from_slice(label.as_bytes());
+        }
+        q.extend_from_slice(&[0, 0, 1, 0, 1]);
+        s.send_to(&q, addr)?;
+        let mut buf = [0u8; 512];
+        let (n, _) = s.recv_from(&mut buf)?;
+        Ok(n)
+    };
+    match run() {
+        Ok(n) => {
+            ok().n("answer_bytes", n as i64).emit();
+            exit(0)
+        }
+        Err(e) => fail("dns-udp", &e),
+    }
+}
+
+/// `connect` a UDP socket: a route lookup only, no packet is sent. Succeeds where the
+/// address has a route: how a case asks "could a datagram leave for there?" without
+/// sending one to an address outside loopback.
+fn udp_route(addr: &str) -> ! {
+    let addr: SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|_| usage(&format!("`{addr}` is not HOST:PORT")));
+    let run = || -> io::Result<()> {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0")?;
+        s.connect(addr)
+    };
+    match run() {
+        Ok(()) => {
+            ok().emit();
+            exit(0)
+        }
+        Err(e) => fail("udp-route", &e),
+    }
 }
 
 /// Connect to the abstract unix socket `NAME` (no file: only the network namespace, or a
@@ -1134,6 +1186,8 @@ fn invoke(name: &str) -> Option<(i64, i32)> {
             "socket-unix" => socket(libc::AF_UNIX, libc::SOCK_STREAM, 0),
             "socket-netlink" => socket(libc::AF_NETLINK, libc::SOCK_RAW, libc::NETLINK_ROUTE),
             "socket-packet" => socket(libc::AF_PACKET, libc::SOCK_RAW, 0),
+            "socket-raw-icmp" => socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP),
+            "socket-raw-udp" => socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_UDP),
             _ => return None,
         }
     };

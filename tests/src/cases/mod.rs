@@ -3,6 +3,7 @@
 
 pub mod api;
 pub mod changes;
+pub mod egress;
 pub mod env;
 pub mod fd;
 pub mod fs;

@@ -154,10 +154,26 @@ pub struct PolicyArgs {
     #[arg(long = "write", value_name = "PATH")]
     pub write: Vec<PathBuf>,
 
-    /// What the command may reach: nothing, a private loopback of its own, or the host's
-    /// network [default: none]
+    /// What the command may reach: nothing, a private loopback of its own, the hosts of
+    /// an allowlist through a proxy, or the host's network [default: none, or proxy with
+    /// --allow-host]
     #[arg(long, value_enum, value_name = "MODE")]
     pub network: Option<NetworkArg>,
+
+    /// Let the command reach PATTERN through the sandbox's egress proxy (repeatable;
+    /// implies `--network proxy`): `crates.io`, `*.githubusercontent.com` (subdomains
+    /// only), `host:PORT` (default ports 80 and 443), an IP or CIDR written as such
+    #[arg(long = "allow-host", value_name = "PATTERN")]
+    pub allow_host: Vec<String>,
+
+    /// Let the command's 127.0.0.1:PORT reach the host's 127.0.0.1:PORT, and nothing else of
+    /// the host's (repeatable; with `--network loopback`, which it implies, or `proxy`)
+    #[arg(
+        long = "host-port",
+        value_name = "PORT",
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub host_port: Vec<u16>,
 
     /// Pass the host's NAME, or set NAME=VALUE (repeatable); nothing else of the host's
     /// environment reaches the command
@@ -297,6 +313,8 @@ pub enum NetworkArg {
     None,
     /// A private loopback; nothing of the host's.
     Loopback,
+    /// The hosts of an allowlist (`--allow-host`), through a proxy; nothing else.
+    Proxy,
     /// The host's network.
     Full,
 }
@@ -307,6 +325,7 @@ impl From<NetworkArg> for NetworkMode {
             NetworkArg::None => Self::None,
             NetworkArg::Loopback => Self::Loopback,
             NetworkArg::Full => Self::Full,
+            NetworkArg::Proxy => Self::Proxy,
         }
     }
 }

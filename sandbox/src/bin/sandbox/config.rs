@@ -30,6 +30,10 @@ pub struct PolicyFile {
     write: Vec<PathBuf>,
     network: Option<NetworkMode>,
     #[serde(default)]
+    allow_hosts: Vec<String>,
+    #[serde(default)]
+    host_ports: Vec<u16>,
+    #[serde(default)]
     env: Vec<String>,
     timeout: Option<Seconds>,
     max_output: Option<u64>,
@@ -56,6 +60,8 @@ pub struct RunSpec {
     pub read: Vec<PathBuf>,
     pub write: Vec<PathBuf>,
     pub network: NetworkMode,
+    pub allow_hosts: Vec<String>,
+    pub host_ports: Vec<u16>,
     pub env: Vec<OsString>,
     pub timeout: Option<Duration>,
     pub max_output: Option<usize>,
@@ -174,16 +180,32 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         Some(MemoryArg::Unlimited) => Some(None),
         Some(MemoryArg::MiB(mb)) => Some(Some(mib(mb)?)),
     };
+    let mut allow_hosts = file.allow_hosts;
+    allow_hosts.extend(args.allow_host);
+    let mut host_ports = file.host_ports;
+    host_ports.extend(args.host_port);
+    // An allowlist implies the proxy and host ports a private loopback, unless a mode was
+    // named (then the library refuses a mismatch, rather than ignoring it).
+    let implied = if !allow_hosts.is_empty() {
+        NetworkMode::Proxy
+    } else if !host_ports.is_empty() {
+        NetworkMode::Loopback
+    } else {
+        NetworkMode::None
+    };
+    let network = args
+        .network
+        .map(NetworkMode::from)
+        .or(file.network)
+        .unwrap_or(implied);
     Ok(RunSpec {
         backend: args.backend.or(file.backend).unwrap_or(BackendArg::AUTO),
         workspace,
         read,
         write,
-        network: args
-            .network
-            .map(NetworkMode::from)
-            .or(file.network)
-            .unwrap_or_default(),
+        network,
+        allow_hosts,
+        host_ports,
         env,
         timeout,
         max_output,
@@ -287,6 +309,35 @@ mod tests {
         )
         .unwrap();
         assert_eq!(spec.workspace, cwd.join("."));
+    }
+
+    #[test]
+    fn allow_hosts_from_the_file_and_the_flags_add_up_and_imply_the_proxy() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("policy.toml");
+        std::fs::write(&cfg, "allow-hosts = [\"crates.io\", \"*.crates.io\"]\n").unwrap();
+        let cwd = Path::new("/here");
+        let spec = resolve(
+            run_args(&[
+                "--config",
+                cfg.to_str().unwrap(),
+                "--allow-host",
+                "pypi.org",
+                "true",
+            ]),
+            cwd,
+        )
+        .unwrap();
+        assert_eq!(spec.allow_hosts, ["crates.io", "*.crates.io", "pypi.org"]);
+        assert_eq!(spec.network, NetworkMode::Proxy);
+        // A mode named explicitly is kept (the library then refuses the mismatch).
+        let spec = resolve(
+            run_args(&["--network", "loopback", "--allow-host", "x.org", "true"]),
+            cwd,
+        )
+        .unwrap();
+        assert_eq!(spec.network, NetworkMode::Loopback);
+        assert!(PolicyFile::parse("allow-hosts = \"crates.io\"").is_err());
     }
 
     #[test]

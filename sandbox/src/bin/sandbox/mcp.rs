@@ -573,11 +573,26 @@ fn explain(spec: &RunSpec, base: &SandboxOpts, backend: &dyn Backend) -> String 
         s,
         "Network: {}",
         match spec.network {
-            sandbox::NetworkMode::None => "none at all",
-            sandbox::NetworkMode::Loopback => "a private loopback only (nothing of the host's)",
-            sandbox::NetworkMode::Full => "the host's network",
+            sandbox::NetworkMode::None => "none at all".to_string(),
+            sandbox::NetworkMode::Loopback => {
+                "a private loopback only (nothing of the host's)".to_string()
+            }
+            sandbox::NetworkMode::Proxy => format!(
+                "only these hosts, through the sandbox's proxy (HTTP_PROXY is set; no DNS, \
+                 no other address): {}",
+                spec.allow_hosts.join(", ")
+            ),
+            sandbox::NetworkMode::Full => "the host's network".to_string(),
         }
     );
+    if !spec.host_ports.is_empty() {
+        let ports: Vec<String> = spec.host_ports.iter().map(u16::to_string).collect();
+        let _ = writeln!(
+            s,
+            "Host ports: 127.0.0.1:{} reach the host's own (nothing else of the host's)",
+            ports.join(", 127.0.0.1:")
+        );
+    }
     let mut env: Vec<String> = vec!["PATH".into(), "HOME".into(), "LANG".into()];
     env.extend(base.env.set.iter().map(|(n, _)| n.clone()));
     env.extend(base.env.pass.iter().cloned());

@@ -10,8 +10,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    ChangeSet, Changes, DynSandbox, EffectivePolicy, EnvPolicy, Plan, SandboxError, SandboxOpts,
-    SandboxOutcome, Status,
+    ChangeSet, Changes, ConnectionRecord, DynSandbox, EffectivePolicy, EnvPolicy, Plan,
+    SandboxError, SandboxOpts, SandboxOutcome, Status,
 };
 
 use crate::args::{ChangesArg, RunArgs};
@@ -166,6 +166,10 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         }
     };
     terminal.finish();
+    // After the command's own output: what the proxy refused, one line each.
+    for line in outcome.denied_lines() {
+        eprintln!("{line}");
+    }
     let mut code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
     // A change set is only acted on when the command ended by itself.
     let settled = match (&outcome.changes, changes_mode, by_signal) {
@@ -230,6 +234,8 @@ pub fn policy_opts(spec: &RunSpec, argv: Vec<OsString>) -> Result<SandboxOpts, C
     opts.read_only_paths = spec.read.clone();
     opts.writable_paths = spec.write.clone();
     opts.network = spec.network;
+    opts.allow_hosts = spec.allow_hosts.clone();
+    opts.host_ports = spec.host_ports.clone();
     opts.lane = spec.lane;
     opts.timeout = spec.timeout;
     if let Some(limit) = spec.max_output {
@@ -303,6 +309,8 @@ struct JsonOutcome<'a> {
     /// With `--changes`: whether they were applied, and why not.
     #[serde(skip_serializing_if = "Option::is_none")]
     changes_settled: Option<&'a changes::Settled>,
+    /// Network `proxy`: every connection attempt, allowed or denied.
+    connections: &'a [ConnectionRecord],
 }
 
 impl<'a> JsonOutcome<'a> {
@@ -322,6 +330,7 @@ impl<'a> JsonOutcome<'a> {
             policy: &o.policy,
             changes: o.changes.as_ref(),
             changes_settled: None,
+            connections: &o.connections,
         }
     }
 }

@@ -1,0 +1,232 @@
+//! Handing the proxy's listening socket from inside the command's network namespace to the
+//! host, over a unix socket pair (`SCM_RIGHTS`).
+//!
+//! A socket belongs to the network namespace it was created in for its whole life, so a
+//! listener made inside the command's namespace and accepted on by the host is the proxy's
+//! one door into that namespace: no host socket is exposed, no helper process stays
+//! inside, and the namespace itself holds nothing else. The sending side runs before the
+//! command's program starts (between fork and exec for landlock, in bwrap's waiter), so the
+//! command never holds the listener.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+
+use sandbox_core::process::PreExec;
+use tokio::io::Interest;
+
+use crate::ListenerSource;
+
+/// The most listeners one run hands over: the proxy and every host port.
+pub const MAX_LISTENERS: usize = sandbox_core::MAX_HOST_PORTS + 1;
+
+/// Room for a control message carrying [`MAX_LISTENERS`] descriptors, as 8-byte words so
+/// it is aligned for `cmsghdr`: a 16-byte header and 4 bytes per descriptor, rounded up.
+const CMSG_WORDS: usize = (16 + 4 * MAX_LISTENERS).div_ceil(8) + 1;
+
+/// Create a listener on `127.0.0.1:PORT` for each of `ports` in the current network
+/// namespace and send them all, in order, in one message on `sock`. Only raw system calls
+/// on stack data: async-signal-safe, for use between fork and exec. The listeners are
+/// closed here once sent.
+pub fn send_listeners_raw(sock: RawFd, ports: &[u16]) -> io::Result<()> {
+    if ports.is_empty() || ports.len() > MAX_LISTENERS {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let mut fds: [RawFd; MAX_LISTENERS] = [-1; MAX_LISTENERS];
+    // SAFETY: plain system calls on integers and stack buffers; no allocation, no locks.
+    let result = unsafe {
+        (|| {
+            for (i, &port) in ports.iter().enumerate() {
+                let l = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+                if l < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                fds[i] = l;
+                let addr = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: port.to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from_ne_bytes([127, 0, 0, 1]),
+                    },
+                    sin_zero: [0; 8],
+                };
+                if libc::bind(
+                    l,
+                    (&addr as *const libc::sockaddr_in).cast(),
+                    std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+                ) < 0
+                    || libc::listen(l, 1024) < 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            let n = ports.len();
+            let mut byte = [0u8; 1];
+            let mut iov = libc::iovec {
+                iov_base: byte.as_mut_ptr().cast(),
+                iov_len: 1,
+            };
+            let mut cbuf = [0u64; CMSG_WORDS];
+            let data_len = (n * std::mem::size_of::<RawFd>()) as u32;
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = libc::CMSG_SPACE(data_len) as usize;
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            if cmsg.is_null() {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            (*cmsg).cmsg_level = libc::SOL_SOCKET;
+            (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+            (*cmsg).cmsg_len = libc::CMSG_LEN(data_len) as usize;
+            let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+            for (i, fd) in fds.iter().take(n).enumerate() {
+                std::ptr::write_unaligned(data.add(i), *fd);
+            }
+            if libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        })()
+    };
+    for fd in fds.iter().filter(|fd| **fd >= 0) {
+        // SAFETY: closing descriptors this function opened.
+        unsafe { libc::close(*fd) };
+    }
+    result
+}
+
+/// The pre-exec step that sends the listeners (landlock and any backend whose child makes
+/// the namespace itself). Runs after the namespace is made and before anything restricts
+/// sockets.
+#[derive(Debug)]
+pub struct SendListener {
+    /// The child's end of the pair (the parent keeps it open until the run ends).
+    pub sock: RawFd,
+    /// The ports inside, in the order the host expects them (allocated before the fork;
+    /// the child only reads it).
+    pub ports: Vec<u16>,
+}
+
+// SAFETY: `send_listeners_raw` makes only `socket`, `bind`, `listen`, `sendmsg` and
+// `close` on stack arrays and the port list allocated before the fork (only read here);
+// its errors are raw errnos (`last_os_error`, `from_raw_os_error`), which do not allocate.
+unsafe impl PreExec for SendListener {
+    fn pre_exec(&self) -> io::Result<()> {
+        send_listeners_raw(self.sock, &self.ports)
+    }
+}
+
+fn int_opt(fd: RawFd, opt: libc::c_int) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `v`.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(v)
+    }
+}
+
+/// One `recvmsg`; the descriptors it carried (empty at end of stream).
+fn recv_fds(sock: RawFd) -> io::Result<Vec<OwnedFd>> {
+    let mut byte = [0u8; 1];
+    let mut iov = libc::iovec {
+        iov_base: byte.as_mut_ptr().cast(),
+        iov_len: 1,
+    };
+    let mut cbuf = [0u64; CMSG_WORDS];
+    // SAFETY: a zeroed msghdr is valid; every pointer set points at a live local buffer of
+    // the length given.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&cbuf);
+        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT);
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut got = Vec::new();
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let count =
+                    ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>().add(i));
+                    // Owned at once, so every descriptor received is closed with us.
+                    got.push(OwnedFd::from_raw_fd(fd));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        let _ = n;
+        Ok(got)
+    }
+}
+
+/// Wait for `count` listeners on the host's end of the pair, sent in one message. What
+/// arrives must be exactly that many listening IPv4 TCP sockets; anything else is refused.
+pub fn receive_listeners(sock: UnixStream, count: usize) -> crate::ListenersSource {
+    Box::pin(async move {
+        sock.set_nonblocking(true)?;
+        let sock = tokio::net::UnixStream::from_std(sock)?;
+        let fds = loop {
+            sock.readable().await?;
+            match sock.try_io(Interest::READABLE, || recv_fds(sock.as_raw_fd())) {
+                Ok(fds) if fds.is_empty() => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the sandbox ended without handing over the proxy's listeners",
+                    ))
+                }
+                Ok(fds) => break fds,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if fds.len() != count {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} listeners handed over, {count} expected", fds.len()),
+            ));
+        }
+        fds.into_iter()
+            .map(|fd| {
+                let raw = fd.as_raw_fd();
+                if int_opt(raw, libc::SO_ACCEPTCONN)? != 1
+                    || int_opt(raw, libc::SO_DOMAIN)? != libc::AF_INET
+                    || int_opt(raw, libc::SO_TYPE)? != libc::SOCK_STREAM
+                {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "what the sandbox handed over is not a listening TCP socket",
+                    ));
+                }
+                Ok(std::net::TcpListener::from(fd))
+            })
+            .collect()
+    })
+}
+
+/// [`receive_listeners`] for one.
+pub fn receive_listener(sock: UnixStream) -> ListenerSource {
+    let many = receive_listeners(sock, 1);
+    Box::pin(async move {
+        many.await?
+            .pop()
+            .ok_or_else(|| io::Error::other("no listener"))
+    })
+}

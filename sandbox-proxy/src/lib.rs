@@ -1,0 +1,735 @@
+//! The egress proxy of network mode `proxy`: the one way out of a command's private network
+//! namespace, connecting only to the hosts of an allowlist.
+//!
+//! # What it speaks
+//!
+//! - HTTP `CONNECT host:port`: a byte tunnel; TLS passes through untouched (never
+//!   terminated, never inspected).
+//! - Plain HTTP with an absolute URI (`GET http://host/path`): the request is sent on with
+//!   an origin-form target and `Connection: close`, so one client connection carries one
+//!   request to one decided host.
+//! - SOCKS5 `CONNECT` without authentication, with a domain name (`socks5h`), an IPv4 or an
+//!   IPv6 address.
+//!
+//! The first byte tells them apart (5 is SOCKS5's version; an HTTP method is a letter).
+//!
+//! It also serves host ports by number (`host_ports`): a listener per port, each
+//! connection relayed to the host's `127.0.0.1:PORT` alone, and recorded.
+//!
+//! # The decision, in order
+//!
+//! 1. The host must be a valid name or IP literal.
+//! 2. The proxy's own address (`127.0.0.1:PROXY_PORT` as the command sees it, and where it
+//!    listens on the host) is refused, as is any loopback or unspecified address on that
+//!    port: a request cannot loop back into the proxy.
+//! 3. The allowlist ([`sandbox_core::Allowlist`]): a name only by name patterns, an IP
+//!    literal only by IP/CIDR patterns.
+//! 4. An allowed name is resolved here, on the host, by the run's [`Resolver`]; never
+//!    before the check, so a denied name is never looked up. A name allowed by a wildcard
+//!    that resolves to a loopback, link-local or unspecified address is refused (the host's
+//!    own services, the cloud metadata address).
+//! 5. The connection is made to the resolved address; the record gets the peer and the
+//!    bytes each way.
+//!
+//! # Lifetime
+//!
+//! [`spawn`] starts one task that waits for the listener (a backend hands it over from
+//! inside the command's namespace), accepts, and keeps every relay in a `JoinSet`.
+//! [`ProxyRun::finish`] (core calls it once the command's tree is dead) stops it, waits for
+//! every relay to be dropped, and returns the record; dropping the handle aborts it too.
+//!
+//! # Dependencies
+//!
+//! `tokio` (the relays), `httparse` (the HTTP request head: a well-kept parser rather than
+//! our own), `nix` (receiving the listener over `SCM_RIGHTS`), `sandbox-core` (the allowlist,
+//! the record, the resolver seam). SOCKS5 is parsed by hand (a dozen bytes), and tested
+//! against curl's `--socks5-hostname`.
+
+mod handover;
+mod relay;
+mod resolve;
+mod socks;
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::OwnedFd;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use async_trait::async_trait;
+use sandbox_core::egress::{ConnectionRecord, EgressRun, ProxyProtocol, Resolver};
+use sandbox_core::policy::{host_local, Target, NOT_IN_ALLOWLIST};
+use sandbox_core::{Allowlist, Decision, SandboxError, SystemResolver, PROXY_PORT};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+pub use handover::{receive_listener, receive_listeners, send_listeners_raw, SendListener};
+pub use resolve::TableResolver;
+
+/// How long an upstream connect may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a client has to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest HTTP request head accepted.
+const MAX_HEAD: usize = 64 << 10;
+
+/// What one proxy enforces.
+#[derive(Clone, Debug)]
+pub struct ProxyConfig {
+    /// The allowlist.
+    pub allowlist: Allowlist,
+    /// How allowed names are resolved.
+    pub resolver: Arc<dyn Resolver>,
+}
+
+impl ProxyConfig {
+    /// A proxy for `allowlist`, resolving with `resolver` (the host's resolver when `None`).
+    pub fn new(allowlist: Allowlist, resolver: Option<Arc<dyn Resolver>>) -> Self {
+        Self {
+            allowlist,
+            resolver: resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
+        }
+    }
+}
+
+/// A listener still to come (handed over from the command's namespace), or one at hand.
+pub type ListenerSource = Pin<Box<dyn Future<Output = io::Result<std::net::TcpListener>> + Send>>;
+
+/// Several listeners to come, in the order of their [`Role`]s.
+pub type ListenersSource =
+    Pin<Box<dyn Future<Output = io::Result<Vec<std::net::TcpListener>>> + Send>>;
+
+/// What a listener is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The allowlist proxy.
+    Proxy,
+    /// A host port: every connection goes to the host's `127.0.0.1:PORT`, nothing else.
+    HostPort(u16),
+}
+
+/// The record of one attempt, shared with its relay.
+#[derive(Debug)]
+struct Entry {
+    record: Mutex<ConnectionRecord>,
+}
+
+impl Entry {
+    fn update(&self, f: impl FnOnce(&mut ConnectionRecord)) {
+        if let Ok(mut r) = self.record.lock() {
+            f(&mut r);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// The allowlist proxy's configuration; `None` when only host ports are served.
+    config: Option<ProxyConfig>,
+    entries: Mutex<Vec<Arc<Entry>>>,
+    /// Where the proxy listens on the host side (filled in once known).
+    local: Mutex<Option<SocketAddr>>,
+}
+
+impl Shared {
+    /// A new attempt in the record, shared with its relay.
+    fn record(
+        &self,
+        protocol: ProxyProtocol,
+        host: &str,
+        port: u16,
+        decision: Decision,
+    ) -> Arc<Entry> {
+        let entry = Arc::new(Entry {
+            record: Mutex::new(ConnectionRecord {
+                at: SystemTime::now(),
+                protocol,
+                host: host.to_string(),
+                port,
+                decision,
+                peer: None,
+                bytes_out: 0,
+                bytes_in: 0,
+                error: None,
+            }),
+        });
+        if let Ok(mut e) = self.entries.lock() {
+            e.push(entry.clone());
+        }
+        entry
+    }
+}
+
+/// A running proxy (and host-port forwarders), owned by one run.
+#[derive(Debug)]
+pub struct ProxyRun {
+    shared: Arc<Shared>,
+    stop: watch::Sender<bool>,
+    task: Mutex<Option<tokio::task::JoinHandle<()>>>,
+}
+
+/// Start the proxy on the listener `source` yields, on the current tokio runtime.
+pub fn spawn(config: ProxyConfig, source: ListenerSource) -> io::Result<ProxyRun> {
+    spawn_roles(
+        Some(config),
+        vec![Role::Proxy],
+        Box::pin(async move { Ok(vec![source.await?]) }),
+    )
+}
+
+/// Start serving each listener `source` yields in its role (the allowlist proxy, host
+/// ports), on the current tokio runtime.
+pub fn spawn_roles(
+    config: Option<ProxyConfig>,
+    roles: Vec<Role>,
+    source: ListenersSource,
+) -> io::Result<ProxyRun> {
+    if roles.contains(&Role::Proxy) && config.is_none() {
+        return Err(io::Error::other("the proxy role needs its configuration"));
+    }
+    let rt = tokio::runtime::Handle::try_current()
+        .map_err(|e| io::Error::other(format!("the proxy needs a tokio runtime: {e}")))?;
+    let shared = Arc::new(Shared {
+        config,
+        entries: Mutex::new(Vec::new()),
+        local: Mutex::new(None),
+    });
+    let (stop, stop_rx) = watch::channel(false);
+    let task = rt.spawn(accept_loop(shared.clone(), roles, source, stop_rx));
+    Ok(ProxyRun {
+        shared,
+        stop,
+        task: Mutex::new(Some(task)),
+    })
+}
+
+/// Start the proxy for a run whose listener will be handed over from inside the command's
+/// namespace: the pair's other end (to give to the child, which sends the listener on it)
+/// and the running proxy. Call from within the tokio runtime (`Launcher::prepare`).
+pub fn start_for_handover(config: ProxyConfig) -> io::Result<(OwnedFd, ProxyRun)> {
+    let (host, child) = std::os::unix::net::UnixStream::pair()?;
+    let run = spawn_roles(Some(config), vec![Role::Proxy], receive_listeners(host, 1))?;
+    Ok((OwnedFd::from(child), run))
+}
+
+/// What a backend needs for a run with the proxy or host ports: the ports to listen on
+/// inside (in the order they are to be sent), the pair's child end, and the running
+/// service. `None` when the plan asks for neither.
+#[derive(Debug)]
+pub struct Handover {
+    /// The ports the child must listen on, on `127.0.0.1`, and send in this order.
+    pub ports: Vec<u16>,
+    /// The child's end of the pair.
+    pub child_end: OwnedFd,
+    /// The running service (core ends it after the command's tree).
+    pub run: ProxyRun,
+}
+
+/// The listeners `plan` needs, in the order they are handed over: the proxy first, then
+/// each host port.
+pub fn roles(plan: &sandbox_core::Plan) -> Vec<Role> {
+    let mut roles = Vec::new();
+    if plan.network == sandbox_core::NetworkMode::Proxy {
+        roles.push(Role::Proxy);
+    }
+    roles.extend(plan.host_ports.iter().map(|&p| Role::HostPort(p)));
+    roles
+}
+
+/// The ports to listen on inside for `plan`, in [`roles`] order: what a backend tells its
+/// child (or bwrap's waiter) to make and send.
+pub fn inside_ports(plan: &sandbox_core::Plan) -> Vec<u16> {
+    roles(plan)
+        .into_iter()
+        .map(|r| match r {
+            Role::Proxy => PROXY_PORT,
+            Role::HostPort(p) => p,
+        })
+        .collect()
+}
+
+/// Start what `plan` asks for (network mode `proxy`, host ports); called from a backend's
+/// `prepare`; errors say what failed.
+pub fn start_for_plan(plan: &sandbox_core::Plan) -> Result<Option<Handover>, SandboxError> {
+    let proxy = plan.network == sandbox_core::NetworkMode::Proxy;
+    if proxy && plan.allowlist.is_empty() {
+        return Err(SandboxError::invalid(
+            "allow_hosts",
+            "the egress proxy needs a non-empty allowlist",
+        ));
+    }
+    let roles = roles(plan);
+    if roles.is_empty() {
+        return Ok(None);
+    }
+    let ports = inside_ports(plan);
+    let config = proxy.then(|| ProxyConfig::new(plan.allowlist.clone(), plan.resolver.clone()));
+    let start = || -> io::Result<Handover> {
+        let (host, child) = std::os::unix::net::UnixStream::pair()?;
+        let run = spawn_roles(config, roles, receive_listeners(host, ports.len()))?;
+        Ok(Handover {
+            ports: ports.clone(),
+            child_end: OwnedFd::from(child),
+            run,
+        })
+    };
+    start()
+        .map(Some)
+        .map_err(|e| SandboxError::io("starting the egress proxy", e))
+}
+
+/// The effective policy's note for a run through the proxy or with host ports.
+pub fn note(plan: &sandbox_core::Plan) -> String {
+    let mut parts = Vec::new();
+    if plan.network == sandbox_core::NetworkMode::Proxy {
+        let hosts: Vec<&str> = plan
+            .allowlist
+            .patterns()
+            .iter()
+            .map(|p| p.as_str())
+            .collect();
+        parts.push(format!(
+            "the egress proxy on 127.0.0.1:{PROXY_PORT} (HTTP CONNECT, HTTP, SOCKS5), \
+             allowing {}",
+            hosts.join(", ")
+        ));
+    }
+    if !plan.host_ports.is_empty() {
+        let ports: Vec<String> = plan.host_ports.iter().map(u16::to_string).collect();
+        parts.push(format!(
+            "the host's 127.0.0.1 ports {} (and no other)",
+            ports.join(", ")
+        ));
+    }
+    format!(
+        "network: a private namespace whose ways out are {}",
+        parts.join("; ")
+    )
+}
+
+impl ProxyRun {
+    /// The record so far.
+    pub fn records(&self) -> Vec<ConnectionRecord> {
+        let entries = match self.shared.entries.lock() {
+            Ok(e) => e.clone(),
+            Err(_) => return Vec::new(),
+        };
+        entries
+            .iter()
+            .filter_map(|e| e.record.lock().ok().map(|r| r.clone()))
+            .collect()
+    }
+}
+
+#[async_trait]
+impl EgressRun for ProxyRun {
+    async fn finish(&self) -> Vec<ConnectionRecord> {
+        let _ = self.stop.send(true);
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(t) = task {
+            let _ = t.await;
+        }
+        self.records()
+    }
+}
+
+impl Drop for ProxyRun {
+    fn drop(&mut self) {
+        if let Ok(mut t) = self.task.lock() {
+            if let Some(t) = t.take() {
+                t.abort();
+            }
+        }
+    }
+}
+
+async fn accept_loop(
+    shared: Arc<Shared>,
+    roles: Vec<Role>,
+    source: ListenersSource,
+    mut stop: watch::Receiver<bool>,
+) {
+    let listeners = tokio::select! {
+        l = source => l,
+        _ = stop.wait_for(|s| *s) => return,
+    };
+    let listeners = match listeners.and_then(|ls| {
+        ls.into_iter()
+            .map(|l| {
+                l.set_nonblocking(true)?;
+                TcpListener::from_std(l)
+            })
+            .collect::<io::Result<Vec<_>>>()
+    }) {
+        Ok(l) if l.len() == roles.len() => l,
+        Ok(l) => {
+            tracing::warn!(
+                "the egress proxy got {} listeners for {} roles",
+                l.len(),
+                roles.len()
+            );
+            return;
+        }
+        Err(e) => {
+            tracing::warn!("the egress proxy got no listener: {e}");
+            return;
+        }
+    };
+    // One acceptor per listener hands connections to this loop, which owns every relay.
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<(Role, TcpStream)>(64);
+    let mut acceptors = JoinSet::new();
+    for (role, listener) in roles.into_iter().zip(listeners) {
+        if role == Role::Proxy {
+            if let Ok(mut local) = shared.local.lock() {
+                *local = listener.local_addr().ok();
+            }
+        }
+        let tx = tx.clone();
+        acceptors.spawn(async move {
+            loop {
+                match listener.accept().await {
+                    Ok((stream, _)) => {
+                        let _ = stream.set_nodelay(true);
+                        if tx.send((role, stream)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => tracing::debug!("egress proxy accept: {e}"),
+                }
+            }
+        });
+    }
+    drop(tx);
+    let mut relays = JoinSet::new();
+    loop {
+        tokio::select! {
+            Some((role, stream)) = rx.recv() => match role {
+                Role::Proxy => {
+                    relays.spawn(serve(shared.clone(), stream));
+                }
+                Role::HostPort(port) => {
+                    relays.spawn(serve_host_port(shared.clone(), stream, port));
+                }
+            },
+            Some(_) = relays.join_next(), if !relays.is_empty() => {}
+            _ = stop.wait_for(|s| *s) => break,
+        }
+    }
+    acceptors.shutdown().await;
+    relays.shutdown().await;
+}
+
+/// A host port: relay to the host's `127.0.0.1:PORT`, recorded like any connection.
+async fn serve_host_port(shared: Arc<Shared>, client: TcpStream, port: u16) {
+    let to = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port);
+    let entry = shared.record(
+        ProxyProtocol::HostPort,
+        &to.ip().to_string(),
+        port,
+        Decision::Allowed(format!("host port {port}")),
+    );
+    match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(to)).await {
+        Ok(Ok(upstream)) => {
+            let _ = upstream.set_nodelay(true);
+            entry.update(|r| r.peer = Some(to));
+            relay::run(&entry, client, upstream).await;
+        }
+        Ok(Err(e)) => entry.update(|r| r.error = Some(e.to_string())),
+        Err(_) => entry.update(|r| r.error = Some("timed out".into())),
+    }
+}
+
+/// One client connection: find the protocol, decide, relay.
+async fn serve(shared: Arc<Shared>, mut client: TcpStream) {
+    let mut first = [0u8; 1];
+    let peeked = tokio::time::timeout(REQUEST_TIMEOUT, client.peek(&mut first)).await;
+    match peeked {
+        Ok(Ok(1)) if first[0] == socks::VERSION => socks::serve(&shared, client).await,
+        Ok(Ok(1)) => serve_http(&shared, client).await,
+        _ => {
+            let _ = client.shutdown().await;
+        }
+    }
+}
+
+/// A request head: how much of the buffer it took, and what it asks.
+struct Head {
+    len: usize,
+    method: String,
+    target: String,
+    headers: Vec<(String, Vec<u8>)>,
+}
+
+async fn read_head(client: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Head, &'static str> {
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = match tokio::time::timeout(REQUEST_TIMEOUT, client.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Err("the client closed before its request"),
+            Ok(Ok(n)) => n,
+            Err(_) => return Err("the request did not arrive in time"),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let mut headers = [httparse::EMPTY_HEADER; 100];
+        let mut req = httparse::Request::new(&mut headers);
+        match req.parse(buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                return Ok(Head {
+                    len,
+                    method: req.method.unwrap_or_default().to_string(),
+                    target: req.path.unwrap_or_default().to_string(),
+                    headers: req
+                        .headers
+                        .iter()
+                        .map(|h| (h.name.to_string(), h.value.to_vec()))
+                        .collect(),
+                })
+            }
+            Ok(httparse::Status::Partial) if buf.len() < MAX_HEAD => {}
+            Ok(httparse::Status::Partial) => return Err("the request head is too large"),
+            Err(_) => return Err("the request is not HTTP"),
+        }
+    }
+}
+
+/// Split `host:port` (`[v6]:port`) as written in a CONNECT target or a URI authority.
+fn split_authority(auth: &str, default_port: Option<u16>) -> Option<(String, u16)> {
+    let (host, port) = if let Some(rest) = auth.strip_prefix('[') {
+        let (h, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None if after.is_empty() => default_port?,
+            None => return None,
+        };
+        (format!("[{h}]"), port)
+    } else {
+        match auth.rsplit_once(':') {
+            Some((h, p)) => (h.to_string(), p.parse().ok()?),
+            None => (auth.to_string(), default_port?),
+        }
+    };
+    (port != 0 && !host.is_empty()).then_some((host, port))
+}
+
+async fn respond(client: &mut TcpStream, status: &str, body: &str) {
+    let msg = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = client.write_all(msg.as_bytes()).await;
+    let _ = client.shutdown().await;
+}
+
+async fn serve_http(shared: &Shared, mut client: TcpStream) {
+    let mut buf = Vec::new();
+    let head = match read_head(&mut client, &mut buf).await {
+        Ok(h) => h,
+        Err(why) => {
+            respond(
+                &mut client,
+                "400 Bad Request",
+                &format!("sandbox proxy: {why}\n"),
+            )
+            .await;
+            return;
+        }
+    };
+    let (protocol, authority, path) = if head.method.eq_ignore_ascii_case("CONNECT") {
+        (ProxyProtocol::Connect, head.target.clone(), None)
+    } else if let Some(rest) = head.target.strip_prefix("http://") {
+        let (auth, path) = match rest.find('/') {
+            Some(i) => (&rest[..i], &rest[i..]),
+            None => (rest, "/"),
+        };
+        // Userinfo in the authority is not a host.
+        let auth = auth.rsplit_once('@').map_or(auth, |(_, a)| a);
+        (
+            ProxyProtocol::Http,
+            auth.to_string(),
+            Some(path.to_string()),
+        )
+    } else {
+        respond(
+            &mut client,
+            "400 Bad Request",
+            "sandbox proxy: only CONNECT and absolute http:// URIs are proxied\n",
+        )
+        .await;
+        return;
+    };
+    let default_port = if protocol == ProxyProtocol::Http {
+        Some(80)
+    } else {
+        None
+    };
+    let Some((host, port)) = split_authority(&authority, default_port) else {
+        respond(
+            &mut client,
+            "400 Bad Request",
+            &format!("sandbox proxy: `{authority}` is not host:port\n"),
+        )
+        .await;
+        return;
+    };
+    let (entry, upstream) = match connect(shared, protocol, &host, port).await {
+        Ok(x) => x,
+        Err(Refusal { status, text }) => {
+            respond(&mut client, status, &format!("{text}\n")).await;
+            return;
+        }
+    };
+    let mut upstream = upstream;
+    let rest = buf[head.len..].to_vec();
+    let preface = match path {
+        None => {
+            if client
+                .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                .await
+                .is_err()
+            {
+                return;
+            }
+            rest
+        }
+        Some(path) => {
+            let mut out = format!("{} {} HTTP/1.1\r\n", head.method, path).into_bytes();
+            for (name, value) in &head.headers {
+                let lower = name.to_ascii_lowercase();
+                if lower.starts_with("proxy-") || lower == "connection" || lower == "keep-alive" {
+                    continue;
+                }
+                out.extend_from_slice(name.as_bytes());
+                out.extend_from_slice(b": ");
+                out.extend_from_slice(value);
+                out.extend_from_slice(b"\r\n");
+            }
+            out.extend_from_slice(b"Connection: close\r\n\r\n");
+            out.extend_from_slice(&rest);
+            out
+        }
+    };
+    if !preface.is_empty() {
+        entry.update(|r| r.bytes_out += preface.len() as u64);
+        if upstream.write_all(&preface).await.is_err() {
+            return;
+        }
+    }
+    relay::run(&entry, client, upstream).await;
+}
+
+/// Why a request was not connected: the status line for HTTP and the text.
+struct Refusal {
+    status: &'static str,
+    text: String,
+}
+
+/// Decide, record, resolve and connect. The record is made whatever happens.
+async fn connect(
+    shared: &Shared,
+    protocol: ProxyProtocol,
+    host: &str,
+    port: u16,
+) -> Result<(Arc<Entry>, TcpStream), Refusal> {
+    let entry = shared.record(
+        protocol,
+        host,
+        port,
+        Decision::Denied(NOT_IN_ALLOWLIST.into()),
+    );
+    let deny = |why: String| {
+        entry.update(|r| r.decision = Decision::Denied(why.clone()));
+        Refusal {
+            status: "403 Forbidden",
+            text: format!("sandbox: denied connect to {host}:{port} ({why})"),
+        }
+    };
+    let fail = |why: String| {
+        entry.update(|r| r.error = Some(why.clone()));
+        Refusal {
+            status: "502 Bad Gateway",
+            text: format!("sandbox: could not connect to {host}:{port} ({why})"),
+        }
+    };
+    let Some(target) = Target::parse(host) else {
+        return Err(deny("not a valid host name or IP address".into()));
+    };
+    let own_local = shared.local.lock().ok().and_then(|l| *l);
+    let is_self = |a: SocketAddr| {
+        Some(a) == own_local
+            || (a.port() == PROXY_PORT && host_local(a.ip()).is_some())
+            || own_local.is_some_and(|l| l.port() == a.port() && host_local(a.ip()).is_some())
+    };
+    if let Target::Ip(ip) = target {
+        if is_self(SocketAddr::new(ip, port)) {
+            return Err(deny("the proxy's own address".into()));
+        }
+    }
+    let Some(config) = shared.config.as_ref() else {
+        return Err(deny("no proxy in this run".into()));
+    };
+    let Some(rule) = config.allowlist.check(&target, port).cloned() else {
+        return Err(deny(NOT_IN_ALLOWLIST.into()));
+    };
+    let addrs = match &target {
+        Target::Ip(ip) => vec![SocketAddr::new(*ip, port)],
+        Target::Name(name) => match config.resolver.resolve(name, port).await {
+            Ok(a) if !a.is_empty() => a,
+            Ok(_) => return Err(fail("the name has no address".into())),
+            Err(e) => return Err(fail(format!("the name did not resolve: {e}"))),
+        },
+    };
+    for a in &addrs {
+        if is_self(*a) {
+            return Err(deny("resolves to the proxy's own address".into()));
+        }
+        if let Some(why) = Allowlist::check_resolved(&rule, a.ip()) {
+            return Err(deny(why));
+        }
+    }
+    entry.update(|r| r.decision = Decision::Allowed(rule.to_string()));
+    let mut last = None;
+    for a in addrs {
+        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
+            Ok(Ok(s)) => {
+                let _ = s.set_nodelay(true);
+                entry.update(|r| r.peer = Some(a));
+                return Ok((entry, s));
+            }
+            Ok(Err(e)) => last = Some(e.to_string()),
+            Err(_) => last = Some("timed out".into()),
+        }
+    }
+    Err(fail(last.unwrap_or_else(|| "no address".into())))
+}
+
+/// An IP for a SOCKS5 reply.
+fn unspecified() -> IpAddr {
+    IpAddr::from([0, 0, 0, 0])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn authorities_split_with_and_without_ports() {
+        assert_eq!(
+            split_authority("crates.io:443", None),
+            Some(("crates.io".into(), 443))
+        );
+        assert_eq!(
+            split_authority("crates.io", Some(80)),
+            Some(("crates.io".into(), 80))
+        );
+        assert_eq!(split_authority("crates.io", None), None);
+        assert_eq!(
+            split_authority("[::1]:8080", None),
+            Some(("[::1]".into(), 8080))
+        );
+        assert_eq!(split_authority("x:0", None), None);
+        assert_eq!(split_authority("x:99999", None), None);
+    }
+}

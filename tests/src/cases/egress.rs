@@ -1,0 +1,852 @@
+//! Network mode `proxy`: egress by name through the allowlist proxy, and no way around it.
+//!
+//! Upstream servers listen on the host's `127.0.0.1` and stand in for named hosts through
+//! a resolver table given to the library (`SandboxOpts::resolver`), so nothing here touches
+//! the real DNS or any address outside loopback. Where a case asks whether a datagram could
+//! leave for an outside address it only looks the route up (a UDP `connect`), which sends
+//! nothing. Each effect is judged from the host: what the upstream served, what the proxy
+//! recorded.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, UdpSocket};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use sandbox_core::{Decision, NetworkMode, ProxyProtocol, SandboxError, SandboxOpts};
+use sandbox_proxy::TableResolver;
+
+use super::CaseResult;
+use crate::context::{token, Context, Forbidden, Mode};
+use crate::host::HostListener;
+use crate::Failure;
+
+const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+
+/// An HTTP/1.1 server on the host's `127.0.0.1`: files under `root` by path, `/` answers
+/// the token; counts the requests it served.
+#[derive(Debug)]
+struct Upstream {
+    port: u16,
+    token: String,
+    hits: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+fn respond(s: &mut std::net::TcpStream, root: Option<&Path>, token: &str) -> bool {
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let head = String::from_utf8_lossy(&got);
+    let path = head.split_whitespace().nth(1).unwrap_or("/");
+    let path = path.split('?').next().unwrap_or("/");
+    // A directory is served by its `index.html` (how a simple index is laid out).
+    let file = root
+        .map(|r| r.join(path.trim_start_matches('/')))
+        .map(|f| if f.is_dir() { f.join("index.html") } else { f })
+        .filter(|f| !path.contains("..") && f.is_file());
+    let (status, kind, body) = match (path, file) {
+        (_, Some(f)) => (
+            "200 OK",
+            if f.extension().is_some_and(|e| e == "html") {
+                "text/html"
+            } else {
+                "application/octet-stream"
+            },
+            std::fs::read(&f).unwrap_or_default(),
+        ),
+        ("/", None) => ("200 OK", "text/plain", format!("{token}\n").into_bytes()),
+        _ => ("404 Not Found", "text/plain", b"not found\n".to_vec()),
+    };
+    let headers = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {kind}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    let _ = s.write_all(headers.as_bytes());
+    let _ = s.write_all(&body);
+    true
+}
+
+impl Upstream {
+    fn start(root: Option<PathBuf>) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(SocketAddr::new(LO, 0))?;
+        listener.set_nonblocking(true)?;
+        let port = listener.local_addr()?.port();
+        let token = format!("upstream-{}", token());
+        let hits = Arc::new(AtomicUsize::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = {
+            let (hits, stop, token) = (hits.clone(), stop.clone(), token.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    match listener.accept() {
+                        Ok((mut s, _)) => {
+                            let _ = s.set_nonblocking(false);
+                            if respond(&mut s, root.as_deref(), &token) {
+                                hits.fetch_add(1, Ordering::SeqCst);
+                            }
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            })
+        };
+        Ok(Self {
+            port,
+            token,
+            hits,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    fn hits(&self) -> usize {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+impl Drop for Upstream {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The names the cases use, all standing for the host's loopback.
+fn resolver() -> Arc<TableResolver> {
+    Arc::new(
+        [
+            "allowed.test",
+            "denied.test",
+            "a.wild.test",
+            "git.test",
+            "pypi.test",
+        ]
+        .iter()
+        .fold(TableResolver::new(), |t, n| t.with(n, LO)),
+    )
+}
+
+/// `sh -c SCRIPT` in `ws` with network `proxy` allowing `allow`, on the context's lane.
+fn proxy_opts(ctx: &Context, ws: &Path, script: &str, allow: &[String]) -> SandboxOpts {
+    let mut o = ctx.opts(ws, [""]);
+    o.argv = ["sh", "-c", script].iter().map(OsString::from).collect();
+    o.network = NetworkMode::Proxy;
+    o.allow_hosts = allow.to_vec();
+    o.resolver = Some(resolver());
+    o.env.set.push(("TMPDIR".into(), ws.join("tmp").into()));
+    o
+}
+
+/// The probe with `args` in network `proxy`.
+fn probe_proxy_opts(ctx: &Context, ws: &Path, args: &[&str], allow: &[String]) -> SandboxOpts {
+    let mut o = ctx.opts(ws, args);
+    o.network = NetworkMode::Proxy;
+    o.allow_hosts = allow.to_vec();
+    o.resolver = Some(resolver());
+    o
+}
+
+fn tmp_in(ws: &Path) -> Result<(), Failure> {
+    std::fs::create_dir_all(ws.join("tmp"))?;
+    Ok(())
+}
+
+/// Bad input is refused before anything runs: a malformed pattern, `proxy` with an empty
+/// allowlist, a port outside 1-65535, an allowlist with another network mode.
+pub async fn bad_input_refused(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-bad")?;
+    let marker = ws.join("ran");
+    let marker_s = marker.to_string_lossy().into_owned();
+    for (mode, allow, why) in [
+        (NetworkMode::Proxy, vec![], "at least one allowed host"),
+        (
+            NetworkMode::Proxy,
+            vec!["exa mple.com"],
+            "not a valid host name",
+        ),
+        (NetworkMode::Proxy, vec!["crates.io:0"], "1 to 65535"),
+        (NetworkMode::Proxy, vec!["crates.io:65536"], "1 to 65535"),
+        (NetworkMode::Proxy, vec!["*.com"], "top-level"),
+        (
+            NetworkMode::Full,
+            vec!["crates.io"],
+            "only to network mode `proxy`",
+        ),
+        (
+            NetworkMode::None,
+            vec!["crates.io"],
+            "only to network mode `proxy`",
+        ),
+    ] {
+        let mut o = ctx.opts(ws.path(), ["write", &marker_s]);
+        o.network = mode;
+        o.allow_hosts = allow.iter().map(|s| s.to_string()).collect();
+        let sb = ctx.sandbox();
+        match sb.run(o).await {
+            Err(SandboxError::InvalidConfig {
+                field: "allow_hosts",
+                reason,
+            }) if reason.contains(why) => {}
+            Err(e) => {
+                return Err(Failure::Broken(format!(
+                    "{mode} {allow:?}: expected InvalidConfig on allow_hosts mentioning {why:?}, \
+                     got: {e}"
+                )))
+            }
+            Ok(()) => {
+                let _ = sb.kill().await;
+                return Err(Failure::Broken(format!("{mode} {allow:?} was accepted")));
+            }
+        }
+        ensure!(!marker.exists(), "{mode} {allow:?}: the command ran");
+    }
+    for (mode, ports) in [
+        (NetworkMode::Full, vec![5432]),
+        (NetworkMode::None, vec![5432]),
+        (NetworkMode::Loopback, vec![0]),
+        (NetworkMode::Loopback, vec![5432, 5432]),
+    ] {
+        let mut o = ctx.opts(ws.path(), ["write", &marker_s]);
+        o.network = mode;
+        o.host_ports = ports.clone();
+        let sb = ctx.sandbox();
+        match sb.run(o).await {
+            Err(SandboxError::InvalidConfig {
+                field: "host_ports",
+                ..
+            }) => {}
+            Err(e) => {
+                return Err(Failure::Broken(format!(
+                    "{mode} host ports {ports:?}: expected InvalidConfig on host_ports, got: {e}"
+                )))
+            }
+            Ok(()) => {
+                let _ = sb.kill().await;
+                return Err(Failure::Broken(format!(
+                    "{mode} host ports {ports:?} was accepted"
+                )));
+            }
+        }
+        ensure!(!marker.exists(), "{mode} {ports:?}: the command ran");
+    }
+    Ok(())
+}
+
+/// An allowed name is reached through the proxy with only the sandbox's environment
+/// (curl reads `http_proxy`), and the attempt is recorded with its rule and bytes.
+pub async fn allowed_name_reached(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-allowed")?;
+    tmp_in(ws.path())?;
+    let up = Upstream::start(None)?;
+    let rule = format!("allowed.test:{}", up.port);
+    let script = format!("curl -fsS --max-time 20 http://allowed.test:{}/", up.port);
+    let o = ctx
+        .run(proxy_opts(
+            &ctx,
+            ws.path(),
+            &script,
+            std::slice::from_ref(&rule),
+        ))
+        .await?;
+    ensure!(
+        o.status.success() && o.stdout.text().contains(&up.token),
+        "curl did not reach the allowed name: {}",
+        crate::context::describe(&o)
+    );
+    ensure!(up.hits() == 1, "the upstream served {} requests", up.hits());
+    let [c] = o.connections.as_slice() else {
+        return Err(Failure::Broken(format!(
+            "expected one recorded connection: {:?}",
+            o.connections
+        )));
+    };
+    ensure!(
+        c.host == "allowed.test"
+            && c.port == up.port
+            && c.protocol == ProxyProtocol::Http
+            && c.decision == Decision::Allowed(rule.clone())
+            && c.peer == Some(SocketAddr::new(LO, up.port))
+            && c.bytes_in > up.token.len() as u64
+            && c.bytes_out > 0,
+        "the record is wrong: {c:?}"
+    );
+    Ok(())
+}
+
+/// A name not in the allowlist is refused (plain HTTP and CONNECT), never resolved or
+/// reached, recorded, and its denied line reads as the command-line tool prints it.
+pub async fn denied_name_refused_and_recorded(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-denied")?;
+    tmp_in(ws.path())?;
+    let up = Upstream::start(None)?;
+    let script = format!(
+        "curl -fsS --max-time 20 http://denied.test:{p}/; echo http=$?; \
+         curl -fsS --max-time 20 -p -x \"$HTTPS_PROXY\" http://denied.test:{p}/; echo connect=$?",
+        p = up.port
+    );
+    let o = ctx
+        .run(proxy_opts(
+            &ctx,
+            ws.path(),
+            &script,
+            &[format!("allowed.test:{}", up.port)],
+        ))
+        .await?;
+    let out = o.stdout.text();
+    ensure!(
+        !out.contains(&up.token) && !out.contains("http=0") && !out.contains("connect=0"),
+        "a denied name was reached: {}",
+        crate::context::describe(&o)
+    );
+    ensure!(up.hits() == 0, "the upstream served {} requests", up.hits());
+    ensure!(
+        o.connections.len() == 2
+            && o.connections.iter().all(|c| c.host == "denied.test"
+                && c.decision == Decision::Denied("not in the allowlist".into())
+                && c.peer.is_none()
+                && c.bytes_in == 0),
+        "the records are wrong: {:?}",
+        o.connections
+    );
+    let want = format!(
+        "sandbox: denied connect to denied.test:{} (not in the allowlist)",
+        up.port
+    );
+    ensure!(
+        o.denied_lines() == [want.clone(), want.clone()],
+        "denied lines: {:?}",
+        o.denied_lines()
+    );
+    Ok(())
+}
+
+/// An IP literal is refused through the proxy unless a CIDR allows it, and cannot be
+/// reached directly either.
+pub async fn ip_literal_refused(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-ip")?;
+    tmp_in(ws.path())?;
+    let up = Upstream::start(None)?;
+    let script = format!(
+        "curl -fsS --max-time 10 --noproxy '' -x \"$HTTP_PROXY\" http://127.0.0.1:{p}/; \
+         curl -fsS --max-time 10 --noproxy '*' http://127.0.0.1:{p}/; exit 0",
+        p = up.port
+    );
+    let o = ctx
+        .run(proxy_opts(
+            &ctx,
+            ws.path(),
+            &script,
+            &[format!("allowed.test:{}", up.port)],
+        ))
+        .await?;
+    let mut f = Forbidden::new(&ctx);
+    f.check(
+        "the upstream on 127.0.0.1 reached by IP literal",
+        up.hits() > 0 || o.stdout.text().contains(&up.token),
+        || crate::context::describe(&o),
+    );
+    if ctx.mode() == Mode::Conform {
+        ensure!(
+            o.connections.len() == 1
+                && o.connections[0].host == "127.0.0.1"
+                && !o.connections[0].decision.is_allowed(),
+            "the proxy did not record the refused IP literal: {:?}",
+            o.connections
+        );
+    }
+    f.finish()
+}
+
+/// A wildcard pattern whose name resolves to loopback is refused: a wildcard is never
+/// rebound to the host's own services.
+pub async fn wildcard_rebound_to_loopback_refused(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-rebind")?;
+    tmp_in(ws.path())?;
+    let up = Upstream::start(None)?;
+    let script = format!("curl -fsS --max-time 10 http://a.wild.test:{}/", up.port);
+    let o = ctx
+        .run(proxy_opts(
+            &ctx,
+            ws.path(),
+            &script,
+            &[format!("*.wild.test:{}", up.port)],
+        ))
+        .await?;
+    ensure!(
+        up.hits() == 0 && !o.stdout.text().contains(&up.token),
+        "a wildcard name resolving to loopback was reached: {}",
+        crate::context::describe(&o)
+    );
+    ensure!(
+        matches!(o.connections.as_slice(),
+            [c] if matches!(&c.decision, Decision::Denied(why) if why.contains("loopback"))),
+        "the record does not say why: {:?}",
+        o.connections
+    );
+    Ok(())
+}
+
+/// The first IPv4 nameserver of the host's resolver configuration, or a documentation
+/// address: only ever the target of a route lookup, never of a packet.
+fn host_nameserver() -> SocketAddr {
+    let ip = std::fs::read_to_string("/etc/resolv.conf")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .filter_map(|l| l.strip_prefix("nameserver"))
+                .filter_map(|a| a.trim().parse::<Ipv4Addr>().ok())
+                .find(|a| !a.is_loopback())
+        })
+        .unwrap_or(Ipv4Addr::new(192, 0, 2, 53));
+    SocketAddr::new(IpAddr::V4(ip), 53)
+}
+
+/// DNS from inside fails: a resolver on the host's loopback is reached neither over UDP
+/// nor over TCP, and no route exists to the host's own nameserver.
+pub async fn dns_from_inside_fails(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-dns")?;
+    let allow = ["allowed.test".to_string()];
+    // A resolver on the host's loopback: counts the queries that arrive, answers each.
+    let udp = UdpSocket::bind(SocketAddr::new(LO, 0))?;
+    udp.set_read_timeout(Some(Duration::from_millis(50)))?;
+    let udp_addr = udp.local_addr()?;
+    let queries = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let server = {
+        let (queries, stop) = (queries.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok((n, from)) = udp.recv_from(&mut buf) {
+                    queries.fetch_add(1, Ordering::SeqCst);
+                    let _ = udp.send_to(&buf[..n], from);
+                }
+            }
+        })
+    };
+    let tcp = HostListener::start(&format!("dns-tcp-{}", token()))?;
+    let udp_run = ctx
+        .probe_run(probe_proxy_opts(
+            &ctx,
+            ws.path(),
+            &["dns-udp", &udp_addr.to_string()],
+            &allow,
+        ))
+        .await;
+    let tcp_run = ctx
+        .probe_run(probe_proxy_opts(
+            &ctx,
+            ws.path(),
+            &["connect", &tcp.addr().to_string()],
+            &allow,
+        ))
+        .await;
+    let ns = host_nameserver();
+    let route_run = ctx
+        .probe_run(probe_proxy_opts(
+            &ctx,
+            ws.path(),
+            &["udp-route", &ns.to_string()],
+            &allow,
+        ))
+        .await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = server.join();
+    let (udp_run, tcp_run, route_run) = (udp_run?, tcp_run?, route_run?);
+    for p in [&udp_run, &tcp_run, &route_run] {
+        p.report()?;
+    }
+    let mut f = Forbidden::new(&ctx);
+    f.check(
+        "a DNS query over UDP reached a resolver on the host",
+        queries.load(Ordering::SeqCst) > 0 || udp_run.succeeded(),
+        || udp_run.describe(),
+    );
+    f.check(
+        "a TCP connection reached a resolver on the host",
+        tcp.accepted() > 0 || tcp_run.succeeded(),
+        || tcp_run.describe(),
+    );
+    f.check(
+        &format!("a route exists to the host's nameserver {ns}"),
+        route_run.succeeded(),
+        || route_run.describe(),
+    );
+    f.finish()
+}
+
+/// A direct connection that ignores the proxy variables fails: the host's loopback is not
+/// reached over TCP, and no outside address has a route.
+pub async fn direct_connect_fails(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-direct")?;
+    let listener = HostListener::start(&format!("direct-{}", token()))?;
+    // Even with the listener's own address allowed through the proxy, going around it
+    // must not work.
+    let allow = [format!("127.0.0.0/8:{}", listener.addr().port())];
+    let direct = ctx
+        .probe_run(probe_proxy_opts(
+            &ctx,
+            ws.path(),
+            &["connect", &listener.addr().to_string()],
+            &allow,
+        ))
+        .await?;
+    direct.report()?;
+    let route = ctx
+        .probe_run(probe_proxy_opts(
+            &ctx,
+            ws.path(),
+            &["udp-route", "192.0.2.1:443"],
+            &allow,
+        ))
+        .await?;
+    route.report()?;
+    let mut f = Forbidden::new(&ctx);
+    f.check(
+        "a direct TCP connection reached the host's listener",
+        listener.accepted() > 0 || direct.stdout_contains(listener.token()),
+        || direct.describe(),
+    );
+    f.check(
+        "a route exists to an outside address (192.0.2.1)",
+        route.succeeded(),
+        || route.describe(),
+    );
+    f.finish()
+}
+
+/// A request to the proxy's own address (its port inside the sandbox) is refused, even
+/// when a CIDR covers it.
+pub async fn proxy_itself_refused(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-self")?;
+    tmp_in(ws.path())?;
+    // `--noproxy ''`: the sandbox's NO_PROXY keeps 127.0.0.1 direct, and here the
+    // request must go to the proxy.
+    let script = "curl -fsS --max-time 10 --noproxy '' -p -x \"$HTTP_PROXY\" \
+                  http://127.0.0.1:3128/; echo connect=$?; \
+                  curl -fsS --max-time 10 --noproxy '' --socks5 127.0.0.1:3128 \
+                  http://127.0.0.1:3128/; echo socks=$?";
+    let o = ctx
+        .run(proxy_opts(
+            &ctx,
+            ws.path(),
+            script,
+            &["127.0.0.0/8:3128".to_string()],
+        ))
+        .await?;
+    let out = o.stdout.text();
+    ensure!(
+        !out.contains("connect=0") && !out.contains("socks=0"),
+        "a request to the proxy itself went through: {}",
+        crate::context::describe(&o)
+    );
+    ensure!(
+        o.connections.len() == 2
+            && o.connections.iter().all(
+                |c| matches!(&c.decision, Decision::Denied(why) if why.contains("proxy's own"))
+            ),
+        "the records are wrong: {:?}",
+        o.connections
+    );
+    Ok(())
+}
+
+/// Raw and packet sockets and io_uring fail inside with a clear error.
+pub async fn raw_sockets_and_io_uring_refused(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-raw")?;
+    let allow = ["allowed.test".to_string()];
+    for call in [
+        "socket-packet",
+        "socket-raw-icmp",
+        "socket-raw-udp",
+        "io_uring_setup",
+    ] {
+        let p = ctx
+            .probe_run(probe_proxy_opts(
+                &ctx,
+                ws.path(),
+                &["syscall", call],
+                &allow,
+            ))
+            .await?;
+        p.report()?;
+        ensure!(
+            !p.succeeded() && p.field("denied") == Some(&serde_json::Value::Bool(true)),
+            "{call} was not refused: {}",
+            p.describe()
+        );
+    }
+    Ok(())
+}
+
+/// A SOCKS5 client (curl through `ALL_PROXY`, `socks5h`) reaches an allowed name.
+pub async fn socks5_works(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-socks")?;
+    tmp_in(ws.path())?;
+    let up = Upstream::start(None)?;
+    let script = format!(
+        "curl -fsS --max-time 20 --proxy \"$ALL_PROXY\" http://allowed.test:{}/",
+        up.port
+    );
+    let o = ctx
+        .run(proxy_opts(
+            &ctx,
+            ws.path(),
+            &script,
+            &[format!("allowed.test:{}", up.port)],
+        ))
+        .await?;
+    ensure!(
+        o.status.success() && o.stdout.text().contains(&up.token) && up.hits() == 1,
+        "the SOCKS5 client did not reach the allowed name: {}",
+        crate::context::describe(&o)
+    );
+    ensure!(
+        matches!(o.connections.as_slice(),
+            [c] if c.protocol == ProxyProtocol::Socks5 && c.decision.is_allowed()),
+        "the record is wrong: {:?}",
+        o.connections
+    );
+    Ok(())
+}
+
+/// Python's urllib, with only the sandbox's environment, reaches an allowed name.
+pub async fn python_urllib_through_the_proxy(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-urllib")?;
+    tmp_in(ws.path())?;
+    let up = Upstream::start(None)?;
+    let script = format!(
+        "python3 -c 'import urllib.request; \
+         print(urllib.request.urlopen(\"http://allowed.test:{}/\", timeout=20).read().decode())'",
+        up.port
+    );
+    let o = ctx
+        .run(proxy_opts(
+            &ctx,
+            ws.path(),
+            &script,
+            &[format!("allowed.test:{}", up.port)],
+        ))
+        .await?;
+    ensure!(
+        o.status.success() && o.stdout.text().contains(&up.token) && up.hits() == 1,
+        "urllib did not reach the allowed name: {}",
+        crate::context::describe(&o)
+    );
+    ensure!(
+        o.connections.len() == 1 && o.connections[0].decision.is_allowed(),
+        "{:?}",
+        o.connections
+    );
+    Ok(())
+}
+
+fn host_cmd(dir: &Path, argv: &[&str]) -> Result<(), Failure> {
+    let o = std::process::Command::new(argv[0])
+        .args(&argv[1..])
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()?;
+    ensure!(
+        o.status.success(),
+        "host setup `{}` failed: {}",
+        argv.join(" "),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    Ok(())
+}
+
+/// `git clone` over http, from a dumb http server standing in for a named host.
+pub async fn git_clone_over_http(ctx: Arc<Context>) -> CaseResult {
+    let srv = ctx.dir("egress-git-srv", 0o755)?;
+    let content = format!("content-{}", token());
+    host_cmd(srv.path(), &["git", "init", "-q", "src"])?;
+    std::fs::write(srv.join("src/hello.txt"), &content)?;
+    host_cmd(&srv.join("src"), &["git", "add", "hello.txt"])?;
+    host_cmd(
+        &srv.join("src"),
+        &[
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "one",
+        ],
+    )?;
+    host_cmd(
+        srv.path(),
+        &["git", "clone", "-q", "--bare", "src", "repo.git"],
+    )?;
+    host_cmd(&srv.join("repo.git"), &["git", "update-server-info"])?;
+    let up = Upstream::start(Some(srv.path().to_path_buf()))?;
+
+    let ws = ctx.workspace("egress-git")?;
+    tmp_in(ws.path())?;
+    let script = format!(
+        "git clone -q http://git.test:{}/repo.git out && cat out/hello.txt",
+        up.port
+    );
+    let o = ctx
+        .run(proxy_opts(
+            &ctx,
+            ws.path(),
+            &script,
+            &[format!("git.test:{}", up.port)],
+        ))
+        .await?;
+    ensure!(
+        o.status.success() && o.stdout.text().contains(&content),
+        "git clone over http through the proxy failed: {}",
+        crate::context::describe(&o)
+    );
+    ensure!(
+        std::fs::read_to_string(ws.join("out/hello.txt"))
+            .ok()
+            .as_deref()
+            == Some(&content),
+        "the clone is not in the workspace"
+    );
+    ensure!(
+        !o.connections.is_empty() && o.connections.iter().all(|c| c.decision.is_allowed()),
+        "{:?}",
+        o.connections
+    );
+    Ok(())
+}
+
+/// Build a one-module wheel and a simple index for it under `root`.
+fn build_index(root: &Path, value: &str) -> Result<(), Failure> {
+    let script = format!(
+        r#"
+import os, zipfile
+root = {root:?}
+os.makedirs(os.path.join(root, "simple", "egressprobe"), exist_ok=True)
+os.makedirs(os.path.join(root, "packages"), exist_ok=True)
+whl = "egressprobe-1.0-py3-none-any.whl"
+files = {{
+    "egressprobe/__init__.py": 'VALUE = {value:?}\n',
+    "egressprobe-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: egressprobe\nVersion: 1.0\n",
+    "egressprobe-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: conformance\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+}}
+record = "".join(f"{{n}},,\n" for n in files) + "egressprobe-1.0.dist-info/RECORD,,\n"
+with zipfile.ZipFile(os.path.join(root, "packages", whl), "w") as z:
+    for n, t in files.items():
+        z.writestr(n, t)
+    z.writestr("egressprobe-1.0.dist-info/RECORD", record)
+with open(os.path.join(root, "simple", "index.html"), "w") as f:
+    f.write('<html><body><a href="egressprobe/">egressprobe</a></body></html>')
+with open(os.path.join(root, "simple", "egressprobe", "index.html"), "w") as f:
+    f.write(f'<html><body><a href="../../packages/{{whl}}">{{whl}}</a></body></html>')
+"#,
+        root = root.to_string_lossy()
+    );
+    host_cmd(root, &["/usr/bin/python3", "-c", &script])
+}
+
+/// `pip install` from a local simple index (a wheel served over http), through the proxy.
+pub async fn pip_install_from_a_local_index(ctx: Arc<Context>) -> CaseResult {
+    let srv = ctx.dir("egress-pypi", 0o755)?;
+    let value = format!("wheel-{}", token());
+    build_index(srv.path(), &value)?;
+    let up = Upstream::start(Some(srv.path().to_path_buf()))?;
+    let ws = ctx.workspace("egress-pip")?;
+    tmp_in(ws.path())?;
+    let script = format!(
+        "python3 -m pip install -q --disable-pip-version-check --no-cache-dir \
+         --index-url http://pypi.test:{p}/simple/ --trusted-host pypi.test \
+         --target site egressprobe && \
+         python3 -c 'import sys; sys.path.insert(0, \"site\"); import egressprobe; \
+         print(egressprobe.VALUE)'",
+        p = up.port
+    );
+    let o = ctx
+        .run(proxy_opts(
+            &ctx,
+            ws.path(),
+            &script,
+            &[format!("pypi.test:{}", up.port)],
+        ))
+        .await?;
+    ensure!(
+        o.status.success() && o.stdout.text().contains(&value),
+        "pip install through the proxy failed: {}",
+        crate::context::describe(&o)
+    );
+    ensure!(
+        ws.join("site/egressprobe/__init__.py").is_file(),
+        "the package is not in the workspace"
+    );
+    ensure!(
+        up.hits() >= 2 && o.connections.iter().all(|c| c.decision.is_allowed()),
+        "hits {}, records {:?}",
+        up.hits(),
+        o.connections
+    );
+    Ok(())
+}
+
+/// Host ports by number: with `loopback` and with `proxy`, the command's `127.0.0.1:PORT`
+/// reaches the host's, and a neighbouring host port stays out of reach.
+pub async fn host_port_reaches_exactly_that_port(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-host-port")?;
+    let given = HostListener::start(&format!("given-{}", token()))?;
+    let neighbour = HostListener::start(&format!("neighbour-{}", token()))?;
+    for mode in [NetworkMode::Loopback, NetworkMode::Proxy] {
+        let run = |addr: SocketAddr| {
+            let mut o = ctx.opts(ws.path(), ["connect".to_string(), addr.to_string()]);
+            o.network = mode;
+            if mode == NetworkMode::Proxy {
+                o.allow_hosts = vec!["allowed.test".into()];
+                o.resolver = Some(resolver());
+            }
+            o.host_ports = vec![given.addr().port()];
+            o
+        };
+        let reached = ctx.probe_run(run(given.addr())).await?;
+        ensure!(
+            reached.succeeded() && reached.stdout_contains(given.token()),
+            "{mode}: the command's 127.0.0.1:{} did not reach the host's: {}",
+            given.addr().port(),
+            reached.describe()
+        );
+        ensure!(
+            matches!(reached.outcome.connections.as_slice(),
+                [c] if c.protocol == ProxyProtocol::HostPort && c.port == given.addr().port()
+                    && c.bytes_in >= given.token().len() as u64),
+            "{mode}: the host-port connection is not recorded: {:?}",
+            reached.outcome.connections
+        );
+        let before = neighbour.accepted();
+        let other = ctx.probe_run(run(neighbour.addr())).await?;
+        other.report()?;
+        ensure!(
+            !other.succeeded() && neighbour.accepted() == before,
+            "{mode}: a host port that was not given ({}) was reached: {}",
+            neighbour.addr().port(),
+            other.describe()
+        );
+    }
+    ensure!(
+        given.accepted() == 2,
+        "the given port saw {} connections",
+        given.accepted()
+    );
+    Ok(())
+}

@@ -236,6 +236,11 @@ pub fn first_vs_direct(backend: &str) -> Option<Target> {
 /// `strict` lane: at most 1.2 times the same backend on `fast`.
 pub const STRICT_VS_FAST: Target = Target::AtMost(1.2);
 
+/// Issue 12's target: `sandbox run ... -- /bin/true` as a whole process at most 1.2 times
+/// the bare mechanism with the same confinement (the backend's own launch, spawned
+/// directly).
+pub const CLI_VS_MECHANISM: Target = Target::AtMost(1.2);
+
 /// 1 GiB of stdout with capture on: at least 0.8 of a bare pipe's throughput.
 pub const FLOOD: Target = Target::AtLeast(0.8);
 

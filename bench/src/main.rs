@@ -290,9 +290,7 @@ async fn bench(args: Args) -> ExitCode {
         match &args.sandbox_bin {
             Some(bin) if bin.is_file() => {
                 eprintln!("sandbox-bench: {name}: the `sandbox` command");
-                let r = cli::measure(&s, bin, &host.true_program, &budget)
-                    .await
-                    .map(|r| vec![r]);
+                let r = cli::measure(&s, bin, &host.true_program, &budget).await;
                 failed |= record(&mut report.rows, name, what, r);
             }
             Some(bin) => report.rows.push(Row::not_measured(

@@ -145,6 +145,7 @@ pub const INFO: BackendInfo = BackendInfo {
     image: None,
     make: |_| Ok(Arc::new(BwrapBackend::new())),
     launcher: Some(|| Arc::new(BwrapBackend::new())),
+    host_key: || sandbox_core::registry::program_identity("bwrap"),
 };
 
 /// A sandbox run by bwrap.

@@ -119,6 +119,43 @@ pub struct BackendInfo {
     /// For a backend that runs a host process: its launcher, whose launch the bench
     /// spawns without the library as a baseline.
     pub launcher: Option<fn() -> Arc<dyn Launcher>>,
+    /// The host facts whether this backend works here depends on, as one line (the
+    /// identity of the host program it runs, a kernel ABI), cheap to read: no process is
+    /// started. The command line keys its on-disk record of what `auto` picked on it, so
+    /// that a changed host (a new bwrap, another landlock ABI) makes `auto` try again. It
+    /// decides nothing that is enforced: what a run may do is still checked on every run.
+    pub host_key: fn() -> String,
+}
+
+/// A [`BackendInfo::host_key`] for a backend that depends on no host program or kernel
+/// feature beyond what every backend does.
+pub fn no_host_key() -> String {
+    String::new()
+}
+
+/// The identity of the program `name` as found on `PATH`: its path, size, modification
+/// time and inode, or `missing` (for [`BackendInfo::host_key`]). Only metadata is read.
+pub fn program_identity(name: &str) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let Some(path) = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|dir| dir.join(name))
+            .find(|p| p.is_file())
+    }) else {
+        return format!("{name}: missing");
+    };
+    match std::fs::metadata(&path) {
+        Ok(m) => format!(
+            "{}: {} bytes, mtime {}.{:09}, dev {} ino {}",
+            path.display(),
+            m.size(),
+            m.mtime(),
+            m.mtime_nsec(),
+            m.dev(),
+            m.ino()
+        ),
+        Err(e) => format!("{}: {e}", path.display()),
+    }
 }
 
 impl BackendInfo {

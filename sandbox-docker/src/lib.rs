@@ -182,6 +182,9 @@ pub const INFO: BackendInfo = BackendInfo {
     }),
     make: make_for_registry,
     launcher: None,
+    // The engine is reached over its socket on every run; one that went away is a launch
+    // that fails, which the command line diagnoses with the preflight.
+    host_key: sandbox_core::registry::no_host_key,
 };
 
 fn make_for_registry(config: &BackendConfig) -> Result<Arc<dyn Backend>, SandboxError> {

@@ -121,6 +121,7 @@ pub const INFO: BackendInfo = BackendInfo {
     image: None,
     make: |_| Ok(Arc::new(GvisorBackend::new())),
     launcher: Some(|| Arc::new(GvisorBackend::new())),
+    host_key: || sandbox_core::registry::program_identity("runsc"),
 };
 
 /// A sandbox run by gVisor.

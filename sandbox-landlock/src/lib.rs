@@ -159,6 +159,9 @@ pub const INFO: BackendInfo = BackendInfo {
     image: None,
     make: |_| Ok(Arc::new(LandlockBackend::new())),
     launcher: Some(|| Arc::new(LandlockBackend::new())),
+    // Whether the backend works here is the kernel's landlock ABI; seccomp and namespaces
+    // come with the kernel release, which the command line's key holds already.
+    host_key: || format!("landlock {:?}", host::Landlock::detect()),
 };
 
 /// A sandbox confined by landlock and seccomp.

@@ -32,6 +32,7 @@ pub const INFO: BackendInfo = BackendInfo {
     image: None,
     make: |_| Ok(Arc::new(NoneBackend::new())),
     launcher: Some(|| Arc::new(NoneBackend::new())),
+    host_key: sandbox_core::registry::no_host_key,
 };
 
 /// A sandbox that runs its command unconfined.

@@ -14,6 +14,7 @@ mod mcp;
 mod props;
 mod prove;
 mod run;
+mod startup;
 mod stream;
 
 use clap::{CommandFactory, Parser};

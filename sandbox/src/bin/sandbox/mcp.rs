@@ -65,6 +65,7 @@ use crate::args::McpArgs;
 use crate::config::{self, RunSpec};
 use crate::error::{over_grants, CliError, SANDBOX_FAILED};
 use crate::run::{self, Signals};
+use crate::startup;
 
 /// The tool that runs a command.
 const RUN_COMMAND: &str = "run_command";
@@ -100,14 +101,17 @@ async fn serve_inner(args: McpArgs) -> Result<i32, CliError> {
     // nothing here enforces is refused now, not on the model's first call.
     let base = run::policy_opts(&spec, vec![OsString::from("sh")])?;
     let (choice, config) = run::choice_of(&spec);
-    let selected = sandbox::select::select(&choice, &base, &config)
+    // Constructed without a preflight (or `auto` from its cache); a call whose launch
+    // fails is diagnosed then.
+    let chosen = startup::choose(&choice, &base, &config)
         .await
         .map_err(|e| run::with_hint(e, &base, &config))?;
-    let backend = selected.backend;
+    let backend = Arc::clone(&chosen.backend);
     let explanation = explain(&spec, &base, backend.as_ref());
     let inner = Arc::new(Inner {
         spec,
         backend,
+        chosen,
         slots: Arc::new(Semaphore::new(args.max_concurrent as usize)),
         shutdown: CancellationToken::new(),
         tasks: TaskTracker::new(),
@@ -140,6 +144,8 @@ async fn serve_inner(args: McpArgs) -> Result<i32, CliError> {
 struct Inner {
     spec: RunSpec,
     backend: Arc<dyn Backend>,
+    /// How the backend was chosen, to diagnose a launch that fails.
+    chosen: startup::Chosen,
     slots: Arc<Semaphore>,
     /// Cancelled when the client disconnects: each running command kills its tree.
     shutdown: CancellationToken,
@@ -317,7 +323,9 @@ impl Inner {
             return Err(stopped());
         }
         let sandbox: Arc<DynSandbox> = Arc::from(self.backend.sandbox());
-        sandbox.run(opts).await?;
+        if let Err(e) = sandbox.run(opts).await {
+            return Err(startup::diagnose(&self.chosen, e).await.into());
+        }
         let outcome = tokio::select! {
             o = sandbox.wait() => o?,
             () = self.shutdown.cancelled() => stop(&sandbox).await?,

@@ -18,6 +18,7 @@ use crate::args::{ChangesArg, RunArgs};
 use crate::changes;
 use crate::config::{self, RunSpec};
 use crate::error::{over_grants, trusted_lane_hint, CliError};
+use crate::startup;
 use crate::stream::{Dest, Terminal};
 
 /// The signal a shell pipeline's writer dies of when its reader goes away; the same on
@@ -128,13 +129,15 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     opts.output_sink = Some(terminal.sink());
     let (choice, config) = choice_of(&spec);
 
-    let selected = tokio::select! {
-        s = select::select(&choice, &opts, &config) => {
+    // No preflight here unless `auto` has nothing cached: a launch that fails is
+    // diagnosed below.
+    let chosen = tokio::select! {
+        s = startup::choose(&choice, &opts, &config) => {
             s.map_err(|e| with_hint(e, &opts, &config))?
         }
         n = signals.recv() => return Ok(128 + n),
     };
-    let backend = selected.backend;
+    let backend = Arc::clone(&chosen.backend);
     if !json {
         warn_over_grants(&opts, backend.name(), &backend.capability());
     }
@@ -143,8 +146,13 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     // Raced against the signals: `run` may first copy the workspace (`--snapshot`), which
     // can take long; a signal then drops it, which stops the copy and removes what it
     // made, and nothing was started. Once the command runs, a signal is handled below.
+    // A launch that fails started nothing; the preflight says why.
     tokio::select! {
-        r = sandbox.run(opts) => r?,
+        r = sandbox.run(opts) => {
+            if let Err(e) = r {
+                return Err(startup::diagnose(&chosen, e).await.into());
+            }
+        }
         n = signals.recv() => return Ok(128 + n),
     }
     let (outcome, by_signal) = tokio::select! {

@@ -467,12 +467,22 @@ mod tests {
         }
     }
 
-    /// `unconfined()` that also offers the network features `none` can only over-grant
-    /// (the proxy, host ports): a case skipped even here needs confinement, not a feature.
+    /// `unconfined()` that also offers the features `none` cannot (the proxy and host
+    /// ports exactly, a record of denied calls): a case skipped even here needs
+    /// confinement, not a feature.
     fn unconfined_with_features() -> Capability {
         Capability {
             network_proxy: Enforcement::Exact,
             host_ports: true,
+            reports_denials: sandbox_core::DenialKinds {
+                file_read: true,
+                file_write: true,
+                exec: true,
+                network: true,
+                syscall: true,
+                signal: true,
+                ptrace: true,
+            },
             ..unconfined()
         }
     }

@@ -620,9 +620,17 @@ mod tests {
     fn reserved_paths_are_refused() {
         let ws = tempfile::tempdir().unwrap();
         for bad in ["/", "/proc", "/sys/kernel", "/dev"] {
-            let mut opts = SandboxOpts::new(ws.path(), ["true"]);
-            opts.read_only_paths.push(bad.into());
-            let e = refusal(&opts);
+            // `Plan::new` refuses these first (grants on control filesystems); the bundle's
+            // own check is the second line, so it gets a plan with the path put in by hand.
+            let opts = SandboxOpts::new(ws.path(), ["true"]);
+            let mut plan = Plan::new(&opts, "gvisor", &cap()).unwrap();
+            plan.read_only_paths.push(bad.into());
+            let sys = system();
+            let layout = Layout {
+                system: &sys,
+                staged: &[],
+            };
+            let e = bundle(&plan, layout, WHO, InsideLimits::default(), &|_| true).unwrap_err();
             assert!(
                 matches!(e, GvisorError::Path { field: "read_only_paths", ref path, .. } if path == Path::new(bad)),
                 "{bad}: {e}"

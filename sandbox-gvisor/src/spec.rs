@@ -233,10 +233,22 @@ pub(crate) fn bundle(
         grant(&mut table, &plan.program, Origin::Program);
     }
 
+    // `/dev/shm` is a writable tmpfs of the Sentry's: without a size it is unbounded (as
+    // the class 3 found on the other backends), so it gets the memory limit too.
+    let mut shm = vec![
+        "nosuid".to_owned(),
+        "nodev".into(),
+        "noexec".into(),
+        "mode=1777".into(),
+    ];
+    if let Some(b) = limits.tmpfs_bytes {
+        shm.push(format!("size={b}"));
+    }
     let mut mounts = vec![
         json!({"destination": "/proc", "type": "proc", "source": "proc"}),
         json!({"destination": "/dev", "type": "tmpfs", "source": "tmpfs",
                "options": ["nosuid", "noexec", "mode=755"]}),
+        json!({"destination": "/dev/shm", "type": "tmpfs", "source": "tmpfs", "options": shm}),
     ];
     for (dest, m) in table.ordered() {
         let d = text("mounts", "a path", dest.as_os_str())?;

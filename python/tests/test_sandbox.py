@@ -34,6 +34,26 @@ def unique_seconds():
     return f"3000.{os.getpid()}{time.time_ns() % 10**9:09d}"
 
 
+# The processes of a gVisor sandbox are not in the host's /proc, so whether a command's
+# tree still runs is also judged from the workspace: each process below makes a new file
+# ten times a second, and a tree that is gone makes no more.
+def beating(who):
+    """A shell loop that makes `beat-WHO-1`, `beat-WHO-2`, ... in its working directory."""
+    return f"(i=0; while :; do i=$((i+1)); : > beat-{who}-$i; sleep 0.1; done)"
+
+
+def beats(workspace):
+    return sum(1 for name in os.listdir(workspace) if name.startswith("beat-"))
+
+
+def assert_no_beat(workspace):
+    """Nothing of the tree makes files any more (after it made some)."""
+    before = beats(workspace)
+    assert before > 0, "the command never beat, so this proves nothing"
+    time.sleep(1)
+    assert beats(workspace) == before, "something of the tree still runs"
+
+
 def test_exit_codes_and_output_are_the_programs(backend, workspace):
     for code in (0, 3, 42):
         out = sandbox.run(["sh", "-c", f"printf out; printf err >&2; exit {code}"],
@@ -99,11 +119,12 @@ def test_a_write_outside_the_workspace_fails_and_the_file_is_absent(backend, wor
 def test_the_timeout_kills_the_tree(backend, workspace):
     marker = unique_seconds()
     started = time.monotonic()
-    out = sandbox.run(["sh", "-c", f"sleep {marker} & sleep {marker}"],
-                      workspace=workspace, timeout=1.0, **backend)
+    out = sandbox.run(["sh", "-c", f"{beating('a')} & sleep {marker} & sleep {marker}"],
+                      workspace=workspace, timeout=3.0, **backend)
     assert out.status == "timed_out" and out.exit_status == 124, out
     assert time.monotonic() - started < 30
     assert processes_with(marker) == []
+    assert_no_beat(workspace)
 
 
 def test_kill_from_another_task(backend, workspace):
@@ -111,10 +132,10 @@ def test_kill_from_another_task(backend, workspace):
 
     async def scenario():
         process = await sandbox.start_async(
-            ["sh", "-c", f"(sleep {marker} &); sleep {marker} & sleep {marker}; wait"],
+            ["sh", "-c", f"({beating('a')} &); {beating('b')} & sleep {marker}; wait"],
             workspace=workspace, **backend)
         deadline = time.monotonic() + 30
-        while len(processes_with(marker)) < 3:
+        while not all(os.path.exists(os.path.join(workspace, f"beat-{w}-3")) for w in "ab"):
             assert time.monotonic() < deadline, "the command did not start"
             await asyncio.sleep(0.05)
 
@@ -128,6 +149,7 @@ def test_kill_from_another_task(backend, workspace):
     out = asyncio.run(scenario())
     assert out.status == "killed", out
     assert processes_with(marker) == []
+    assert_no_beat(workspace)
 
 
 def test_cancelling_the_waiting_task_kills_the_tree(backend, workspace):
@@ -136,12 +158,13 @@ def test_cancelling_the_waiting_task_kills_the_tree(backend, workspace):
     async def scenario():
         with pytest.raises(asyncio.TimeoutError):
             await asyncio.wait_for(
-                sandbox.run_async(["sh", "-c", f"sleep {marker}; :"], workspace=workspace,
-                                  **backend),
+                sandbox.run_async(["sh", "-c", f"{beating('a')} & sleep {marker}; :"],
+                                  workspace=workspace, **backend),
                 timeout=3)
 
     asyncio.run(scenario())
     assert processes_with(marker) == []
+    assert_no_beat(workspace)
 
 
 def test_ctrl_c_during_run_kills_the_tree_then_raises(backend, workspace):
@@ -152,15 +175,16 @@ def test_ctrl_c_during_run_kills_the_tree_then_raises(backend, workspace):
         "import os, sys, sandbox\n"
         "options = eval(os.environ['OPTIONS'])\n"
         "try:\n"
-        "    sandbox.run(['sh', '-c', 'sleep ' + os.environ['MARK'] + ' & sleep ' + os.environ['MARK'] + '; :'], **options)\n"
+        "    sandbox.run(['sh', '-c', os.environ['BEAT'] + ' & sleep ' + os.environ['MARK'] + '; :'], **options)\n"
         "except KeyboardInterrupt:\n"
         "    sys.exit(42)\n"
     )
-    env = dict(os.environ, MARK=marker, OPTIONS=repr(dict(workspace=workspace, **backend)))
+    env = dict(os.environ, MARK=marker, BEAT=beating("a"),
+               OPTIONS=repr(dict(workspace=workspace, **backend)))
     child = subprocess.Popen([sys.executable, "-c", script], env=env)
     try:
         deadline = time.monotonic() + 60
-        while len(processes_with(marker)) < 2:
+        while not os.path.exists(os.path.join(workspace, "beat-a-3")):
             assert time.monotonic() < deadline, "the command did not start"
             assert child.poll() is None, "the program ended early"
             time.sleep(0.05)
@@ -170,6 +194,7 @@ def test_ctrl_c_during_run_kills_the_tree_then_raises(backend, workspace):
         if child.poll() is None:
             child.kill()
     assert processes_with(marker) == []
+    assert_no_beat(workspace)
 
 
 def test_run_async_returns_the_outcome(backend, workspace):

@@ -434,33 +434,33 @@ fn the_policy_comes_from_the_config_file_and_the_flags(backend: &str) {
 
 fn calls_past_max_concurrent_wait_for_a_slot(backend: &str) {
     let ws = workspace();
-    let fifo = ws.path().join("fifo");
-    make_fifo(&fifo);
     let mut c = Client::start(backend, ws.path(), &["--max-concurrent", "1"]);
     let first = c.next_id;
     let second = first + 1;
     c.next_id += 2;
-    let marker = unique_seconds();
-    let first_command = format!("cat fifo # {marker}");
-    for (id, command) in [(first, first_command.as_str()), (second, "touch second")] {
+    // The first holds the slot until the host makes `go`; it says it started with a file,
+    // which the host sees whatever kind of process runs it (a gVisor sandbox's are not in
+    // the host's /proc).
+    let first_command = "touch started; while [ ! -e go ]; do sleep 0.05; done; echo go";
+    for (id, command) in [(first, first_command), (second, "touch second")] {
         c.send(&json!({
             "jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "run_command", "arguments": {"command": command}}
         }));
         // The first holds the slot before the second is even sent.
         let deadline = Instant::now() + ANSWER;
-        while id == first && processes_with(&marker).is_empty() {
+        while id == first && !ws.path().join("started").exists() {
             assert!(Instant::now() < deadline, "the first command did not start");
             std::thread::sleep(Duration::from_millis(20));
         }
     }
-    // The first blocks on the pipe; the second waits for its slot meanwhile.
+    // The first waits for `go`; the second waits for its slot meanwhile.
     std::thread::sleep(Duration::from_secs(2));
     assert!(
         !ws.path().join("second").exists(),
         "the second call ran while the first held the only slot"
     );
-    std::fs::write(&fifo, "go\n").unwrap();
+    std::fs::write(ws.path().join("go"), "").unwrap();
     let r = c.response(first);
     assert_eq!(r["result"]["structuredContent"]["stdout"], "go\n", "{r}");
     let r = c.response(second);
@@ -469,42 +469,74 @@ fn calls_past_max_concurrent_wait_for_a_slot(backend: &str) {
     assert!(c.disconnect().success());
 }
 
-/// A named pipe at `path`, readable and writable by anyone (an unprivileged run included).
-fn make_fifo(path: &Path) {
-    let o = Command::new("mkfifo")
-        .args(["-m", "666"])
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "mkfifo: {o:?}");
+/// How many heartbeat files (`beat-*`) the commands have made in `ws` so far.
+fn beats(ws: &Path) -> usize {
+    std::fs::read_dir(ws)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("beat-"))
+        .count()
 }
 
 fn a_disconnect_mid_command_leaves_no_process_behind(backend: &str) {
     let ws = workspace();
     let marker = unique_seconds();
     let mut c = Client::start(backend, ws.path(), &["--max-concurrent", "2"]);
-    // Two calls at once, each a shell with a child and a grandchild in the background.
-    for _ in 0..2 {
+    // Two calls at once, each a shell with a child and a double-forked grandchild in the
+    // background. Each of those makes a new file every tenth of a second: the host judges
+    // from the workspace that they are gone, which holds for processes the host's /proc
+    // cannot see (a gVisor sandbox's); where it can, /proc is checked too.
+    for call in 0..2 {
         let id = c.next_id;
         c.next_id += 1;
+        let beat = |who: &str| {
+            format!("i=0; while :; do i=$((i+1)); : > beat-{call}{who}-$i; sleep 0.1; done")
+        };
         c.send(&json!({
             "jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "run_command", "arguments": {
-                "command": format!("(sleep {marker} &) ; sleep {marker} & sleep {marker}; wait")
+                "command": format!(
+                    "(sh -c '{}' &) ; sh -c '{}' & sleep {marker}; wait",
+                    beat("a"),
+                    beat("b")
+                )
             }}
         }));
     }
     let deadline = Instant::now() + ANSWER;
-    while processes_with(&marker).len() < 6 {
+    let started = |ws: &Path| {
+        (0..2).all(|call| {
+            ["a", "b"]
+                .iter()
+                .all(|who| ws.join(format!("beat-{call}{who}-3")).exists())
+        })
+    };
+    while !started(ws.path()) {
         assert!(
             Instant::now() < deadline,
-            "the commands did not start: {:?}",
-            processes_with(&marker)
+            "the commands did not start: {} beats",
+            beats(ws.path())
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The measure moves while they live (so its standing still below means something).
+    let alive = beats(ws.path());
+    while beats(ws.path()) <= alive {
+        assert!(
+            Instant::now() < deadline,
+            "the heartbeats stopped by themselves"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
     let status = c.disconnect();
     assert!(status.success(), "{status:?}");
+    let after = beats(ws.path());
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        beats(ws.path()),
+        after,
+        "something of the commands still runs after the client's disconnect"
+    );
     let left = processes_with(&marker);
     assert!(
         left.is_empty(),
@@ -644,3 +676,4 @@ backend_cases!(none, "none");
 backend_cases!(bwrap, "bwrap");
 backend_cases!(landlock, "landlock");
 backend_cases!(docker, "docker");
+backend_cases!(gvisor, "gvisor");

@@ -7,8 +7,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use arbitrary::Arbitrary;
@@ -18,31 +17,7 @@ use sandbox_core::{Capability, Enforcement, Lane, NetworkMode, Plan, ResourceLim
 #[path = "../../sandbox-core/tests/common/mod.rs"]
 mod common;
 
-fn fixture() -> &'static Path {
-    static ROOT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_, root) = ROOT.get_or_init(|| {
-        let d = tempfile::tempdir().expect("tempdir");
-        let r = d.path().canonicalize().expect("canonical");
-        for dir in ["ws/sub/deep", "outside", "ro", "rw"] {
-            std::fs::create_dir_all(r.join(dir)).expect("mkdir");
-        }
-        std::fs::write(r.join("ws/file.txt"), "x").expect("write");
-        let link = |target: &str, at: &str| {
-            std::os::unix::fs::symlink(target, r.join(at)).expect("symlink");
-        };
-        link("../outside", "ws/link_out");
-        link("sub", "ws/link_in");
-        link("/nonexistent-target", "ws/dangling");
-        link("ws", "ws_link");
-        (d, r)
-    });
-    root
-}
-
-const COMPONENTS: &[&str] = &[
-    "ws", "sub", "deep", "outside", "ro", "rw", "ws_link", "link_out", "link_in", "dangling",
-    "file.txt", "..", ".", "", "missing", "-rf",
-];
+use common::{fixture, COMPONENTS};
 
 #[derive(Arbitrary, Debug)]
 enum FuzzPath {

@@ -107,6 +107,41 @@ pub struct Capability {
 }
 
 impl Capability {
+    /// Every claim, each exact, with an overlay layer and no denial reporting.
+    ///
+    /// For tests of code that reads a capability (the lane table, a plan, an argv builder)
+    /// where what a backend claims is not the point: one literal here instead of one per
+    /// test module, so that a new field is claimed in all of them at once. A backend states
+    /// its own claims field by field, never from this.
+    pub fn everything() -> Self {
+        Self {
+            confine_writes: true,
+            confine_reads: true,
+            readonly_carveouts: true,
+            network_none: Enforcement::Exact,
+            network_loopback: Enforcement::Exact,
+            network_full: Enforcement::Exact,
+            network_proxy: Enforcement::Exact,
+            host_ports: true,
+            full_network_is_host: true,
+            tree_kill: true,
+            process_isolation: true,
+            drops_host_root: true,
+            memory_limit: true,
+            cpu_limit: true,
+            process_limit: true,
+            open_files_limit: true,
+            signal_status: true,
+            oom_status: true,
+            reaps_orphans: true,
+            snapshot: true,
+            sparse_snapshot: true,
+            change_layer: Some(crate::LayerMechanism::Overlay),
+            host_programs: true,
+            reports_denials: crate::DenialKinds::default(),
+        }
+    }
+
     /// How this backend enforces `mode`.
     pub fn network(&self, mode: crate::NetworkMode) -> Enforcement {
         match mode {

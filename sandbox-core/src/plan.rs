@@ -528,34 +528,11 @@ fn build_env(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::capability::Enforcement;
 
     fn cap() -> Capability {
         Capability {
-            confine_writes: true,
-            confine_reads: true,
-            readonly_carveouts: true,
-            network_none: Enforcement::Exact,
-            network_loopback: Enforcement::Exact,
-            network_full: Enforcement::Exact,
-            network_proxy: Enforcement::Exact,
-            host_ports: true,
-            tree_kill: true,
-            process_isolation: true,
-            drops_host_root: true,
-            memory_limit: true,
-            cpu_limit: true,
-            process_limit: true,
-            open_files_limit: true,
-            signal_status: true,
-            oom_status: true,
-            reaps_orphans: true,
-            snapshot: true,
-            sparse_snapshot: true,
             change_layer: None,
-            host_programs: true,
-            full_network_is_host: true,
-            reports_denials: crate::DenialKinds::default(),
+            ..Capability::everything()
         }
     }
 

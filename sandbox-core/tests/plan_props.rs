@@ -15,8 +15,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt;
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -24,49 +23,8 @@ use sandbox_core::{
     Capability, Enforcement, Lane, NetworkMode, Plan, ResourceLimits, SandboxError, SandboxOpts,
 };
 
-/// The fixture tree, made once per test process and kept for its life.
-fn fixture() -> &'static Path {
-    static ROOT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
-    let (_, root) = ROOT.get_or_init(|| {
-        let d = tempfile::tempdir().expect("tempdir");
-        let r = d.path().canonicalize().expect("canonical");
-        for dir in ["ws/sub/deep", "outside", "ro", "rw"] {
-            std::fs::create_dir_all(r.join(dir)).expect("mkdir");
-        }
-        std::fs::write(r.join("ws/file.txt"), "x").expect("write");
-        std::fs::write(r.join("outside/secret"), "s").expect("write");
-        let link = |target: &str, at: &str| {
-            std::os::unix::fs::symlink(target, r.join(at)).expect("symlink");
-        };
-        link("../outside", "ws/link_out");
-        link("sub", "ws/link_in");
-        link("/nonexistent-target", "ws/dangling");
-        link("ws", "ws_link");
-        (d, r)
-    });
-    root
-}
-
-const COMPONENTS: &[&str] = &[
-    "ws",
-    "sub",
-    "deep",
-    "outside",
-    "ro",
-    "rw",
-    "ws_link",
-    "link_out",
-    "link_in",
-    "dangling",
-    "file.txt",
-    "..",
-    ".",
-    "",
-    "missing",
-    "é",
-    "line\nbreak",
-    "-rf",
-];
+mod common;
+use common::{fixture, COMPONENTS};
 
 /// A path: absolute under the fixture, relative, or a raw byte string.
 fn path() -> impl Strategy<Value = PathBuf> {
@@ -142,27 +100,7 @@ fn enforcement() -> impl Strategy<Value = Enforcement> {
 /// and the accepted side is exercised), else random claims.
 fn capability() -> impl Strategy<Value = Capability> {
     prop_oneof![
-        1 => Just(Capability {
-            confine_writes: true,
-            confine_reads: true,
-            readonly_carveouts: true,
-            network_none: Enforcement::Exact,
-            network_loopback: Enforcement::Exact,
-            network_full: Enforcement::Exact,
-            full_network_is_host: true,
-            tree_kill: true,
-            process_isolation: true,
-            drops_host_root: true,
-            memory_limit: true,
-            cpu_limit: true,
-            process_limit: true,
-            open_files_limit: true,
-            signal_status: true,
-            oom_status: true,
-            snapshot: true,
-            host_programs: true,
-            ..Capability::default()
-        }),
+        1 => Just(Capability::everything()),
         1 => random_capability(),
     ]
 }
@@ -275,7 +213,6 @@ fn opts() -> impl Strategy<Value = SandboxOpts> {
         )
 }
 
-mod common;
 use common::violations;
 
 /// The property, as proptest wants it.

@@ -48,7 +48,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
-use sandbox_core::process::PreExec;
+use sandbox_core::process::{raw_write_file, PreExec};
 
 fn check(r: libc::c_int) -> io::Result<()> {
     if r < 0 {
@@ -56,32 +56,6 @@ fn check(r: libc::c_int) -> io::Result<()> {
     } else {
         Ok(())
     }
-}
-
-/// `write(2)` the whole of `data` to `path`, then close it.
-///
-/// # Safety
-///
-/// Only system calls; callable between fork and exec.
-unsafe fn write_file(path: &CStr, data: &[u8]) -> io::Result<()> {
-    // SAFETY: a NUL-terminated path and a live buffer.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let n = libc::write(fd, data.as_ptr().cast(), data.len());
-        let err = io::Error::last_os_error();
-        libc::close(fd);
-        if n != data.len() as isize {
-            return Err(if n < 0 {
-                err
-            } else {
-                io::Error::from_raw_os_error(libc::EIO)
-            });
-        }
-    }
-    Ok(())
 }
 
 /// The uid and gid maps of a new user namespace: the caller's own ids, mapped to
@@ -305,9 +279,9 @@ unsafe impl PreExec for Namespaces {
             check(libc::unshare(flags))?;
             if let Some(maps) = &self.userns {
                 // `setgroups` must be denied before an unprivileged gid map is accepted.
-                write_file(c"/proc/self/setgroups", b"deny")?;
-                write_file(c"/proc/self/uid_map", &maps.uid_map)?;
-                write_file(c"/proc/self/gid_map", &maps.gid_map)?;
+                raw_write_file(c"/proc/self/setgroups", b"deny")?;
+                raw_write_file(c"/proc/self/uid_map", &maps.uid_map)?;
+                raw_write_file(c"/proc/self/gid_map", &maps.gid_map)?;
             }
             if let Some(plan) = &self.mount {
                 check(libc::mount(

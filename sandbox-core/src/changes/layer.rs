@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use serde::Serialize;
 
 use super::fsx::{self, Kind};
-use crate::process::PreExec;
+use crate::process::{raw_write_file, PreExec};
 use crate::SandboxError;
 
 /// How the layer over the workspace is made (see the module docs of [`crate::changes`]).
@@ -300,32 +300,6 @@ impl OverlayMount {
     }
 }
 
-/// `write(2)` all of `data` to `path`. Only system calls.
-///
-/// # Safety
-///
-/// Callable between fork and exec.
-unsafe fn write_file(path: &std::ffi::CStr, data: &[u8]) -> io::Result<()> {
-    // SAFETY: a NUL-terminated path and a live buffer.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let n = libc::write(fd, data.as_ptr().cast(), data.len());
-        let err = io::Error::last_os_error();
-        libc::close(fd);
-        if n != data.len() as isize {
-            return Err(if n < 0 {
-                err
-            } else {
-                io::Error::from_raw_os_error(libc::EIO)
-            });
-        }
-    }
-    Ok(())
-}
-
 fn check(r: libc::c_int) -> io::Result<()> {
     if r < 0 {
         Err(io::Error::last_os_error())
@@ -347,9 +321,9 @@ unsafe impl PreExec for OverlayMount {
             check(libc::unshare(flags))?;
             if let Some((uid_map, gid_map)) = &self.userns {
                 // `setgroups` must be denied before an unprivileged gid map is accepted.
-                write_file(c"/proc/self/setgroups", b"deny")?;
-                write_file(c"/proc/self/uid_map", uid_map)?;
-                write_file(c"/proc/self/gid_map", gid_map)?;
+                raw_write_file(c"/proc/self/setgroups", b"deny")?;
+                raw_write_file(c"/proc/self/uid_map", uid_map)?;
+                raw_write_file(c"/proc/self/gid_map", gid_map)?;
             }
             check(libc::mount(
                 std::ptr::null(),

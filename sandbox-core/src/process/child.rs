@@ -8,7 +8,7 @@
 //! `setresgid`, `setresuid`, all listed as async-signal-safe or plain system calls with no
 //! user-space state. No allocation, no locks, no `Drop` of anything allocated.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::os::fd::RawFd;
 
@@ -28,6 +28,35 @@ use std::os::fd::RawFd;
 pub unsafe trait PreExec: Send + Sync + 'static {
     /// Run in the child. An error aborts the spawn; the command never runs.
     fn pre_exec(&self) -> io::Result<()>;
+}
+
+/// `write(2)` the whole of `data` to `path` (opened write-only, not created), then close it:
+/// how a child joins a cgroup or writes its user namespace's maps. A short write is `EIO`.
+///
+/// # Safety
+///
+/// Only system calls on a C string and a buffer made before the fork, so it is callable
+/// between fork and exec; the caller keeps both alive for the call.
+pub unsafe fn raw_write_file(path: &CStr, data: &[u8]) -> io::Result<()> {
+    // SAFETY: a NUL-terminated path and a live buffer; `open`, `write` and `close` are
+    // async-signal-safe, and neither error path allocates.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = libc::write(fd, data.as_ptr().cast(), data.len());
+        let err = io::Error::last_os_error();
+        libc::close(fd);
+        if n != data.len() as isize {
+            return Err(if n < 0 {
+                err
+            } else {
+                io::Error::from_raw_os_error(libc::EIO)
+            });
+        }
+    }
+    Ok(())
 }
 
 /// Everything the child needs, prepared before the fork.
@@ -66,16 +95,7 @@ impl ChildSetup {
             }
             // Join the run's cgroups before anything else can fork.
             for path in &self.cgroup_procs {
-                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                if fd < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                let w = libc::write(fd, b"0".as_ptr().cast(), 1);
-                let err = io::Error::last_os_error();
-                libc::close(fd);
-                if w != 1 {
-                    return Err(err);
-                }
+                raw_write_file(path, b"0")?;
             }
             // Limits, clamped to the hard limit (an unprivileged process cannot raise it);
             // soft and hard set alike so the command cannot raise its own soft limit.

@@ -1,4 +1,5 @@
-//! Files in and out of a run: the throwaway copy for snapshot mode, and captured files.
+//! Files in and out of a run: the race-free copy a copy layer is made with, and captured
+//! files.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -9,25 +10,12 @@ use std::path::{Path, PathBuf};
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 
 use super::tree::{self, Budget, Meta, Source, Visit};
-use crate::SandboxError;
 
-/// Copy `src` into a new temporary directory: regular files (holes kept), directories and
-/// symlinks (as links, never followed), with their permission bits less setuid, setgid and
-/// sticky. The walk is [`tree::walk`]'s, so a command racing it cannot make the host copy
-/// anything from outside `src`; `budget` bounds its size and time. Returns the temp dir,
-/// removed on drop, and on error nothing is left behind.
-pub fn snapshot_copy(src: &Path, budget: &Budget) -> Result<tempfile::TempDir, SandboxError> {
-    let dir = tempfile::Builder::new()
-        .prefix("sandbox-snapshot-")
-        .tempdir()
-        .map_err(|e| SandboxError::io("creating the snapshot directory", e))?;
-    copy_tree(src, dir.path(), budget)
-        .map_err(|e| SandboxError::io(format!("copying {} for the snapshot", src.display()), e))?;
-    Ok(dir)
-}
-
-/// [`snapshot_copy`]'s walk, for callers that need the `io::Error` (its kind tells a
-/// deadline from a failure).
+/// Copy `src` into the existing directory `dst`: regular files (holes kept), directories
+/// and symlinks (as links, never followed), with their permission bits less setuid, setgid
+/// and sticky. The walk is [`tree::walk`]'s, so a command racing it cannot make the host
+/// copy anything from outside `src`; `budget` bounds its size and time. The `io::Error`'s
+/// kind tells a deadline from a failure; the caller removes `dst` on error.
 pub fn copy_tree(src: &Path, dst: &Path, budget: &Budget) -> io::Result<()> {
     let root = rustix::fs::open(
         dst,
@@ -157,7 +145,8 @@ mod tests {
         fs::create_dir(src.path().join("d")).unwrap();
         fs::write(src.path().join("d/f"), b"x").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", src.path().join("l")).unwrap();
-        let copy = snapshot_copy(src.path(), &Budget::default()).unwrap();
+        let copy = tempfile::tempdir().unwrap();
+        copy_tree(src.path(), copy.path(), &Budget::default()).unwrap();
         assert_eq!(fs::read(copy.path().join("d/f")).unwrap(), b"x");
         assert_eq!(
             fs::read_link(copy.path().join("l")).unwrap(),

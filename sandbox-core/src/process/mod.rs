@@ -30,7 +30,7 @@ use std::path::PathBuf;
 
 use async_trait::async_trait;
 
-pub use child::PreExec;
+pub use child::{raw_write_file, PreExec};
 
 use crate::changes::Layer;
 use crate::egress::EgressRun;

@@ -1,9 +1,58 @@
-//! The "no wider than asked" property, shared by the property tests and the `cargo fuzz`
-//! target (which includes this file by path), so both judge an accepted plan the same way.
+//! The "no wider than asked" property and the fixture tree its paths come from, shared by
+//! the property tests and the `cargo fuzz` target (which includes this file by path), so both
+//! draw the same shapes and judge an accepted plan the same way.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use sandbox_core::{Capability, Lane, NetworkMode, Plan, SandboxOpts};
+
+/// The fixture tree, made once per process and kept for its life: a workspace with a
+/// symlink out of it, one inside it, a dangling one, and a link to the workspace itself.
+pub fn fixture() -> &'static Path {
+    static ROOT: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, root) = ROOT.get_or_init(|| {
+        let d = tempfile::tempdir().expect("tempdir");
+        let r = d.path().canonicalize().expect("canonical");
+        for dir in ["ws/sub/deep", "outside", "ro", "rw"] {
+            std::fs::create_dir_all(r.join(dir)).expect("mkdir");
+        }
+        std::fs::write(r.join("ws/file.txt"), "x").expect("write");
+        std::fs::write(r.join("outside/secret"), "s").expect("write");
+        let link = |target: &str, at: &str| {
+            std::os::unix::fs::symlink(target, r.join(at)).expect("symlink");
+        };
+        link("../outside", "ws/link_out");
+        link("sub", "ws/link_in");
+        link("/nonexistent-target", "ws/dangling");
+        link("ws", "ws_link");
+        (d, r)
+    });
+    root
+}
+
+/// Path components the generated paths are made of: the fixture's names, `..`, `.`, the
+/// empty one, a missing name, non-ASCII, a newline and something that looks like a flag.
+pub const COMPONENTS: &[&str] = &[
+    "ws",
+    "sub",
+    "deep",
+    "outside",
+    "ro",
+    "rw",
+    "ws_link",
+    "link_out",
+    "link_in",
+    "dangling",
+    "file.txt",
+    "..",
+    ".",
+    "",
+    "missing",
+    "é",
+    "line\nbreak",
+    "-rf",
+];
 
 fn canonical(p: &Path) -> Option<PathBuf> {
     p.canonicalize().ok()

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use sandbox::registry::CostTargets;
+
 use crate::measure::Rounds;
 
 /// The idle time before each run of the "after idle" start-up figure.
@@ -210,26 +212,20 @@ impl Target {
     }
 }
 
-/// Issue 7's start-up target against a bare spawn: only landlock has one (it is the
-/// backend meant to cost next to nothing).
-pub fn startup_vs_bare(backend: &str) -> Option<Target> {
-    (backend == "landlock").then_some(Target::AtMost(1.3))
+/// A backend's start-up target against a bare spawn (its registry entry's promise).
+pub fn startup_vs_bare(cost: &CostTargets) -> Option<Target> {
+    cost.startup_vs_bare_spawn.map(Target::AtMost)
 }
 
-/// Issue 7's start-up target against the backend's own tool run directly.
-pub fn startup_vs_direct(backend: &str) -> Option<Target> {
-    match backend {
-        "bwrap" => Some(Target::AtMost(1.05)),
-        // Issue 12: repeated commands of one backend value, served by its warm pool.
-        "docker" => Some(Target::AtMost(0.3)),
-        _ => None,
-    }
+/// A backend's target for repeated start-ups against its own tool run directly.
+pub fn startup_vs_direct(cost: &CostTargets) -> Option<Target> {
+    cost.startup_vs_direct.map(Target::AtMost)
 }
 
-/// Issue 12's target for a first command (a new backend value, nothing warm) against the
-/// backend's own tool run directly.
-pub fn first_vs_direct(backend: &str) -> Option<Target> {
-    (backend == "docker").then_some(Target::AtMost(1.0))
+/// A backend's target for a first command (a new backend value, nothing warm) against its
+/// own tool run directly.
+pub fn first_vs_direct(cost: &CostTargets) -> Option<Target> {
+    cost.first_vs_direct.map(Target::AtMost)
 }
 
 /// Issue 17's target for a backend whose process isolation is an option it adds on the
@@ -261,7 +257,11 @@ mod tests {
         assert!(FLOOD.met(0.8));
         assert!(!FLOOD.met(0.79));
         assert_eq!(Target::AtMost(1.05).cell(), "≤ 1.05×");
-        assert_eq!(startup_vs_bare("none"), None);
-        assert_eq!(startup_vs_direct("bwrap"), Some(Target::AtMost(1.05)));
+        assert_eq!(startup_vs_bare(&CostTargets::NONE), None);
+        let cost = CostTargets {
+            startup_vs_direct: Some(1.05),
+            ..CostTargets::NONE
+        };
+        assert_eq!(startup_vs_direct(&cost), Some(Target::AtMost(1.05)));
     }
 }

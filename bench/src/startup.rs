@@ -156,7 +156,7 @@ pub async fn measure(
             ours,
             bare,
             "bare spawn (tokio::process)",
-            budget::startup_vs_bare(s.name),
+            budget::startup_vs_bare(&s.cost),
             budget.quick,
         ));
         if let Some(fast) = fast_index.and_then(|i| samples.get(i)) {
@@ -191,7 +191,7 @@ pub async fn measure(
                 ours,
                 direct,
                 label,
-                budget::startup_vs_direct(s.name),
+                budget::startup_vs_direct(&s.cost),
                 budget.quick,
             ));
             if let (true, Some(first)) = (s.fresh.is_some(), samples.get(first_at)) {
@@ -201,7 +201,7 @@ pub async fn measure(
                     first,
                     direct,
                     label,
-                    budget::first_vs_direct(s.name),
+                    budget::first_vs_direct(&s.cost),
                     budget.quick,
                 ));
             }

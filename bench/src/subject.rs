@@ -288,6 +288,8 @@ pub struct Subject {
     pub fresh: Option<Fresh>,
     /// How long its first preflight took (one-time host surveys included).
     pub preflight_time: std::time::Duration,
+    /// What start-up its crate promises (its registry entry).
+    pub cost: sandbox::registry::CostTargets,
 }
 
 impl Subject {
@@ -317,6 +319,7 @@ impl Subject {
             slow: false,
             fresh: parts.fresh,
             preflight_time: std::time::Duration::ZERO,
+            cost: info.cost,
         };
         let started = std::time::Instant::now();
         subject

@@ -118,7 +118,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo};
+use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets};
 use sandbox_core::{
     Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, ResourceLimits, SandboxError,
     SandboxExt, SandboxOpts, Status,
@@ -146,6 +146,11 @@ pub const INFO: BackendInfo = BackendInfo {
     make: |_| Ok(Arc::new(BwrapBackend::new())),
     launcher: Some(|| Arc::new(BwrapBackend::new())),
     host_key: || sandbox_core::registry::program_identity("bwrap"),
+    // A wrapper of bwrap: near bwrap run directly with the same argv (issue 7).
+    cost: CostTargets {
+        startup_vs_direct: Some(1.05),
+        ..CostTargets::NONE
+    },
 };
 
 /// A sandbox run by bwrap.

@@ -72,6 +72,36 @@ impl AutoRank {
     }
 }
 
+/// What start-up a backend promises, as ratios that `cargo xtask bench` measures in one
+/// run and marks met or missed. `None`: no promise against that baseline.
+///
+/// Data of the backend rather than of the bench, because each is a statement about what
+/// the backend is for: one meant to cost next to nothing promises to stay near a bare
+/// spawn; one that wraps a tool, near that tool run directly; one with a warm pool, far
+/// below its engine's own client.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CostTargets {
+    /// Start-up (`run` + `wait` of `/bin/true`) at most this many times a bare
+    /// `tokio::process` spawn of the same program.
+    pub startup_vs_bare_spawn: Option<f64>,
+    /// Repeated start-ups at most this many times the backend's own tool run directly
+    /// with the same confinement (its own launch spawned without the library, or the
+    /// engine's command line for the same container).
+    pub startup_vs_direct: Option<f64>,
+    /// The first command of a new backend value (nothing warm yet) at most this many
+    /// times the same direct baseline.
+    pub first_vs_direct: Option<f64>,
+}
+
+impl CostTargets {
+    /// No promise.
+    pub const NONE: Self = Self {
+        startup_vs_bare_spawn: None,
+        startup_vs_direct: None,
+        first_vs_direct: None,
+    };
+}
+
 /// A boxed future, as the `fn` pointers in [`BackendInfo`] return it.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
@@ -125,6 +155,8 @@ pub struct BackendInfo {
     /// that a changed host (a new bwrap, another landlock ABI) makes `auto` try again. It
     /// decides nothing that is enforced: what a run may do is still checked on every run.
     pub host_key: fn() -> String,
+    /// What start-up it promises, for the bench.
+    pub cost: CostTargets,
 }
 
 /// A [`BackendInfo::host_key`] for a backend that depends on no host program or kernel

@@ -143,7 +143,7 @@ mod transfer;
 
 use std::sync::Arc;
 
-use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, ImageSupport};
+use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, ImageSupport};
 use sandbox_core::{Backend, SandboxError};
 
 pub use backend::{capability, DockerBackend, DockerSandbox, DockerStarter};
@@ -185,6 +185,13 @@ pub const INFO: BackendInfo = BackendInfo {
     // The engine is reached over its socket on every run; one that went away is a launch
     // that fails, which the command line diagnoses with the preflight.
     host_key: sandbox_core::registry::no_host_key,
+    // Issue 12: repeated commands come from the warm pool, far below `docker run --rm`; a
+    // first command, with nothing warm, no slower than it.
+    cost: CostTargets {
+        startup_vs_bare_spawn: None,
+        startup_vs_direct: Some(0.3),
+        first_vs_direct: Some(1.0),
+    },
 };
 
 fn make_for_registry(config: &BackendConfig) -> Result<Arc<dyn Backend>, SandboxError> {

@@ -93,7 +93,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo};
+use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets};
 use sandbox_core::{
     Capability, Enforcement, Lane, LimitMechanism, NetworkMode, Plan, Preflight, ResourceLimits,
     SandboxError, SandboxExt, SandboxOpts, Status, TreeKill, DEFAULT_PATH,
@@ -122,6 +122,7 @@ pub const INFO: BackendInfo = BackendInfo {
     make: |_| Ok(Arc::new(GvisorBackend::new())),
     launcher: Some(|| Arc::new(GvisorBackend::new())),
     host_key: || sandbox_core::registry::program_identity("runsc"),
+    cost: CostTargets::NONE,
 };
 
 /// A sandbox run by gVisor.

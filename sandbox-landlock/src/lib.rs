@@ -122,7 +122,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo};
+use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets};
 use sandbox_core::{
     Capability, Changes, DenialKinds, Enforcement, Lane, NetworkMode, Plan, Preflight,
     SandboxError, SandboxExt, SandboxOpts, Status, TreeKill,
@@ -162,6 +162,11 @@ pub const INFO: BackendInfo = BackendInfo {
     // Whether the backend works here is the kernel's landlock ABI; seccomp and namespaces
     // come with the kernel release, which the command line's key holds already.
     host_key: || format!("landlock {:?}", host::Landlock::detect()),
+    // The backend meant to cost next to nothing: near a bare spawn (issue 7).
+    cost: CostTargets {
+        startup_vs_bare_spawn: Some(1.3),
+        ..CostTargets::NONE
+    },
 };
 
 /// A sandbox confined by landlock and seccomp.

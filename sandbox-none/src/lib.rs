@@ -15,7 +15,7 @@
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo};
+use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets};
 use sandbox_core::{Capability, Enforcement, Plan, Preflight, SandboxError};
 use std::sync::Arc;
 
@@ -33,6 +33,7 @@ pub const INFO: BackendInfo = BackendInfo {
     make: |_| Ok(Arc::new(NoneBackend::new())),
     launcher: Some(|| Arc::new(NoneBackend::new())),
     host_key: sandbox_core::registry::no_host_key,
+    cost: CostTargets::NONE,
 };
 
 /// A sandbox that runs its command unconfined.

@@ -9,7 +9,7 @@
 //! Adding a backend is one line here (and its feature in `Cargo.toml`).
 
 pub use sandbox_core::registry::{
-    AutoRank, BackendConfig, BackendInfo, BoxFuture, BuildImageFn, ImageSupport,
+    AutoRank, BackendConfig, BackendInfo, BoxFuture, BuildImageFn, CostTargets, ImageSupport,
 };
 use sandbox_core::SandboxError;
 

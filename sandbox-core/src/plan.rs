@@ -281,8 +281,8 @@ impl Plan {
             return Err(SandboxError::NotSupported {
                 backend,
                 feature: "host ports (`host_ports`)".into(),
-                remedy: "use a backend whose capability lists host ports (bwrap, landlock; see \
-                         `sandbox doctor`)"
+                remedy: "use a backend whose capability lists host ports (`sandbox doctor` \
+                         shows each backend's)"
                     .into(),
             });
         }

@@ -177,8 +177,8 @@ pub fn check_lane(
         return Err(SandboxError::NotSupported {
             backend,
             feature: "network mode `proxy` (egress through an allowlist proxy)".into(),
-            remedy: "use a backend whose capability enforces it (bwrap, landlock; see \
-                     `sandbox doctor`), or network mode `loopback` or `full`"
+            remedy: "use a backend whose capability enforces it (`sandbox doctor` shows \
+                     each backend's), or network mode `loopback` or `full`"
                 .into(),
         });
     }

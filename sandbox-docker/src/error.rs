@@ -125,9 +125,12 @@ pub(crate) enum DockerError {
     /// could reach the command's uid only by a copy, with the same loss.
     #[error(
         "a change set to review on a root host needs an idmapped mount of the layer, which \
-         this kernel or filesystem cannot make"
+         could not be made here: {cause}"
     )]
-    LayerNeedsIdmap,
+    LayerNeedsIdmap {
+        /// Why not.
+        cause: String,
+    },
     /// An engine request failed.
     #[error("docker engine: {action}: {source}")]
     Engine {
@@ -291,7 +294,7 @@ impl From<DockerError> for SandboxError {
                 remedy: "use a local engine in bind mode, or discard the changes (`snapshot`)"
                     .into(),
             },
-            DockerError::LayerNeedsIdmap => SandboxError::NotSupported {
+            DockerError::LayerNeedsIdmap { .. } => SandboxError::NotSupported {
                 backend: NAME,
                 feature: e.to_string(),
                 remedy: "run on Linux 5.12 or later with a filesystem that supports idmapped \

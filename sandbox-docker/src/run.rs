@@ -110,7 +110,7 @@ pub(crate) async fn start(
     let tree = layer.as_ref().map(|l| l.tree());
     if tree.is_some() {
         handovers = prepare::handovers(config, &plan, &identity, true, tree);
-        layer_bindable(&handovers)?;
+        layer_bindable(&handovers, "the layer's owner cannot be read")?;
         body = spec_for(&plan, &handovers)?;
     }
 
@@ -129,10 +129,7 @@ pub(crate) async fn start(
             }
             // Not a weaker confinement: the same trees, handed over by copy instead.
             handovers = prepare::handovers(config, &plan, &identity, false, tree);
-            layer_bindable(&handovers).map_err(|refusal| {
-                tracing::debug!("sandbox-docker: idmapped staging failed: {e}");
-                refusal
-            })?;
+            layer_bindable(&handovers, &e.to_string())?;
             notes.push(format!(
                 "idmapped mounts are unavailable here ({e}); trees the command's uid does not \
                  own travel by copy"
@@ -416,9 +413,11 @@ impl Job for Run {
 /// A layer is bound, as it is or through an idmapped mount: a copy of it into a volume
 /// would come back through an archive that drops FIFOs and hard links, and the change set
 /// would no longer be what the command did.
-fn layer_bindable(handovers: &[Handover]) -> Result<(), DockerError> {
+fn layer_bindable(handovers: &[Handover], cause: &str) -> Result<(), DockerError> {
     match handovers.first().map(|h| h.via) {
-        Some(Via::Volume { .. }) => Err(DockerError::LayerNeedsIdmap),
+        Some(Via::Volume { .. }) => Err(DockerError::LayerNeedsIdmap {
+            cause: cause.to_string(),
+        }),
         _ => Ok(()),
     }
 }

@@ -272,12 +272,7 @@ async fn the_workspace_is_shared_live_in_bind_mode_even_when_root_owns_it() {
         );
     }
     assert_clean();
-    assert!(
-        std::fs::read_dir("/run/sandbox-docker")
-            .map(|d| d.count() == 0)
-            .unwrap_or(true),
-        "a staging mount was left behind"
-    );
+    assert_no_staging_left();
 }
 
 #[tokio::test]
@@ -1235,18 +1230,23 @@ async fn started(sb: &dyn Sandbox) {
     }
 }
 
-/// Nothing of a review is left on the host: its layer, its staging mounts.
-fn assert_no_layer_left(layer: &Path) {
-    assert!(!layer.exists(), "the layer {} was left", layer.display());
-    let name = layer.file_name().unwrap().to_string_lossy().into_owned();
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!table.contains(&name), "a mount of {name} was left");
+/// No idmapped staging mount of any run is left.
+fn assert_no_staging_left() {
     assert!(
         std::fs::read_dir("/run/sandbox-docker")
             .map(|d| d.count() == 0)
             .unwrap_or(true),
         "a staging mount was left behind"
     );
+}
+
+/// Nothing of a review is left on the host: its layer, its staging mounts.
+fn assert_no_layer_left(layer: &Path) {
+    assert!(!layer.exists(), "the layer {} was left", layer.display());
+    let name = layer.file_name().unwrap().to_string_lossy().into_owned();
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!table.contains(&name), "a mount of {name} was left");
+    assert_no_staging_left();
 }
 
 #[tokio::test]

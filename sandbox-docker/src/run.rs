@@ -110,7 +110,7 @@ pub(crate) async fn start(
     let tree = layer.as_ref().map(|l| l.tree());
     if tree.is_some() {
         handovers = prepare::handovers(config, &plan, &identity, true, tree);
-        layer_bindable(&handovers, "the layer's owner cannot be read")?;
+        layer_bindable(&handovers, tree, "the layer's owner cannot be read")?;
         body = spec_for(&plan, &handovers)?;
     }
 
@@ -129,7 +129,7 @@ pub(crate) async fn start(
             }
             // Not a weaker confinement: the same trees, handed over by copy instead.
             handovers = prepare::handovers(config, &plan, &identity, false, tree);
-            layer_bindable(&handovers, &e.to_string())?;
+            layer_bindable(&handovers, tree, &e.to_string())?;
             notes.push(format!(
                 "idmapped mounts are unavailable here ({e}); trees the command's uid does not \
                  own travel by copy"
@@ -410,12 +410,17 @@ impl Job for Run {
     }
 }
 
-/// A layer is bound, as it is or through an idmapped mount: a copy of it into a volume
-/// would come back through an archive that drops FIFOs and hard links, and the change set
-/// would no longer be what the command did.
-fn layer_bindable(handovers: &[Handover], cause: &str) -> Result<(), DockerError> {
-    match handovers.first().map(|h| h.via) {
-        Some(Via::Volume { .. }) => Err(DockerError::LayerNeedsIdmap {
+/// A layer (`tree`) is bound, as it is or through an idmapped mount: a copy of it into a
+/// volume would come back through an archive that drops FIFOs and hard links, and the
+/// change set would no longer be what the command did. A run without a layer may travel by
+/// copy. `cause`: why the layer would travel by copy.
+fn layer_bindable(
+    handovers: &[Handover],
+    tree: Option<&std::path::Path>,
+    cause: &str,
+) -> Result<(), DockerError> {
+    match (tree, handovers.first().map(|h| h.via)) {
+        (Some(_), Some(Via::Volume { .. })) => Err(DockerError::LayerNeedsIdmap {
             cause: cause.to_string(),
         }),
         _ => Ok(()),
@@ -465,5 +470,40 @@ impl Run {
             files,
             policy,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::handover::Role;
+
+    #[test]
+    fn only_a_layer_is_refused_a_copy() {
+        let ws = |via| {
+            vec![Handover {
+                path: PathBuf::from("/ws"),
+                source: PathBuf::from("/tmp/layer/copy"),
+                role: Role::Workspace,
+                via,
+                read_only: false,
+            }]
+        };
+        let layer = Some(Path::new("/tmp/layer/copy"));
+        let copied = ws(Via::Volume { write_back: true });
+        // Without a layer (idmapped staging failed for a plain run): the copy is fine.
+        assert!(layer_bindable(&copied, None, "no idmap").is_ok());
+        let e = layer_bindable(&copied, layer, "no idmap").unwrap_err();
+        assert!(
+            matches!(&e, DockerError::LayerNeedsIdmap { cause } if cause == "no idmap"),
+            "{e}"
+        );
+        let e = SandboxError::from(e);
+        assert!(matches!(e, SandboxError::NotSupported { .. }), "{e}");
+        for via in [Via::Bind, Via::IdmappedBind { from: (0, 0) }] {
+            assert!(layer_bindable(&ws(via), layer, "").is_ok());
+        }
     }
 }

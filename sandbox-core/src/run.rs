@@ -227,6 +227,28 @@ async fn drive<J: Job>(
     control.finish(result);
 }
 
+/// A run that timed out before its command started (making the layer over its workspace
+/// took the whole timeout): its outcome is known at once, and nothing was changed. Every
+/// backend that makes a layer before its start reports such a run the same way.
+pub fn timed_out_before_start(
+    backend: &'static str,
+    plan: &Plan,
+    wall_time: Duration,
+) -> RunHandle {
+    let (handle, control) = run_channel(plan.output_limit);
+    let outcome = SandboxOutcome::new(
+        crate::Status::TimedOut,
+        snapshot(&control.stdout),
+        snapshot(&control.stderr),
+        wall_time,
+        backend,
+        Default::default(),
+        plan.effective_policy(backend),
+    );
+    control.finish(Ok(outcome));
+    handle
+}
+
 /// A handle and its control, for a run whose streams are capped at `output_limit`.
 pub fn run_channel(output_limit: usize) -> (RunHandle, RunControl) {
     let stdout = Arc::new(Mutex::new(CaptureBuffer::new(output_limit)));

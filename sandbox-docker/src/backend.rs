@@ -10,15 +10,21 @@ use sandbox_core::{
 };
 
 use crate::client::Connection;
-use crate::config::DockerConfig;
+use crate::config::{DockerConfig, WorkspaceMode};
 use crate::error::DockerError;
 use crate::pool::Pool;
 use crate::run::{self as engine, RunKind};
 use crate::NAME;
 
-/// What the docker backend enforces: the same on every host, since the engine does the
-/// enforcing (the preflight checks that this engine can).
+/// What the docker backend enforces in the default bind mode: the same on every host,
+/// since the engine does the enforcing (the preflight checks that this engine can).
 pub fn capability() -> Capability {
+    capability_in(WorkspaceMode::Bind)
+}
+
+/// What the docker backend enforces with workspace mode `mode`: only the change layer
+/// differs (see `change_layer` below).
+pub fn capability_in(mode: WorkspaceMode) -> Capability {
     Capability {
         confine_writes: true,
         confine_reads: true,
@@ -44,8 +50,16 @@ pub fn capability() -> Capability {
         snapshot: true,
         // The engine unpacks an upload densely, whatever the archive says.
         sparse_snapshot: false,
-        // No change set yet: a review is refused (`Discard` uses the volume copy).
-        change_layer: None,
+        // Bind mode: core's layer, made on the host (a copy: an overlay of core's lives in
+        // a process's own mount namespace, which the engine's never sees) and bound at the
+        // workspace's path, scanned after the run like every backend's. Copy mode refuses a
+        // review: the tree would come back through an archive that drops FIFOs and hard
+        // links, and the change set would not be what the command did. (`Discard` uses the
+        // volume copy in both modes.)
+        change_layer: match mode {
+            WorkspaceMode::Bind => Some(sandbox_core::LayerMechanism::Copy),
+            WorkspaceMode::Copy => None,
+        },
         host_programs: false,
         // `full` is the engine's bridge, not the host's network namespace.
         full_network_is_host: false,
@@ -122,7 +136,7 @@ impl Backend for DockerBackend {
     }
 
     fn capability(&self) -> Capability {
-        capability()
+        capability_in(self.config.workspace_mode)
     }
 
     fn sandbox(&self) -> Box<DynSandbox> {
@@ -150,7 +164,7 @@ impl Starter for DockerStarter {
     }
 
     fn capability(&self) -> Capability {
-        capability()
+        capability_in(self.config.workspace_mode)
     }
 
     async fn preflight(&self) -> Result<Preflight, SandboxError> {

@@ -28,8 +28,8 @@
 //! waiter as its program, the waiter's read-only mount, and the image named by its id),
 //! serialised: a run takes one only when its own body is identical, field for field. A
 //! body is made by the same pure [`spec`](crate::spec) function as every run's; nothing
-//! here decides policy. Runs that need a copy or idmapped staging (which are per run)
-//! never use the pool.
+//! here decides policy. Runs that need a copy, idmapped staging or a layer (which are
+//! per run) never use the pool: a pooled container's binds were fixed before they existed.
 //!
 //! # Lifetime
 //!

@@ -22,15 +22,18 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 use futures_util::StreamExt;
+use sandbox_core::changes::HostLayer;
+use sandbox_core::process::tree::is_deadline;
 use sandbox_core::run::{
-    feed_stdin, run_channel, supervise, End, Finished, Job, OutputTap, RunHandle,
+    feed_stdin, run_channel, supervise, timed_out_before_start, End, Finished, Job, OutputTap,
+    RunHandle,
 };
 use sandbox_core::{
-    EffectivePolicy, Plan, SandboxError, SandboxOutcome, Status, Stdin, StreamKind,
+    Changes, EffectivePolicy, Plan, SandboxError, SandboxOutcome, Status, Stdin, StreamKind,
 };
 
 use crate::backend::Engine;
-use crate::config::DockerConfig;
+use crate::config::{DockerConfig, WorkspaceMode};
 use crate::create::{self, Made, Output, Setup};
 use crate::error::DockerError;
 use crate::handover::{Handover, Identity, Via};
@@ -54,15 +57,19 @@ pub(crate) struct RunKind {
 /// Start `plan` in a container; returns once it runs.
 pub(crate) async fn start(
     config: &DockerConfig,
-    plan: Plan,
+    mut plan: Plan,
     kind: RunKind,
     engine: Option<Arc<Engine>>,
 ) -> Result<RunHandle, SandboxError> {
+    // The run's clock starts before the layer is made: a workspace slow to copy must not
+    // hold the timeout off.
+    let started = Instant::now();
+    let deadline = plan.timeout.map(|t| started + t);
     let identity = prepare::identity(&plan);
     let run_id = labels::run_id();
-    let spec_for = |handovers: &[Handover]| {
+    let spec_for = |plan: &Plan, handovers: &[Handover]| {
         spec::container(&spec::SpecInput {
-            plan: &plan,
+            plan,
             config,
             identity,
             handovers,
@@ -70,15 +77,42 @@ pub(crate) async fn start(
             labels: labels::labels(kind.role),
         })
     };
-    let mut handovers = prepare::handovers(config, &plan, &identity, true);
+    let mut handovers = prepare::handovers(config, &plan, &identity, true, None);
     // Every input error surfaces here, before anything is made.
-    let mut body = spec_for(&handovers)?;
+    let mut body = spec_for(&plan, &handovers)?;
     prepare::copyable(&handovers)?;
+    let layered = plan.changes == Changes::Review;
+    if layered && config.workspace_mode == WorkspaceMode::Copy {
+        // The capability says so and the plan refuses it first; never run it unlayered.
+        return Err(DockerError::LayerNeedsBind.into());
+    }
     let docker = match &engine {
         Some(e) => e.connection.get().await?,
         None => crate::client::connect_inner().await?,
     };
     let image = crate::image::ensure(&docker, config).await?;
+
+    // A review runs on core's layer, made on the host and bound at the workspace's path.
+    let layer = if layered {
+        match HostLayer::prepare(&plan.workspace, deadline).await {
+            Ok(l) => Some(l),
+            Err(SandboxError::Io { source, .. }) if is_deadline(&source) => {
+                return Ok(timed_out_before_start(NAME, &plan, started.elapsed()));
+            }
+            Err(e) => return Err(e),
+        }
+    } else {
+        None
+    };
+    if let Some(d) = deadline {
+        plan.timeout = Some(d.saturating_duration_since(Instant::now()));
+    }
+    let tree = layer.as_ref().map(|l| l.tree());
+    if tree.is_some() {
+        handovers = prepare::handovers(config, &plan, &identity, true, tree);
+        layer_bindable(&handovers, tree, "the layer's owner cannot be read")?;
+        body = spec_for(&plan, &handovers)?;
+    }
 
     // From here on the host or the engine holds objects of ours: any error removes them.
     let mut resources = Resources::new(docker.clone());
@@ -90,28 +124,34 @@ pub(crate) async fn start(
         if let Err(e) =
             prepare::stage_idmapped(&run_id, &handovers, &identity, &mut resources).await
         {
+            if let Err(cleanup) = resources.remove_all().await {
+                tracing::error!("sandbox-docker: removing staging mounts: {cleanup}");
+            }
             // Not a weaker confinement: the same trees, handed over by copy instead.
+            handovers = prepare::handovers(config, &plan, &identity, false, tree);
+            layer_bindable(&handovers, tree, &e.to_string())?;
             notes.push(format!(
                 "idmapped mounts are unavailable here ({e}); trees the command's uid does not \
                  own travel by copy"
             ));
-            if let Err(cleanup) = resources.remove_all().await {
-                tracing::error!("sandbox-docker: removing staging mounts: {cleanup}");
-            }
-            handovers = prepare::handovers(config, &plan, &identity, false);
             prepare::copyable(&handovers)?;
-            body = spec_for(&handovers)?;
+            body = spec_for(&plan, &handovers)?;
         }
     }
     let mut policy = report::policy(&plan, config, &identity, &handovers, &image);
     policy.notes.append(&mut notes);
+    if let Some(l) = &layer {
+        policy.notes.push(l.note(plan.changes));
+    }
 
     // The warm pool serves runs whose every path is bound as it is: a copy or a staging
     // mount is made per run.
     let mut refill = None;
     if let (Some(e), Some(image_id)) = (&engine, &image.id) {
         if let (Ok(pool), true) = (&e.pool, kind.resolve_program && !plan.argv.is_empty()) {
-            if handovers.iter().all(|h| h.via == Via::Bind) {
+            // A pooled container's binds were fixed before this run's layer or staging
+            // mounts existed: only a run whose every path is bound as it is can use one.
+            if handovers.iter().all(Handover::bound_as_is) {
                 let (pooled, key) = pool.body(&body, image_id)?;
                 if let Some(warm) = pool.take(&key).await {
                     pool.refill(key.clone(), pooled);
@@ -124,6 +164,7 @@ pub(crate) async fn start(
                         handovers,
                         uploaded: BTreeMap::new(),
                         refill: None,
+                        layer: None,
                     };
                     return start_warm(run, warm, pool, &key, config, &identity).await;
                 }
@@ -176,6 +217,7 @@ pub(crate) async fn start(
         handovers,
         uploaded,
         refill,
+        layer,
     };
     supervise(run, control, vec![reader], Instant::now(), timeout);
     Ok(handle)
@@ -304,6 +346,10 @@ struct Run {
     uploaded: BTreeMap<usize, BTreeSet<PathBuf>>,
     /// After a fresh run that the pool could have served: make a container for the next.
     refill: Option<(Weak<Engine>, String, ContainerCreateBody)>,
+    /// The layer the workspace's bind comes from (a review): scanned once the container
+    /// and its staging mounts are gone. After `resources`, so a dropped run unmounts the
+    /// staging view of it before it is removed.
+    layer: Option<HostLayer>,
 }
 
 #[async_trait]
@@ -341,11 +387,43 @@ impl Job for Run {
                 pool.refill(key, body);
             }
         }
-        match (result, removed) {
-            (Ok(outcome), Ok(())) => Ok(outcome),
-            (Err(e), _) => Err(e),
-            (Ok(_), Err(e)) => Err(SandboxError::from(e)),
+        // The container is gone and nothing else mounts the layer: it holds exactly what
+        // the command left.
+        let changes = match (self.layer.take(), &result, &removed) {
+            (Some(l), Ok(_), Ok(())) => Some(l.into_change_set().await),
+            (Some(l), _, _) => {
+                l.discard().await;
+                None
+            }
+            (None, _, _) => None,
+        };
+        match (result, removed, changes) {
+            (Err(e), _, _) => Err(e),
+            (Ok(_), Err(e), _) => Err(SandboxError::from(e)),
+            (Ok(_), Ok(()), Some(Err(e))) => Err(e),
+            (Ok(mut outcome), Ok(()), Some(Ok(set))) => {
+                outcome.changes = Some(set);
+                Ok(outcome)
+            }
+            (Ok(outcome), Ok(()), None) => Ok(outcome),
         }
+    }
+}
+
+/// A layer (`tree`) is bound, as it is or through an idmapped mount: a copy of it into a
+/// volume would come back through an archive that drops FIFOs and hard links, and the
+/// change set would no longer be what the command did. A run without a layer may travel by
+/// copy. `cause`: why the layer would travel by copy.
+fn layer_bindable(
+    handovers: &[Handover],
+    tree: Option<&std::path::Path>,
+    cause: &str,
+) -> Result<(), DockerError> {
+    match (tree, handovers.first().map(|h| h.via)) {
+        (Some(_), Some(Via::Volume { .. })) => Err(DockerError::LayerNeedsIdmap {
+            cause: cause.to_string(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -392,5 +470,40 @@ impl Run {
             files,
             policy,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::handover::Role;
+
+    #[test]
+    fn only_a_layer_is_refused_a_copy() {
+        let ws = |via| {
+            vec![Handover {
+                path: PathBuf::from("/ws"),
+                source: PathBuf::from("/tmp/layer/copy"),
+                role: Role::Workspace,
+                via,
+                read_only: false,
+            }]
+        };
+        let layer = Some(Path::new("/tmp/layer/copy"));
+        let copied = ws(Via::Volume { write_back: true });
+        // Without a layer (idmapped staging failed for a plain run): the copy is fine.
+        assert!(layer_bindable(&copied, None, "no idmap").is_ok());
+        let e = layer_bindable(&copied, layer, "no idmap").unwrap_err();
+        assert!(
+            matches!(&e, DockerError::LayerNeedsIdmap { cause } if cause == "no idmap"),
+            "{e}"
+        );
+        let e = SandboxError::from(e);
+        assert!(matches!(e, SandboxError::NotSupported { .. }), "{e}");
+        for via in [Via::Bind, Via::IdmappedBind { from: (0, 0) }] {
+            assert!(layer_bindable(&ws(via), layer, "").is_ok());
+        }
     }
 }

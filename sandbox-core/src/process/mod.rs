@@ -240,7 +240,7 @@ impl HostSupport {
 
 /// Make the run's layer on a blocking thread, under `deadline`. Dropping the future (the
 /// caller went away) cancels a copy between entries; the layer removes what it made.
-async fn layer_within(
+pub(crate) async fn layer_within(
     workspace: &std::path::Path,
     best: crate::LayerMechanism,
     deadline: Option<std::time::Instant>,
@@ -294,7 +294,11 @@ impl<L: Launcher> Starter for L {
                 match layer_within(&plan.workspace, best, deadline).await {
                     Ok(l) => Some(l),
                     Err(SandboxError::Io { source, .. }) if tree::is_deadline(&source) => {
-                        return Ok(supervise::timed_out(name, &plan, started.elapsed()));
+                        return Ok(crate::run::timed_out_before_start(
+                            name,
+                            &plan,
+                            started.elapsed(),
+                        ));
                     }
                     Err(e) => return Err(e),
                 }
@@ -318,15 +322,9 @@ impl<L: Launcher> Starter for L {
             launch.pre_exec.insert(0, Box::new(step));
         }
         if let Some(l) = &layer {
-            launch.notes.push(format!(
-                "workspace layer: {} ({})",
-                l.mechanism().as_str(),
-                if plan.changes == Changes::Review {
-                    "changes held for review"
-                } else {
-                    "changes discarded"
-                }
-            ));
+            launch
+                .notes
+                .push(crate::changes::layer_note(l.mechanism(), plan.changes));
         }
         supervise::start(name, plan, launch, layer)
     }

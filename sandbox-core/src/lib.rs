@@ -54,6 +54,7 @@ pub mod idmap;
 pub mod layout;
 mod options;
 mod outcome;
+pub mod owner;
 mod plan;
 pub mod policy;
 pub mod process;

@@ -158,6 +158,25 @@ impl Starter for DockerStarter {
     }
 
     async fn start(&self, plan: Plan) -> Result<RunHandle, SandboxError> {
+        // The first run of this process removes what crashed hosts left on the engine and
+        // here (their containers, volumes, staging mounts): a host SIGKILLed mid-run
+        // leaves its container running, and this is the next start.
+        static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+        SWEPT
+            .get_or_init(|| async {
+                let sweep = async {
+                    let docker = crate::client::connect_inner().await?;
+                    crate::leftovers::cleanup(&docker, crate::Scope::DeadOwners).await
+                };
+                match tokio::time::timeout(std::time::Duration::from_secs(60), sweep).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::warn!("removing what dead hosts left: {e}"),
+                    Err(_) => tracing::warn!(
+                        "removing what dead hosts left: the engine took over a minute"
+                    ),
+                }
+            })
+            .await;
         let kind = RunKind {
             resolve_program: true,
             role: "run",

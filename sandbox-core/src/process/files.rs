@@ -17,10 +17,7 @@ use crate::SandboxError;
 /// anything from outside `src`; `budget` bounds its size and time. Returns the temp dir,
 /// removed on drop, and on error nothing is left behind.
 pub fn snapshot_copy(src: &Path, budget: &Budget) -> Result<tempfile::TempDir, SandboxError> {
-    let dir = tempfile::Builder::new()
-        .prefix("sandbox-snapshot-")
-        .tempdir()
-        .map_err(|e| SandboxError::io("creating the snapshot directory", e))?;
+    let dir = crate::owner::temp_dir("snapshot")?;
     copy_tree(src, dir.path(), budget)
         .map_err(|e| SandboxError::io(format!("copying {} for the snapshot", src.display()), e))?;
     Ok(dir)

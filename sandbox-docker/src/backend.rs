@@ -41,6 +41,9 @@ pub fn capability() -> Capability {
         signal_status: false,
         oom_status: true,
         reaps_orphans: true,
+        // The engine keeps a container whose host was SIGKILLed; the next start's sweep
+        // (`cleanup_leftovers`, dead owners only) removes it.
+        dies_with_host: false,
         snapshot: true,
         // The engine unpacks an upload densely, whatever the archive says.
         sparse_snapshot: false,
@@ -218,10 +221,7 @@ async fn preflight(config: &DockerConfig) -> Result<Preflight, SandboxError> {
     }
     let image = crate::image::ensure(&docker, config).await?;
 
-    let scratch = tempfile::Builder::new()
-        .prefix("sandbox-docker-preflight-")
-        .tempdir()
-        .map_err(|e| SandboxError::io("creating the preflight workspace", e))?;
+    let scratch = sandbox_core::owner::temp_dir("docker-preflight")?;
     let mut opts = SandboxOpts::new(scratch.path(), ["/sbin/docker-init", "--version"]);
     opts.limits = ResourceLimits {
         memory_bytes: Some(64 << 20),

@@ -28,6 +28,7 @@ fn cap() -> Capability {
         signal_status: true,
         oom_status: true,
         reaps_orphans: true,
+        dies_with_host: true,
         snapshot: true,
         sparse_snapshot: true,
         change_layer: None,

@@ -277,6 +277,7 @@ mod tests {
             signal_status: true,
             oom_status: true,
             reaps_orphans: true,
+            dies_with_host: true,
             snapshot: true,
             sparse_snapshot: true,
             change_layer: Some(crate::LayerMechanism::Overlay),

@@ -12,7 +12,7 @@ use nix::unistd::Pid;
 
 use super::cgroup::{CgroupSupport, RunCgroups};
 use super::child::ChildSetup;
-use super::output::{drain, snapshot};
+use super::output::drain;
 use super::{files, HostSupport, Launch};
 use crate::changes::scan::scan;
 use crate::changes::Layer;
@@ -203,26 +203,6 @@ pub(super) fn start(
     };
     supervise(run, control, readers, started, timeout);
     Ok(handle)
-}
-
-/// A run that timed out before its command started (the layer's copy took the whole
-/// timeout): its outcome is known at once, and nothing was changed.
-pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration) -> RunHandle {
-    let (handle, control) = run_channel(plan.output_limit);
-    let outcome = SandboxOutcome {
-        status: Status::TimedOut,
-        stdout: snapshot(&control.stdout),
-        stderr: snapshot(&control.stderr),
-        wall_time,
-        backend,
-        files: Default::default(),
-        policy: plan.effective_policy(backend),
-        changes: None,
-        connections: Vec::new(),
-        denials: Default::default(),
-    };
-    control.finish(Ok(outcome));
-    handle
 }
 
 struct Supervised {

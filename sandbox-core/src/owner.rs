@@ -159,21 +159,21 @@ pub fn temp_dir(kind: &str) -> Result<tempfile::TempDir, crate::SandboxError> {
 }
 
 fn temp_dir_error(base: &Path, kind: &str, e: io::Error) -> crate::SandboxError {
-    crate::SandboxError::io(
-        format!(
-            "creating the {kind} directory in the host's temp dir {} (TMPDIR){}; remedy: \
-             point TMPDIR at a writable directory with free space",
-            base.display(),
-            match e.raw_os_error() {
-                Some(libc::ENOSPC) => " (its disk is full)",
-                Some(libc::EACCES | libc::EPERM) => " (not writable)",
-                Some(libc::EROFS) => " (a read-only filesystem)",
-                Some(libc::ENOENT) => " (it does not exist)",
-                _ => "",
-            }
-        ),
-        e,
-    )
+    use io::ErrorKind as K;
+    let reason = match e.kind() {
+        K::StorageFull => "its disk is full",
+        K::PermissionDenied => "it is not writable",
+        K::ReadOnlyFilesystem => "it is on a read-only filesystem",
+        K::NotFound => "it does not exist",
+        K::NotADirectory => "it is not a directory",
+        _ => "it cannot be written",
+    };
+    crate::SandboxError::TempDir {
+        dir: base.to_path_buf(),
+        what: kind.to_string(),
+        reason,
+        source: e,
+    }
 }
 
 /// The owner of a temp dir named by [`temp_dir`].

@@ -157,8 +157,9 @@ async fn engine_restart_mid_run(kill: bool) {
             }
         })
     };
-    // Down for a while, long enough for the backend to notice, then back.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // Down for a while (longer than a few quick retries would cover; a real restart
+    // takes seconds to tens of seconds), then back.
+    tokio::time::sleep(Duration::from_secs(12)).await;
     proxy.restore();
     let r = tokio::time::timeout(BOUND, verb)
         .await
@@ -172,6 +173,7 @@ async fn engine_restart_mid_run(kill: bool) {
     match r {
         Err(e) => {
             let msg = e.to_string();
+            eprintln!("{}: {msg}", if kill { "kill" } else { "wait" });
             assert!(
                 msg.contains("engine"),
                 "the error does not name the engine: {msg}"

@@ -14,7 +14,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -79,33 +78,23 @@ impl Proxy {
     }
 }
 
-/// Our containers of `role`, as the real engine lists them (not through the proxy).
+/// Our containers of `role`, as the real engine lists them (`-H` wins over the
+/// `DOCKER_HOST` that points at the proxy).
 fn on_engine(role: &str) -> Vec<String> {
-    let out = Command::new("docker")
-        .env_remove("DOCKER_HOST")
-        .args(["-H", &format!("unix://{ENGINE}"), "ps", "-aq"])
-        .args([
-            "--filter",
-            &format!(
-                "label={}={}",
-                sandbox_docker::LABEL_OWNER,
-                sandbox_docker::owner()
-            ),
-            "--filter",
-            &format!("label={}={role}", sandbox_docker::LABEL_ROLE),
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect()
+    docker_cli(&[
+        "-H",
+        &format!("unix://{ENGINE}"),
+        "ps",
+        "-aq",
+        "--filter",
+        &format!(
+            "label={}={}",
+            sandbox_docker::LABEL_OWNER,
+            sandbox_docker::owner()
+        ),
+        "--filter",
+        &format!("label={}={role}", sandbox_docker::LABEL_ROLE),
+    ])
 }
 
 /// The proxy, with `DOCKER_HOST` pointing at it for the rest of this test binary (one

@@ -47,6 +47,9 @@ pub fn capability_in(mode: WorkspaceMode) -> Capability {
         signal_status: false,
         oom_status: true,
         reaps_orphans: true,
+        // The engine keeps a container whose host was SIGKILLed; the next start's sweep
+        // (`cleanup_leftovers`, dead owners only) removes it.
+        dies_with_host: false,
         snapshot: true,
         // The engine unpacks an upload densely, whatever the archive says.
         sparse_snapshot: false,
@@ -172,6 +175,25 @@ impl Starter for DockerStarter {
     }
 
     async fn start(&self, plan: Plan) -> Result<RunHandle, SandboxError> {
+        // The first run of this process removes what crashed hosts left on the engine and
+        // here (their containers, volumes, staging mounts): a host SIGKILLed mid-run
+        // leaves its container running, and this is the next start.
+        static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+        SWEPT
+            .get_or_init(|| async {
+                let sweep = async {
+                    let docker = crate::client::connect_inner().await?;
+                    crate::leftovers::cleanup(&docker, crate::Scope::DeadOwners).await
+                };
+                match tokio::time::timeout(std::time::Duration::from_secs(60), sweep).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::warn!("removing what dead hosts left: {e}"),
+                    Err(_) => tracing::warn!(
+                        "removing what dead hosts left: the engine took over a minute"
+                    ),
+                }
+            })
+            .await;
         let kind = RunKind {
             resolve_program: true,
             role: "run",
@@ -213,10 +235,7 @@ async fn preflight(config: &DockerConfig) -> Result<Preflight, SandboxError> {
     }
     let image = crate::image::ensure(&docker, config).await?;
 
-    let scratch = tempfile::Builder::new()
-        .prefix("sandbox-docker-preflight-")
-        .tempdir()
-        .map_err(|e| SandboxError::io("creating the preflight workspace", e))?;
+    let scratch = sandbox_core::owner::temp_dir("docker-preflight")?;
     let mut opts = SandboxOpts::new(scratch.path(), ["/sbin/docker-init", "--version"]);
     opts.limits = ResourceLimits {
         memory_bytes: Some(64 << 20),

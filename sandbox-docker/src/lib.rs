@@ -23,7 +23,11 @@
 //! configuration the host chose; both are listed in the outcome's policy). Every
 //! container and volume carries [`LABEL`] and is removed after `wait` or `kill`, also
 //! when a run fails half way or its runtime shuts down; [`cleanup_leftovers`] removes
-//! what a crashed host left.
+//! what a crashed host left, and the first run of every process calls it for the owners
+//! that are gone (a host SIGKILLed mid-run leaves its container running until then:
+//! [`Capability::dies_with_host`](sandbox_core::Capability::dies_with_host) is false). An
+//! engine that stops answering mid-run (restarting) ends the run with an error, never a
+//! guessed status, and the removal keeps trying long enough to outlast a restart.
 //!
 //! The output streams while the command runs ([`Sandbox::logs`] sees it) and is capped
 //! like every backend's; the timeout and [`Sandbox::kill`] kill the container (its init,

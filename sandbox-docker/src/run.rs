@@ -25,7 +25,7 @@ use futures_util::StreamExt;
 use sandbox_core::changes::HostLayer;
 use sandbox_core::process::tree::is_deadline;
 use sandbox_core::run::{
-    feed_stdin, run_channel, supervise, timed_out_before_start, End, Finished, Job, OutputTap,
+    ended_before_start, feed_stdin, run_channel, supervise, End, Finished, Job, OutputTap,
     RunHandle,
 };
 use sandbox_core::{
@@ -97,7 +97,12 @@ pub(crate) async fn start(
         match HostLayer::prepare(&plan.workspace, deadline).await {
             Ok(l) => Some(l),
             Err(SandboxError::Io { source, .. }) if is_deadline(&source) => {
-                return Ok(timed_out_before_start(NAME, &plan, started.elapsed()));
+                return Ok(ended_before_start(
+                    NAME,
+                    &plan,
+                    sandbox_core::Status::TimedOut,
+                    started.elapsed(),
+                ));
             }
             Err(e) => return Err(e),
         }
@@ -311,8 +316,10 @@ pub(crate) async fn pump(mut output: Output, tap: OutputTap) {
 }
 
 /// Return once the container is not running. The engine's wait answers when it stops;
-/// if the connection breaks instead, fall back to asking.
-pub(crate) async fn wait_stopped(docker: &Docker, id: &str) {
+/// if the connection breaks instead, fall back to asking. An engine that does not answer
+/// that either (stopped, restarting) is an error: the container's state is unknown, and
+/// taking it for "stopped" would report a status the command never had.
+pub(crate) async fn wait_stopped(docker: &Docker, id: &str) -> Result<(), DockerError> {
     loop {
         let opts = WaitContainerOptionsBuilder::new()
             .condition("not-running")
@@ -320,7 +327,7 @@ pub(crate) async fn wait_stopped(docker: &Docker, id: &str) {
         let mut wait = docker.wait_container(id, Some(opts));
         match wait.next().await {
             Some(Ok(_)) | Some(Err(bollard::errors::Error::DockerContainerWaitError { .. })) => {
-                return
+                return Ok(())
             }
             _ => {}
         }
@@ -330,7 +337,16 @@ pub(crate) async fn wait_stopped(docker: &Docker, id: &str) {
             .await
         {
             Ok(c) if c.state.as_ref().and_then(|s| s.running) == Some(true) => {}
-            _ => return,
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                let e = DockerError::engine(
+                    "follow the running container (the engine stopped answering mid-run: \
+                     restarted or stopped?)",
+                    e,
+                );
+                // Removed meanwhile: it is not running.
+                return if e.is_not_found() { Ok(()) } else { Err(e) };
+            }
         }
     }
 }
@@ -354,16 +370,17 @@ struct Run {
 
 #[async_trait]
 impl Job for Run {
-    /// The status is read from the stopped container.
-    type Exit = ();
+    /// The status is read from the stopped container; an error when the engine stopped
+    /// answering while it ran.
+    type Exit = Result<(), DockerError>;
 
-    async fn exited(&mut self) {
+    async fn exited(&mut self) -> Self::Exit {
         wait_stopped(&self.docker, &self.id).await
     }
 
-    async fn stop(&mut self, end: &End<()>) {
+    async fn stop(&mut self, end: &End<Self::Exit>) {
         // A container that stopped on its own took its pid namespace with it.
-        if matches!(end, End::Exited(())) {
+        if matches!(end, End::Exited(Ok(()))) {
             return;
         }
         // The init dies and takes the whole pid namespace with it.
@@ -376,7 +393,7 @@ impl Job for Run {
 
     async fn finish(
         mut self,
-        end: End<()>,
+        end: End<Self::Exit>,
         finished: Finished,
     ) -> Result<SandboxOutcome, SandboxError> {
         let result = self.outcome(end, finished).await;
@@ -431,9 +448,17 @@ impl Run {
     /// The status, the changes copied back, the captured files.
     async fn outcome(
         &mut self,
-        end: End<()>,
+        end: End<Result<(), DockerError>>,
         finished: Finished,
     ) -> Result<SandboxOutcome, SandboxError> {
+        // Contact lost mid-run: no status can be told; the removal after this (patient
+        // enough to outlast an engine restart) makes sure the container is gone.
+        let end = match end {
+            End::Exited(Err(e)) => return Err(e.into()),
+            End::Exited(Ok(())) => End::Exited(()),
+            End::TimedOut => End::TimedOut,
+            End::Killed => End::Killed,
+        };
         let state = self
             .docker
             .inspect_container(&self.id, None::<InspectContainerOptions>)

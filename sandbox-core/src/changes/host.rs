@@ -28,7 +28,8 @@ impl HostLayer {
     /// Copy `workspace` into a private temp dir of the host, on a blocking thread, under
     /// `deadline`. A copy that reaches the deadline is an [`SandboxError::Io`] whose
     /// source satisfies [`is_deadline`](crate::process::tree::is_deadline): report the
-    /// run with [`timed_out_before_start`](crate::run::timed_out_before_start).
+    /// run with [`ended_before_start`](crate::run::ended_before_start) and
+    /// [`Status::TimedOut`](crate::Status::TimedOut).
     pub async fn prepare(
         workspace: &Path,
         deadline: Option<Instant>,

@@ -6,10 +6,11 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sandbox_core::{Backend, Lane};
+use sandbox_core::registry::BuildImageFn;
+use sandbox_core::{Backend, Lane, SandboxError};
 use serde::Serialize;
 
-use crate::context::{Context, Mode};
+use crate::context::{Context, Mode, IN_IMAGE_PROBE};
 use crate::registry::{cases, run_case, Case, Verdict};
 
 /// One case's verdict, as `doctor --prove` prints it.
@@ -27,6 +28,21 @@ pub struct Proved {
 /// million refusals is left to the suite: it takes seconds, not a proof of confinement).
 fn proves(c: &Case) -> bool {
     c.confinement || (c.area == "denials" && c.name != "million_refusals_bounded")
+}
+
+/// The image a backend that runs every command in one is proved in: built on its engine
+/// around the probe, from host files (there may be no registry to pull from).
+pub const PROBE_IMAGE: &str = "sandbox-prove:latest";
+
+/// Build image `tag` with `build` (a backend's [`BuildImageFn`]) holding `probe` at
+/// [`IN_IMAGE_PROBE`], where the cases run it in a backend without host programs. An
+/// unchanged image is kept as it is.
+pub async fn build_probe_image(
+    build: BuildImageFn,
+    tag: &str,
+    probe: PathBuf,
+) -> Result<(), SandboxError> {
+    build(tag.to_owned(), vec![(probe, PathBuf::from(IN_IMAGE_PROBE))]).await
 }
 
 /// How many cases run at once: most wait on a sandbox.

@@ -748,9 +748,12 @@ fn allow_host_reaches_the_allowlist_and_prints_each_denied_attempt(backend: &str
     let allow = format!("127.0.0.0/8:{port}");
     // `--noproxy ''`: the sandbox's NO_PROXY keeps 127.0.0.1 (the command's own loopback)
     // direct; here the loopback address stands in for a remote host.
+    // And one system call the shared table denies, so that a backend that reports those
+    // prints a summary beside the proxy's line.
     let script = format!(
         "curl -sS --noproxy '' http://127.0.0.1:{port}/ >&2; \
-         curl -sS --noproxy '' http://127.0.0.1:1/ >/dev/null 2>&1; exit 0"
+         curl -sS --noproxy '' http://127.0.0.1:1/ >/dev/null 2>&1; \
+         unshare -U true 2>/dev/null; exit 0"
     );
     let o = run_with(
         backend,
@@ -775,6 +778,32 @@ fn allow_host_reaches_the_allowlist_and_prints_each_denied_attempt(backend: &str
             assert!(c[0]["bytes_in"].as_u64().unwrap() > 10, "{c:?}");
             assert_eq!(c[1]["decision"], "denied");
             assert_eq!(c[1]["port"], 1);
+            // The refused connect is a denial too, said once on stderr: its line (with the
+            // reason), and a summary that counts it without naming it again.
+            assert_eq!(err.matches("127.0.0.1:1 (").count(), 1, "{err}");
+            let cap = capability(backend);
+            let d = j["denials"]["entries"].as_array().unwrap();
+            let proxy: Vec<&Value> = d.iter().filter(|e| e["mechanism"] == "proxy").collect();
+            if cap["reports_denials"]["network_connect"] == true {
+                assert_eq!(proxy.len(), 1, "{d:?}");
+                assert_eq!(proxy[0]["kind"], "network_connect");
+                assert_eq!(proxy[0]["target"], "127.0.0.1:1");
+                assert_eq!(proxy[0]["count"], 1);
+            } else {
+                assert!(proxy.is_empty(), "{d:?}");
+            }
+            if cap["reports_denials"]["syscall"] == true {
+                assert!(
+                    err.contains(
+                        "sandbox: denied 2 operations: unshare (seccomp), 1 connect (proxy, \
+                         listed above)"
+                    ),
+                    "{err}"
+                );
+            } else {
+                assert!(!err.contains("sandbox: denied 1 operation"), "{err}");
+                assert!(!err.contains("sandbox: denied 2 operations"), "{err}");
+            }
         }
         Some("over_grant") => {
             assert_eq!(code(&o), 0, "{err}");

@@ -510,6 +510,19 @@ fn remove(p: &str) -> ! {
 
 /// Connect, then read what the peer says (the host's listener sends a token, so reaching
 /// *that* listener is proved, not just some port).
+/// What the far end sends first, up to 256 bytes or its close (the host listener's token).
+fn greeting(s: &mut impl Read) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while got.len() < 256 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    got
+}
+
 fn connect(addr: &str) -> ! {
     let addr: SocketAddr = addr
         .parse()
@@ -519,14 +532,7 @@ fn connect(addr: &str) -> ! {
         Err(e) => fail("connect", &e),
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut got = Vec::new();
-    let mut buf = [0u8; 256];
-    while got.len() < 256 {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
+    let got = greeting(&mut s);
     ok().s("received", &String::from_utf8_lossy(&got)).emit();
     exit(0)
 }
@@ -576,14 +582,7 @@ fn proxy_connect(target: &str) -> ! {
             .emit();
         exit(1)
     }
-    let mut got = Vec::new();
-    let mut buf = [0u8; 256];
-    while got.len() < 256 {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
+    let got = greeting(&mut s);
     ok().n("status", status)
         .s("received", &String::from_utf8_lossy(&got))
         .emit();
@@ -653,14 +652,7 @@ fn connect_abstract(name: &str) -> ! {
         Err(e) => fail("connect-abstract", &e),
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut got = Vec::new();
-    let mut buf = [0u8; 256];
-    while got.len() < 256 {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
+    let got = greeting(&mut s);
     ok().s("received", &String::from_utf8_lossy(&got)).emit();
     exit(0)
 }

@@ -62,30 +62,35 @@ pub async fn prove(
     }
     let ctx = Arc::new(ctx);
     let selected: Vec<Case> = cases().into_iter().filter(proves).collect();
-    let mut out = Vec::with_capacity(selected.len());
-    for chunk in selected.chunks(AT_ONCE) {
-        let handles: Vec<_> = chunk
-            .iter()
-            .map(|&c| {
-                let ctx = ctx.clone();
-                (c, tokio::spawn(run_case(c, ctx)))
-            })
-            .collect();
-        for (c, h) in handles {
-            let verdict = h
-                .await
-                .unwrap_or_else(|e| Verdict::Fail(format!("the case panicked: {e}")));
-            let (word, message) = match verdict {
-                Verdict::Pass(_) => ("pass", None),
-                Verdict::Fail(m) => ("fail", Some(m)),
-                Verdict::Skip(r) => ("skip", Some(r)),
-            };
-            out.push(Proved {
-                case: format!("{}::{}", c.area, c.name),
-                verdict: word,
-                message,
+    // At most AT_ONCE cases in flight, a new one as soon as one ends (not in chunks, which
+    // would wait for each chunk's slowest case).
+    let slots = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
+    let handles: Vec<_> = selected
+        .iter()
+        .map(|&c| {
+            let (ctx, slots) = (ctx.clone(), slots.clone());
+            let handle = tokio::spawn(async move {
+                let _slot = slots.acquire_owned().await;
+                run_case(c, ctx).await
             });
-        }
+            (c, handle)
+        })
+        .collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for (c, h) in handles {
+        let verdict = h
+            .await
+            .unwrap_or_else(|e| Verdict::Fail(format!("the case panicked: {e}")));
+        let (word, message) = match verdict {
+            Verdict::Pass(_) => ("pass", None),
+            Verdict::Fail(m) => ("fail", Some(m)),
+            Verdict::Skip(r) => ("skip", Some(r)),
+        };
+        out.push(Proved {
+            case: format!("{}::{}", c.area, c.name),
+            verdict: word,
+            message,
+        });
     }
     Ok(out)
 }

@@ -1,6 +1,7 @@
 //! `sandbox doctor --prove`: runs the conformance suite's confinement cases on this host,
 //! against each available backend or the one named, with the command itself as the probe
-//! (`sandbox __probe ...`), so no source tree or cargo is needed.
+//! (`sandbox __probe ...`), so no source tree or cargo is needed. A backend that runs every
+//! command in an image gets one built on its engine from this program (no registry).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};

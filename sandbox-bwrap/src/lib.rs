@@ -252,6 +252,12 @@ fn capability(facts: &HostFacts) -> Capability {
         // listener from inside it.
         network_proxy: Enforcement::Exact,
         host_ports: true,
+        // Only what the proxy refuses: bwrap itself reports nothing, and a path outside
+        // the command's view cannot be told from a missing file.
+        reports_denials: sandbox_core::DenialKinds {
+            network_connect: true,
+            ..sandbox_core::DenialKinds::default()
+        },
         tree_kill: true,
         process_isolation: true,
         // The waiter is the pid namespace's init (`--as-pid-1`) and waits for orphans.

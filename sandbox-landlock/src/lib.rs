@@ -248,17 +248,15 @@ fn capability(host: &Host) -> Capability {
         signal_status: true,
         host_programs: true,
         full_network_is_host: true,
-        // Only what the notifying filter sees: the table's denied calls. Landlock's own
-        // refusals (files, network ports, signals) go to the audit log, which this backend
-        // does not read, so they are not claimed.
-        reports_denials: if sandbox_core::seccomp::user_notification_available() {
-            DenialKinds {
-                syscall: true,
-                ptrace: true,
-                ..DenialKinds::default()
-            }
-        } else {
-            DenialKinds::default()
+        // Only what the notifying filter sees (the table's denied calls) and what the
+        // proxy refuses, where it can run. Landlock's own refusals (files, network ports,
+        // signals) go to the audit log, which this backend does not read, so they are not
+        // claimed.
+        reports_denials: DenialKinds {
+            syscall: sandbox_core::seccomp::user_notification_available(),
+            ptrace: sandbox_core::seccomp::user_notification_available(),
+            network_connect: host.ns.is_ok(),
+            ..DenialKinds::default()
         },
         ..Capability::default()
     };

@@ -20,7 +20,8 @@
 //!   [`PidInit`]: both are forks that never exec and never return into the caller's
 //!   code, so they too make nothing but these calls);
 //! - `landlock_add_rule` (the private `/proc`, [`RestrictSelf`]);
-//! - `prctl` (bounding set, ambient set, securebits, `no_new_privs`), `capset`, `capget`;
+//! - `prctl` (bounding set, ambient set, securebits, `no_new_privs`), `capset`, `capget`,
+//!   `setgroups`, `setresgid`, `setresuid` (a root host's command leaving uid 0);
 //! - `landlock_restrict_self` (through `syscall`);
 //! - `seccomp` (through `syscall`, in [`crate::filter`] and core's shared filter).
 //!
@@ -38,7 +39,9 @@
 //!    namespace's), so it comes before the capabilities go; and mounting must happen
 //!    before landlock, which forbids it.
 //! 2. [`ProcessLimit`] (a user namespace, no cgroup): `RLIMIT_NPROC` counted inside it.
-//! 3. [`DropCapabilities`] (root host, or a new user namespace): no capability survives.
+//! 3. [`DropCapabilities`] (root host, or a new user namespace): no capability survives;
+//!    a root host's command whose trees were handed over (`src/handover.rs`) leaves uid 0
+//!    here, after the bounding set, before landlock.
 //! 4. [`RestrictSelf`]: `no_new_privs`, then landlock (with the private `/proc` granted);
 //!    works without capabilities because `no_new_privs` is set.
 //! 5. The filters, last: they deny `unshare` and `socket` calls the steps above make.
@@ -132,6 +135,10 @@ pub(crate) struct MountPlan {
     pub pinned: Vec<CString>,
     /// The carve-outs: bound onto themselves read-only.
     pub readonly: Vec<CString>,
+    /// Detached trees prepared in the parent, one per entry of `writable`, attached there
+    /// instead of clones of the host's: a root host's idmapped copies that hand the trees
+    /// to the command's unprivileged id (see `src/handover.rs`).
+    pub prepared: Option<Arc<Vec<OwnedFd>>>,
 }
 
 /// The namespaces of the command, made in one `unshare`:
@@ -324,8 +331,20 @@ unsafe impl PreExec for Namespaces {
                     if plan.writable.len() > MAX_WRITABLE {
                         return Err(io::Error::from_raw_os_error(libc::E2BIG));
                     }
-                    for (slot, path) in clones.iter_mut().zip(&plan.writable) {
-                        *slot = Self::clone_tree(path)?;
+                    match &plan.prepared {
+                        Some(trees) if trees.len() == plan.writable.len() => {
+                            // Closed by `attach` in this process only; the parent's
+                            // descriptors stay its own.
+                            for (slot, tree) in clones.iter_mut().zip(trees.iter()) {
+                                *slot = tree.as_raw_fd();
+                            }
+                        }
+                        Some(_) => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+                        None => {
+                            for (slot, path) in clones.iter_mut().zip(&plan.writable) {
+                                *slot = Self::clone_tree(path)?;
+                            }
+                        }
                     }
                     let attr = MountAttr {
                         attr_set: MOUNT_ATTR_RDONLY,
@@ -981,9 +1000,14 @@ pub(crate) struct DropCapabilities {
     /// dropping the bounding set and setting securebits need. Without it the bounding set
     /// cannot matter: only uid 0 is handed the bounding set on exec.
     pub bounding: bool,
+    /// A root host's command leaving uid 0 for this uid and gid (no supplementary
+    /// groups), after the bounding set and the securebits are set (they need
+    /// `CAP_SETPCAP`, which the change of uid takes away).
+    pub switch_to: Option<u32>,
 }
 
-// SAFETY: `prctl`, `capset` and `capget` on stack values; errors are raw errnos.
+// SAFETY: `prctl`, `setgroups`, `setresgid`, `setresuid`, `capset` and `capget` on stack
+// values; errors are raw errnos.
 unsafe impl PreExec for DropCapabilities {
     fn pre_exec(&self) -> io::Result<()> {
         // SAFETY: prctl/capset/capget on stack values (module docs).
@@ -999,6 +1023,11 @@ unsafe impl PreExec for DropCapabilities {
                     }
                 }
                 check(libc::prctl(libc::PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0))?;
+            }
+            if let Some(id) = self.switch_to {
+                check(libc::setgroups(0, std::ptr::null()))?;
+                check(libc::setresgid(id, id, id))?;
+                check(libc::setresuid(id, id, id))?;
             }
             check(libc::prctl(
                 libc::PR_CAP_AMBIENT,
@@ -1225,6 +1254,7 @@ mod tests {
                 writable: vec![c(&ws)],
                 pinned: vec![c(&ws.join("pin"))],
                 readonly: vec![c(&ws.join("pin/ro"))],
+                prepared: None,
             }),
             pid: None,
             mask: (unsafe { libc::geteuid() } == 0).then(ProcMask::of_this_host),
@@ -1343,7 +1373,8 @@ mod tests {
                 in_child(
                     &DropCapabilities {
                         last_cap: last_cap(),
-                        bounding: false
+                        bounding: false,
+                        switch_to: None
                     },
                     caps_all_zero
                 ) & 1,
@@ -1354,6 +1385,7 @@ mod tests {
         let step = DropCapabilities {
             last_cap: last_cap(),
             bounding: true,
+            switch_to: None,
         };
         assert_eq!(in_child(&step, caps_all_zero), 0);
     }
@@ -1384,6 +1416,7 @@ mod tests {
             DropCapabilities {
                 last_cap: last_cap(),
                 bounding: true,
+                switch_to: None,
             },
         );
         assert_eq!(in_child(&step, caps_all_zero), 0);

@@ -12,6 +12,7 @@ use std::path::Path;
 
 use crate::child::{ArgArea, IdMaps, MountPlan, Namespaces, ProcMask};
 use crate::error::Error;
+use crate::handover::Handover;
 use sandbox_core::process::PreExec;
 
 /// Landlock on this kernel.
@@ -83,13 +84,15 @@ pub(crate) fn c_path(path: &Path) -> CString {
 impl NsMode {
     /// The step making the namespaces: network when `net`, a pid namespace with its own
     /// `/proc` when `pid`, and the mount namespace that `spec` describes (see
-    /// `src/ruleset.rs`).
+    /// `src/ruleset.rs`), with a root host's writable trees from `handover` where they are
+    /// handed to an unprivileged id (`src/handover.rs`).
     pub fn step(
         &self,
         net: bool,
         pid: bool,
         spec: &crate::ruleset::Spec,
         cwd: &Path,
+        handover: Option<&Handover>,
     ) -> Namespaces {
         let c = |v: &[std::path::PathBuf]| v.iter().map(|p| c_path(p)).collect();
         Namespaces {
@@ -103,11 +106,13 @@ impl NsMode {
                 writable: c(&spec.writable_mounts),
                 pinned: c(&spec.pinned_dirs),
                 readonly: c(&spec.readonly_mounts),
+                prepared: handover.map(|h| h.trees.clone()),
             }),
             pid: pid.then(ArgArea::of_this_process),
             // uid 0 without capabilities still reads what root owns; another uid does not.
             // SAFETY: a plain query.
-            mask: (unsafe { libc::geteuid() } == 0).then(ProcMask::of_this_host),
+            mask: (handover.is_none() && unsafe { libc::geteuid() } == 0)
+                .then(ProcMask::of_this_host),
             cwd: c_path(cwd),
         }
     }
@@ -216,7 +221,7 @@ impl Host {
             ..crate::ruleset::Spec::empty()
         };
         let probe = |mode: &NsMode| match dirs.as_deref() {
-            Some(cwd) => try_in_child(&mode.step(true, false, &probe_spec, cwd)),
+            Some(cwd) => try_in_child(&mode.step(true, false, &probe_spec, cwd, None)),
             // Claim nothing that was not tried.
             None => Err("no scratch directory in $TMPDIR to try the mounts in".to_string()),
         };
@@ -239,7 +244,7 @@ impl Host {
         // Separately: a host may allow the others but refuse a new /proc (a container
         // whose own /proc has masked files).
         let pid_ns = match (&ns, dirs.as_deref()) {
-            (Ok(mode), Some(cwd)) => try_in_child(&mode.step(true, true, &probe_spec, cwd))
+            (Ok(mode), Some(cwd)) => try_in_child(&mode.step(true, true, &probe_spec, cwd, None))
                 .map_err(|e| format!("a pid namespace with its own /proc: {e}")),
             (Err(e), _) => Err(e.clone()),
             (Ok(_), None) => Err("no scratch directory in $TMPDIR to try the mounts in".into()),

@@ -111,6 +111,7 @@ mod compile;
 mod error;
 mod filter;
 mod fsview;
+mod handover;
 mod host;
 mod ruleset;
 mod system;
@@ -377,7 +378,28 @@ impl Launcher for LandlockBackend {
         let mut launch = Launch::direct(plan);
         launch.notes = spec.notes(kernel);
         let mut layers = Vec::with_capacity(2);
-        if plan.host_is_root {
+        // A root host: the command leaves uid 0 where its trees can be handed over, else it
+        // keeps uid 0 under the surveyed read layer (see `src/handover.rs`).
+        let handover = if plan.host_is_root {
+            match handover::handover(plan, &spec, ns) {
+                Ok(h) => {
+                    launch.notes.push(format!(
+                        "root host: the command runs as uid and gid {id} (no account has it,                          no supplementary groups); the workspace and the writable paths are                          idmapped to it (on-disk root shown as {id}), so root-only files                          elsewhere are refused by the kernel's own permission checks",
+                        id = h.id
+                    ));
+                    Some(h)
+                }
+                Err(why) => {
+                    launch.notes.push(format!(
+                        "root host: the command keeps uid 0 (without capabilities): {why}"
+                    ));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        if plan.host_is_root && handover.is_none() {
             let (layer, rules) =
                 compile::RootLayer::for_run(spec.abi, &spec, &plan.read_only_paths)?;
             layers.push(layer);
@@ -450,9 +472,13 @@ impl Launcher for LandlockBackend {
                         .into(),
                 );
             }
-            launch
-                .pre_exec
-                .push(Box::new(mode.step(net, pid, &spec, &plan.cwd)));
+            launch.pre_exec.push(Box::new(mode.step(
+                net,
+                pid,
+                &spec,
+                &plan.cwd,
+                handover.as_ref(),
+            )));
             // The proxy and host ports: right after the namespaces are made, their listeners
             // are created in the network one and handed to the host, then closed here,
             // before the command runs.
@@ -486,6 +512,7 @@ impl Launcher for LandlockBackend {
             launch.pre_exec.push(Box::new(DropCapabilities {
                 last_cap: self.host.last_cap,
                 bounding: plan.host_is_root || userns,
+                switch_to: handover.as_ref().map(|h| h.id),
             }));
             launch.notes.push(
                 "capabilities: all dropped (bounding, ambient, effective, permitted, \

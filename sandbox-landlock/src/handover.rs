@@ -1,0 +1,230 @@
+//! A root host's command as an unprivileged uid, the workspace handed to it by idmapped
+//! mounts: the kernel's own permission checks then keep root-only files closed, and no
+//! survey of the system directories is needed.
+//!
+//! # Why
+//!
+//! A command that keeps uid 0 (capabilities dropped) still owns every root-owned file, so
+//! file modes let it read `/etc/shadow`; the other way to keep such files closed is a
+//! landlock layer granting only what every user may read, which needs a walk of `/usr`,
+//! `/etc` and the named read-only paths (~100k entries, ~0.4 s of system time per process:
+//! see `src/system.rs`), and which cannot be cached (a `chmod 600` changes no directory's
+//! mtime, so a stale walk would widen what is readable).
+//!
+//! Here instead the command runs as [`SPARE_COMMAND_ID`] (uid and gid; no account has it),
+//! with no supplementary groups. The workspace and each writable path are mounted in the
+//! command's mount namespace through an idmapped copy where on-disk root (uid and gid 0)
+//! shows as that id: the command owns exactly what uid 0 owned there before, writes it
+//! as its owner, and what it creates is stored as root's on disk, as before. Everywhere
+//! else it is "others" to every file, as uid 65534 is: a root-only file is refused by the
+//! kernel, whenever it became root-only.
+//!
+//! # What it needs, else the survey
+//!
+//! Checked per run, in the parent, before anything is forked ([`handover`]); where one
+//! fails, the run takes the proven path (uid 0 without capabilities, the surveyed read
+//! layer, `/proc`'s root-only files covered), which confines as much, only slower. Never a
+//! run with neither: the outcome's notes say which path a run took and why.
+//!
+//! - a mount namespace made by root itself (not through a user namespace);
+//! - `changes: direct` (a copy-on-write layer is mounted by core over the workspace in the
+//!   child, where the prepared trees would bypass it);
+//! - no local account or group with the id;
+//! - every tree to hand over idmappable, all mounts beneath it included (ext4, xfs, btrfs,
+//!   overlayfs, tmpfs from Linux 6.3; not FUSE, 9p or ramfs);
+//! - the workspace, the writable and read-only paths, the working directory and the
+//!   program reachable by "others" (every directory on the way searchable, the program
+//!   executable): uid 0 reached `/root/project` as the owner of `/root`, an unprivileged id
+//!   cannot, and such a run keeps uid 0.
+//!
+//! # Named read-only paths
+//!
+//! Not idmapped: a root-only file in one stays unreadable, as it was for uid 0 (the survey
+//! walked them too and granted only their world-readable parts) and as it is for any
+//! unprivileged user. Idmapping them would hand root's files to the command.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sandbox_core::idmap::{self, SPARE_COMMAND_ID};
+use sandbox_core::{Changes, Plan};
+
+use crate::host::NsMode;
+use crate::ruleset::Spec;
+
+/// What a run hands to the command's id: detached idmapped copies of its writable trees,
+/// attached in the child's mount namespace.
+#[derive(Debug, Clone)]
+pub(crate) struct Handover {
+    /// The command's uid and gid.
+    pub id: u32,
+    /// One tree per entry of `Spec::writable_mounts`, in its order.
+    pub trees: Arc<Vec<OwnedFd>>,
+}
+
+/// The mode, owner and group of a path, for [`may`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Owner {
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// Whether the command's id gets permission `bit` (`0o1` search/execute, `0o4` read) on a
+/// path of `owner`: as its owner (on-disk root, inside a handed-over tree), as a member of
+/// its group (likewise), or as "others".
+pub(crate) fn may(owner: Owner, handed_over: bool, bit: u32) -> bool {
+    if handed_over && owner.uid == 0 {
+        owner.mode & (bit << 6) != 0
+    } else if handed_over && owner.gid == 0 {
+        owner.mode & (bit << 3) != 0
+    } else {
+        owner.mode & bit != 0
+    }
+}
+
+/// The first path of `paths` that the command's id cannot reach (a directory on the way
+/// not searchable by it), or, for `program`, cannot execute; `stat` gives a path's
+/// [`Owner`] (following symlinks), `trees` are the handed-over trees.
+pub(crate) fn unreachable<'a>(
+    paths: &'a [&'a Path],
+    program: &'a Path,
+    trees: &[PathBuf],
+    stat: &dyn Fn(&Path) -> Option<Owner>,
+) -> Option<&'a Path> {
+    let inside = |p: &Path| trees.iter().any(|t| p.starts_with(t));
+    let searchable = |p: &Path| {
+        p.ancestors()
+            .skip(1)
+            .all(|a| stat(a).is_some_and(|o| may(o, inside(a), 0o1)))
+    };
+    if let Some(p) = paths.iter().find(|p| !searchable(p)) {
+        return Some(p);
+    }
+    let runs = searchable(program) && stat(program).is_some_and(|o| may(o, inside(program), 0o1));
+    (!runs).then_some(program)
+}
+
+fn host_owner(p: &Path) -> Option<Owner> {
+    std::fs::metadata(p).ok().map(|m| Owner {
+        mode: m.mode(),
+        uid: m.uid(),
+        gid: m.gid(),
+    })
+}
+
+/// The handover for `plan` (whose landlock policy is `spec`), or why this run keeps uid 0
+/// and the survey (see the module docs).
+pub(crate) fn handover(plan: &Plan, spec: &Spec, ns: Option<&NsMode>) -> Result<Handover, String> {
+    if !matches!(ns, Some(NsMode::Plain)) {
+        return Err("no mount namespace made by root itself".into());
+    }
+    if plan.changes != Changes::Direct {
+        return Err("a copy-on-write layer is mounted over the workspace".into());
+    }
+    let trees = &spec.writable_mounts;
+    if trees.is_empty() || trees.iter().any(|t| t == Path::new("/")) {
+        return Err("the whole filesystem is writable".into());
+    }
+    let id = SPARE_COMMAND_ID;
+    if !idmap::no_local_account_has(id) {
+        return Err(format!(
+            "an account or group in /etc/passwd or /etc/group has id {id}"
+        ));
+    }
+    let mut paths: Vec<&Path> = trees.iter().map(PathBuf::as_path).collect();
+    paths.extend(plan.read_only_paths.iter().map(PathBuf::as_path));
+    paths.push(&plan.cwd);
+    if let Some(p) = unreachable(&paths, &plan.program, trees, &host_owner) {
+        return Err(format!(
+            "{} is out of an unprivileged user's reach (a directory on the way, or the \
+             program, is not open to others)",
+            p.display()
+        ));
+    }
+    let userns = idmap::shared_user_namespace(&[((0, 0), (id, id))])
+        .map_err(|e| format!("a user namespace for the idmapping: {e}"))?;
+    let trees = trees
+        .iter()
+        .map(|t| {
+            idmap::idmapped_tree(t, userns.as_fd(), 0, true)
+                .map_err(|e| format!("{} cannot be idmapped: {e}", t.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Handover {
+        id,
+        trees: Arc::new(trees),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn o(mode: u32, uid: u32, gid: u32) -> Owner {
+        Owner { mode, uid, gid }
+    }
+
+    #[test]
+    fn root_owned_bits_count_as_the_commands_own_only_inside_a_handed_over_tree() {
+        let root_only = o(0o700, 0, 0);
+        assert!(may(root_only, true, 0o1));
+        assert!(!may(root_only, false, 0o1));
+        let group = o(0o750, 1000, 0);
+        assert!(may(group, true, 0o1));
+        assert!(!may(group, false, 0o1));
+        // Another user's file: "others" everywhere.
+        assert!(!may(o(0o770, 1000, 1000), true, 0o1));
+        assert!(may(o(0o755, 1000, 1000), false, 0o1));
+    }
+
+    #[test]
+    fn a_workspace_below_a_root_only_directory_is_out_of_reach() {
+        let fs: HashMap<&str, Owner> = [
+            ("/", o(0o755, 0, 0)),
+            ("/root", o(0o700, 0, 0)),
+            ("/root/ws", o(0o755, 0, 0)),
+            ("/tmp", o(0o1777, 0, 0)),
+            ("/tmp/ws", o(0o700, 0, 0)),
+            ("/tmp/ws/sub", o(0o700, 0, 0)),
+            ("/usr", o(0o755, 0, 0)),
+            ("/usr/bin", o(0o755, 0, 0)),
+            ("/usr/bin/true", o(0o755, 0, 0)),
+            ("/usr/sbin", o(0o755, 0, 0)),
+            ("/usr/sbin/secret-tool", o(0o700, 0, 0)),
+        ]
+        .into_iter()
+        .collect();
+        let stat = |p: &Path| fs.get(p.to_str().unwrap()).copied();
+        let p = Path::new;
+        let trees = vec![PathBuf::from("/tmp/ws")];
+        // A root-only (0700) workspace is fine: it is handed over, and so is what is in it.
+        assert_eq!(
+            unreachable(
+                &[p("/tmp/ws"), p("/tmp/ws/sub")],
+                p("/usr/bin/true"),
+                &trees,
+                &stat
+            ),
+            None
+        );
+        let trees = vec![PathBuf::from("/root/ws")];
+        assert_eq!(
+            unreachable(&[p("/root/ws")], p("/usr/bin/true"), &trees, &stat),
+            Some(p("/root/ws"))
+        );
+        let trees = vec![PathBuf::from("/tmp/ws")];
+        assert_eq!(
+            unreachable(&[p("/tmp/ws")], p("/usr/sbin/secret-tool"), &trees, &stat),
+            Some(p("/usr/sbin/secret-tool"))
+        );
+        // A path that cannot be looked at: out of reach (fail towards uid 0 and the survey).
+        assert_eq!(
+            unreachable(&[p("/gone/ws")], p("/usr/bin/true"), &trees, &stat),
+            Some(p("/gone/ws"))
+        );
+    }
+}

@@ -40,7 +40,7 @@
 //!    before landlock, which forbids it.
 //! 2. [`ProcessLimit`] (a user namespace, no cgroup): `RLIMIT_NPROC` counted inside it.
 //! 3. [`DropCapabilities`] (root host, or a new user namespace): no capability survives;
-//!    a root host's command whose trees were handed over (`src/handover.rs`) leaves uid 0
+//!    a root host's command whose trees were handed over (`sandbox_core::handover`) leaves uid 0
 //!    here, after the bounding set, before landlock.
 //! 4. [`RestrictSelf`]: `no_new_privs`, then landlock (with the private `/proc` granted);
 //!    works without capabilities because `no_new_privs` is set.
@@ -137,7 +137,7 @@ pub(crate) struct MountPlan {
     pub readonly: Vec<CString>,
     /// Detached trees prepared in the parent, one per entry of `writable`, attached there
     /// instead of clones of the host's: a root host's idmapped copies that hand the trees
-    /// to the command's unprivileged id (see `src/handover.rs`).
+    /// to the command's unprivileged id (see `sandbox_core::handover`).
     pub prepared: Option<Arc<Vec<OwnedFd>>>,
 }
 
@@ -1025,9 +1025,7 @@ unsafe impl PreExec for DropCapabilities {
                 check(libc::prctl(libc::PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0))?;
             }
             if let Some(id) = self.switch_to {
-                check(libc::setgroups(0, std::ptr::null()))?;
-                check(libc::setresgid(id, id, id))?;
-                check(libc::setresuid(id, id, id))?;
+                sandbox_core::handover::become_id(id)?;
             }
             check(libc::prctl(
                 libc::PR_CAP_AMBIENT,

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use crate::child::{ArgArea, IdMaps, MountPlan, Namespaces, ProcMask};
 use crate::error::Error;
-use crate::handover::Handover;
+use sandbox_core::handover::Handover;
 use sandbox_core::process::PreExec;
 
 /// Landlock on this kernel.
@@ -85,7 +85,7 @@ impl NsMode {
     /// The step making the namespaces: network when `net`, a pid namespace with its own
     /// `/proc` when `pid`, and the mount namespace that `spec` describes (see
     /// `src/ruleset.rs`), with a root host's writable trees from `handover` where they are
-    /// handed to an unprivileged id (`src/handover.rs`).
+    /// handed to an unprivileged id (`sandbox_core::handover`).
     pub fn step(
         &self,
         net: bool,

@@ -111,7 +111,6 @@ mod compile;
 mod error;
 mod filter;
 mod fsview;
-mod handover;
 mod host;
 mod ruleset;
 mod system;
@@ -379,9 +378,16 @@ impl Launcher for LandlockBackend {
         launch.notes = spec.notes(kernel);
         let mut layers = Vec::with_capacity(2);
         // A root host: the command leaves uid 0 where its trees can be handed over, else it
-        // keeps uid 0 under the surveyed read layer (see `src/handover.rs`).
+        // keeps uid 0 under the surveyed read layer (see `sandbox_core::handover`).
         let handover = if plan.host_is_root {
-            match handover::handover(plan, &spec, ns) {
+            let handed = match ns {
+                // The trees are attached in a mount namespace root itself makes.
+                Some(NsMode::Plain) => {
+                    sandbox_core::handover::hand_over(plan, &spec.writable_mounts)
+                }
+                _ => Err("no mount namespace made by root itself".into()),
+            };
+            match handed {
                 Ok(h) => {
                     launch.notes.push(format!(
                         "root host: the command runs as uid and gid {id} (no account has it,                          no supplementary groups); the workspace and the writable paths are                          idmapped to it (on-disk root shown as {id}), so root-only files                          elsewhere are refused by the kernel's own permission checks",

@@ -1,4 +1,4 @@
-//! A root host's two paths (see `src/handover.rs`): the command as an unprivileged id with
+//! A root host's two paths (see `sandbox_core::handover`): the command as an unprivileged id with
 //! its trees handed over by idmapped mounts, and, where that cannot be had, uid 0 without
 //! capabilities under the surveyed read layer. Both keep root-only files closed; each test
 //! checks the effect from the host and says which path ran. As another uid these tests

@@ -1,15 +1,16 @@
-//! A root host's command as an unprivileged uid, the workspace handed to it by idmapped
-//! mounts: the kernel's own permission checks then keep root-only files closed, and no
-//! survey of the system directories is needed.
+//! A root host's command as an unprivileged id, its trees handed to it by idmapped mounts:
+//! the kernel's own permission checks then keep root-only files closed, and no survey of
+//! the system directories is needed. Shared by the process backends (landlock attaches
+//! the trees in its own namespace step; bwrap's launcher runs as the id in a mount
+//! namespace holding them, see [`Enter`]).
 //!
 //! # Why
 //!
 //! A command that keeps uid 0 (capabilities dropped) still owns every root-owned file, so
-//! file modes let it read `/etc/shadow`; the other way to keep such files closed is a
-//! landlock layer granting only what every user may read, which needs a walk of `/usr`,
-//! `/etc` and the named read-only paths (~100k entries, ~0.4 s of system time per process:
-//! see `src/system.rs`), and which cannot be cached (a `chmod 600` changes no directory's
-//! mtime, so a stale walk would widen what is readable).
+//! file modes let it read `/etc/shadow`; the other way to keep such files closed is to
+//! hide or deny each one, found by a walk of `/usr`, `/etc` and the named paths (~100k
+//! entries, ~0.4 s of system time per process), which cannot be cached (a `chmod 600`
+//! changes no directory's mtime, so a stale walk would widen what is readable).
 //!
 //! Here instead the command runs as [`SPARE_COMMAND_ID`] (uid and gid; no account has it),
 //! with no supplementary groups. The workspace and each writable path are mounted in the
@@ -21,12 +22,11 @@
 //!
 //! # What it needs, else the survey
 //!
-//! Checked per run, in the parent, before anything is forked ([`handover`]); where one
-//! fails, the run takes the proven path (uid 0 without capabilities, the surveyed read
-//! layer, `/proc`'s root-only files covered), which confines as much, only slower. Never a
-//! run with neither: the outcome's notes say which path a run took and why.
+//! Checked per run, in the parent, before anything is forked ([`hand_over`]); where one
+//! fails, the backend keeps its proven path (uid 0 without capabilities, root-only files
+//! found by the walk and closed), which confines as much, only slower. Never a run with
+//! neither: the outcome's notes say which path a run took and why.
 //!
-//! - a mount namespace made by root itself (not through a user namespace);
 //! - `changes: direct` (a copy-on-write layer is mounted by core over the workspace in the
 //!   child, where the prepared trees would bypass it);
 //! - no local account or group with the id;
@@ -39,34 +39,37 @@
 //!
 //! # Named read-only paths
 //!
-//! Not idmapped: a root-only file in one stays unreadable, as it was for uid 0 (the survey
-//! walked them too and granted only their world-readable parts) and as it is for any
+//! Not idmapped: a root-only file in one stays unreadable, as it was for uid 0 (the walk
+//! covered them too and left only their world-readable parts) and as it is for any
 //! unprivileged user. Idmapping them would hand root's files to the command.
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sandbox_core::idmap::{self, SPARE_COMMAND_ID};
-use sandbox_core::{Changes, Plan};
-
-use crate::host::NsMode;
-use crate::ruleset::Spec;
+use crate::idmap::{self, SPARE_COMMAND_ID};
+use crate::process::PreExec;
+use crate::{Changes, Plan};
 
 /// What a run hands to the command's id: detached idmapped copies of its writable trees,
-/// attached in the child's mount namespace.
+/// to attach over their own paths in the command's mount namespace.
 #[derive(Debug, Clone)]
-pub(crate) struct Handover {
+pub struct Handover {
     /// The command's uid and gid.
     pub id: u32,
-    /// One tree per entry of `Spec::writable_mounts`, in its order.
+    /// The trees' paths.
+    pub paths: Vec<PathBuf>,
+    /// One detached tree per entry of `paths`, in its order.
     pub trees: Arc<Vec<OwnedFd>>,
 }
 
 /// The mode, owner and group of a path, for [`may`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Owner {
+pub struct Owner {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
@@ -75,7 +78,7 @@ pub(crate) struct Owner {
 /// Whether the command's id gets permission `bit` (`0o1` search/execute, `0o4` read) on a
 /// path of `owner`: as its owner (on-disk root, inside a handed-over tree), as a member of
 /// its group (likewise), or as "others".
-pub(crate) fn may(owner: Owner, handed_over: bool, bit: u32) -> bool {
+pub fn may(owner: Owner, handed_over: bool, bit: u32) -> bool {
     if handed_over && owner.uid == 0 {
         owner.mode & (bit << 6) != 0
     } else if handed_over && owner.gid == 0 {
@@ -88,7 +91,7 @@ pub(crate) fn may(owner: Owner, handed_over: bool, bit: u32) -> bool {
 /// The first path of `paths` that the command's id cannot reach (a directory on the way
 /// not searchable by it), or, for `program`, cannot execute; `stat` gives a path's
 /// [`Owner`] (following symlinks), `trees` are the handed-over trees.
-pub(crate) fn unreachable<'a>(
+pub fn unreachable<'a>(
     paths: &'a [&'a Path],
     program: &'a Path,
     trees: &[PathBuf],
@@ -115,16 +118,27 @@ fn host_owner(p: &Path) -> Option<Owner> {
     })
 }
 
-/// The handover for `plan` (whose landlock policy is `spec`), or why this run keeps uid 0
-/// and the survey (see the module docs).
-pub(crate) fn handover(plan: &Plan, spec: &Spec, ns: Option<&NsMode>) -> Result<Handover, String> {
-    if !matches!(ns, Some(NsMode::Plain)) {
-        return Err("no mount namespace made by root itself".into());
+/// The trees a run writes: the workspace and the writable paths, without those inside
+/// another.
+pub fn writable_trees(plan: &Plan) -> Vec<PathBuf> {
+    let mut all = vec![plan.workspace.clone()];
+    all.extend(plan.writable_paths.iter().cloned());
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in &all {
+        if all.iter().any(|o| o != p && p.starts_with(o)) || out.contains(p) {
+            continue;
+        }
+        out.push(p.clone());
     }
+    out
+}
+
+/// The handover of `trees` (the run's writable trees, outermost) for `plan`, or why this
+/// run keeps uid 0 (see the module docs).
+pub fn hand_over(plan: &Plan, trees: &[PathBuf]) -> Result<Handover, String> {
     if plan.changes != Changes::Direct {
         return Err("a copy-on-write layer is mounted over the workspace".into());
     }
-    let trees = &spec.writable_mounts;
     if trees.is_empty() || trees.iter().any(|t| t == Path::new("/")) {
         return Err("the whole filesystem is writable".into());
     }
@@ -146,7 +160,7 @@ pub(crate) fn handover(plan: &Plan, spec: &Spec, ns: Option<&NsMode>) -> Result<
     }
     let userns = idmap::shared_user_namespace(&[((0, 0), (id, id))])
         .map_err(|e| format!("a user namespace for the idmapping: {e}"))?;
-    let trees = trees
+    let fds = trees
         .iter()
         .map(|t| {
             idmap::idmapped_tree(t, userns.as_fd(), 0, true)
@@ -155,8 +169,107 @@ pub(crate) fn handover(plan: &Plan, spec: &Spec, ns: Option<&NsMode>) -> Result<
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Handover {
         id,
-        trees: Arc::new(trees),
+        paths: trees.to_vec(),
+        trees: Arc::new(fds),
     })
+}
+
+/// Leave uid 0 for `id` (and gid; no supplementary groups).
+///
+/// # Safety
+///
+/// Only system calls; callable between fork and exec.
+pub unsafe fn become_id(id: u32) -> io::Result<()> {
+    // SAFETY: plain system calls on values.
+    unsafe {
+        if libc::setgroups(0, std::ptr::null()) != 0
+            || libc::setresgid(id, id, id) != 0
+            || libc::setresuid(id, id, id) != 0
+        {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+/// The step, between fork and exec, that runs a launcher (bwrap) as the handed-over id: a
+/// private mount namespace of its own (`unshare(CLONE_NEWNS)`, every mount made private,
+/// so nothing reaches the host's), the handed-over trees attached over their paths, the
+/// working directory entered again (so it is the one in the new mounts), then the id.
+/// The launcher then binds the trees by path, as for any unprivileged caller.
+#[derive(Debug)]
+pub struct Enter {
+    id: u32,
+    trees: Arc<Vec<OwnedFd>>,
+    paths: Vec<CString>,
+    cwd: CString,
+}
+
+impl Enter {
+    /// The step for `handover`, entering `cwd` again.
+    pub fn new(handover: &Handover, cwd: &Path) -> io::Result<Self> {
+        let c = |p: &Path| {
+            CString::new(p.as_os_str().as_bytes())
+                .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))
+        };
+        Ok(Self {
+            id: handover.id,
+            trees: handover.trees.clone(),
+            paths: handover
+                .paths
+                .iter()
+                .map(|p| c(p))
+                .collect::<io::Result<_>>()?,
+            cwd: c(cwd)?,
+        })
+    }
+}
+
+// SAFETY: `unshare`, `mount`, `move_mount`, `chdir`, `setgroups`, `setresgid`,
+// `setresuid` on C strings and descriptors prepared before the fork; iterating slices
+// allocated before it allocates nothing; errors are raw errnos.
+unsafe impl PreExec for Enter {
+    fn pre_exec(&self) -> io::Result<()> {
+        let check = |r: libc::c_long| {
+            if r < 0 {
+                Err(io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        };
+        if self.trees.len() != self.paths.len() {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // SAFETY: system calls on data prepared before the fork.
+        unsafe {
+            check(libc::unshare(libc::CLONE_NEWNS).into())?;
+            check(
+                libc::mount(
+                    std::ptr::null(),
+                    c"/".as_ptr(),
+                    std::ptr::null(),
+                    libc::MS_REC | libc::MS_PRIVATE,
+                    std::ptr::null(),
+                )
+                .into(),
+            )?;
+            for (tree, path) in self.trees.iter().zip(&self.paths) {
+                // The descriptor stays open here (close-on-exec); the parent's is its own.
+                check(libc::syscall(
+                    libc::SYS_move_mount,
+                    tree.as_raw_fd(),
+                    c"".as_ptr(),
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                    MOVE_MOUNT_F_EMPTY_PATH,
+                ))?;
+            }
+            check(libc::chdir(self.cwd.as_ptr()).into())?;
+            become_id(self.id)
+        }
+    }
 }
 
 #[cfg(test)]

@@ -117,6 +117,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sandbox_core::handover;
+use sandbox_core::idmap::SPARE_COMMAND_ID;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
 use sandbox_core::registry::{AutoRank, BackendInfo};
 use sandbox_core::{
@@ -277,7 +279,7 @@ impl Launcher for BwrapBackend {
         // of the system trees is done here too, so the first run does not pay for it.
         let me = self.clone();
         tokio::task::spawn_blocking(move || {
-            preflight::probe(&bwrap, true)?;
+            preflight::probe(&bwrap, true, None)?;
             me.hidden(None);
             Ok::<_, SandboxError>(())
         })
@@ -321,7 +323,19 @@ impl Launcher for BwrapBackend {
 
     fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
         let bwrap = self.bwrap()?;
-        preflight::probe_once(bwrap, plan.network != NetworkMode::Full)?;
+        let own_network = plan.network != NetworkMode::Full;
+        // A root host: bwrap runs as an unprivileged id with the writable trees handed to
+        // it, where that can be had; else as root, with the root-only entries hidden.
+        let handover = if self.facts.is_root {
+            preflight::probe_once(bwrap, own_network, Some(SPARE_COMMAND_ID))
+                .map_err(|e| format!("bwrap cannot run as uid {SPARE_COMMAND_ID}: {e}"))
+                .and_then(|()| handover::hand_over(plan, &handover::writable_trees(plan)))
+        } else {
+            Err(String::new())
+        };
+        if handover.is_err() {
+            preflight::probe_once(bwrap, own_network, None)?;
+        }
         let facts = &self.facts;
         let layout = argv::Layout {
             system: &facts.system,
@@ -330,11 +344,29 @@ impl Launcher for BwrapBackend {
             disable_userns: facts.features.disable_userns,
             scope_abstract_unix: facts.can_scope_abstract_unix(),
         };
-        let hidden = self.hidden(Some(plan));
+        let hidden = match &handover {
+            // Root-only files are closed to the id by the kernel: nothing to hide.
+            Ok(_) => Vec::new(),
+            Err(_) => self.hidden(Some(plan)),
+        };
         let mut notes = vec![format!(
             "bwrap {}",
             facts.version.as_deref().unwrap_or("(unknown version)")
         )];
+        match &handover {
+            Ok(h) => notes.push(format!(
+                "host is root: bwrap runs as uid and gid {id} (no account has it, no \
+                 supplementary groups) in a mount namespace where the workspace and the \
+                 writable paths are idmapped to it (on-disk root shown as {id}), so root-only \
+                 files elsewhere are refused by the kernel's own permission checks",
+                id = h.id
+            )),
+            Err(why) if facts.is_root => notes.push(format!(
+                "host is root: bwrap runs as root (the command as uid 0 without \
+                 capabilities): {why}"
+            )),
+            Err(_) => {}
+        }
         if !hidden.is_empty() {
             notes.push(format!(
                 "host is root: {} root-only entries of the system and named paths hidden",
@@ -344,7 +376,13 @@ impl Launcher for BwrapBackend {
         if plan.network == NetworkMode::Full && layout.scope_abstract_unix {
             notes.push("abstract unix sockets confined (landlock)".into());
         }
-        seam::launch(bwrap, plan, &layout, &hidden, notes)
+        let mut launch = seam::launch(bwrap, plan, &layout, &hidden, notes)?;
+        if let Ok(h) = &handover {
+            let enter = handover::Enter::new(h, &plan.cwd)
+                .map_err(|e| SandboxError::io("preparing the handover", e))?;
+            launch.pre_exec.push(Box::new(enter));
+        }
+        Ok(launch)
     }
 }
 

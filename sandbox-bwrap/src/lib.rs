@@ -40,9 +40,22 @@
 //!
 //! # Host root
 //!
-//! bwrap maps the sandbox to the caller's uid, so under a root host the command runs as
-//! kuid 0: files it creates belong to root (the calling user), and it passes every owner
-//! check on root's files. What keeps it from root's power:
+//! bwrap maps the sandbox to the caller's uid (its `--uid` only renames it inside: the
+//! kernel still sees the caller), so a root caller's command would be kuid 0 and pass
+//! every owner check on root's files. So on a root host bwrap itself is not run as root:
+//! between fork and exec our child makes a private mount namespace, attaches there the
+//! workspace and the writable paths as idmapped copies where on-disk root shows as an id
+//! no account has ([`sandbox_core::idmap::SPARE_COMMAND_ID`]), and becomes that id; bwrap
+//! then runs as that ordinary user (unprivileged user namespaces), binds the trees by
+//! path, and the kernel refuses the command every root-only file, whenever it became one
+//! (see `sandbox_core::handover`). Nothing is walked or hidden. Files it creates are
+//! root's on disk, as before.
+//!
+//! Where that cannot be had for a run (a tree on a filesystem without idmapped mounts, a
+//! path only root can reach, a copy-on-write layer, bwrap unable to make a user namespace
+//! as that id), bwrap runs as root, the command as kuid 0: files it creates belong to
+//! root, and it passes every owner check on root's files. What keeps it from root's power
+//! then:
 //!
 //! - every capability dropped (`--cap-drop ALL`: bwrap would otherwise leave a root
 //!   caller's command all of them), with `no_new_privs`;
@@ -275,16 +288,12 @@ impl Launcher for BwrapBackend {
 
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
         let bwrap = self.bwrap()?.clone();
-        // Off the executor: the probe spawns bwrap and waits; on a root host the first walk
-        // of the system trees is done here too, so the first run does not pay for it.
-        let me = self.clone();
-        tokio::task::spawn_blocking(move || {
-            preflight::probe(&bwrap, true, None)?;
-            me.hidden(None);
-            Ok::<_, SandboxError>(())
-        })
-        .await
-        .map_err(|e| SandboxError::io("running the bwrap probe", std::io::Error::other(e)))??;
+        // Off the executor: the probe spawns bwrap and waits. (No walk of the system trees
+        // ahead of the run: a root host's run hands its trees to an unprivileged id and
+        // walks nothing, and one that cannot walks what it needs itself.)
+        tokio::task::spawn_blocking(move || preflight::probe(&bwrap, true, None))
+            .await
+            .map_err(|e| SandboxError::io("running the bwrap probe", std::io::Error::other(e)))??;
         // The whole backend on a real command: seccomp, the waiter, the filesystem.
         let dir = tempfile::Builder::new()
             .prefix("sandbox-bwrap-preflight-")
@@ -313,8 +322,9 @@ impl Launcher for BwrapBackend {
         }
         if self.facts.is_root {
             details.push(
-                "host is root: capabilities dropped, root-only system files hidden, \
-                 /proc/sys read-only, setuid bits refused"
+                "host is root: bwrap runs as an unprivileged id with the workspace idmapped \
+                 to it where the filesystem allows (else as root: capabilities dropped, \
+                 root-only system files hidden, /proc/sys read-only); setuid bits refused"
                     .into(),
             );
         }

@@ -422,6 +422,18 @@ const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
 impl ProcMask {
+    /// `keys` and `key-users` alone, for a command that left uid 0 (see
+    /// `sandbox_core::handover`): the kernel refuses it the root-only files by their modes,
+    /// but these two are world-readable and list every key the process possesses, the
+    /// host process's session keyring (root's) included.
+    pub fn keys_only() -> &'static ProcMask {
+        static MASK: std::sync::OnceLock<ProcMask> = std::sync::OnceLock::new();
+        MASK.get_or_init(|| ProcMask {
+            files: vec![c"/proc/keys".to_owned(), c"/proc/key-users".to_owned()],
+            dirs: Vec::new(),
+        })
+    }
+
     /// This host's list, found once: the top of `/proc` and `/proc/sys`, `/proc/tty`,
     /// `/proc/driver` beneath it (the pid directories are the processes' own).
     pub fn of_this_host() -> &'static ProcMask {

@@ -34,6 +34,7 @@ fn data_dir() -> (tempfile::TempDir, PathBuf, PathBuf) {
 }
 
 const PROBE: &str = "id -u; id -g; id -G; cat /etc/shadow >/dev/null 2>&1; echo shadow=$?; \
+                     cat /proc/keys >/dev/null 2>&1; echo keys=$?; \
                      cat \"$1\" 2>/dev/null; echo public=$?; cat \"$2\" 2>/dev/null; \
                      echo private=$?; echo made > made; echo write=$?";
 
@@ -76,7 +77,14 @@ async fn as_root_the_command_runs_as_the_spare_id_and_the_kernel_refuses_root_on
         let lines: Vec<&str> = s.lines().collect();
         // uid, gid, and no supplementary group but its own gid.
         assert_eq!(&lines[..3], [&spare, &spare, &spare], "{lane:?}: {s}");
-        for want in ["shadow=1", "PUBLIC", "public=0", "private=1", "write=0"] {
+        for want in [
+            "shadow=1",
+            "keys=1",
+            "PUBLIC",
+            "public=0",
+            "private=1",
+            "write=0",
+        ] {
             assert!(lines.contains(&want), "{lane:?} {want}: {s}");
         }
         assert!(!s.contains("PRIVATE"), "{lane:?}: {s}");
@@ -165,7 +173,7 @@ async fn as_root_a_workspace_that_cannot_be_idmapped_keeps_uid_0_and_the_survey(
         let s = out(&o);
         let lines: Vec<&str> = s.lines().collect();
         assert_eq!(lines[0], "0", "{lane:?}: {s}");
-        for want in ["shadow=1", "PUBLIC", "private=1", "write=0"] {
+        for want in ["shadow=1", "keys=1", "PUBLIC", "private=1", "write=0"] {
             assert!(lines.contains(&want), "{lane:?} {want}: {s}");
         }
         assert!(!s.contains("PRIVATE"), "{lane:?}: {s}");

@@ -4,6 +4,8 @@
 //! checks the effect from the host and says which path ran. As another uid these tests
 //! have nothing to check: a host that is not root has no root to drop.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is a failed test
+
 mod common;
 
 use std::ffi::CString;

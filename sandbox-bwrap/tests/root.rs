@@ -6,9 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is a failed test
 
-use std::ffi::CString;
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -24,15 +22,7 @@ fn is_root() -> bool {
 
 /// A directory (mode 0755) with a world-readable file and one of `mode`.
 fn data_dir(mode: u32) -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let dir = tempfile::tempdir().unwrap();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let public = dir.path().join("public");
-    let private = dir.path().join("private");
-    fs::write(&public, "PUBLIC\n").unwrap();
-    fs::set_permissions(&public, fs::Permissions::from_mode(0o644)).unwrap();
-    fs::write(&private, "PRIVATE\n").unwrap();
-    fs::set_permissions(&private, fs::Permissions::from_mode(mode)).unwrap();
-    (dir, public, private)
+    sandbox_conformance::host::public_and_private(mode).unwrap()
 }
 
 const PROBE: &str = "id -u; id -g; cat /etc/shadow >/dev/null 2>&1; echo shadow=$?; \
@@ -98,35 +88,6 @@ async fn as_root_bwrap_runs_as_the_spare_id_and_root_only_files_are_refused_at_o
     assert_eq!((m.uid(), m.gid()), (0, 0), "what it made is root's on disk");
 }
 
-/// A ramfs at `at` (no idmapped mounts there); unmounted on drop.
-struct Ramfs(PathBuf);
-
-impl Ramfs {
-    fn mount(at: &Path) -> Self {
-        let target = CString::new(at.as_os_str().as_bytes()).unwrap();
-        // SAFETY: mount(2) with NUL-terminated strings.
-        let r = unsafe {
-            libc::mount(
-                c"ramfs".as_ptr(),
-                target.as_ptr(),
-                c"ramfs".as_ptr(),
-                0,
-                c"mode=0700".as_ptr().cast(),
-            )
-        };
-        assert_eq!(r, 0, "mount ramfs: {}", std::io::Error::last_os_error());
-        Self(at.to_path_buf())
-    }
-}
-
-impl Drop for Ramfs {
-    fn drop(&mut self) {
-        let target = CString::new(self.0.as_os_str().as_bytes()).unwrap();
-        // SAFETY: umount2(2) with a NUL-terminated path.
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    }
-}
-
 /// The fallback, on a filesystem without idmapped mounts: bwrap as root, the root-only
 /// entries hidden, the same files closed.
 #[tokio::test(flavor = "multi_thread")]
@@ -138,7 +99,7 @@ async fn as_root_a_workspace_that_cannot_be_idmapped_keeps_bwrap_root_and_hides_
     let holder = tempfile::tempdir().unwrap();
     let at = holder.path().join("ramfs");
     fs::create_dir(&at).unwrap();
-    let _m = Ramfs::mount(&at);
+    let _m = sandbox_conformance::host::Ramfs::mount(&at).unwrap();
     let (data, public, private) = data_dir(0o600);
     let o = probe(&at, data.path(), &public, &private).await;
     let s = o.stdout.text();

@@ -8,9 +8,7 @@
 
 mod common;
 
-use std::ffi::CString;
 use std::fs;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
@@ -24,15 +22,7 @@ fn notes(o: &SandboxOutcome) -> String {
 
 /// A directory (mode 0755) with a world-readable and a root-only file.
 fn data_dir() -> (tempfile::TempDir, PathBuf, PathBuf) {
-    let dir = tempdir();
-    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
-    let public = dir.path().join("public");
-    let private = dir.path().join("private");
-    fs::write(&public, "PUBLIC\n").unwrap();
-    fs::set_permissions(&public, fs::Permissions::from_mode(0o644)).unwrap();
-    fs::write(&private, "PRIVATE\n").unwrap();
-    fs::set_permissions(&private, fs::Permissions::from_mode(0o600)).unwrap();
-    (dir, public, private)
+    sandbox_conformance::host::public_and_private(0o600).unwrap()
 }
 
 const PROBE: &str = "id -u; id -g; id -G; cat /etc/shadow >/dev/null 2>&1; echo shadow=$?; \
@@ -120,33 +110,6 @@ async fn as_root_a_file_made_root_only_between_two_runs_is_refused_at_once() {
     assert!(out(&o).contains("private=1"), "{}", out(&o));
 }
 
-/// A mount at `at` of a filesystem type that cannot be idmapped; unmounted on drop.
-struct Mounted(PathBuf);
-
-impl Mounted {
-    fn ramfs(at: &Path) -> Self {
-        let target = CString::new(at.as_os_str().as_bytes()).unwrap();
-        let r = unsafe {
-            libc::mount(
-                c"ramfs".as_ptr(),
-                target.as_ptr(),
-                c"ramfs".as_ptr(),
-                0,
-                c"mode=0700".as_ptr().cast(),
-            )
-        };
-        assert_eq!(r, 0, "mount ramfs: {}", std::io::Error::last_os_error());
-        Self(at.to_path_buf())
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let target = CString::new(self.0.as_os_str().as_bytes()).unwrap();
-        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
-    }
-}
-
 /// The fallback, on a filesystem without idmapped mounts: uid 0 without capabilities and
 /// the surveyed read layer, which keeps the same files closed.
 #[tokio::test(flavor = "multi_thread")]
@@ -158,7 +121,7 @@ async fn as_root_a_workspace_that_cannot_be_idmapped_keeps_uid_0_and_the_survey(
     let holder = tempdir();
     let at = holder.path().join("ramfs");
     fs::create_dir(&at).unwrap();
-    let _m = Mounted::ramfs(&at);
+    let _m = sandbox_conformance::host::Ramfs::mount(&at).unwrap();
     // The premise, checked: this filesystem refuses an idmapped mount.
     let ns = sandbox_core::idmap::shared_user_namespace(&[(
         (0, 0),

@@ -110,3 +110,17 @@ pub(crate) async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, Do
         .unwrap_or_default();
     Ok(removed)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_selects_every_owner_and_dead_owners_only_the_gone() {
+        let me = crate::owner();
+        for owner in [None, Some("elsewhere/1/1"), Some(me.as_str())] {
+            assert!(wanted(Scope::All, owner), "{owner:?}");
+        }
+        assert!(!wanted(Scope::DeadOwners, Some(me.as_str())));
+    }
+}

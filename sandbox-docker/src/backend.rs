@@ -17,8 +17,10 @@ use crate::run::{self as engine, RunKind};
 use crate::NAME;
 
 /// What the docker backend enforces: the same on every host, since the engine does the
-/// enforcing (the preflight checks that this engine can).
+/// enforcing (the preflight checks that this engine can); except network mode `proxy` and
+/// host ports, which need a root caller and a local engine (see `egress.rs`).
 pub fn capability() -> Capability {
+    let listeners = crate::egress::listeners_possible();
     Capability {
         confine_writes: true,
         confine_reads: true,
@@ -26,10 +28,14 @@ pub fn capability() -> Capability {
         network_none: Enforcement::Exact,
         network_loopback: Enforcement::Exact,
         network_full: Enforcement::Exact,
-        // Not built for this engine yet: refused on every lane (see `check_lane`).
-        network_proxy: Enforcement::Unsupported,
-        // Not built for this engine yet: refused before anything runs.
-        host_ports: false,
+        // The host enters the container's namespace to make the proxy's listeners there:
+        // root and a local engine only. Elsewhere refused on every lane (see `check_lane`).
+        network_proxy: if listeners {
+            Enforcement::Exact
+        } else {
+            Enforcement::Unsupported
+        },
+        host_ports: listeners,
         tree_kill: true,
         process_isolation: true,
         drops_host_root: true,

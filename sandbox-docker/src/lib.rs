@@ -125,6 +125,7 @@ mod client;
 mod config;
 mod copy;
 mod create;
+mod egress;
 mod error;
 mod handover;
 mod idmap;

@@ -230,3 +230,47 @@ pub fn receive_listener(sock: UnixStream) -> ListenerSource {
             .ok_or_else(|| io::Error::other("no listener"))
     })
 }
+
+/// Make a listener on `127.0.0.1:PORT` for each of `ports` inside the network namespace
+/// `netns` (an open `/proc/PID/ns/net`), for a sandbox whose namespace the host did not make
+/// itself but may enter (a container of a local engine, entered by root).
+///
+/// The same door as the handed-over listeners: a socket stays in the namespace it was made
+/// in, so the host accepts on the sandbox's loopback and nothing of the host's is exposed.
+/// The entering is done on a thread of its own that ends right after: `setns` moves only
+/// the calling thread, and no thread of a pool (tokio's blocking pool) is ever left in the
+/// sandbox's namespace. Refuses a namespace that is the caller's own (which would put the
+/// proxy on the host's loopback).
+pub fn listen_in_namespace(
+    netns: OwnedFd,
+    ports: &[u16],
+) -> io::Result<Vec<std::net::TcpListener>> {
+    use std::os::unix::fs::MetadataExt;
+    if ports.is_empty() || ports.len() > MAX_LISTENERS {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let theirs = std::fs::File::from(netns);
+    let (them, us) = (theirs.metadata()?, std::fs::metadata("/proc/thread-self/ns/net")?);
+    if (them.dev(), them.ino()) == (us.dev(), us.ino()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the sandbox's network namespace is the host's own",
+        ));
+    }
+    let ports = ports.to_vec();
+    std::thread::Builder::new()
+        .name("sandbox-netns".into())
+        .spawn(move || {
+            // SAFETY: `setns` on a descriptor we own; it changes only this thread's network
+            // namespace, and this thread ends when the listeners are made.
+            if unsafe { libc::setns(theirs.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            ports
+                .iter()
+                .map(|&p| std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, p)))
+                .collect()
+        })?
+        .join()
+        .map_err(|_| io::Error::other("the thread making the listeners panicked"))?
+}

@@ -67,7 +67,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-pub use handover::{receive_listener, receive_listeners, send_listeners_raw, SendListener};
+pub use handover::{
+    listen_in_namespace, receive_listener, receive_listeners, send_listeners_raw, SendListener,
+};
 pub use resolve::TableResolver;
 
 /// How long an upstream connect may take.
@@ -252,9 +254,9 @@ pub fn inside_ports(plan: &sandbox_core::Plan) -> Vec<u16> {
         .collect()
 }
 
-/// Start what `plan` asks for (network mode `proxy`, host ports); called from a backend's
-/// `prepare`; errors say what failed.
-pub fn start_for_plan(plan: &sandbox_core::Plan) -> Result<Option<Handover>, SandboxError> {
+/// The proxy's configuration for `plan` (`None` when it serves only host ports); an
+/// allowlist proxy with nothing allowed is refused.
+fn config_for(plan: &sandbox_core::Plan) -> Result<Option<ProxyConfig>, SandboxError> {
     let proxy = plan.network == sandbox_core::NetworkMode::Proxy;
     if proxy && plan.allowlist.is_empty() {
         return Err(SandboxError::invalid(
@@ -262,12 +264,30 @@ pub fn start_for_plan(plan: &sandbox_core::Plan) -> Result<Option<Handover>, San
             "the egress proxy needs a non-empty allowlist",
         ));
     }
+    Ok(proxy.then(|| ProxyConfig::new(plan.allowlist.clone(), plan.resolver.clone())))
+}
+
+/// Serve `listeners` (made inside the command's namespace, in [`inside_ports`] order) in
+/// the roles `plan` gives them: for a backend that makes them itself rather than having
+/// them handed over (see [`listen_in_namespace`]). Call from within the tokio runtime.
+pub fn serve_for_plan(
+    plan: &sandbox_core::Plan,
+    listeners: Vec<std::net::TcpListener>,
+) -> Result<ProxyRun, SandboxError> {
+    let config = config_for(plan)?;
+    spawn_roles(config, roles(plan), Box::pin(async move { Ok(listeners) }))
+        .map_err(|e| SandboxError::io("starting the egress proxy", e))
+}
+
+/// Start what `plan` asks for (network mode `proxy`, host ports); called from a backend's
+/// `prepare`; errors say what failed.
+pub fn start_for_plan(plan: &sandbox_core::Plan) -> Result<Option<Handover>, SandboxError> {
+    let config = config_for(plan)?;
     let roles = roles(plan);
     if roles.is_empty() {
         return Ok(None);
     }
     let ports = inside_ports(plan);
-    let config = proxy.then(|| ProxyConfig::new(plan.allowlist.clone(), plan.resolver.clone()));
     let start = || -> io::Result<Handover> {
         let (host, child) = std::os::unix::net::UnixStream::pair()?;
         let run = spawn_roles(config, roles, receive_listeners(host, ports.len()))?;

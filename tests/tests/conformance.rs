@@ -41,7 +41,9 @@ fn backend_by_name(name: &str) -> Option<Arc<dyn Backend>> {
 /// and left for the preflight to report (engine down, no permission).
 fn build_probe_image(info: &BackendInfo, build: registry::BuildImageFn) {
     let probe = PathBuf::from(env!("CARGO_BIN_EXE_sandbox-probe"));
-    let files = vec![(probe, PathBuf::from(sandbox_conformance::IN_IMAGE_PROBE))];
+    let mut files = vec![(probe, PathBuf::from(sandbox_conformance::IN_IMAGE_PROBE))];
+    // `sh` and `curl`, for the egress cases that run real tools through the proxy.
+    files.extend(sandbox_conformance::image_tool_sources());
     let built = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

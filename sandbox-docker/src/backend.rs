@@ -36,6 +36,8 @@ pub fn capability() -> Capability {
             Enforcement::Unsupported
         },
         host_ports: listeners,
+        // The same entering, for sockets that connect to the command's published ports.
+        publish: listeners,
         tree_kill: true,
         process_isolation: true,
         drops_host_root: true,

@@ -29,6 +29,7 @@ use std::os::fd::OwnedFd;
 use bollard::query_parameters::InspectContainerOptions;
 use bollard::Docker;
 use sandbox_core::{Plan, SandboxError};
+use sandbox_proxy::publish::{NetnsSockets, PublishRun};
 use sandbox_proxy::ProxyRun;
 
 use crate::error::DockerError;
@@ -60,6 +61,53 @@ pub(crate) async fn start(
     if ports.is_empty() {
         return Ok(None);
     }
+    let netns = netns(docker, id).await?;
+    let listeners =
+        tokio::task::spawn_blocking(move || sandbox_proxy::listen_in_namespace(netns, &ports))
+            .await
+            .map_err(|e| SandboxError::io("making the proxy's listeners", e.into()))?
+            .map_err(|e| SandboxError::io("making the proxy's listeners in the container", e))?;
+    sandbox_proxy::serve_for_plan(plan, listeners).map(Some)
+}
+
+/// Serve the published ports whose host listeners are `bound` (made before anything ran)
+/// with sockets made in running container `id`'s namespace; tell the plan's sink and the
+/// policy where they are. `None` when nothing is published.
+pub(crate) async fn publish(
+    docker: &Docker,
+    id: &str,
+    plan: &Plan,
+    bound: Vec<(std::net::TcpListener, sandbox_core::Published)>,
+    policy: &mut sandbox_core::EffectivePolicy,
+) -> Result<Option<PublishRun>, SandboxError> {
+    if bound.is_empty() {
+        return Ok(None);
+    }
+    let maker = std::sync::Arc::new(NetnsSockets(netns(docker, id).await?));
+    let run = sandbox_proxy::publish::serve(bound, maker)
+        .map_err(|e| SandboxError::io("serving the published ports", e))?;
+    if let Some(r) = &run {
+        policy.published = r.published().to_vec();
+        let list: Vec<String> = r
+            .published()
+            .iter()
+            .map(|p| format!("{} at {}", p.port, p.host))
+            .collect();
+        policy.notes.push(format!(
+            "published: the command's 127.0.0.1 ports {} on the host (connections made \
+             by the host inside the container's namespace)",
+            list.join(", ")
+        ));
+        if let Some(sink) = &plan.on_published {
+            (sink.0)(r.published());
+        }
+    }
+    Ok(run)
+}
+
+/// Container `id`'s network namespace, opened and checked to be the container's (see
+/// [Which process](self#which-process)).
+async fn netns(docker: &Docker, id: &str) -> Result<OwnedFd, SandboxError> {
     let pid = running_pid(docker, id).await?;
     let netns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
         .map(OwnedFd::from)
@@ -73,7 +121,7 @@ pub(crate) async fn start(
     if !cgroup.contains(id) || running_pid(docker, id).await? != pid {
         return Err(SandboxError::NotSupported {
             backend: crate::NAME,
-            feature: "the egress proxy and host ports".into(),
+            feature: "the egress proxy, host ports and published ports".into(),
             remedy: format!(
                 "process {pid} is not this container's here (an engine in another pid \
                  namespace, or the container ended): run the host in the engine's pid \
@@ -81,12 +129,7 @@ pub(crate) async fn start(
             ),
         });
     }
-    let listeners =
-        tokio::task::spawn_blocking(move || sandbox_proxy::listen_in_namespace(netns, &ports))
-            .await
-            .map_err(|e| SandboxError::io("making the proxy's listeners", e.into()))?
-            .map_err(|e| SandboxError::io("making the proxy's listeners in the container", e))?;
-    sandbox_proxy::serve_for_plan(plan, listeners).map(Some)
+    Ok(netns)
 }
 
 /// The pid of container `id`'s init, as the engine reports it; an error unless it runs.

@@ -77,6 +77,9 @@ pub(crate) async fn start(
     // The proxy's listeners are made after the start and before the command: its
     // container waits for its argv behind the pool's waiter (see `egress.rs`).
     let waiter = egress::needs_listeners(&plan);
+    // Published ports: the host's listeners now, so a port in use is refused before
+    // anything is made.
+    let bound = sandbox_proxy::publish::bind_for_plan(&plan)?;
     if waiter {
         let missing = match engine.as_ref().map(|e| &e.pool) {
             Some(Ok(_)) => None,
@@ -145,8 +148,9 @@ pub(crate) async fn start(
                         uploaded: BTreeMap::new(),
                         refill: None,
                         egress: None,
+                        published: None,
                     };
-                    return start_warm(run, warm, pool, &key, config, &identity).await;
+                    return start_warm(run, warm, pool, &key, config, &identity, bound).await;
                 }
                 if pool.seen_before(&key) {
                     refill = Some((Arc::downgrade(e), key, pooled));
@@ -179,7 +183,13 @@ pub(crate) async fn start(
         Ok(m) => Ok((m, None)),
         Err(e) => Err(e),
     };
-    let (made, egress) = match started {
+    let started = match started {
+        Ok((m, e)) => egress::publish(&docker, &m.id, &plan, bound, &mut policy)
+            .await
+            .map(|p| (m, e, p)),
+        Err(e) => Err(e),
+    };
+    let (made, egress, published) = match started {
         Ok(x) => x,
         Err(e) => {
             if let Err(cleanup) = resources.remove_all().await {
@@ -224,6 +234,7 @@ pub(crate) async fn start(
         uploaded,
         refill,
         egress,
+        published,
     };
     supervise(run, control, vec![reader], Instant::now(), timeout);
     Ok(handle)
@@ -238,6 +249,7 @@ async fn start_warm(
     key: &str,
     config: &DockerConfig,
     identity: &Identity,
+    bound: Vec<(std::net::TcpListener, sandbox_core::Published)>,
 ) -> Result<RunHandle, SandboxError> {
     run.id = warm.id.clone();
     run.resources.container(warm.id.clone());
@@ -267,6 +279,8 @@ async fn start_warm(
         let output = create::attach(&run.docker, &run.id, false).await?.output;
         // The proxy's listeners, in the container's namespace, before the command.
         run.egress = egress::start(&run.docker, &run.id, &run.plan).await?;
+        run.published =
+            egress::publish(&run.docker, &run.id, &run.plan, bound, &mut run.policy).await?;
         warm.deliver(&argv)
             .await
             .map_err(|e| DockerError::io("handing the command to its container", e))?;
@@ -360,6 +374,8 @@ struct Run {
     /// The egress proxy and host ports, served from the host on listeners in the
     /// container's namespace; finished once the container has stopped.
     egress: Option<sandbox_proxy::ProxyRun>,
+    /// The published ports' host listeners and relays; finished with the proxy.
+    published: Option<sandbox_proxy::publish::PublishRun>,
 }
 
 #[async_trait]
@@ -391,6 +407,9 @@ impl Job for Run {
     ) -> Result<SandboxOutcome, SandboxError> {
         // The container has stopped: nothing inside can connect any more. The proxy's
         // relays and listeners go now, before `wait` returns.
+        if let Some(p) = self.published.take() {
+            p.finish().await;
+        }
         let connections = match self.egress.take() {
             Some(e) => e.finish().await,
             None => Vec::new(),

@@ -46,6 +46,7 @@
 //! against curl's `--socks5-hostname`.
 
 mod handover;
+pub mod publish;
 mod relay;
 mod resolve;
 mod socks;

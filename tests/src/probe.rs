@@ -57,6 +57,7 @@ pub fn main(args: Vec<OsString>) -> ! {
         ("rename", [from, to]) => rename(from, to),
         ("remove", [p]) => remove(p),
         ("connect", [addr]) => connect(addr),
+        ("serve", [port, token, addr]) => serve(num(port) as u16, token, addr),
         ("connect-abstract", [name]) => connect_abstract(name),
         ("listen-connect", []) => listen_connect(),
         ("dns-udp", [addr]) => dns_udp(addr),
@@ -505,6 +506,28 @@ fn remove(p: &str) -> ! {
         }
         Err(e) => fail("remove", &e),
     }
+}
+
+/// Serve one connection on `127.0.0.1:PORT` (send `token`, then close), then try to
+/// connect to `addr` (a host service the command must not reach): reports `escaped`.
+fn serve(port: u16, token: &str, addr: &str) -> ! {
+    let addr: SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|_| usage(&format!("`{addr}` is not HOST:PORT")));
+    let listener = match std::net::TcpListener::bind(("127.0.0.1", port)) {
+        Ok(l) => l,
+        Err(e) => fail("bind", &e),
+    };
+    match listener.accept() {
+        Ok((mut s, _)) => {
+            let _ = s.write_all(token.as_bytes());
+        }
+        Err(e) => fail("accept", &e),
+    }
+    drop(listener);
+    let escaped = TcpStream::connect_timeout(&addr, Duration::from_secs(3)).is_ok();
+    ok().b("served", true).b("escaped", escaped).emit();
+    exit(0)
 }
 
 /// Connect, then read what the peer says (the host's listener sends a token, so reaching

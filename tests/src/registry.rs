@@ -195,6 +195,10 @@ pub mod require {
     pub fn host_ports(c: &Capability) -> Result<(), String> {
         claim(c.host_ports, "host ports (capability.host_ports)")
     }
+    /// `publish`.
+    pub fn publish(c: &Capability) -> Result<(), String> {
+        claim(c.publish, "published ports (capability.publish)")
+    }
     /// `process_isolation`.
     pub fn process_isolation(c: &Capability) -> Result<(), String> {
         claim(
@@ -389,6 +393,7 @@ pub fn cases() -> Vec<Case> {
         case!(egress::git_clone_over_http, proxy_git),
         case!(egress::pip_install_from_a_local_index, proxy_python),
         case!(egress::host_port_reaches_exactly_that_port, host_ports),
+        case!(egress::publish_serves_the_host, publish),
         case!(proc::no_survivor_after_wait, always),
         case!(proc::helper_survives_the_command, isolated_status),
         case!(proc::no_survivor_after_kill, always),
@@ -507,6 +512,7 @@ mod tests {
         Capability {
             network_proxy: Enforcement::Exact,
             host_ports: true,
+            publish: true,
             reports_denials: sandbox_core::DenialKinds {
                 file_read: true,
                 file_write: true,

@@ -252,6 +252,9 @@ fn capability(facts: &HostFacts) -> Capability {
         // listener from inside it.
         network_proxy: Enforcement::Exact,
         host_ports: true,
+        // The waiter also hands over the namespace itself; the host makes the sockets of
+        // published ports in it (entering it as root, through a forked helper otherwise).
+        publish: true,
         tree_kill: true,
         process_isolation: true,
         // The waiter is the pid namespace's init (`--as-pid-1`) and waits for orphans.

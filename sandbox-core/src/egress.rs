@@ -167,6 +167,9 @@ impl fmt::Debug for PublishSink {
 /// run fails to start).
 #[async_trait]
 pub trait EgressRun: Send + Sync + fmt::Debug + 'static {
+    /// Where the run's ports were published on the host (bound before the command ran).
+    fn published(&self) -> Vec<Published>;
+
     /// Stop accepting, end every relay, close the listener, and return the record. Called
     /// once the command's whole tree is dead; returns once every task and descriptor of the
     /// proxy is gone.

@@ -84,7 +84,7 @@ pub(crate) async fn publish(
         return Ok(None);
     }
     let maker = std::sync::Arc::new(NetnsSockets(netns(docker, id).await?));
-    let run = sandbox_proxy::publish::serve(bound, maker)
+    let run = sandbox_proxy::publish::serve(bound, sandbox_proxy::publish::ready(maker))
         .map_err(|e| SandboxError::io("serving the published ports", e))?;
     if let Some(r) = &run {
         policy.published = r.published().to_vec();

@@ -17,15 +17,17 @@ use tokio::io::Interest;
 
 use crate::ListenerSource;
 
-/// The most listeners one run hands over: the proxy and every host port.
-pub const MAX_LISTENERS: usize = sandbox_core::MAX_HOST_PORTS + 1;
+/// The most descriptors one run hands over: the proxy, every host port, and the network
+/// namespace (for published ports).
+pub const MAX_LISTENERS: usize = sandbox_core::MAX_HOST_PORTS + 2;
 
 /// Room for a control message carrying [`MAX_LISTENERS`] descriptors, as 8-byte words so
 /// it is aligned for `cmsghdr`: a 16-byte header and 4 bytes per descriptor, rounded up.
 const CMSG_WORDS: usize = (16 + 4 * MAX_LISTENERS).div_ceil(8) + 1;
 
 /// Create a listener on `127.0.0.1:PORT` for each of `ports` in the current network
-/// namespace and send them all, in order, in one message on `sock`. Only raw system calls
+/// namespace (port 0: open the namespace itself, `/proc/self/ns/net`) and send them all, in
+/// order, in one message on `sock`. Only raw system calls
 /// on stack data: async-signal-safe, for use between fork and exec. The listeners are
 /// closed here once sent.
 pub fn send_listeners_raw(sock: RawFd, ports: &[u16]) -> io::Result<()> {
@@ -37,6 +39,18 @@ pub fn send_listeners_raw(sock: RawFd, ports: &[u16]) -> io::Result<()> {
     let result = unsafe {
         (|| {
             for (i, &port) in ports.iter().enumerate() {
+                if port == 0 {
+                    // This network namespace itself, for the sockets of published ports.
+                    let ns = libc::open(
+                        c"/proc/self/ns/net".as_ptr(),
+                        libc::O_RDONLY | libc::O_CLOEXEC,
+                    );
+                    if ns < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    fds[i] = ns;
+                    continue;
+                }
                 let l = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
                 if l < 0 {
                     return Err(io::Error::last_os_error());
@@ -220,6 +234,74 @@ pub fn receive_listeners(sock: UnixStream, count: usize) -> crate::ListenersSour
             .collect()
     })
 }
+
+/// What a run's child hands over: the listeners, and the network namespace when the run
+/// publishes ports.
+pub type Received = (Vec<std::net::TcpListener>, Option<OwnedFd>);
+
+/// Wait for what the child sends for `ports` (see [`send_listeners_raw`]): a listening
+/// IPv4 TCP socket for each port, and for port 0 a network namespace; anything else is
+/// refused.
+pub fn receive_handover(
+    sock: UnixStream,
+    ports: Vec<u16>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<Received>> + Send>> {
+    Box::pin(async move {
+        sock.set_nonblocking(true)?;
+        let sock = tokio::net::UnixStream::from_std(sock)?;
+        let fds = loop {
+            sock.readable().await?;
+            match sock.try_io(Interest::READABLE, || recv_fds(sock.as_raw_fd())) {
+                Ok(fds) if fds.is_empty() => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the sandbox ended without handing over the proxy's listeners",
+                    ))
+                }
+                Ok(fds) => break fds,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e),
+            }
+        };
+        if fds.len() != ports.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{} descriptors handed over, {} expected", fds.len(), ports.len()),
+            ));
+        }
+        let mut listeners = Vec::new();
+        let mut netns = None;
+        for (fd, port) in fds.into_iter().zip(ports) {
+            if port == 0 {
+                // SAFETY: an ioctl on a descriptor we own, with no argument.
+                let kind = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE) };
+                if kind != libc::CLONE_NEWNET {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "what the sandbox handed over is not a network namespace",
+                    ));
+                }
+                netns = Some(fd);
+                continue;
+            }
+            let raw = fd.as_raw_fd();
+            if int_opt(raw, libc::SO_ACCEPTCONN)? != 1
+                || int_opt(raw, libc::SO_DOMAIN)? != libc::AF_INET
+                || int_opt(raw, libc::SO_TYPE)? != libc::SOCK_STREAM
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "what the sandbox handed over is not a listening TCP socket",
+                ));
+            }
+            listeners.push(std::net::TcpListener::from(fd));
+        }
+        Ok((listeners, netns))
+    })
+}
+
+/// `ioctl(NS_GET_NSTYPE)`: the `CLONE_NEW*` type of a namespace descriptor (Linux 4.11).
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
 
 /// [`receive_listeners`] for one.
 pub fn receive_listener(sock: UnixStream) -> ListenerSource {

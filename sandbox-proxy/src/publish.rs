@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use sandbox_core::{Plan, Published, SandboxError};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 /// How long the connect to the command's port may take (loopback: at once, or refused).
@@ -63,6 +64,197 @@ impl SocketMaker for NetnsSockets {
             .join()
             .map_err(|_| io::Error::other("the thread making a socket panicked"))?
     }
+}
+
+/// Sockets made by a helper process forked from the host that joined the namespace's owning
+/// user namespace and then the namespace: for a host that is not root, which cannot enter a
+/// network namespace from its own user namespace, but owns the sandbox's user namespace
+/// (and so has every capability in it). A forked child of this multi-threaded process, it
+/// makes only raw system calls on data prepared before the fork, closes every descriptor
+/// but its two, and ends when the host closes its end of the pair (or dies); the drop
+/// closes it and reaps it.
+#[derive(Debug)]
+pub struct ForkedSockets {
+    sock: Mutex<std::os::unix::net::UnixStream>,
+    pid: libc::pid_t,
+}
+
+/// `ioctl(NS_GET_USERNS)`: the user namespace owning a namespace (Linux 4.9).
+const NS_GET_USERNS: libc::c_ulong = 0xb701;
+
+impl ForkedSockets {
+    /// Fork the helper for network namespace `netns`.
+    pub fn spawn(netns: OwnedFd) -> io::Result<Self> {
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: an ioctl on a descriptor we own; it returns a new descriptor or -1.
+        let user = unsafe { libc::ioctl(netns.as_raw_fd(), NS_GET_USERNS) };
+        if user < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `user` is a new descriptor nothing else owns.
+        let user = unsafe { OwnedFd::from_raw_fd(user) };
+        let theirs = std::fs::File::from(user.try_clone()?).metadata()?;
+        let ours = std::fs::metadata("/proc/self/ns/user")?;
+        let join_user = (theirs.dev(), theirs.ino()) != (ours.dev(), ours.ino());
+        let (host, child) = std::os::unix::net::UnixStream::pair()?;
+        let (c, n, u) = (child.as_raw_fd(), netns.as_raw_fd(), user.as_raw_fd());
+        // SAFETY: the child makes only async-signal-safe system calls (dup2, close_range,
+        // setns, read, socket, sendmsg, close, _exit) on integers and stack buffers
+        // prepared before the fork, and never returns.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: see above.
+            unsafe { helper(c, n, u, join_user) }
+        }
+        drop(child);
+        Ok(Self {
+            sock: Mutex::new(host),
+            pid,
+        })
+    }
+}
+
+/// The helper's body: descriptors 0, 1 and 2 become the pair, the network namespace and
+/// its user namespace; every other is closed; it enters the namespaces and answers each
+/// byte read with one new socket (or none, when it cannot make one).
+///
+/// # Safety
+///
+/// Only in a freshly forked child; never returns.
+unsafe fn helper(sock: i32, net: i32, user: i32, join_user: bool) -> ! {
+    // SAFETY: raw system calls on integers and stack buffers, in the forked child only.
+    unsafe {
+        // Up out of the way first, so that no dup2 below closes one not yet moved.
+        let (s, n, u) = (
+            libc::fcntl(sock, libc::F_DUPFD, 1000),
+            libc::fcntl(net, libc::F_DUPFD, 1000),
+            libc::fcntl(user, libc::F_DUPFD, 1000),
+        );
+        if s < 0
+            || n < 0
+            || u < 0
+            || libc::dup2(s, 0) < 0
+            || libc::dup2(n, 1) < 0
+            || libc::dup2(u, 2) < 0
+            || libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) < 0
+        {
+            libc::_exit(120);
+        }
+        if join_user && libc::setns(2, libc::CLONE_NEWUSER) != 0 {
+            libc::_exit(121);
+        }
+        if libc::setns(1, libc::CLONE_NEWNET) != 0 {
+            libc::_exit(122);
+        }
+        libc::close(1);
+        libc::close(2);
+        let mut byte = [0u8; 1];
+        loop {
+            if libc::read(0, byte.as_mut_ptr().cast(), 1) != 1 {
+                libc::_exit(0);
+            }
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            let mut cbuf = [0u64; 4];
+            let mut iov = libc::iovec {
+                iov_base: byte.as_mut_ptr().cast(),
+                iov_len: 1,
+            };
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            if fd >= 0 {
+                msg.msg_control = cbuf.as_mut_ptr().cast();
+                msg.msg_controllen = libc::CMSG_SPACE(4) as usize;
+                let cmsg = libc::CMSG_FIRSTHDR(&msg);
+                (*cmsg).cmsg_level = libc::SOL_SOCKET;
+                (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+                (*cmsg).cmsg_len = libc::CMSG_LEN(4) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), fd);
+            }
+            let sent = libc::sendmsg(0, &msg, libc::MSG_NOSIGNAL);
+            if fd >= 0 {
+                libc::close(fd);
+            }
+            if sent < 0 {
+                libc::_exit(0);
+            }
+        }
+    }
+}
+
+impl SocketMaker for ForkedSockets {
+    fn make(&self) -> io::Result<OwnedFd> {
+        use std::io::Write;
+        let sock = self
+            .sock
+            .lock()
+            .map_err(|_| io::Error::other("the socket helper's lock is poisoned"))?;
+        (&*sock).write_all(&[1])?;
+        let mut byte = [0u8; 1];
+        let mut cbuf = [0u64; 4];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        // SAFETY: a zeroed msghdr is valid; every pointer set points at a live local of the
+        // length given; a descriptor received is owned at once.
+        unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = cbuf.as_mut_ptr().cast();
+            msg.msg_controllen = std::mem::size_of_val(&cbuf);
+            let n = libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
+            if n < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let cmsg = libc::CMSG_FIRSTHDR(&msg);
+            if n == 0 || cmsg.is_null() || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
+                return Err(io::Error::other(
+                    "the socket helper could not make a socket in the sandbox",
+                ));
+            }
+            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>());
+            Ok(OwnedFd::from_raw_fd(fd))
+        }
+    }
+}
+
+impl Drop for ForkedSockets {
+    fn drop(&mut self) {
+        if let Ok(s) = self.sock.lock() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+        let mut status = 0;
+        // SAFETY: reaping our own child, which ends at the shutdown above.
+        unsafe { libc::waitpid(self.pid, &mut status, 0) };
+    }
+}
+
+/// The way to make sockets in network namespace `netns` from this host: entering it
+/// directly as root, through a forked helper otherwise.
+pub fn maker_for(netns: OwnedFd) -> io::Result<Arc<dyn SocketMaker>> {
+    if rustix_is_root() {
+        Ok(Arc::new(NetnsSockets(netns)))
+    } else {
+        Ok(Arc::new(ForkedSockets::spawn(netns)?))
+    }
+}
+
+fn rustix_is_root() -> bool {
+    // SAFETY: a plain system call without arguments.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A socket maker still to come (the namespace is handed over once the sandbox starts).
+pub type MakerSource = watch::Receiver<Option<Arc<dyn SocketMaker>>>;
+
+/// A socket maker at hand.
+pub fn ready(maker: Arc<dyn SocketMaker>) -> MakerSource {
+    watch::channel(Some(maker)).1
 }
 
 /// The host's listeners for `plan`'s published ports, bound now on `127.0.0.1`, with where
@@ -132,7 +324,7 @@ impl Drop for PublishRun {
 /// runtime; `None` when nothing is published.
 pub fn serve(
     bound: Vec<(StdListener, Published)>,
-    maker: Arc<dyn SocketMaker>,
+    maker: MakerSource,
 ) -> io::Result<Option<PublishRun>> {
     if bound.is_empty() {
         return Ok(None);
@@ -159,7 +351,7 @@ pub fn serve(
 
 /// Accept on the host, relay each connection to the command's port; every relay is owned
 /// here, so aborting this ends them all.
-async fn accept_loop(listener: TcpListener, port: u16, maker: Arc<dyn SocketMaker>) {
+async fn accept_loop(listener: TcpListener, port: u16, maker: MakerSource) {
     let mut relays = JoinSet::new();
     loop {
         tokio::select! {
@@ -174,7 +366,12 @@ async fn accept_loop(listener: TcpListener, port: u16, maker: Arc<dyn SocketMake
     }
 }
 
-async fn relay(mut client: TcpStream, port: u16, maker: Arc<dyn SocketMaker>) {
+async fn relay(mut client: TcpStream, port: u16, mut maker: MakerSource) {
+    // Until the sandbox has handed over its namespace, the connection waits in line.
+    let Ok(maker) = maker.wait_for(|m| m.is_some()).await.map(|m| m.clone()) else {
+        return;
+    };
+    let Some(maker) = maker else { return };
     let made = tokio::task::spawn_blocking(move || maker.make()).await;
     let fd = match made {
         Ok(Ok(fd)) => fd,

@@ -508,8 +508,9 @@ fn remove(p: &str) -> ! {
     }
 }
 
-/// Serve one connection on `127.0.0.1:PORT` (send `token`, then close), then try to
-/// connect to `addr` (a host service the command must not reach): reports `escaped`.
+/// Serve on `127.0.0.1:PORT`: send `token` on each connection, until one answers `done`
+/// (a connection that only closes, as one the host gave up on, does not end it); then try
+/// to connect to `addr` (a host service the command must not reach): reports `escaped`.
 fn serve(port: u16, token: &str, addr: &str) -> ! {
     let addr: SocketAddr = addr
         .parse()
@@ -518,11 +519,18 @@ fn serve(port: u16, token: &str, addr: &str) -> ! {
         Ok(l) => l,
         Err(e) => fail("bind", &e),
     };
-    match listener.accept() {
-        Ok((mut s, _)) => {
-            let _ = s.write_all(token.as_bytes());
+    loop {
+        match listener.accept() {
+            Ok((mut s, _)) => {
+                let _ = s.write_all(token.as_bytes());
+                let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut answer = [0u8; 4];
+                if s.read_exact(&mut answer).is_ok() && &answer == b"done" {
+                    break;
+                }
+            }
+            Err(e) => fail("accept", &e),
         }
-        Err(e) => fail("accept", &e),
     }
     drop(listener);
     let escaped = TcpStream::connect_timeout(&addr, Duration::from_secs(3)).is_ok();

@@ -940,8 +940,15 @@ pub async fn publish_serves_the_host(ctx: Arc<Context>) -> CaseResult {
         if let Some(a) = addr {
             if let Ok(mut s) = std::net::TcpStream::connect_timeout(&a, Duration::from_secs(5)) {
                 let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                got.clear();
-                let _ = s.read_to_string(&mut got);
+                let mut buf = vec![0u8; served.len()];
+                got = match s.read_exact(&mut buf) {
+                    Ok(()) => String::from_utf8_lossy(&buf).into_owned(),
+                    Err(_) => String::new(),
+                };
+                if got.contains(&served) {
+                    // Tell the server it was reached: it ends then.
+                    let _ = s.write_all(b"done");
+                }
             }
         }
         if !got.contains(&served) {

@@ -155,7 +155,10 @@ pub struct Published {
 /// Told where each published port is, once the host's listeners are bound and before the
 /// command starts: how a caller learns a port the kernel chose while the command runs.
 #[derive(Clone)]
-pub struct PublishSink(pub std::sync::Arc<dyn Fn(&[Published]) + Send + Sync>);
+pub struct PublishSink(pub std::sync::Arc<PublishFn>);
+
+/// The callback behind a [`PublishSink`].
+pub type PublishFn = dyn Fn(&[Published]) + Send + Sync;
 
 impl fmt::Debug for PublishSink {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -26,7 +26,7 @@ use sandbox_core::run::{
     feed_stdin, run_channel, supervise, End, Finished, Job, OutputTap, RunHandle,
 };
 use sandbox_core::{
-    EgressRun, EffectivePolicy, Plan, SandboxError, SandboxOutcome, Status, Stdin, StreamKind,
+    EffectivePolicy, EgressRun, Plan, SandboxError, SandboxOutcome, Status, Stdin, StreamKind,
 };
 
 use crate::backend::Engine;

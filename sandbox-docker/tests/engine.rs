@@ -1191,7 +1191,9 @@ async fn a_pooled_run_is_killed_timed_out_and_cleaned_like_a_fresh_one() {
 /// namespace: sockets of another namespace (a container's), which must not outlive a run.
 fn sockets_of_other_namespaces() -> BTreeSet<u64> {
     let mut ours = BTreeSet::new();
-    for table in ["tcp", "tcp6", "udp", "udp6", "unix", "raw", "raw6", "netlink", "packet"] {
+    for table in [
+        "tcp", "tcp6", "udp", "udp6", "unix", "raw", "raw6", "netlink", "packet",
+    ] {
         let text = std::fs::read_to_string(format!("/proc/self/net/{table}")).unwrap_or_default();
         for line in text.lines().skip(1) {
             // The inode column: 10th for inet tables, 7th for unix, last for netlink.
@@ -1272,17 +1274,23 @@ async fn host_ports_reach_exactly_the_hosts_port_fresh_and_pooled_and_nothing_is
     // Killed while it holds a connection: the relay and the listener go too. While it
     // runs, the listener is seen in another namespace (the check above can fail).
     let mut o = opts();
-    o.argv = sh(&format!("busybox nc 127.0.0.1 {port} </dev/zero; busybox sleep 60"))
-        .into_iter()
-        .map(Into::into)
-        .collect();
+    o.argv = sh(&format!(
+        "busybox nc 127.0.0.1 {port} </dev/zero; busybox sleep 60"
+    ))
+    .into_iter()
+    .map(Into::into)
+    .collect();
     let sb = b.sandbox();
     sb.run(o).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while host.accepted() < 5 && Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    assert_eq!(host.accepted(), 5, "the held connection never reached the host");
+    assert_eq!(
+        host.accepted(),
+        5,
+        "the held connection never reached the host"
+    );
     assert!(!sockets_of_other_namespaces().is_empty());
     sb.kill().await.unwrap();
     assert_eq!(sb.wait().await.unwrap().status, Status::Killed);

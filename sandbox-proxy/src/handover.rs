@@ -266,7 +266,11 @@ pub fn receive_handover(
         if fds.len() != ports.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{} descriptors handed over, {} expected", fds.len(), ports.len()),
+                format!(
+                    "{} descriptors handed over, {} expected",
+                    fds.len(),
+                    ports.len()
+                ),
             ));
         }
         let mut listeners = Vec::new();
@@ -332,7 +336,10 @@ pub fn listen_in_namespace(
         return Err(io::Error::from_raw_os_error(libc::EINVAL));
     }
     let theirs = std::fs::File::from(netns);
-    let (them, us) = (theirs.metadata()?, std::fs::metadata("/proc/thread-self/ns/net")?);
+    let (them, us) = (
+        theirs.metadata()?,
+        std::fs::metadata("/proc/thread-self/ns/net")?,
+    );
     if (them.dev(), them.ino()) == (us.dev(), us.ino()) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,

@@ -69,7 +69,8 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub use handover::{
-    listen_in_namespace, receive_handover, receive_listener, receive_listeners, send_listeners_raw, SendListener,
+    listen_in_namespace, receive_handover, receive_listener, receive_listeners, send_listeners_raw,
+    SendListener,
 };
 pub use resolve::TableResolver;
 

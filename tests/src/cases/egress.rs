@@ -972,7 +972,12 @@ pub async fn publish_serves_the_host(ctx: Arc<Context>) -> CaseResult {
         "published on {addr:?}, not the host's loopback"
     );
     ensure!(
-        p.outcome.policy.published.iter().map(|x| x.host).collect::<Vec<_>>()
+        p.outcome
+            .policy
+            .published
+            .iter()
+            .map(|x| x.host)
+            .collect::<Vec<_>>()
             == addr.into_iter().collect::<Vec<_>>(),
         "the outcome's policy does not say where: {:?}",
         p.outcome.policy.published

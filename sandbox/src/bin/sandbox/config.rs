@@ -60,7 +60,8 @@ impl PublishEntry {
             Self::Port(n) => n.to_string(),
             Self::Spec(s) => s.clone(),
         };
-        text.parse().map_err(|e: String| CliError::option("publish", &e))
+        text.parse()
+            .map_err(|e: String| CliError::option("publish", &e))
     }
 }
 

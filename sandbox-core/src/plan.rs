@@ -607,6 +607,72 @@ mod tests {
     }
 
     #[test]
+    fn publish_needs_loopback_or_proxy_distinct_ports_and_the_capability() {
+        use crate::Publish;
+        let d = ws();
+        let p = |port, host_port| Publish { port, host_port };
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.publish = vec![p(8080, None)];
+        let refused = |opts: &SandboxOpts, c: &Capability, want: &str| {
+            let e = Plan::new(opts, "t", c).unwrap_err();
+            assert!(e.to_string().contains(want), "{want}: {e}");
+        };
+        for mode in [NetworkMode::None, NetworkMode::Full] {
+            opts.network = mode;
+            refused(&opts, &cap(), "needs network mode `loopback` or `proxy`");
+        }
+        opts.network = NetworkMode::Loopback;
+        assert_eq!(
+            Plan::new(&opts, "t", &cap()).unwrap().publish,
+            [p(8080, None)]
+        );
+        for (bad, want) in [
+            (vec![p(0, None)], "port 0"),
+            (vec![p(80, Some(0))], "port 0"),
+            (vec![p(80, None), p(80, Some(81))], "published twice"),
+            (vec![p(80, Some(9)), p(81, Some(9))], "named twice"),
+        ] {
+            opts.publish = bad;
+            refused(&opts, &cap(), want);
+        }
+        opts.publish = vec![p(5432, None)];
+        opts.host_ports = vec![5432];
+        refused(&opts, &cap(), "a host port inside");
+        opts.host_ports.clear();
+        opts.network = NetworkMode::Proxy;
+        opts.allow_hosts = vec!["crates.io".into()];
+        opts.publish = vec![p(PROXY_PORT, None)];
+        refused(&opts, &cap(), "the proxy's own");
+        opts.publish = vec![p(8080, Some(18080))];
+        let mut c = cap();
+        c.publish = false;
+        let e = Plan::new(&opts, "t", &c).unwrap_err();
+        assert!(matches!(e, SandboxError::NotSupported { .. }), "{e}");
+    }
+
+    #[test]
+    fn publish_specs_parse_as_port_or_port_and_host_port() {
+        use crate::Publish;
+        assert_eq!(
+            "8080".parse::<Publish>(),
+            Ok(Publish {
+                port: 8080,
+                host_port: None
+            })
+        );
+        assert_eq!(
+            "3000:13000".parse::<Publish>(),
+            Ok(Publish {
+                port: 3000,
+                host_port: Some(13000)
+            })
+        );
+        for bad in ["", "0", "65536", "80:", ":80", "80:0", "a:1", "1:2:3", "-1"] {
+            assert!(bad.parse::<Publish>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn proxy_needs_a_well_formed_non_empty_allowlist_and_nothing_else_takes_one() {
         let d = ws();
         let mut opts = SandboxOpts::new(d.path(), ["true"]);

@@ -393,3 +393,82 @@ async fn relay(mut client: TcpStream, port: u16, mut maker: MakerSource) {
     let _ = inside.set_nodelay(true);
     let _ = tokio::io::copy_bidirectional(&mut client, &mut inside).await;
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// Sockets of this process's own namespace: the forwarder without a sandbox.
+    #[derive(Debug)]
+    struct Here;
+
+    impl SocketMaker for Here {
+        fn make(&self) -> io::Result<OwnedFd> {
+            // SAFETY: a plain system call; the descriptor is owned at once.
+            let fd =
+                unsafe { libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0) };
+            if fd < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // SAFETY: a new descriptor nothing else owns.
+            Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        }
+    }
+
+    fn plan_publishing(publish: Vec<sandbox_core::Publish>) -> (tempfile::TempDir, Plan) {
+        let d = tempfile::tempdir().unwrap();
+        let mut o = sandbox_core::SandboxOpts::new(d.path(), ["/bin/true"]);
+        o.network = sandbox_core::NetworkMode::Loopback;
+        o.publish = publish;
+        let plan = Plan::new(&o, "t", &sandbox_core::Capability::everything()).unwrap();
+        (d, plan)
+    }
+
+    #[tokio::test]
+    async fn a_published_port_relays_to_the_inside_port_and_finish_closes_it() {
+        let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = server.local_addr().unwrap().port();
+        let (_d, plan) = plan_publishing(vec![sandbox_core::Publish {
+            port,
+            host_port: None,
+        }]);
+        let bound = bind_for_plan(&plan).unwrap();
+        let at = bound[0].1.host;
+        assert!(at.ip().is_loopback() && at.port() != 0 && at.port() != port);
+        let run = serve(bound, ready(Arc::new(Here))).unwrap().unwrap();
+        let served = std::thread::spawn(move || {
+            let (mut s, _) = server.accept().unwrap();
+            s.write_all(b"inside").unwrap();
+        });
+        let got = tokio::task::spawn_blocking(move || {
+            let mut c = std::net::TcpStream::connect(at).unwrap();
+            let mut got = String::new();
+            c.read_to_string(&mut got).unwrap();
+            got
+        })
+        .await
+        .unwrap();
+        served.join().unwrap();
+        assert_eq!(got, "inside");
+        run.finish().await;
+        assert!(std::net::TcpStream::connect(at).is_err(), "still listening");
+    }
+
+    #[test]
+    fn a_host_port_in_use_is_refused_naming_it() {
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let busy = taken.local_addr().unwrap().port();
+        let (_d, plan) = plan_publishing(vec![sandbox_core::Publish {
+            port: 80,
+            host_port: Some(busy),
+        }]);
+        let e = bind_for_plan(&plan).unwrap_err();
+        assert!(
+            matches!(&e, SandboxError::InvalidConfig { field: "publish", reason }
+                if reason.contains(&busy.to_string()) && reason.contains("something else")),
+            "{e}"
+        );
+    }
+}

@@ -152,8 +152,9 @@ fn int_opt(fd: RawFd, opt: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-/// One `recvmsg`; the descriptors it carried (empty at end of stream).
-fn recv_fds(sock: RawFd) -> io::Result<Vec<OwnedFd>> {
+/// One `recvmsg` (with `flags`, such as `MSG_DONTWAIT`); the descriptors it carried (empty
+/// at end of stream).
+pub(crate) fn recv_fds(sock: RawFd, flags: libc::c_int) -> io::Result<Vec<OwnedFd>> {
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec {
         iov_base: byte.as_mut_ptr().cast(),
@@ -168,7 +169,7 @@ fn recv_fds(sock: RawFd) -> io::Result<Vec<OwnedFd>> {
         msg.msg_iovlen = 1;
         msg.msg_control = cbuf.as_mut_ptr().cast();
         msg.msg_controllen = std::mem::size_of_val(&cbuf);
-        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT);
+        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC | flags);
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -194,45 +195,8 @@ fn recv_fds(sock: RawFd) -> io::Result<Vec<OwnedFd>> {
 /// Wait for `count` listeners on the host's end of the pair, sent in one message. What
 /// arrives must be exactly that many listening IPv4 TCP sockets; anything else is refused.
 pub fn receive_listeners(sock: UnixStream, count: usize) -> crate::ListenersSource {
-    Box::pin(async move {
-        sock.set_nonblocking(true)?;
-        let sock = tokio::net::UnixStream::from_std(sock)?;
-        let fds = loop {
-            sock.readable().await?;
-            match sock.try_io(Interest::READABLE, || recv_fds(sock.as_raw_fd())) {
-                Ok(fds) if fds.is_empty() => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::UnexpectedEof,
-                        "the sandbox ended without handing over the proxy's listeners",
-                    ))
-                }
-                Ok(fds) => break fds,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                Err(e) => return Err(e),
-            }
-        };
-        if fds.len() != count {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{} listeners handed over, {count} expected", fds.len()),
-            ));
-        }
-        fds.into_iter()
-            .map(|fd| {
-                let raw = fd.as_raw_fd();
-                if int_opt(raw, libc::SO_ACCEPTCONN)? != 1
-                    || int_opt(raw, libc::SO_DOMAIN)? != libc::AF_INET
-                    || int_opt(raw, libc::SO_TYPE)? != libc::SOCK_STREAM
-                {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "what the sandbox handed over is not a listening TCP socket",
-                    ));
-                }
-                Ok(std::net::TcpListener::from(fd))
-            })
-            .collect()
-    })
+    let all = receive_handover(sock, vec![1; count]);
+    Box::pin(async move { Ok(all.await?.0) })
 }
 
 /// What a run's child hands over: the listeners, and the network namespace when the run
@@ -251,7 +215,9 @@ pub fn receive_handover(
         let sock = tokio::net::UnixStream::from_std(sock)?;
         let fds = loop {
             sock.readable().await?;
-            match sock.try_io(Interest::READABLE, || recv_fds(sock.as_raw_fd())) {
+            match sock.try_io(Interest::READABLE, || {
+                recv_fds(sock.as_raw_fd(), libc::MSG_DONTWAIT)
+            }) {
                 Ok(fds) if fds.is_empty() => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,

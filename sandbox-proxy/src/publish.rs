@@ -193,33 +193,12 @@ impl SocketMaker for ForkedSockets {
             .lock()
             .map_err(|_| io::Error::other("the socket helper's lock is poisoned"))?;
         (&*sock).write_all(&[1])?;
-        let mut byte = [0u8; 1];
-        let mut cbuf = [0u64; 4];
-        let mut iov = libc::iovec {
-            iov_base: byte.as_mut_ptr().cast(),
-            iov_len: 1,
-        };
-        // SAFETY: a zeroed msghdr is valid; every pointer set points at a live local of the
-        // length given; a descriptor received is owned at once.
-        unsafe {
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = cbuf.as_mut_ptr().cast();
-            msg.msg_controllen = std::mem::size_of_val(&cbuf);
-            let n = libc::recvmsg(sock.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC);
-            if n < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let cmsg = libc::CMSG_FIRSTHDR(&msg);
-            if n == 0 || cmsg.is_null() || (*cmsg).cmsg_type != libc::SCM_RIGHTS {
-                return Err(io::Error::other(
-                    "the socket helper could not make a socket in the sandbox",
-                ));
-            }
-            let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>());
-            Ok(OwnedFd::from_raw_fd(fd))
-        }
+        crate::handover::recv_fds(sock.as_raw_fd(), 0)?
+            .into_iter()
+            .next()
+            .ok_or_else(|| {
+                io::Error::other("the socket helper could not make a socket in the sandbox")
+            })
     }
 }
 

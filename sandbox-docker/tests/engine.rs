@@ -1296,6 +1296,45 @@ async fn host_ports_reach_exactly_the_hosts_port_fresh_and_pooled_and_nothing_is
     assert_eq!(sb.wait().await.unwrap().status, Status::Killed);
     assert_eq!(sockets_of_other_namespaces(), BTreeSet::new());
     assert_eq!(threads_named("sandbox-netns"), 0);
+
+    // A published port: the host reaches the command's server at the address it was told;
+    // afterwards no descriptor of a namespace (the maker's) is left.
+    let told: Arc<std::sync::Mutex<Vec<sandbox_core::Published>>> = Arc::default();
+    let mut o = SandboxOpts::new(&ws, sh("echo served | busybox nc -l -p 18080"));
+    o.network = NetworkMode::Loopback;
+    o.publish = vec!["18080".parse().unwrap()];
+    let t = told.clone();
+    o.on_published = Some(sandbox_core::PublishSink(Arc::new(move |p| {
+        *t.lock().unwrap() = p.to_vec();
+    })));
+    let sb = b.sandbox();
+    sb.run(o).await.unwrap();
+    let at = told.lock().unwrap()[0].host;
+    let got = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut got = String::new();
+            if let Ok(mut c) = std::net::TcpStream::connect(at) {
+                let _ = std::io::Read::read_to_string(&mut c, &mut got);
+            }
+            if got.contains("served") || Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(got, "served\n");
+    let out = sb.wait().await.unwrap();
+    assert_eq!(out.policy.published, *told.lock().unwrap());
+    let namespaces = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with("net:["))
+        .count();
+    assert_eq!(namespaces, 0, "a namespace descriptor outlived the run");
+    assert!(std::net::TcpStream::connect(at).is_err(), "still published");
     drop(b);
     assert_clean();
 }

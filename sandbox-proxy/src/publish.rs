@@ -270,6 +270,7 @@ pub fn bind_for_plan(plan: &Plan) -> Result<Vec<(StdListener, Published)>, Sandb
 #[derive(Debug)]
 pub struct PublishRun {
     published: Vec<Published>,
+    stop: watch::Sender<bool>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
@@ -279,11 +280,12 @@ impl PublishRun {
         &self.published
     }
 
-    /// Stop accepting and end every relay; returns once they are gone.
+    /// Stop accepting and end every relay; returns once they are gone, with the host
+    /// listeners and the socket maker (and a forked helper, reaped).
     pub async fn finish(&self) {
+        let _ = self.stop.send(true);
         let task = self.task.lock().ok().and_then(|mut t| t.take());
         if let Some(t) = task {
-            t.abort();
             let _ = t.await;
         }
     }
@@ -314,26 +316,36 @@ pub fn serve(
         l.set_nonblocking(true)?;
         listeners.push((TcpListener::from_std(l)?, p.port));
     }
+    let (stop, stop_rx) = watch::channel(false);
     let task = tokio::spawn(async move {
         let mut tasks = JoinSet::new();
         for (l, port) in listeners {
-            let maker = maker.clone();
-            tasks.spawn(accept_loop(l, port, maker));
+            tasks.spawn(accept_loop(l, port, maker.clone(), stop_rx.clone()));
         }
+        // Each loop ends (its relays shut down and awaited) once stopped; then this task's
+        // own handle on the maker goes too.
         while tasks.join_next().await.is_some() {}
+        drop(maker);
     });
     Ok(Some(PublishRun {
         published,
+        stop,
         task: Mutex::new(Some(task)),
     }))
 }
 
 /// Accept on the host, relay each connection to the command's port; every relay is owned
-/// here, so aborting this ends them all.
-async fn accept_loop(listener: TcpListener, port: u16, maker: MakerSource) {
+/// here, and once `stop` is set they are ended and awaited before this returns.
+async fn accept_loop(
+    listener: TcpListener,
+    port: u16,
+    maker: MakerSource,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut relays = JoinSet::new();
     loop {
         tokio::select! {
+            _ = stop.wait_for(|s| *s) => break,
             accepted = listener.accept() => match accepted {
                 Ok((client, _)) => {
                     relays.spawn(relay(client, port, maker.clone()));
@@ -343,6 +355,8 @@ async fn accept_loop(listener: TcpListener, port: u16, maker: MakerSource) {
             Some(_) = relays.join_next(), if !relays.is_empty() => {}
         }
     }
+    drop(listener);
+    relays.shutdown().await;
 }
 
 async fn relay(mut client: TcpStream, port: u16, mut maker: MakerSource) {

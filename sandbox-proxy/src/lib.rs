@@ -14,7 +14,10 @@
 //! The first byte tells them apart (5 is SOCKS5's version; an HTTP method is a letter).
 //!
 //! It also serves host ports by number (`host_ports`): a listener per port, each
-//! connection relayed to the host's `127.0.0.1:PORT` alone, and recorded.
+//! connection relayed to the host's `127.0.0.1:PORT` alone, and recorded; and the other
+//! direction, published ports ([`publish`]): the host's listener on `127.0.0.1:HOSTPORT`,
+//! each connection relayed to the command's own `127.0.0.1:PORT` through a socket made in
+//! the command's namespace (handed over with the listeners as port 0).
 //!
 //! # The decision, in order
 //!

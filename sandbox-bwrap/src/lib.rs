@@ -259,6 +259,9 @@ fn capability(facts: &HostFacts) -> Capability {
         process_isolation: true,
         // The waiter is the pid namespace's init (`--as-pid-1`) and waits for orphans.
         reaps_orphans: true,
+        // bwrap runs with `PR_SET_PDEATHSIG` and `--die-with-parent`; its pid namespace
+        // ends with it.
+        dies_with_host: true,
         drops_host_root: true,
         signal_status: true,
         host_programs: true,
@@ -292,10 +295,7 @@ impl Launcher for BwrapBackend {
         .await
         .map_err(|e| SandboxError::io("running the bwrap probe", std::io::Error::other(e)))??;
         // The whole backend on a real command: seccomp, the waiter, the filesystem.
-        let dir = tempfile::Builder::new()
-            .prefix("sandbox-bwrap-preflight-")
-            .tempdir()
-            .map_err(|e| SandboxError::io("creating the preflight workspace", e))?;
+        let dir = sandbox_core::owner::temp_dir("bwrap-preflight")?;
         let mut opts = SandboxOpts::new(dir.path(), ["true"]);
         opts.network = NetworkMode::Loopback;
         opts.lane = Lane::Trusted;

@@ -91,6 +91,11 @@ pub struct Capability {
     /// pile up for the run's lifetime. False where the command itself is the sandbox's
     /// first process and nothing else waits for orphans (gVisor's `runsc run`).
     pub reaps_orphans: bool,
+    /// The command's whole tree dies with the host process, even when that is SIGKILLed
+    /// and cleans nothing up: the kernel ends it (a pid namespace whose init dies with its
+    /// parent). False where the tree runs elsewhere (a container engine keeps a container
+    /// until the next start's sweep removes it) or could outlive it (no pid namespace).
+    pub dies_with_host: bool,
     /// The command can run against a throwaway copy of the workspace.
     pub snapshot: bool,
     /// The snapshot copy keeps a sparse file's holes. False where the copy is unpacked by
@@ -140,6 +145,7 @@ impl Capability {
             signal_status: true,
             oom_status: true,
             reaps_orphans: true,
+            dies_with_host: true,
             snapshot: true,
             sparse_snapshot: true,
             change_layer: Some(crate::LayerMechanism::Overlay),

@@ -92,6 +92,25 @@ pub enum SandboxError {
         source: std::io::Error,
     },
 
+    /// The host's temp dir cannot hold what the run needs there (a layer, a snapshot, a
+    /// bundle): unwritable, read-only, missing or full. Nothing was started.
+    #[error(
+        "cannot create the {what} directory in the host's temp dir {} (TMPDIR): {reason}: \
+         {source}; remedy: point TMPDIR at a writable directory with free space",
+        .dir.display()
+    )]
+    TempDir {
+        /// The temp dir (`TMPDIR`, else `/tmp`).
+        dir: PathBuf,
+        /// What the directory was for (`layer`, `snapshot`, ...).
+        what: String,
+        /// The cause in words (`it is not writable`, `its disk is full`).
+        reason: &'static str,
+        /// The operating system's reason.
+        #[source]
+        source: std::io::Error,
+    },
+
     /// An operating-system call failed while the sandbox was set up, ran or was torn down.
     #[error("{context}: {source}")]
     Io {

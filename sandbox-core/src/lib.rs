@@ -13,7 +13,9 @@
 //!   enforced, and how, is in every outcome's [`EffectivePolicy`].
 //! - **Bad input is refused before anything runs** ([`Plan::new`]).
 //! - **Nothing outlives `wait` or `kill`**: no process (including ones that double-fork and
-//!   call `setsid`), cgroup, temp dir or descriptor.
+//!   call `setsid`), cgroup, temp dir or descriptor. A host killed before it could clean
+//!   up leaves its cgroups and temp dirs named after it; the next start removes those of
+//!   dead owners ([`owner`]).
 //! - **Safe defaults**: no network, a scrubbed environment, an output cap, a process cap,
 //!   a memory limit for the whole tree ([`DEFAULT_MEMORY_BYTES`]),
 //!   the `strict` lane.
@@ -28,6 +30,7 @@
 //!   that runs a process implements [`process::Launcher`] and gets a whole [`Sandbox`] from
 //!   [`process::ProcessSandbox`].
 //! - [`run`]: the one-run state machine, shared with backends that are not processes.
+//! - [`owner`]: who made a host object, and the removal of what dead makers left.
 //! - [`changes`]: the copy-on-write layer over the workspace and the change set a host
 //!   reviews, applies or discards.
 //! - [`syscalls`]: the one table of denied system calls, rendered to the BPF program
@@ -54,6 +57,7 @@ pub mod idmap;
 pub mod layout;
 mod options;
 mod outcome;
+pub mod owner;
 mod plan;
 pub mod policy;
 pub mod process;

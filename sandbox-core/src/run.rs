@@ -311,14 +311,71 @@ fn unreachable_none() -> Result<SandboxOutcome, SandboxError> {
 enum Slot {
     #[default]
     Idle,
-    Starting,
+    /// `run` is starting the command; the sender asks it to give up.
+    Starting(watch::Sender<bool>),
     Running(Arc<RunHandle>),
 }
 
 /// The state of one sandbox value: guards against verbs out of order.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RunSlot {
     slot: Mutex<Slot>,
+    /// Bumped on every change of `slot`, so that `kill` during the start can wait for its
+    /// end.
+    changed: watch::Sender<u64>,
+}
+
+impl Default for RunSlot {
+    fn default() -> Self {
+        Self {
+            slot: Mutex::new(Slot::Idle),
+            changed: watch::Sender::new(0),
+        }
+    }
+}
+
+tokio::task_local! {
+    /// Set while a [`RunSandbox`] starts a command: becomes `true` when `kill` is called
+    /// meanwhile. A starter's long steps (the copy of a large workspace) watch it with
+    /// [`start_cancelled`] and give up, removing what they made.
+    pub(crate) static START_CANCEL: watch::Receiver<bool>;
+}
+
+/// Resolves once `kill` was called on the sandbox whose start the current task runs;
+/// never, outside a start.
+pub async fn start_cancelled() {
+    match START_CANCEL.try_with(Clone::clone) {
+        Ok(mut rx) => {
+            if rx.wait_for(|c| *c).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        Err(_) => std::future::pending().await,
+    }
+}
+
+/// A handle whose run ended before its command started: `status`, nothing captured.
+pub fn ended_before_start(
+    backend: &'static str,
+    plan: &Plan,
+    status: crate::Status,
+    wall_time: Duration,
+) -> RunHandle {
+    let (handle, control) = run_channel(plan.output_limit);
+    let outcome = SandboxOutcome {
+        status,
+        stdout: snapshot(&control.stdout),
+        stderr: snapshot(&control.stderr),
+        wall_time,
+        backend,
+        files: Default::default(),
+        policy: plan.effective_policy(backend),
+        changes: None,
+        connections: Vec::new(),
+        denials: Default::default(),
+    };
+    control.finish(Ok(outcome));
+    handle
 }
 
 /// Held while `run` starts the command; if dropped without [`StartGuard::started`] (an
@@ -336,6 +393,7 @@ impl StartGuard<'_> {
         if let Ok(mut s) = self.slot.slot.lock() {
             *s = Slot::Running(Arc::new(handle));
         }
+        self.slot.changed.send_modify(|n| *n += 1);
     }
 }
 
@@ -345,23 +403,29 @@ impl Drop for StartGuard<'_> {
             if let Ok(mut s) = self.slot.slot.lock() {
                 *s = Slot::Idle;
             }
+            self.slot.changed.send_modify(|n| *n += 1);
         }
     }
 }
 
 impl RunSlot {
-    /// Begin `run`: a state error unless idle.
-    pub fn begin(&self) -> Result<StartGuard<'_>, SandboxError> {
+    /// Begin `run`: a state error unless idle. The receiver becomes `true` when `kill` is
+    /// called before the start is over.
+    pub fn begin(&self) -> Result<(StartGuard<'_>, watch::Receiver<bool>), SandboxError> {
         let mut s = self.slot.lock().map_err(|_| poisoned())?;
         match *s {
             Slot::Idle => {
-                *s = Slot::Starting;
-                Ok(StartGuard {
-                    slot: self,
-                    armed: true,
-                })
+                let (tx, rx) = watch::channel(false);
+                *s = Slot::Starting(tx);
+                Ok((
+                    StartGuard {
+                        slot: self,
+                        armed: true,
+                    },
+                    rx,
+                ))
             }
-            Slot::Starting => Err(SandboxError::State {
+            Slot::Starting(_) => Err(SandboxError::State {
                 verb: "run",
                 state: "starting",
             }),
@@ -381,10 +445,46 @@ impl RunSlot {
                 verb,
                 state: "not started (call run first)",
             }),
-            Slot::Starting => Err(SandboxError::State {
+            Slot::Starting(_) => Err(SandboxError::State {
                 verb,
                 state: "still starting",
             }),
+        }
+    }
+
+    /// `kill`: during the start, ask it to give up and wait for its end; then kill the
+    /// command (if one started) and wait for the outcome. A start that failed meanwhile
+    /// leaves nothing to kill.
+    pub async fn kill(&self) -> Result<(), SandboxError> {
+        let mut changed = self.changed.subscribe();
+        let mut was_starting = false;
+        loop {
+            let running = {
+                let s = self.slot.lock().map_err(|_| poisoned())?;
+                match &*s {
+                    Slot::Running(h) => Some(h.clone()),
+                    // A start that failed went back to idle: nothing runs, nothing to kill.
+                    Slot::Idle if was_starting => return Ok(()),
+                    Slot::Idle => {
+                        return Err(SandboxError::State {
+                            verb: "kill",
+                            state: "not started (call run first)",
+                        })
+                    }
+                    Slot::Starting(cancel) => {
+                        was_starting = true;
+                        let _ = cancel.send(true);
+                        changed.mark_unchanged();
+                        None
+                    }
+                }
+            };
+            if let Some(h) = running {
+                return h.kill().await;
+            }
+            if changed.changed().await.is_err() {
+                return Err(poisoned());
+            }
         }
     }
 }
@@ -455,10 +555,30 @@ impl<S: Starter> Sandbox for RunSandbox<S> {
     }
 
     async fn run(&self, opts: SandboxOpts) -> Result<(), SandboxError> {
-        let guard = self.slot.begin()?;
+        let (guard, cancel) = self.slot.begin()?;
         let plan = Plan::new(&opts, self.starter.name(), &self.starter.capability())?;
-        let handle = self.starter.start(plan).await?;
-        guard.started(handle);
+        let began = Instant::now();
+        let result = START_CANCEL
+            .scope(cancel.clone(), self.starter.start(plan.clone()))
+            .await;
+        // A kill during the start: the starter gave up (and removed what it made), or
+        // started anyway (a starter that cannot stop half way): the run is killed.
+        let killed = *cancel.borrow();
+        match result {
+            Ok(handle) => {
+                if killed {
+                    handle.request_kill();
+                }
+                guard.started(handle);
+            }
+            Err(_) if killed => guard.started(ended_before_start(
+                self.starter.name(),
+                &plan,
+                crate::Status::Killed,
+                began.elapsed(),
+            )),
+            Err(e) => return Err(e),
+        }
         Ok(())
     }
 
@@ -467,10 +587,152 @@ impl<S: Starter> Sandbox for RunSandbox<S> {
     }
 
     async fn kill(&self) -> Result<(), SandboxError> {
-        self.slot.handle("kill")?.kill().await
+        self.slot.kill().await
     }
 
     async fn logs(&self) -> Result<Logs, SandboxError> {
         Ok(self.slot.handle("logs")?.logs())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Lane, ResourceLimits, Status};
+
+    /// A command that never ends by itself.
+    struct Forever {
+        plan: Plan,
+    }
+
+    #[async_trait]
+    impl Job for Forever {
+        type Exit = ();
+        async fn exited(&mut self) {
+            std::future::pending::<()>().await
+        }
+        async fn stop(&mut self, _: &End<()>) {}
+        async fn finish(self, end: End<()>, f: Finished) -> Result<SandboxOutcome, SandboxError> {
+            Ok(SandboxOutcome {
+                status: match end {
+                    End::Killed => Status::Killed,
+                    End::TimedOut => Status::TimedOut,
+                    End::Exited(()) => Status::Exited { code: 0 },
+                },
+                stdout: f.stdout,
+                stderr: f.stderr,
+                wall_time: f.wall_time,
+                backend: "test",
+                files: Default::default(),
+                policy: self.plan.effective_policy("test"),
+                changes: None,
+                connections: Vec::new(),
+                denials: Default::default(),
+            })
+        }
+    }
+
+    /// A start that holds `dir` while it works: `cooperative` gives up (removing it) when
+    /// killed; otherwise it finishes its work first and starts [`Forever`].
+    #[derive(Debug)]
+    struct SlowStart {
+        dir: std::path::PathBuf,
+        cooperative: bool,
+    }
+
+    #[async_trait]
+    impl Starter for SlowStart {
+        fn name(&self) -> &'static str {
+            "test"
+        }
+        fn capability(&self) -> Capability {
+            Capability {
+                tree_kill: true,
+                ..Capability::default()
+            }
+        }
+        async fn preflight(&self) -> Result<Preflight, SandboxError> {
+            Ok(Preflight::new("test", None, Vec::new()))
+        }
+        async fn start(&self, plan: Plan) -> Result<RunHandle, SandboxError> {
+            std::fs::create_dir(&self.dir).map_err(|e| SandboxError::io("test", e))?;
+            if self.cooperative {
+                start_cancelled().await;
+                std::fs::remove_dir(&self.dir).map_err(|e| SandboxError::io("test", e))?;
+                return Err(SandboxError::io(
+                    "the test's copy",
+                    std::io::Error::other("cancelled"),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            std::fs::remove_dir(&self.dir).map_err(|e| SandboxError::io("test", e))?;
+            let (handle, control) = run_channel(plan.output_limit);
+            let timeout = plan.timeout;
+            supervise(
+                Forever { plan },
+                control,
+                Vec::new(),
+                Instant::now(),
+                timeout,
+            );
+            Ok(handle)
+        }
+    }
+
+    fn opts(ws: &std::path::Path) -> SandboxOpts {
+        let mut o = SandboxOpts::new(ws, ["true"]);
+        o.lane = Lane::Trusted;
+        o.limits = ResourceLimits::none();
+        o
+    }
+
+    async fn kill_during_start(cooperative: bool) {
+        let ws = tempfile::tempdir().unwrap();
+        let dir = ws.path().join("held");
+        let sb = Arc::new(RunSandbox::new(SlowStart {
+            dir: dir.clone(),
+            cooperative,
+        }));
+        let runner = tokio::spawn({
+            let sb = sb.clone();
+            let o = opts(ws.path());
+            async move { sb.run(o).await }
+        });
+        // Until the start holds its resource.
+        while !dir.exists() {
+            assert!(!runner.is_finished(), "{:?}", runner.await);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let killed = tokio::time::timeout(Duration::from_secs(30), sb.kill()).await;
+        assert!(matches!(killed, Ok(Ok(()))), "{killed:?}");
+        // `kill` returned: the start's resource is released, and the run is over.
+        assert!(!dir.exists(), "the start's resource outlived kill");
+        assert!(runner.await.unwrap().is_ok());
+        assert_eq!(sb.wait().await.unwrap().status, Status::Killed);
+        // A second kill does nothing.
+        assert!(sb.kill().await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn kill_during_start_cancels_it_and_reports_killed() {
+        kill_during_start(true).await;
+    }
+
+    #[tokio::test]
+    async fn kill_during_a_start_that_cannot_stop_kills_what_it_started() {
+        kill_during_start(false).await;
+    }
+
+    #[tokio::test]
+    async fn kill_before_run_is_a_state_error() {
+        let ws = tempfile::tempdir().unwrap();
+        let sb = RunSandbox::new(SlowStart {
+            dir: ws.path().join("held"),
+            cooperative: true,
+        });
+        assert!(matches!(
+            sb.kill().await,
+            Err(SandboxError::State { verb: "kill", .. })
+        ));
     }
 }

@@ -99,6 +99,10 @@ pub trait Sandbox: Send + Sync + Debug + 'static {
     ///
     /// Behaviour:
     /// - Before [`run`](Sandbox::run): a state error.
+    /// - While [`run`](Sandbox::run) is still starting the command (copying a large
+    ///   workspace for its layer, say): the start gives up and removes what it made (a
+    ///   starter that cannot stop half way starts and is killed at once); `run` returns
+    ///   `Ok`, and the outcome's status is [`Status::Killed`]. Returns once that is so.
     /// - While running: the outcome's status becomes [`Status::Killed`].
     /// - After the end: does nothing.
     ///

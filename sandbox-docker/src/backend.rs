@@ -10,16 +10,23 @@ use sandbox_core::{
 };
 
 use crate::client::Connection;
-use crate::config::DockerConfig;
+use crate::config::{DockerConfig, WorkspaceMode};
 use crate::error::DockerError;
 use crate::pool::Pool;
 use crate::run::{self as engine, RunKind};
 use crate::NAME;
 
-/// What the docker backend enforces: the same on every host, since the engine does the
-/// enforcing (the preflight checks that this engine can); except network mode `proxy` and
-/// host ports, which need a root caller and a local engine (see `egress.rs`).
+/// What the docker backend enforces in the default bind mode: the same on every host,
+/// since the engine does the enforcing (the preflight checks that this engine can); except
+/// network mode `proxy`, host ports and published ports, which need a root caller and a
+/// local engine (see `egress.rs`).
 pub fn capability() -> Capability {
+    capability_in(WorkspaceMode::Bind)
+}
+
+/// What the docker backend enforces with workspace mode `mode`: only the change layer
+/// differs (see `change_layer` below).
+pub fn capability_in(mode: WorkspaceMode) -> Capability {
     let listeners = crate::egress::listeners_possible();
     Capability {
         confine_writes: true,
@@ -49,11 +56,22 @@ pub fn capability() -> Capability {
         signal_status: false,
         oom_status: true,
         reaps_orphans: true,
+        // The engine keeps a container whose host was SIGKILLed; the next start's sweep
+        // (`cleanup_leftovers`, dead owners only) removes it.
+        dies_with_host: false,
         snapshot: true,
         // The engine unpacks an upload densely, whatever the archive says.
         sparse_snapshot: false,
-        // No change set yet: a review is refused (`Discard` uses the volume copy).
-        change_layer: None,
+        // Bind mode: core's layer, made on the host (a copy: an overlay of core's lives in
+        // a process's own mount namespace, which the engine's never sees) and bound at the
+        // workspace's path, scanned after the run like every backend's. Copy mode refuses a
+        // review: the tree would come back through an archive that drops FIFOs and hard
+        // links, and the change set would not be what the command did. (`Discard` uses the
+        // volume copy in both modes.)
+        change_layer: match mode {
+            WorkspaceMode::Bind => Some(sandbox_core::LayerMechanism::Copy),
+            WorkspaceMode::Copy => None,
+        },
         host_programs: false,
         // `full` is the engine's bridge, not the host's network namespace.
         full_network_is_host: false,
@@ -130,7 +148,7 @@ impl Backend for DockerBackend {
     }
 
     fn capability(&self) -> Capability {
-        capability()
+        capability_in(self.config.workspace_mode)
     }
 
     fn sandbox(&self) -> Box<DynSandbox> {
@@ -158,7 +176,7 @@ impl Starter for DockerStarter {
     }
 
     fn capability(&self) -> Capability {
-        capability()
+        capability_in(self.config.workspace_mode)
     }
 
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
@@ -166,6 +184,25 @@ impl Starter for DockerStarter {
     }
 
     async fn start(&self, plan: Plan) -> Result<RunHandle, SandboxError> {
+        // The first run of this process removes what crashed hosts left on the engine and
+        // here (their containers, volumes, staging mounts): a host SIGKILLed mid-run
+        // leaves its container running, and this is the next start.
+        static SWEPT: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+        SWEPT
+            .get_or_init(|| async {
+                let sweep = async {
+                    let docker = crate::client::connect_inner().await?;
+                    crate::leftovers::cleanup(&docker, crate::Scope::DeadOwners).await
+                };
+                match tokio::time::timeout(std::time::Duration::from_secs(60), sweep).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => tracing::warn!("removing what dead hosts left: {e}"),
+                    Err(_) => tracing::warn!(
+                        "removing what dead hosts left: the engine took over a minute"
+                    ),
+                }
+            })
+            .await;
         let kind = RunKind {
             resolve_program: true,
             role: "run",
@@ -207,10 +244,7 @@ async fn preflight(config: &DockerConfig) -> Result<Preflight, SandboxError> {
     }
     let image = crate::image::ensure(&docker, config).await?;
 
-    let scratch = tempfile::Builder::new()
-        .prefix("sandbox-docker-preflight-")
-        .tempdir()
-        .map_err(|e| SandboxError::io("creating the preflight workspace", e))?;
+    let scratch = sandbox_core::owner::temp_dir("docker-preflight")?;
     let mut opts = SandboxOpts::new(scratch.path(), ["/sbin/docker-init", "--version"]);
     opts.limits = ResourceLimits {
         memory_bytes: Some(64 << 20),

@@ -168,8 +168,8 @@ pub(crate) async fn write_back(
     Ok(())
 }
 
-/// The files the caller asked for: from the host workspace when the changes are
-/// there, from the container when the run was against a throwaway copy.
+/// The files the caller asked for: from the host workspace (or the run's layer) when the
+/// changes are there, from the container when the run was against a throwaway copy.
 pub(crate) async fn captured_files(
     docker: &Docker,
     id: &str,
@@ -180,7 +180,8 @@ pub(crate) async fn captured_files(
     let cap = plan.output_limit;
     if ws.via != (Via::Volume { write_back: false }) {
         let names = plan.capture_files.clone();
-        let root = plan.workspace.clone();
+        // The command's view: the workspace, or the layer bound at its path.
+        let root = ws.source.clone();
         return tokio::task::spawn_blocking(move || {
             sandbox_core::process::files::capture_files(&root, &names, cap)
         })

@@ -117,6 +117,20 @@ pub(crate) enum DockerError {
         /// The engine's words.
         message: String,
     },
+    /// A change set to review in copy mode: the tree would come back through an archive
+    /// that drops FIFOs and hard links, so the change set would not be what the command did.
+    #[error("a change set to review needs the workspace bound (WorkspaceMode::Bind), not copied")]
+    LayerNeedsBind,
+    /// A change set to review on a root host that cannot make idmapped mounts: the layer
+    /// could reach the command's uid only by a copy, with the same loss.
+    #[error(
+        "a change set to review on a root host needs an idmapped mount of the layer, which \
+         could not be made here: {cause}"
+    )]
+    LayerNeedsIdmap {
+        /// Why not.
+        cause: String,
+    },
     /// An engine request failed.
     #[error("docker engine: {action}: {source}")]
     Engine {
@@ -274,6 +288,20 @@ impl From<DockerError> for SandboxError {
                 "the engine runs on another machine: use `WorkspaceMode::Copy`, which uploads \
                  the paths instead of binding them",
             ),
+            DockerError::LayerNeedsBind => SandboxError::NotSupported {
+                backend: NAME,
+                feature: e.to_string(),
+                remedy: "use a local engine in bind mode, or discard the changes (`snapshot`)"
+                    .into(),
+            },
+            DockerError::LayerNeedsIdmap { .. } => SandboxError::NotSupported {
+                backend: NAME,
+                feature: e.to_string(),
+                remedy: "run on Linux 5.12 or later with a filesystem that supports idmapped \
+                         mounts, run as the workspace's owner instead of root, or use another \
+                         backend"
+                    .into(),
+            },
             DockerError::Engine { ref action, .. } => SandboxError::io(
                 format!("docker engine: {action}"),
                 std::io::Error::other(match &e {

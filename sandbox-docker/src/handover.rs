@@ -138,6 +138,9 @@ pub(crate) enum Via {
 pub(crate) struct Handover {
     /// The canonical host path; also the path inside the container.
     pub path: PathBuf,
+    /// Where its contents are on the host: `path` itself, or for the workspace (and the
+    /// carve-outs inside it) of a run on a layer, the same place in the layer's tree.
+    pub source: PathBuf,
     /// What it is.
     pub role: Role,
     /// How it travels.
@@ -147,54 +150,81 @@ pub(crate) struct Handover {
     pub read_only: bool,
 }
 
+/// What [`plan_handovers`] decides from.
+pub(crate) struct Request<'a> {
+    /// The workspace (canonical).
+    pub workspace: &'a Path,
+    /// The tree of the run's layer over the workspace, bound at the workspace's path
+    /// instead of the workspace itself (a run whose changes are held for review).
+    pub layer: Option<&'a Path>,
+    /// Read-only carve-outs inside the workspace.
+    pub carveouts: &'a [PathBuf],
+    /// Named read-only paths.
+    pub read_only: &'a [PathBuf],
+    /// Named writable paths.
+    pub writable: &'a [PathBuf],
+    /// The backend's workspace mode.
+    pub mode: WorkspaceMode,
+    /// A throwaway copy of the workspace (changes discarded).
+    pub snapshot: bool,
+    /// The host runs as root.
+    pub host_is_root: bool,
+    /// Who the command runs as.
+    pub identity: &'a Identity,
+    /// Idmapped staging is possible.
+    pub idmap: bool,
+    /// A host path's owner (None when it cannot be read).
+    pub owner: &'a dyn Fn(&Path) -> Option<(u32, u32)>,
+}
+
 /// Decide how each path of the plan reaches the container.
 ///
-/// `owner` reports a path's owner (None when it cannot be read). A writable tree is
-/// copied instead of bound when the workspace mode says so, or in snapshot mode (the
-/// workspace only: the original must not be touched). When the host is root and a
-/// writable tree is not the command uid's own, it is bound through an idmapped mount, or
-/// copied when `idmap` is false (the host cannot make one). Duplicates keep the most
+/// A writable tree is copied instead of bound when the workspace mode says so, or in
+/// snapshot mode (the workspace only: the original must not be touched). When the host is
+/// root and a writable tree's host side is not the command uid's own, it is bound through
+/// an idmapped mount, or copied when `idmap` is false (the host cannot make one). With a
+/// layer, the workspace's host side is the layer's tree (and the carve-outs inside it are
+/// the same places in the layer), decided by the layer's owner. Duplicates keep the most
 /// capable role: a path named both read-only and writable is writable; a path equal to
 /// the workspace is the workspace; carve-outs always stay read-only.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn plan_handovers(
-    workspace: &Path,
-    carveouts: &[PathBuf],
-    read_only: &[PathBuf],
-    writable: &[PathBuf],
-    mode: WorkspaceMode,
-    snapshot: bool,
-    host_is_root: bool,
-    identity: &Identity,
-    idmap: bool,
-    owner: &dyn Fn(&Path) -> Option<(u32, u32)>,
-) -> Vec<Handover> {
-    let copy = mode == WorkspaceMode::Copy;
+pub(crate) fn plan_handovers(r: &Request<'_>) -> Vec<Handover> {
+    let copy = r.mode == WorkspaceMode::Copy;
+    let identity = r.identity;
     // How a writable tree the command uid does not own travels, when the host is root.
     let writable_via = |p: &Path| -> Via {
-        match owner(p) {
+        match (r.owner)(p) {
             Some((uid, _)) if uid == identity.uid => Via::Bind,
-            _ if !host_is_root => Via::Bind,
-            Some(from) if idmap => Via::IdmappedBind { from },
+            _ if !r.host_is_root => Via::Bind,
+            Some(from) if r.idmap => Via::IdmappedBind { from },
             _ => Via::Volume { write_back: true },
         }
     };
+    // Where a path inside the workspace is on the host.
+    let source_of = |p: &Path| -> PathBuf {
+        match (r.layer, p.strip_prefix(r.workspace)) {
+            (Some(layer), Ok(rel)) if rel.as_os_str().is_empty() => layer.to_path_buf(),
+            (Some(layer), Ok(rel)) => layer.join(rel),
+            _ => p.to_path_buf(),
+        }
+    };
+    let workspace = r.workspace;
     let mut out = Vec::new();
-    let ws_via = if copy || snapshot {
+    let ws_via = if copy || r.snapshot {
         Via::Volume {
-            write_back: !snapshot,
+            write_back: !r.snapshot,
         }
     } else {
-        writable_via(workspace)
+        writable_via(&source_of(workspace))
     };
     out.push(Handover {
         path: workspace.to_path_buf(),
+        source: source_of(workspace),
         role: Role::Workspace,
         via: ws_via,
         read_only: false,
     });
     let taken = |out: &Vec<Handover>, p: &Path| out.iter().any(|h| h.path == p);
-    for p in writable {
+    for p in r.writable {
         if taken(&out, p) {
             continue;
         }
@@ -205,12 +235,13 @@ pub(crate) fn plan_handovers(
         };
         out.push(Handover {
             path: p.clone(),
+            source: p.clone(),
             role: Role::Writable,
             via,
             read_only: false,
         });
     }
-    for p in read_only {
+    for p in r.read_only {
         if taken(&out, p) {
             continue;
         }
@@ -221,12 +252,13 @@ pub(crate) fn plan_handovers(
         };
         out.push(Handover {
             path: p.clone(),
+            source: p.clone(),
             role: Role::ReadOnly,
             via,
             read_only: true,
         });
     }
-    for p in carveouts {
+    for p in r.carveouts {
         if p == workspace {
             // The caller made the whole workspace read-only: one read-only mount, not two
             // mounts on the same path (which the engine refuses).
@@ -242,12 +274,21 @@ pub(crate) fn plan_handovers(
         out.retain(|h| h.path != *p);
         out.push(Handover {
             path: p.clone(),
+            source: source_of(p),
             role: Role::Carveout,
             via,
             read_only: true,
         });
     }
     out
+}
+
+impl Handover {
+    /// Bind-mounted from its own path, as it is: what a pooled container, made before any
+    /// run's staging mounts or layer existed, can hold.
+    pub(crate) fn bound_as_is(&self) -> bool {
+        self.via == Via::Bind && self.source == self.path
+    }
 }
 
 /// The handovers strictly inside `root`, other than `root` itself: their contents travel
@@ -311,18 +352,19 @@ mod tests {
             gid: id,
             reason: IdentityReason::Caller,
         };
-        plan_handovers(
-            &p("/ws"),
-            &[p("/ws/.git/hooks")],
-            &[p("/ro"), p("/both")],
-            &[p("/rw"), p("/both")],
+        plan_handovers(&Request {
+            workspace: &p("/ws"),
+            layer: None,
+            carveouts: &[p("/ws/.git/hooks")],
+            read_only: &[p("/ro"), p("/both")],
+            writable: &[p("/rw"), p("/both")],
             mode,
             snapshot,
-            root,
-            &ident,
+            host_is_root: root,
+            identity: &ident,
             idmap,
-            &|_| Some((owner, owner)),
-        )
+            owner: &|_| Some((owner, owner)),
+        })
     }
 
     fn via(hs: &[Handover], path: &str) -> (Role, Via) {
@@ -409,20 +451,86 @@ mod tests {
     #[test]
     fn a_carveout_equal_to_the_workspace_makes_it_read_only() {
         let ident = choose_identity(1000, 1000, None);
-        let hs = plan_handovers(
-            &p("/ws"),
-            &[p("/ws")],
-            &[],
-            &[],
-            WorkspaceMode::Bind,
-            false,
-            false,
-            &ident,
-            true,
-            &|_| Some((1000, 1000)),
-        );
+        let hs = plan_handovers(&Request {
+            workspace: &p("/ws"),
+            layer: None,
+            carveouts: &[p("/ws")],
+            read_only: &[],
+            writable: &[],
+            mode: WorkspaceMode::Bind,
+            snapshot: false,
+            host_is_root: false,
+            identity: &ident,
+            idmap: true,
+            owner: &|_| Some((1000, 1000)),
+        });
         assert_eq!(hs.len(), 1);
         assert!(hs[0].read_only && hs[0].role == Role::Workspace);
+    }
+
+    fn plan_layer(root: bool, id: u32, idmap: bool) -> Vec<Handover> {
+        let ident = Identity {
+            uid: id,
+            gid: id,
+            reason: IdentityReason::Caller,
+        };
+        // The layer is the host's (root's, or the caller's own); the real trees are 1000's.
+        let layer_owner = if root { 0 } else { id };
+        plan_handovers(&Request {
+            workspace: &p("/ws"),
+            layer: Some(&p("/tmp/layer/copy")),
+            carveouts: &[p("/ws/.git/hooks")],
+            read_only: &[p("/ro")],
+            writable: &[p("/rw")],
+            mode: WorkspaceMode::Bind,
+            snapshot: false,
+            host_is_root: root,
+            identity: &ident,
+            idmap,
+            owner: &|q| {
+                Some(if q.starts_with("/tmp/layer") {
+                    (layer_owner, layer_owner)
+                } else {
+                    (1000, 1000)
+                })
+            },
+        })
+    }
+
+    fn at(hs: &[Handover], path: &str) -> (PathBuf, Via) {
+        let h = hs.iter().find(|h| h.path == p(path)).unwrap();
+        (h.source.clone(), h.via)
+    }
+
+    #[test]
+    fn a_layer_is_bound_at_the_workspace_path_with_its_carveouts_and_nothing_else() {
+        // Not root: the layer is the caller's, bound as it is at the workspace's path.
+        let hs = plan_layer(false, 1000, true);
+        assert_eq!(at(&hs, "/ws"), (p("/tmp/layer/copy"), Via::Bind));
+        assert_eq!(
+            at(&hs, "/ws/.git/hooks"),
+            (p("/tmp/layer/copy/.git/hooks"), Via::Bind)
+        );
+        // Paths outside the workspace are the real ones.
+        assert_eq!(at(&hs, "/rw"), (p("/rw"), Via::Bind));
+        assert_eq!(at(&hs, "/ro"), (p("/ro"), Via::Bind));
+        // The workspace is not bound from its own path: never a pooled container's.
+        assert!(!hs[0].bound_as_is());
+        assert!(hs[1..]
+            .iter()
+            .all(|h| h.bound_as_is() || h.role == Role::Carveout));
+        // Root: the layer is root's, handed to the command's uid by an idmapped mount,
+        // whoever owns the real workspace.
+        for id in [1000, NOBODY] {
+            let hs = plan_layer(true, id, true);
+            assert_eq!(
+                at(&hs, "/ws"),
+                (p("/tmp/layer/copy"), Via::IdmappedBind { from: (0, 0) })
+            );
+        }
+        // Without idmapped mounts it would travel by copy, which a run refuses.
+        let hs = plan_layer(true, 1000, false);
+        assert_eq!(at(&hs, "/ws").1, Via::Volume { write_back: true });
     }
 
     #[test]

@@ -22,13 +22,7 @@ pub const LABEL_ROLE: &str = "sandbox.role";
 /// This process, as written in [`LABEL_OWNER`] on everything it makes: filter on
 /// `LABEL_OWNER=<this>` to find this process's containers.
 pub fn owner() -> String {
-    let pid = std::process::id();
-    format!(
-        "{}/{}/{}",
-        machine_id(),
-        pid,
-        start_time(pid).unwrap_or_default()
-    )
+    sandbox_core::owner::label()
 }
 
 /// The labels for an object with `role`.
@@ -40,70 +34,7 @@ pub(crate) fn labels(role: &str) -> HashMap<String, String> {
     ])
 }
 
-/// This machine: the systemd machine id, else the host name.
-pub(crate) fn machine_id() -> String {
-    for f in ["/etc/machine-id", "/var/lib/dbus/machine-id"] {
-        if let Ok(s) = std::fs::read_to_string(f) {
-            let s = s.trim();
-            if !s.is_empty() {
-                return s.to_string();
-            }
-        }
-    }
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_string())
-        .ok()
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "unknown-host".into())
-}
-
-/// A process's start time in clock ticks since boot (field 22 of `/proc/PID/stat`).
-pub(crate) fn start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) may contain spaces and parentheses: skip past its end.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_whitespace().nth(19)?.parse().ok()
-}
-
-/// What an owner label says about the object's maker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum OwnerState {
-    /// The maker still runs on this machine: its object is in use.
-    Alive,
-    /// The maker ran on this machine and is gone: the object is a leftover.
-    Gone,
-    /// The maker is on another machine, or the label is unreadable: we cannot tell.
-    Unknown,
-}
-
-/// Judge an owner label against this machine's processes.
-pub(crate) fn owner_state(label: Option<&str>) -> OwnerState {
-    owner_state_with(label, &machine_id(), start_time)
-}
-
-fn owner_state_with(
-    label: Option<&str>,
-    here: &str,
-    start_of: impl Fn(u32) -> Option<u64>,
-) -> OwnerState {
-    let Some(label) = label else {
-        return OwnerState::Unknown;
-    };
-    let mut parts = label.rsplitn(3, '/');
-    let (Some(start), Some(pid), Some(machine)) = (parts.next(), parts.next(), parts.next()) else {
-        return OwnerState::Unknown;
-    };
-    if machine != here {
-        return OwnerState::Unknown;
-    }
-    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
-        return OwnerState::Unknown;
-    };
-    match start_of(pid) {
-        Some(s) if s == start => OwnerState::Alive,
-        _ => OwnerState::Gone,
-    }
-}
+pub(crate) use sandbox_core::owner::{label_state as owner_state, OwnerState};
 
 /// A fresh name for one run's objects: random, so that concurrent runs never collide.
 pub(crate) fn run_id() -> String {
@@ -126,38 +57,6 @@ pub(crate) fn run_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn our_own_label_says_alive() {
-        assert_eq!(owner_state(Some(&owner())), OwnerState::Alive);
-    }
-
-    #[test]
-    fn owners_are_judged_by_machine_pid_and_start_time() {
-        let start = |pid: u32| (pid == 10).then_some(500);
-        assert_eq!(
-            owner_state_with(Some("m/10/500"), "m", start),
-            OwnerState::Alive
-        );
-        // Same pid, another start time: the pid was reused, the maker is gone.
-        assert_eq!(
-            owner_state_with(Some("m/10/499"), "m", start),
-            OwnerState::Gone
-        );
-        assert_eq!(
-            owner_state_with(Some("m/11/500"), "m", start),
-            OwnerState::Gone
-        );
-        assert_eq!(
-            owner_state_with(Some("other/10/500"), "m", start),
-            OwnerState::Unknown
-        );
-        assert_eq!(
-            owner_state_with(Some("garbage"), "m", start),
-            OwnerState::Unknown
-        );
-        assert_eq!(owner_state_with(None, "m", start), OwnerState::Unknown);
-    }
 
     #[test]
     fn run_ids_differ() {

@@ -33,6 +33,9 @@ pub struct Removed {
     pub volumes: Vec<String>,
     /// Idmapped staging directories on this host (unmounted and deleted).
     pub staging: Vec<std::path::PathBuf>,
+    /// This host's temp directories of dead makers (the pool's waiter, and those of the
+    /// other backends: see [`sandbox_core::owner`]). Never a live maker's, whatever `scope`.
+    pub temp_dirs: Vec<std::path::PathBuf>,
 }
 
 fn wanted(scope: Scope, owner: Option<&str>) -> bool {
@@ -52,7 +55,7 @@ pub async fn cleanup_leftovers(docker: &Docker, scope: Scope) -> Result<Removed,
     Ok(cleanup(docker, scope).await?)
 }
 
-async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, DockerError> {
+pub(crate) async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, DockerError> {
     let filter = HashMap::from([("label", vec![format!("{LABEL}={LABEL_VALUE}")])]);
     let mut removed = Removed::default();
     let containers = docker
@@ -101,5 +104,9 @@ async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, DockerError> 
             }
         }
     }
+    removed.temp_dirs = tokio::task::spawn_blocking(sandbox_core::owner::remove_dead_leftovers)
+        .await
+        .map(|r| r.dirs)
+        .unwrap_or_default();
     Ok(removed)
 }

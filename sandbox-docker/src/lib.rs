@@ -28,7 +28,11 @@
 //! configuration the host chose; both are listed in the outcome's policy). Every
 //! container and volume carries [`LABEL`] and is removed after `wait` or `kill`, also
 //! when a run fails half way or its runtime shuts down; [`cleanup_leftovers`] removes
-//! what a crashed host left.
+//! what a crashed host left, and the first run of every process calls it for the owners
+//! that are gone (a host SIGKILLed mid-run leaves its container running until then:
+//! [`Capability::dies_with_host`](sandbox_core::Capability::dies_with_host) is false). An
+//! engine that stops answering mid-run (restarting) ends the run with an error, never a
+//! guessed status, and the removal keeps trying long enough to outlast a restart.
 //!
 //! The output streams while the command runs ([`Sandbox::logs`] sees it) and is capped
 //! like every backend's; the timeout and [`Sandbox::kill`] kill the container (its init,
@@ -66,6 +70,22 @@
 //! mode such an engine fails the run with that remedy). Snapshot runs always use a copy
 //! that is thrown away; captured files are then read from the container.
 //!
+//! # A change set to review
+//!
+//! A run with [`Changes::Review`](sandbox_core::Changes::Review) works on core's
+//! copy-on-write layer ([`sandbox_core::changes::HostLayer`]), so its change set is the
+//! same as every other backend's: the layer is made on the host (a copy sharing blocks
+//! where the filesystem can; core's overlay lives in a process's own mount namespace,
+//! which the engine's never sees), its tree is bound at the workspace's path (through
+//! an idmapped mount when the host is root, exactly like a workspace the command's uid
+//! does not own), and once the container is removed core scans it into the outcome's
+//! [`ChangeSet`](sandbox_core::ChangeSet). Carve-outs inside the workspace are bound
+//! from the same places in the layer. Such a run is never served by the warm pool (its
+//! bind did not exist when a pooled container was made). In copy mode a review is
+//! refused by [`capability_in`]: the tree would come back through an archive that drops
+//! FIFOs and hard links, so the change set would not be what the command did; a root
+//! host that cannot make idmapped mounts refuses it for the same reason.
+//!
 //! # Start-up
 //!
 //! A [`DockerBackend`] value (and its clones) keeps one engine connection for its runs,
@@ -76,8 +96,8 @@
 //! whole create-container body (image id included) is identical to its own; lookups of
 //! `argv[0]` in the image are remembered per image id and policy. The pool goes with the
 //! backend value (and at process exit). Why a waiter on standard input rather than the
-//! engine's exec API, and the rest of the design, is in `pool.rs`. Runs that need a copy or
-//! idmapped staging (a root host with a root-owned workspace) are not pooled.
+//! engine's exec API, and the rest of the design, is in `pool.rs`. Runs that need a copy,
+//! idmapped staging (a root host with a root-owned workspace) or a layer are not pooled.
 //!
 //! # What it cannot do
 //!
@@ -152,7 +172,7 @@ use std::sync::Arc;
 use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, ImageSupport};
 use sandbox_core::{Backend, SandboxError};
 
-pub use backend::{capability, DockerBackend, DockerSandbox, DockerStarter};
+pub use backend::{capability, capability_in, DockerBackend, DockerSandbox, DockerStarter};
 pub use bollard::Docker;
 pub use client::connect;
 pub use config::{DockerConfig, WorkspaceMode};

@@ -28,8 +28,8 @@
 //! waiter as its program, the waiter's read-only mount, and the image named by its id),
 //! serialised: a run takes one only when its own body is identical, field for field. A
 //! body is made by the same pure [`spec`](crate::spec) function as every run's; nothing
-//! here decides policy. Runs that need a copy or idmapped staging (which are per run)
-//! never use the pool.
+//! here decides policy. Runs that need a copy, idmapped staging or a layer (which are
+//! per run) never use the pool: a pooled container's binds were fixed before they existed.
 //!
 //! # Lifetime
 //!
@@ -180,10 +180,7 @@ impl Pool {
         if WAITER.is_empty() {
             return Err("no static waiter was built for this target".into());
         }
-        let dir = tempfile::Builder::new()
-            .prefix("sandbox-docker-pool-")
-            .tempdir()
-            .map_err(|e| format!("temp dir: {e}"))?;
+        let dir = sandbox_core::owner::temp_dir("docker-pool").map_err(|e| e.to_string())?;
         let noexec = nix::sys::statvfs::statvfs(dir.path())
             .map(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_NOEXEC))
             .unwrap_or(true);

@@ -9,7 +9,7 @@ use sandbox_core::{Plan, SandboxError};
 
 use crate::config::DockerConfig;
 use crate::error::DockerError;
-use crate::handover::{choose_identity, plan_handovers, Handover, Identity, Role, Via};
+use crate::handover::{choose_identity, plan_handovers, Handover, Identity, Request, Role, Via};
 use crate::idmap::{self, IdmappedMount};
 use crate::resources::Resources;
 use crate::{labels, spec, NAME};
@@ -27,25 +27,28 @@ pub(crate) fn identity(plan: &Plan) -> Identity {
 }
 
 /// How each path the plan names travels into the container; `idmap` allows idmapped
-/// staging for trees the command's uid does not own.
+/// staging for trees the command's uid does not own; `layer` is the tree of the run's
+/// layer, bound at the workspace's path.
 pub(crate) fn handovers(
     config: &DockerConfig,
     plan: &Plan,
     identity: &Identity,
     idmap: bool,
+    layer: Option<&Path>,
 ) -> Vec<Handover> {
-    plan_handovers(
-        &plan.workspace,
-        &plan.readonly_carveouts,
-        &plan.read_only_paths,
-        &plan.writable_paths,
-        config.workspace_mode,
-        plan.snapshot,
-        nix::unistd::geteuid().is_root(),
+    plan_handovers(&Request {
+        workspace: &plan.workspace,
+        layer,
+        carveouts: &plan.readonly_carveouts,
+        read_only: &plan.read_only_paths,
+        writable: &plan.writable_paths,
+        mode: config.workspace_mode,
+        snapshot: plan.snapshot,
+        host_is_root: nix::unistd::geteuid().is_root(),
         identity,
         idmap,
-        &owner_of,
-    )
+        owner: &owner_of,
+    })
 }
 
 /// The create-container body a run of `plan` sends when every path it names is
@@ -55,9 +58,16 @@ pub(crate) fn plain_body(
     config: &DockerConfig,
     plan: &Plan,
 ) -> Result<ContainerCreateBody, SandboxError> {
+    if plan.changes == sandbox_core::Changes::Review {
+        return Err(SandboxError::NotSupported {
+            backend: NAME,
+            feature: "a plain bind-mount specification for a run on a layer (made per run)".into(),
+            remedy: "leave the workspace's changes direct".into(),
+        });
+    }
     let identity = identity(plan);
-    let handovers = handovers(config, plan, &identity, false);
-    if let Some(h) = handovers.iter().find(|h| !matches!(h.via, Via::Bind)) {
+    let handovers = handovers(config, plan, &identity, false, None);
+    if let Some(h) = handovers.iter().find(|h| !h.bound_as_is()) {
         return Err(SandboxError::NotSupported {
             backend: NAME,
             feature: format!(
@@ -111,7 +121,7 @@ pub(crate) async fn stage_idmapped(
         .iter()
         .enumerate()
         .filter_map(|(i, h)| match h.via {
-            Via::IdmappedBind { from } => Some((i, h.path.clone(), from)),
+            Via::IdmappedBind { from } => Some((i, h.source.clone(), from)),
             _ => None,
         })
         .collect();

@@ -9,8 +9,10 @@ use bollard::Docker;
 use crate::error::DockerError;
 use crate::idmap::{self, IdmappedMount};
 
-/// How often removal is tried before the run reports that something was left behind.
-const ATTEMPTS: u32 = 5;
+/// How long removal is tried before the run reports that something was left behind: long
+/// enough to outlast an engine restart (seconds, tens at most), so that a run whose engine
+/// went away mid-run still leaves nothing once it is back.
+const PATIENCE: Duration = Duration::from_secs(90);
 
 /// Containers and volumes made for one run.
 #[derive(Debug)]
@@ -63,9 +65,13 @@ impl Resources {
     /// names what is left.
     pub(crate) async fn remove_all(&mut self) -> Result<(), DockerError> {
         let mut last = None;
-        for attempt in 0..ATTEMPTS {
+        let began = std::time::Instant::now();
+        for attempt in 0u32.. {
             if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                if began.elapsed() > PATIENCE {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200 << attempt.min(4))).await;
             }
             let mut left = Vec::new();
             for id in std::mem::take(&mut self.containers) {

@@ -22,15 +22,19 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 use futures_util::StreamExt;
+use sandbox_core::changes::HostLayer;
+use sandbox_core::process::tree::is_deadline;
 use sandbox_core::run::{
-    feed_stdin, run_channel, supervise, End, Finished, Job, OutputTap, RunHandle,
+    ended_before_start, feed_stdin, run_channel, supervise, End, Finished, Job, OutputTap,
+    RunHandle,
 };
 use sandbox_core::{
-    EffectivePolicy, EgressRun, Plan, SandboxError, SandboxOutcome, Status, Stdin, StreamKind,
+    Changes, EffectivePolicy, EgressRun, Plan, SandboxError, SandboxOutcome, Status, Stdin,
+    StreamKind,
 };
 
 use crate::backend::Engine;
-use crate::config::DockerConfig;
+use crate::config::{DockerConfig, WorkspaceMode};
 use crate::create::{self, Made, Output, Setup};
 use crate::error::DockerError;
 use crate::handover::{Handover, Identity, Via};
@@ -54,15 +58,19 @@ pub(crate) struct RunKind {
 /// Start `plan` in a container; returns once it runs.
 pub(crate) async fn start(
     config: &DockerConfig,
-    plan: Plan,
+    mut plan: Plan,
     kind: RunKind,
     engine: Option<Arc<Engine>>,
 ) -> Result<RunHandle, SandboxError> {
+    // The run's clock starts before the layer is made: a workspace slow to copy must not
+    // hold the timeout off.
+    let started = Instant::now();
+    let deadline = plan.timeout.map(|t| started + t);
     let identity = prepare::identity(&plan);
     let run_id = labels::run_id();
-    let spec_for = |handovers: &[Handover]| {
+    let spec_for = |plan: &Plan, handovers: &[Handover]| {
         spec::container(&spec::SpecInput {
-            plan: &plan,
+            plan,
             config,
             identity,
             handovers,
@@ -70,9 +78,9 @@ pub(crate) async fn start(
             labels: labels::labels(kind.role),
         })
     };
-    let mut handovers = prepare::handovers(config, &plan, &identity, true);
+    let mut handovers = prepare::handovers(config, &plan, &identity, true, None);
     // Every input error surfaces here, before anything is made.
-    let mut body = spec_for(&handovers)?;
+    let mut body = spec_for(&plan, &handovers)?;
     prepare::copyable(&handovers)?;
     // The proxy's listeners are made after the start and before the command: its
     // container waits for its argv behind the pool's waiter (see `egress.rs`).
@@ -97,11 +105,43 @@ pub(crate) async fn start(
             });
         }
     }
+    let layered = plan.changes == Changes::Review;
+    if layered && config.workspace_mode == WorkspaceMode::Copy {
+        // The capability says so and the plan refuses it first; never run it unlayered.
+        return Err(DockerError::LayerNeedsBind.into());
+    }
     let docker = match &engine {
         Some(e) => e.connection.get().await?,
         None => crate::client::connect_inner().await?,
     };
     let image = crate::image::ensure(&docker, config).await?;
+
+    // A review runs on core's layer, made on the host and bound at the workspace's path.
+    let layer = if layered {
+        match HostLayer::prepare(&plan.workspace, deadline).await {
+            Ok(l) => Some(l),
+            Err(SandboxError::Io { source, .. }) if is_deadline(&source) => {
+                return Ok(ended_before_start(
+                    NAME,
+                    &plan,
+                    sandbox_core::Status::TimedOut,
+                    started.elapsed(),
+                ));
+            }
+            Err(e) => return Err(e),
+        }
+    } else {
+        None
+    };
+    if let Some(d) = deadline {
+        plan.timeout = Some(d.saturating_duration_since(Instant::now()));
+    }
+    let tree = layer.as_ref().map(|l| l.tree());
+    if tree.is_some() {
+        handovers = prepare::handovers(config, &plan, &identity, true, tree);
+        layer_bindable(&handovers, tree, "the layer's owner cannot be read")?;
+        body = spec_for(&plan, &handovers)?;
+    }
 
     // From here on the host or the engine holds objects of ours: any error removes them.
     let mut resources = Resources::new(docker.clone());
@@ -113,28 +153,34 @@ pub(crate) async fn start(
         if let Err(e) =
             prepare::stage_idmapped(&run_id, &handovers, &identity, &mut resources).await
         {
+            if let Err(cleanup) = resources.remove_all().await {
+                tracing::error!("sandbox-docker: removing staging mounts: {cleanup}");
+            }
             // Not a weaker confinement: the same trees, handed over by copy instead.
+            handovers = prepare::handovers(config, &plan, &identity, false, tree);
+            layer_bindable(&handovers, tree, &e.to_string())?;
             notes.push(format!(
                 "idmapped mounts are unavailable here ({e}); trees the command's uid does not \
                  own travel by copy"
             ));
-            if let Err(cleanup) = resources.remove_all().await {
-                tracing::error!("sandbox-docker: removing staging mounts: {cleanup}");
-            }
-            handovers = prepare::handovers(config, &plan, &identity, false);
             prepare::copyable(&handovers)?;
-            body = spec_for(&handovers)?;
+            body = spec_for(&plan, &handovers)?;
         }
     }
     let mut policy = report::policy(&plan, config, &identity, &handovers, &image);
     policy.notes.append(&mut notes);
+    if let Some(l) = &layer {
+        policy.notes.push(l.note(plan.changes));
+    }
 
     // The warm pool serves runs whose every path is bound as it is: a copy or a staging
     // mount is made per run.
     let mut refill = None;
     if let (Some(e), Some(image_id)) = (&engine, &image.id) {
         if let (Ok(pool), true) = (&e.pool, kind.resolve_program && !plan.argv.is_empty()) {
-            if handovers.iter().all(|h| h.via == Via::Bind) {
+            // A pooled container's binds were fixed before this run's layer or staging
+            // mounts existed: only a run whose every path is bound as it is can use one.
+            if handovers.iter().all(Handover::bound_as_is) {
                 let (pooled, key) = pool.body(&body, image_id)?;
                 if let Some(warm) = pool.take(&key).await {
                     pool.refill(key.clone(), pooled);
@@ -149,6 +195,7 @@ pub(crate) async fn start(
                         refill: None,
                         egress: None,
                         published: None,
+                        layer: None,
                     };
                     return start_warm(run, warm, pool, &key, config, &identity, bound).await;
                 }
@@ -235,6 +282,7 @@ pub(crate) async fn start(
         refill,
         egress,
         published,
+        layer,
     };
     supervise(run, control, vec![reader], Instant::now(), timeout);
     Ok(handle)
@@ -336,8 +384,10 @@ pub(crate) async fn pump(mut output: Output, tap: OutputTap) {
 }
 
 /// Return once the container is not running. The engine's wait answers when it stops;
-/// if the connection breaks instead, fall back to asking.
-pub(crate) async fn wait_stopped(docker: &Docker, id: &str) {
+/// if the connection breaks instead, fall back to asking. An engine that does not answer
+/// that either (stopped, restarting) is an error: the container's state is unknown, and
+/// taking it for "stopped" would report a status the command never had.
+pub(crate) async fn wait_stopped(docker: &Docker, id: &str) -> Result<(), DockerError> {
     loop {
         let opts = WaitContainerOptionsBuilder::new()
             .condition("not-running")
@@ -345,7 +395,7 @@ pub(crate) async fn wait_stopped(docker: &Docker, id: &str) {
         let mut wait = docker.wait_container(id, Some(opts));
         match wait.next().await {
             Some(Ok(_)) | Some(Err(bollard::errors::Error::DockerContainerWaitError { .. })) => {
-                return
+                return Ok(())
             }
             _ => {}
         }
@@ -355,7 +405,16 @@ pub(crate) async fn wait_stopped(docker: &Docker, id: &str) {
             .await
         {
             Ok(c) if c.state.as_ref().and_then(|s| s.running) == Some(true) => {}
-            _ => return,
+            Ok(_) => return Ok(()),
+            Err(e) => {
+                let e = DockerError::engine(
+                    "follow the running container (the engine stopped answering mid-run: \
+                     restarted or stopped?)",
+                    e,
+                );
+                // Removed meanwhile: it is not running.
+                return if e.is_not_found() { Ok(()) } else { Err(e) };
+            }
         }
     }
 }
@@ -376,20 +435,25 @@ struct Run {
     egress: Option<sandbox_proxy::ProxyRun>,
     /// The published ports' host listeners and relays; finished with the proxy.
     published: Option<sandbox_proxy::publish::PublishRun>,
+    /// The layer the workspace's bind comes from (a review): scanned once the container
+    /// and its staging mounts are gone. After `resources`, so a dropped run unmounts the
+    /// staging view of it before it is removed.
+    layer: Option<HostLayer>,
 }
 
 #[async_trait]
 impl Job for Run {
-    /// The status is read from the stopped container.
-    type Exit = ();
+    /// The status is read from the stopped container; an error when the engine stopped
+    /// answering while it ran.
+    type Exit = Result<(), DockerError>;
 
-    async fn exited(&mut self) {
+    async fn exited(&mut self) -> Self::Exit {
         wait_stopped(&self.docker, &self.id).await
     }
 
-    async fn stop(&mut self, end: &End<()>) {
+    async fn stop(&mut self, end: &End<Self::Exit>) {
         // A container that stopped on its own took its pid namespace with it.
-        if matches!(end, End::Exited(())) {
+        if matches!(end, End::Exited(Ok(()))) {
             return;
         }
         // The init dies and takes the whole pid namespace with it.
@@ -402,7 +466,7 @@ impl Job for Run {
 
     async fn finish(
         mut self,
-        end: End<()>,
+        end: End<Self::Exit>,
         finished: Finished,
     ) -> Result<SandboxOutcome, SandboxError> {
         // The container has stopped: nothing inside can connect any more. The proxy's
@@ -425,11 +489,43 @@ impl Job for Run {
                 pool.refill(key, body);
             }
         }
-        match (result, removed) {
-            (Ok(outcome), Ok(())) => Ok(outcome),
-            (Err(e), _) => Err(e),
-            (Ok(_), Err(e)) => Err(SandboxError::from(e)),
+        // The container is gone and nothing else mounts the layer: it holds exactly what
+        // the command left.
+        let changes = match (self.layer.take(), &result, &removed) {
+            (Some(l), Ok(_), Ok(())) => Some(l.into_change_set().await),
+            (Some(l), _, _) => {
+                l.discard().await;
+                None
+            }
+            (None, _, _) => None,
+        };
+        match (result, removed, changes) {
+            (Err(e), _, _) => Err(e),
+            (Ok(_), Err(e), _) => Err(SandboxError::from(e)),
+            (Ok(_), Ok(()), Some(Err(e))) => Err(e),
+            (Ok(mut outcome), Ok(()), Some(Ok(set))) => {
+                outcome.changes = Some(set);
+                Ok(outcome)
+            }
+            (Ok(outcome), Ok(()), None) => Ok(outcome),
         }
+    }
+}
+
+/// A layer (`tree`) is bound, as it is or through an idmapped mount: a copy of it into a
+/// volume would come back through an archive that drops FIFOs and hard links, and the
+/// change set would no longer be what the command did. A run without a layer may travel by
+/// copy. `cause`: why the layer would travel by copy.
+fn layer_bindable(
+    handovers: &[Handover],
+    tree: Option<&std::path::Path>,
+    cause: &str,
+) -> Result<(), DockerError> {
+    match (tree, handovers.first().map(|h| h.via)) {
+        (Some(_), Some(Via::Volume { .. })) => Err(DockerError::LayerNeedsIdmap {
+            cause: cause.to_string(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -437,9 +533,17 @@ impl Run {
     /// The status, the changes copied back, the captured files.
     async fn outcome(
         &mut self,
-        end: End<()>,
+        end: End<Result<(), DockerError>>,
         finished: Finished,
     ) -> Result<SandboxOutcome, SandboxError> {
+        // Contact lost mid-run: no status can be told; the removal after this (patient
+        // enough to outlast an engine restart) makes sure the container is gone.
+        let end = match end {
+            End::Exited(Err(e)) => return Err(e.into()),
+            End::Exited(Ok(())) => End::Exited(()),
+            End::TimedOut => End::TimedOut,
+            End::Killed => End::Killed,
+        };
         let state = self
             .docker
             .inspect_container(&self.id, None::<InspectContainerOptions>)
@@ -476,5 +580,40 @@ impl Run {
             files,
             policy,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+    use crate::handover::Role;
+
+    #[test]
+    fn only_a_layer_is_refused_a_copy() {
+        let ws = |via| {
+            vec![Handover {
+                path: PathBuf::from("/ws"),
+                source: PathBuf::from("/tmp/layer/copy"),
+                role: Role::Workspace,
+                via,
+                read_only: false,
+            }]
+        };
+        let layer = Some(Path::new("/tmp/layer/copy"));
+        let copied = ws(Via::Volume { write_back: true });
+        // Without a layer (idmapped staging failed for a plain run): the copy is fine.
+        assert!(layer_bindable(&copied, None, "no idmap").is_ok());
+        let e = layer_bindable(&copied, layer, "no idmap").unwrap_err();
+        assert!(
+            matches!(&e, DockerError::LayerNeedsIdmap { cause } if cause == "no idmap"),
+            "{e}"
+        );
+        let e = SandboxError::from(e);
+        assert!(matches!(e, SandboxError::NotSupported { .. }), "{e}");
+        for via in [Via::Bind, Via::IdmappedBind { from: (0, 0) }] {
+            assert!(layer_bindable(&ws(via), layer, "").is_ok());
+        }
     }
 }

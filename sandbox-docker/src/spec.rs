@@ -136,8 +136,8 @@ fn mounts(input: &SpecInput<'_>) -> Result<Vec<Mount>, DockerError> {
         let target = path_text(field, &h.path)?;
         match h.via {
             Via::Bind => out.push(Mount {
-                target: Some(target.clone()),
-                source: Some(target),
+                source: Some(path_text(field, &h.source)?),
+                target: Some(target),
                 typ: Some(MountTypeEnum::BIND),
                 read_only: Some(h.read_only),
                 bind_options: Some(MountBindOptions {
@@ -381,18 +381,19 @@ mod tests {
             reason: e.to_string(),
         })?;
         let identity = choose_identity(1000, 1000, None);
-        let handovers = plan_handovers(
-            &plan.workspace,
-            &plan.readonly_carveouts,
-            &plan.read_only_paths,
-            &plan.writable_paths,
-            config.workspace_mode,
-            plan.snapshot,
-            false,
-            &identity,
-            true,
-            &|_| Some((1000, 1000)),
-        );
+        let handovers = plan_handovers(&crate::handover::Request {
+            workspace: &plan.workspace,
+            layer: None,
+            carveouts: &plan.readonly_carveouts,
+            read_only: &plan.read_only_paths,
+            writable: &plan.writable_paths,
+            mode: config.workspace_mode,
+            snapshot: plan.snapshot,
+            host_is_root: false,
+            identity: &identity,
+            idmap: true,
+            owner: &|_| Some((1000, 1000)),
+        });
         container(&SpecInput {
             plan: &plan,
             config,
@@ -653,18 +654,19 @@ mod tests {
     #[test]
     fn the_loader_mounts_every_volume_writable_under_its_own_path() {
         let ident = choose_identity(1000, 1000, None);
-        let hs = plan_handovers(
-            Path::new("/ws"),
-            &[],
-            &[PathBuf::from("/ro")],
-            &[],
-            WorkspaceMode::Copy,
-            false,
-            false,
-            &ident,
-            true,
-            &|_| Some((1000, 1000)),
-        );
+        let hs = plan_handovers(&crate::handover::Request {
+            workspace: Path::new("/ws"),
+            layer: None,
+            carveouts: &[],
+            read_only: &[PathBuf::from("/ro")],
+            writable: &[],
+            mode: WorkspaceMode::Copy,
+            snapshot: false,
+            host_is_root: false,
+            identity: &ident,
+            idmap: true,
+            owner: &|_| Some((1000, 1000)),
+        });
         assert!(hs.iter().all(|h| h.role != Role::Carveout));
         let body = loader("img", "run1", &hs, HashMap::new());
         let mounts = body.host_config.unwrap().mounts.unwrap();
@@ -702,18 +704,19 @@ mod tests {
         let f = fixture();
         let plan = Plan::new(&f.opts, "docker", &cap()).unwrap();
         let identity = choose_identity(0, 0, Some((0, 0)));
-        let hs = plan_handovers(
-            &plan.workspace,
-            &[],
-            &[],
-            &[],
-            WorkspaceMode::Bind,
-            false,
-            true,
-            &identity,
-            true,
-            &|_| Some((0, 0)),
-        );
+        let hs = plan_handovers(&crate::handover::Request {
+            workspace: &plan.workspace,
+            layer: None,
+            carveouts: &[],
+            read_only: &[],
+            writable: &[],
+            mode: WorkspaceMode::Bind,
+            snapshot: false,
+            host_is_root: true,
+            identity: &identity,
+            idmap: true,
+            owner: &|_| Some((0, 0)),
+        });
         let body = container(&SpecInput {
             plan: &plan,
             config: &DockerConfig::new("img"),
@@ -737,6 +740,7 @@ mod tests {
         let identity = choose_identity(1000, 1000, None);
         let hs = vec![Handover {
             path: PathBuf::from("/tmp"),
+            source: PathBuf::from("/tmp"),
             role: Role::Workspace,
             via: Via::Bind,
             read_only: false,

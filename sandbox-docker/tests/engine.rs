@@ -272,12 +272,7 @@ async fn the_workspace_is_shared_live_in_bind_mode_even_when_root_owns_it() {
         );
     }
     assert_clean();
-    assert!(
-        std::fs::read_dir("/run/sandbox-docker")
-            .map(|d| d.count() == 0)
-            .unwrap_or(true),
-        "a staging mount was left behind"
-    );
+    assert_no_staging_left();
 }
 
 #[tokio::test]
@@ -1335,6 +1330,280 @@ async fn host_ports_reach_exactly_the_hosts_port_fresh_and_pooled_and_nothing_is
         .count();
     assert_eq!(namespaces, 0, "a namespace descriptor outlived the run");
     assert!(std::net::TcpStream::connect(at).is_err(), "still published");
+    drop(b);
+    assert_clean();
+}
+
+/// The host path of the layer a running review's container binds at `ws`: the bind's
+/// source itself, or (through an idmapped staging mount, as root) the tree that mount
+/// shows, as the host's mount table names it.
+fn running_layer(ws: &Path) -> PathBuf {
+    let ids = ours().0;
+    assert_eq!(ids.len(), 1, "one container runs: {ids:?}");
+    let out = std::process::Command::new("docker")
+        .args([
+            "inspect",
+            "-f",
+            "{{range .Mounts}}{{.Source}} {{.Destination}}\n{{end}}",
+            &ids[0],
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let source = text
+        .lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(_, dst)| Path::new(dst) == ws)
+        .map(|(src, _)| src.to_string())
+        .unwrap_or_else(|| panic!("no bind at the workspace: {text}"));
+    let named = |p: &str| {
+        p.split('/')
+            .find(|c| c.starts_with("sandbox-layer-"))
+            .map(|c| std::env::temp_dir().join(c))
+    };
+    if let Some(p) = named(&source) {
+        return p;
+    }
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    table
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 4 && f[4] == source)
+        .and_then(|f| named(f[3]))
+        .unwrap_or_else(|| panic!("the staging mount {source} shows no layer"))
+}
+
+/// Wait until the command has printed `started`.
+async fn started(sb: &dyn Sandbox) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !sb.logs().await.unwrap().stdout.text().contains("started") {
+        assert!(Instant::now() < deadline, "never started");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// No idmapped staging mount of any run is left.
+fn assert_no_staging_left() {
+    assert!(
+        std::fs::read_dir("/run/sandbox-docker")
+            .map(|d| d.count() == 0)
+            .unwrap_or(true),
+        "a staging mount was left behind"
+    );
+}
+
+/// Nothing of a review is left on the host: its layer, its staging mounts.
+fn assert_no_layer_left(layer: &Path) {
+    assert!(!layer.exists(), "the layer {} was left", layer.display());
+    let name = layer.file_name().unwrap().to_string_lossy().into_owned();
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!table.contains(&name), "a mount of {name} was left");
+    assert_no_staging_left();
+}
+
+#[tokio::test]
+async fn a_review_runs_on_a_layer_bound_at_the_workspace_path_and_lists_what_it_did() {
+    let _g = SERIAL.lock().await;
+    // As root: a root-owned workspace (the command is nobody) and a user's (the command
+    // is its owner); both get the root-owned layer through an idmapped mount.
+    let mut trees = vec![{
+        let (d, p) = dir();
+        (d, p, if is_root() { NOBODY } else { nix_uid() })
+    }];
+    if is_root() {
+        trees.push(bind_dir());
+    }
+    let b = backend(WorkspaceMode::Bind);
+    assert_eq!(
+        b.capability().change_layer,
+        Some(sandbox_core::LayerMechanism::Copy)
+    );
+    for (_d, ws, uid) in trees {
+        std::fs::write(ws.join("a.txt"), "old\n").unwrap();
+        let mut opts = SandboxOpts::new(
+            &ws,
+            sh("pwd; echo new > a.txt; echo x > b.txt; busybox mkfifo p; \
+                busybox stat -c %u b.txt; busybox cat a.txt"),
+        );
+        opts.changes = sandbox_core::Changes::Review;
+        opts.capture_files = vec!["b.txt".into()];
+        let o = run(&b, opts).await;
+        assert_eq!(o.status, Status::Exited { code: 0 }, "{}", o.stderr.text());
+        // The command saw the workspace's own path, its uid, its own writes.
+        assert_eq!(
+            o.stdout.text(),
+            format!("{}\n{uid}\nnew\n", ws.display()),
+            "{:?}",
+            o.policy.notes
+        );
+        assert!(!pooled(&o));
+        assert!(
+            o.policy
+                .notes
+                .iter()
+                .any(|n| n.contains("workspace layer: copy")),
+            "{:?}",
+            o.policy.notes
+        );
+        // Captured from the command's view, the layer.
+        assert_eq!(
+            o.files.get(Path::new("b.txt")).map(Vec::as_slice),
+            Some(&b"x\n"[..])
+        );
+        // The real workspace is untouched.
+        assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "old\n");
+        assert!(!ws.join("b.txt").exists() && !ws.join("p").exists());
+        let set = o.changes.clone().expect("a change set");
+        assert_eq!(set.mechanism(), sandbox_core::LayerMechanism::Copy);
+        let got: Vec<(String, String)> = set
+            .changes()
+            .iter()
+            .map(|c| {
+                (
+                    c.path.display().to_string(),
+                    format!("{:?}", c.kind).to_lowercase(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ("a.txt".into(), "modified".into()),
+                ("b.txt".into(), "added".into()),
+                ("p".into(), "special".into()),
+            ]
+        );
+        // The container and the staging mount are gone; the layer waits for the host.
+        assert_clean();
+        let layer = set.layer_dir().expect("a pending layer");
+        assert!(layer.exists());
+        drop(o);
+        set.discard();
+        assert_no_layer_left(&layer);
+    }
+    drop(b);
+    assert_clean();
+}
+
+#[tokio::test]
+async fn a_killed_or_dropped_review_leaves_no_layer_mount_or_container() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let b = backend(WorkspaceMode::Bind);
+    let review = |script: &str| {
+        let mut opts = SandboxOpts::new(&ws, sh(script));
+        opts.changes = sandbox_core::Changes::Review;
+        opts
+    };
+    // Killed: the outcome still carries what the command wrote before.
+    let sb = b.sandbox();
+    sb.run(review("echo w > w.txt; echo started; busybox sleep 7821"))
+        .await
+        .unwrap();
+    started(sb.as_ref()).await;
+    let layer = running_layer(&ws);
+    assert!(layer.exists());
+    sb.kill().await.unwrap();
+    let o = sb.wait().await.unwrap();
+    assert_eq!(o.status, Status::Killed);
+    assert!(alive(&["7821"]).is_empty());
+    assert_clean();
+    let set = o.changes.clone().expect("a change set after a kill");
+    assert_eq!(set.changes().len(), 1, "{:?}", set.changes());
+    assert!(!ws.join("w.txt").exists());
+    // Dropping the outcome (the last holder of the set) removes the layer.
+    drop((o, set));
+    drop(sb);
+    assert_no_layer_left(&layer);
+
+    // Timed out: the same.
+    let mut opts = review("echo started; busybox sleep 7822");
+    opts.timeout = Some(Duration::from_secs(3));
+    let sb = b.sandbox();
+    sb.run(opts).await.unwrap();
+    started(sb.as_ref()).await;
+    let layer = running_layer(&ws);
+    let o = sb.wait().await.unwrap();
+    assert_eq!(o.status, Status::TimedOut);
+    drop(o);
+    drop(sb);
+    assert_no_layer_left(&layer);
+    assert_clean();
+
+    // Dropped mid-run: nobody takes the outcome; the container and the layer still go.
+    let sb = b.sandbox();
+    sb.run(review("echo started; busybox sleep 7823"))
+        .await
+        .unwrap();
+    started(sb.as_ref()).await;
+    let layer = running_layer(&ws);
+    drop(sb);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ours() != (vec![], vec![]) || layer.exists() {
+        assert!(Instant::now() < deadline, "left behind: {:?}", ours());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(alive(&["7823"]).is_empty());
+    assert_no_layer_left(&layer);
+    drop(b);
+    assert_clean();
+}
+
+#[tokio::test]
+async fn a_review_never_takes_a_pooled_container_made_before_its_layer() {
+    let _g = SERIAL.lock().await;
+    // Bound as it is, so the direct runs of this policy are pooled.
+    let (_d, ws, _) = bind_dir();
+    let b = backend(WorkspaceMode::Bind);
+    let script = "echo cmd > out.txt; busybox cat out.txt";
+    for _ in 0..3 {
+        let o = run(&b, SandboxOpts::new(&ws, sh(script))).await;
+        assert_eq!(o.status, Status::Exited { code: 0 }, "{}", o.stderr.text());
+    }
+    std::fs::remove_file(ws.join("out.txt")).unwrap();
+    // A container for this policy is ready; the same command as a review must not take
+    // it (its workspace is the real one): a fresh container on the layer instead.
+    let mut opts = SandboxOpts::new(&ws, sh(script));
+    opts.changes = sandbox_core::Changes::Review;
+    let o = run(&b, opts).await;
+    assert_eq!(o.status, Status::Exited { code: 0 }, "{}", o.stderr.text());
+    assert!(!pooled(&o), "{:?}", o.policy.notes);
+    assert_eq!(o.stdout.text(), "cmd\n");
+    assert!(
+        !ws.join("out.txt").exists(),
+        "the review wrote the real workspace"
+    );
+    let set = o.changes.clone().expect("a change set");
+    assert_eq!(set.changes().len(), 1);
+    assert_eq!(set.changes()[0].path, Path::new("out.txt"));
+    let layer = set.layer_dir().unwrap();
+    drop((o, set));
+    assert_no_layer_left(&layer);
+    // The ready container is still there for the policy it was made for.
+    let o = run(&b, SandboxOpts::new(&ws, sh(script))).await;
+    assert!(pooled(&o), "{:?}", o.policy.notes);
+    assert!(ws.join("out.txt").exists());
+    drop(b);
+    assert_clean();
+}
+
+#[tokio::test]
+async fn copy_mode_refuses_a_review_by_capability_before_anything_is_made() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws) = dir();
+    let b = backend(WorkspaceMode::Copy);
+    assert_eq!(b.capability().change_layer, None);
+    let mut opts = SandboxOpts::new(&ws, sh("echo x > x.txt"));
+    opts.changes = sandbox_core::Changes::Review;
+    let e = b.sandbox().execute(opts).await.unwrap_err();
+    assert!(matches!(e, SandboxError::NotSupported { .. }), "{e}");
+    assert!(!ws.join("x.txt").exists());
+    // Discarding (a snapshot) still works in copy mode.
+    let mut opts = SandboxOpts::new(&ws, sh("echo x > x.txt"));
+    opts.changes = sandbox_core::Changes::Discard;
+    let o = run(&b, opts).await;
+    assert_eq!(o.status, Status::Exited { code: 0 }, "{}", o.stderr.text());
+    assert!(o.changes.is_none() && !ws.join("x.txt").exists());
     drop(b);
     assert_clean();
 }

@@ -32,10 +32,9 @@ fn io(what: &str, p: &Path, e: std::io::Error) -> SandboxError {
 impl Written {
     /// A new, empty bundle directory.
     pub(crate) fn new() -> Result<Self, SandboxError> {
-        let dir = tempfile::Builder::new()
-            .prefix("sandbox-gvisor-")
-            .tempdir()
-            .map_err(|e| SandboxError::io("creating the gVisor bundle directory", e))?;
+        // Named after this process: a crashed host's bundle (and its staging mounts) is
+        // removed by the next start (`sandbox_core::owner`).
+        let dir = sandbox_core::owner::temp_dir("gvisor")?;
         let path = dir.path().to_path_buf();
         Ok(Self {
             mounts: Vec::new(),

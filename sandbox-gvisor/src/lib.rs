@@ -198,6 +198,9 @@ fn capability(facts: &HostFacts) -> Capability {
     // The command is the container's first process and nothing else in the sandbox waits
     // for orphans: they stay zombies (bounded by the process cap) until the run ends.
     cap.reaps_orphans = false;
+    // runsc dies with the host (`PR_SET_PDEATHSIG`), and its sandbox (the Sentry, holding
+    // every process of the command) with runsc.
+    cap.dies_with_host = true;
     // gVisor's file proxy serves the workspace from its host path as the runtime found it
     // (on a root host through an idmapped mount made before the command's namespaces
     // exist), so an overlay mounted over that path between fork and exec is not what the
@@ -232,10 +235,7 @@ impl Launcher for GvisorBackend {
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
         let runsc = self.runsc()?.to_path_buf();
         // The whole backend on a real command: the bundle, runsc, the filter, the uid.
-        let dir = tempfile::Builder::new()
-            .prefix("sandbox-gvisor-preflight-")
-            .tempdir()
-            .map_err(|e| SandboxError::io("creating the preflight workspace", e))?;
+        let dir = sandbox_core::owner::temp_dir("gvisor-preflight")?;
         let mut opts = SandboxOpts::new(dir.path(), ["true"]);
         opts.lane = Lane::Trusted;
         opts.limits = ResourceLimits::none();

@@ -59,7 +59,7 @@ fn workspace() -> tempfile::TempDir {
 /// included: the bundle directory's prefix (`--root=TMP/sandbox-gvisor-…/state`).
 fn ours() -> String {
     std::env::temp_dir()
-        .join("sandbox-gvisor-")
+        .join("sandbox-gvisor@")
         .to_string_lossy()
         .into_owned()
 }
@@ -106,7 +106,7 @@ fn assert_nothing_left(before: &[PathBuf]) {
         .collect();
     assert_eq!(after, Vec::<PathBuf>::new());
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mounts.contains("sandbox-gvisor-"), "{mounts}");
+    assert!(!mounts.contains("sandbox-gvisor@"), "{mounts}");
 }
 
 fn bundles() -> Vec<PathBuf> {
@@ -117,7 +117,7 @@ fn bundles() -> Vec<PathBuf> {
         .filter(|p| {
             p.file_name()
                 .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("sandbox-gvisor-"))
+                .is_some_and(|n| n.starts_with("sandbox-gvisor@"))
         })
         .collect()
 }
@@ -282,7 +282,7 @@ async fn a_root_host_runs_the_command_as_the_workspace_owner_or_nobody() {
         assert_eq!(on_disk, owner.unwrap_or(0));
     }
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    assert!(!mounts.contains("sandbox-gvisor-"), "{mounts}");
+    assert!(!mounts.contains("sandbox-gvisor@"), "{mounts}");
 }
 
 #[tokio::test]

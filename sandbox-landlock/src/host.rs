@@ -204,7 +204,16 @@ impl Host {
         // The probe does what a run would: a network namespace with its loopback, and a
         // read-only mount namespace with a scratch directory bound back read-write and a
         // read-only carve-out inside it.
-        let scratch = tempfile::tempdir().ok();
+        // Not only `TMPDIR`: an unwritable one is the run's problem, reported by the run
+        // that needs it (naming it); it must not make this probe claim less of the host.
+        let scratch = [std::env::temp_dir(), "/tmp".into(), "/dev/shm".into()]
+            .iter()
+            .find_map(|base| {
+                tempfile::Builder::new()
+                    .prefix("sandbox-landlock-probe-")
+                    .tempdir_in(base)
+                    .ok()
+            });
         let dirs = scratch.as_ref().and_then(|d| {
             let root = d.path().canonicalize().ok()?;
             std::fs::create_dir(root.join("ro")).ok()?;

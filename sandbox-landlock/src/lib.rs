@@ -242,6 +242,9 @@ fn capability(host: &Host) -> Capability {
         process_isolation: host.pid_ns.is_ok(),
         // The pid namespace's tiny init waits for orphans.
         reaps_orphans: host.pid_ns.is_ok(),
+        // The pid namespace's init dies with the host (`PR_SET_PDEATHSIG`), and with it
+        // the whole namespace; without one, a descendant of the command could outlive it.
+        dies_with_host: host.pid_ns.is_ok(),
         // Without a mount namespace a root host's command could still change the mode of
         // every root-owned file it can name (landlock has no right for that).
         drops_host_root: !host.is_root || host.ns.is_ok(),
@@ -300,8 +303,7 @@ impl Launcher for LandlockBackend {
 
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
         let abi = self.kernel_abi(self.host.is_root)?;
-        let dir = tempfile::tempdir()
-            .map_err(|e| SandboxError::io("creating the preflight's workspace", e))?;
+        let dir = sandbox_core::owner::temp_dir("landlock-preflight")?;
         let mut opts = SandboxOpts::new(dir.path(), ["true"]);
         // The strictest path this host claims: with the pid namespace where there is one.
         opts.lane = if self.capability.process_isolation {

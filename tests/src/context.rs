@@ -238,6 +238,10 @@ pub struct Context {
     /// Arguments between the probe and its subcommand (`__probe` when the probe is the
     /// `sandbox` command itself).
     probe_prefix: Vec<OsString>,
+    /// The probe on the host, for cases that inspect a tree from the host side with it:
+    /// `probe` itself unless the probe inside the sandbox is another path (a container
+    /// image's copy).
+    host_probe: Option<PathBuf>,
     scratch: tempfile::TempDir,
     cap: Capability,
     lane: Lane,
@@ -261,6 +265,7 @@ impl Context {
             backend,
             probe,
             probe_prefix: Vec::new(),
+            host_probe: None,
             scratch,
             cap,
             lane,
@@ -273,6 +278,25 @@ impl Context {
     pub fn with_probe_prefix(mut self, prefix: Vec<OsString>) -> Self {
         self.probe_prefix = prefix;
         self
+    }
+
+    /// The same context with the probe at `path` on the host, where the sandbox's own is
+    /// elsewhere (inside a container image).
+    pub fn with_host_probe(mut self, path: PathBuf) -> Self {
+        self.host_probe = Some(path);
+        self
+    }
+
+    /// The probe as a host command (unconfined), ready for its subcommand's arguments.
+    pub fn host_probe_command(&self) -> std::process::Command {
+        match &self.host_probe {
+            Some(p) => std::process::Command::new(p),
+            None => {
+                let mut c = std::process::Command::new(&self.probe);
+                c.args(&self.probe_prefix);
+                c
+            }
+        }
     }
 
     /// The same context on `lane` instead of the strictest the capability allows.

@@ -151,7 +151,7 @@ where
         return ExitCode::FAILURE;
     }
     let ctx = match Context::new(backend, probe, mode) {
-        Ok(c) => Arc::new(c),
+        Ok(c) => Arc::new(c.with_host_probe(host_probe.to_path_buf())),
         Err(e) => {
             eprintln!("conformance: cannot make the scratch directory: {e}");
             return ExitCode::FAILURE;

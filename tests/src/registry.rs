@@ -343,6 +343,7 @@ pub fn cases() -> Vec<Case> {
         case!(api::stdin, always),
         case!(api::timeout, always),
         case!(api::kill_during_wait, always),
+        case!(api::kill_during_start, snapshot),
         case!(api::state_errors, always),
         case!(api::logs_while_running, always),
         case!(api::output_cap, always),

@@ -79,7 +79,7 @@ pub struct Counts {
     pub children: usize,
     /// Zombie children of this process.
     pub zombies: usize,
-    /// Cgroups this process made for runs (`sandbox-<pid>-<n>`, any hierarchy).
+    /// Cgroups this process made for runs (`sandbox-<pid>-<start>-<n>`, any hierarchy).
     pub cgroups: usize,
     /// Mounts in this process's mount namespace under its temp directory.
     pub mounts: usize,

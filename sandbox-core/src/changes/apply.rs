@@ -105,6 +105,26 @@ pub enum ApplyError {
         /// The paths, relative to the workspace.
         paths: Vec<PathBuf>,
     },
+    /// The workspace's filesystem has no room for the new contents; nothing was written.
+    #[error(
+        "no space left on the workspace's disk (ENOSPC), nothing applied: the changes need \
+         {needed} bytes and {} new entries, the filesystem of {} has {available} bytes and \
+         {inodes} entries free; free space there, or discard",
+        .entries,
+        .workspace.display()
+    )]
+    NoSpace {
+        /// The real workspace.
+        workspace: PathBuf,
+        /// Bytes the new contents take (whole blocks).
+        needed: u64,
+        /// Bytes free for an unprivileged writer.
+        available: u64,
+        /// Entries (files, links, directories) the changes add.
+        entries: u64,
+        /// Entries (inodes) free.
+        inodes: u64,
+    },
     /// The change set was already applied or discarded.
     #[error("the change set was already applied or discarded")]
     Gone,
@@ -308,7 +328,12 @@ pub(crate) fn apply(
         report.forced = conflicts;
     }
 
-    // 3. Deletions, deepest first.
+    // 3. Room: a disk that fills half way would leave half a change set, so the new
+    //    contents must fit before anything is written. (Another writer may still take the
+    //    room meanwhile: then the write fails with ENOSPC at that path.)
+    room(real.as_fd(), ws, changes)?;
+
+    // 4. Deletions, deepest first.
     for c in changes.iter().rev().filter(|c| c.is_deletion()) {
         let Ok(Some(parent)) = fsx::open_parent(real.as_fd(), &c.path) else {
             continue;
@@ -326,7 +351,7 @@ pub(crate) fn apply(
         report.deleted += 1;
     }
 
-    // 4. Additions, parents first; directory modes afterwards, deepest first.
+    // 5. Additions, parents first; directory modes afterwards, deepest first.
     let mut dir_modes = Vec::new();
     for c in changes.iter().filter(|c| !c.is_deletion()) {
         let parent = fsx::open_parent(real.as_fd(), &c.path)
@@ -392,6 +417,42 @@ pub(crate) fn apply(
         }
     }
     Ok(report)
+}
+
+/// Whether the filesystem of the workspace (`real`) holds what `changes` add.
+fn room(real: BorrowedFd<'_>, ws: &Path, changes: &[Change]) -> Result<(), ApplyError> {
+    let st = nix::sys::statvfs::fstatvfs(real).map_err(nix_err(Path::new(".")))?;
+    let block = (st.fragment_size() as u64).max(1);
+    let mut blocks = 0u64;
+    let mut entries = 0u64;
+    for c in changes {
+        match c.kind {
+            // A file's blocks, plus one for its metadata (extents, a directory's growth).
+            ChangeKind::Added | ChangeKind::Modified => {
+                blocks += c.size.div_ceil(block) + 1;
+                entries += 1;
+            }
+            ChangeKind::Symlink { .. } | ChangeKind::DirAdded => {
+                blocks += 1;
+                entries += 1;
+            }
+            _ => {}
+        }
+    }
+    let available = st.blocks_available() as u64;
+    // Filesystems without an inode count (btrfs, some FUSE) report zero files: no limit.
+    let inodes = st.files_available() as u64;
+    let short_of_inodes = st.files() > 0 && entries > inodes;
+    if blocks > available || short_of_inodes {
+        return Err(ApplyError::NoSpace {
+            workspace: ws.to_path_buf(),
+            needed: blocks * block,
+            available: available * block,
+            entries,
+            inodes,
+        });
+    }
+    Ok(())
 }
 
 fn temp_name() -> PathBuf {

@@ -60,10 +60,7 @@ impl Layer {
         best: LayerMechanism,
         budget: &crate::process::tree::Budget,
     ) -> Result<Self, SandboxError> {
-        let tmp = tempfile::Builder::new()
-            .prefix("sandbox-layer-")
-            .tempdir()
-            .map_err(|e| SandboxError::io("creating the layer's directory", e))?;
+        let tmp = crate::owner::temp_dir("layer")?;
         let dir = tmp.keep();
         let mut layer = Self {
             dir: dir.clone(),

@@ -49,6 +49,7 @@
 
 pub(crate) mod apply;
 pub(crate) mod fsx;
+mod host;
 pub(crate) mod layer;
 pub(crate) mod scan;
 
@@ -59,6 +60,8 @@ use std::sync::{Arc, Mutex};
 use serde::{Deserialize, Serialize};
 
 pub use apply::{ApplyError, ApplyReport, Escape, Refusal};
+pub use host::HostLayer;
+pub(crate) use host::{change_set, layer_note};
 pub(crate) use layer::Layer;
 pub use layer::{overlay_supported, LayerMechanism};
 

@@ -186,9 +186,11 @@ impl RunCgroups {
             return Ok(None);
         }
         static COUNTER: AtomicU64 = AtomicU64::new(0);
+        // Named after this process (pid and start time), so that the next start after a
+        // crash can tell a dead host's cgroups from a live one's (`remove_dead`).
         let name = format!(
             "sandbox-{}-{}",
-            std::process::id(),
+            crate::owner::Owner::current().tag(),
             COUNTER.fetch_add(1, Ordering::Relaxed)
         );
         let mut run = RunCgroups {
@@ -317,6 +319,50 @@ impl RunCgroups {
             .unwrap_or(0);
         v2 + v1 > 0
     }
+}
+
+/// Kill what is left in, and remove, the run cgroups (below the bases `support` found) of
+/// every maker that is gone (see [`crate::owner`]); the removed directories.
+pub fn remove_dead(support: &CgroupSupport) -> Vec<PathBuf> {
+    let mut removed = Vec::new();
+    for (base, v2) in [
+        (&support.v2, true),
+        (&support.v1_pids, false),
+        (&support.v1_memory, false),
+    ] {
+        let Some(base) = base else { continue };
+        let Ok(entries) = fs::read_dir(base) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(owner) = name
+                .to_str()
+                .and_then(|n| n.strip_prefix("sandbox-"))
+                .and_then(crate::owner::Owner::parse_tag)
+                .filter(|(_, n)| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+                .map(|(o, _)| o)
+            else {
+                continue;
+            };
+            if owner.is_alive() {
+                continue;
+            }
+            let dir = e.path();
+            let run = RunCgroups {
+                v2: v2.then(|| dir.clone()),
+                v1_pids: (!v2).then(|| dir.clone()),
+                v1_memory: None,
+                procs_files: Vec::new(),
+            };
+            run.kill_all(Duration::from_secs(2));
+            drop(run);
+            if !dir.exists() {
+                removed.push(dir);
+            }
+        }
+    }
+    removed
 }
 
 impl Drop for RunCgroups {

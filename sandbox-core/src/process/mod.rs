@@ -240,7 +240,7 @@ impl HostSupport {
 
 /// Make the run's layer on a blocking thread, under `deadline`. Dropping the future (the
 /// caller went away) cancels a copy between entries; the layer removes what it made.
-async fn layer_within(
+pub(crate) async fn layer_within(
     workspace: &std::path::Path,
     best: crate::LayerMechanism,
     deadline: Option<std::time::Instant>,
@@ -254,9 +254,19 @@ async fn layer_within(
     let budget = tree::Budget::until(deadline);
     let _cancel = CancelOnDrop(budget.cancel.clone());
     let src = workspace.to_path_buf();
-    tokio::task::spawn_blocking(move || Layer::prepare(&src, best, &budget))
-        .await
-        .map_err(|e| SandboxError::io("making the workspace layer", std::io::Error::other(e)))?
+    let cancel = budget.cancel.clone();
+    let task = tokio::task::spawn_blocking(move || Layer::prepare(&src, best, &budget));
+    tokio::pin!(task);
+    // A kill during the copy stops it between two chunks; the copy's own error path then
+    // removes what it made, and that is awaited, so `kill` returns with nothing left.
+    let joined = tokio::select! {
+        r = &mut task => r,
+        () = crate::run::start_cancelled() => {
+            cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+            (&mut task).await
+        }
+    };
+    joined.map_err(|e| SandboxError::io("making the workspace layer", std::io::Error::other(e)))?
 }
 
 /// A [`Sandbox`](crate::Sandbox) for any [`Launcher`]: the whole run, kill and wait logic, once.
@@ -280,6 +290,9 @@ impl<L: Launcher> Starter for L {
     async fn start(&self, mut plan: Plan) -> Result<RunHandle, SandboxError> {
         let name = Launcher::name(self);
         let cap = Launcher::capability(self);
+        // The first run of this process removes what crashed hosts left (their cgroups,
+        // layers, bundles): named by owner, so a live host's are never touched.
+        let _ = tokio::task::spawn_blocking(crate::owner::remove_dead_leftovers_once).await;
         // The run's clock starts before the layer is made: a workspace made slow to copy
         // (huge, or raced by another run) must not hold the timeout off.
         let started = std::time::Instant::now();
@@ -294,7 +307,14 @@ impl<L: Launcher> Starter for L {
                 match layer_within(&plan.workspace, best, deadline).await {
                     Ok(l) => Some(l),
                     Err(SandboxError::Io { source, .. }) if tree::is_deadline(&source) => {
-                        return Ok(supervise::timed_out(name, &plan, started.elapsed()));
+                        // The copy took the whole timeout: the run timed out before its
+                        // command started, and nothing was changed.
+                        return Ok(crate::run::ended_before_start(
+                            name,
+                            &plan,
+                            crate::Status::TimedOut,
+                            started.elapsed(),
+                        ));
                     }
                     Err(e) => return Err(e),
                 }
@@ -318,16 +338,34 @@ impl<L: Launcher> Starter for L {
             launch.pre_exec.insert(0, Box::new(step));
         }
         if let Some(l) = &layer {
-            launch.notes.push(format!(
-                "workspace layer: {} ({})",
-                l.mechanism().as_str(),
-                if plan.changes == Changes::Review {
-                    "changes held for review"
-                } else {
-                    "changes discarded"
-                }
-            ));
+            launch
+                .notes
+                .push(crate::changes::layer_note(l.mechanism(), plan.changes));
         }
         supervise::start(name, plan, launch, layer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kill while the layer is copied stops the copy (between two chunks) and the start
+    /// fails with the cancellation, its partial copy removed on the copy's error path.
+    #[tokio::test]
+    async fn a_kill_stops_the_layer_copy() {
+        let ws = tempfile::tempdir().unwrap();
+        for i in 0..4 {
+            std::fs::write(ws.path().join(format!("f{i}")), vec![7u8; 3 << 20]).unwrap();
+        }
+        let (_tx, rx) = tokio::sync::watch::channel(true);
+        let r = crate::run::START_CANCEL
+            .scope(
+                rx,
+                layer_within(ws.path(), crate::LayerMechanism::Copy, None),
+            )
+            .await;
+        let e = r.unwrap_err();
+        assert!(e.to_string().contains("cancelled"), "{e}");
     }
 }

@@ -12,16 +12,13 @@ use nix::unistd::Pid;
 
 use super::cgroup::{CgroupSupport, RunCgroups};
 use super::child::ChildSetup;
-use super::output::{drain, snapshot};
+use super::output::drain;
 use super::{files, HostSupport, Launch};
-use crate::changes::scan::scan;
 use crate::changes::Layer;
 use crate::egress::ConnectionRecord;
 use crate::outcome::{LimitMechanism, LimitRecord};
 use crate::run::{feed_stdin, run_channel, supervise, End, Finished, Job, RunHandle};
-use crate::{
-    ChangeSet, Changes, LayerMechanism, Plan, SandboxError, SandboxOutcome, Status, StreamKind,
-};
+use crate::{Changes, LayerMechanism, Plan, SandboxError, SandboxOutcome, Status, StreamKind};
 
 /// How long to wait for the tree to be gone and the pipes to close after a kill.
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
@@ -208,26 +205,6 @@ pub(super) fn start(
     Ok(handle)
 }
 
-/// A run that timed out before its command started (the layer's copy took the whole
-/// timeout): its outcome is known at once, and nothing was changed.
-pub(super) fn timed_out(backend: &'static str, plan: &Plan, wall_time: Duration) -> RunHandle {
-    let (handle, control) = run_channel(plan.output_limit);
-    let outcome = SandboxOutcome {
-        status: Status::TimedOut,
-        stdout: snapshot(&control.stdout),
-        stderr: snapshot(&control.stderr),
-        wall_time,
-        backend,
-        files: Default::default(),
-        policy: plan.effective_policy(backend),
-        changes: None,
-        connections: Vec::new(),
-        denials: Default::default(),
-    };
-    control.finish(Ok(outcome));
-    handle
-}
-
 struct Supervised {
     backend: &'static str,
     plan: Plan,
@@ -337,28 +314,14 @@ impl Job for Supervised {
         }
         // The tree is dead: the layer holds exactly what the command left.
         let changes = match layer {
-            Some(l) if plan.changes == Changes::Review => {
-                let scanned =
-                    tokio::task::spawn_blocking(move || scan(&l).map(|c| ChangeSet::new(l, c)))
-                        .await;
-                match scanned {
-                    Ok(Ok(set)) => Some(set),
-                    Ok(Err(e)) => {
-                        release(cgroups, launch).await;
-                        return Err(SandboxError::io(
-                            "reading the command's changes from its layer",
-                            e,
-                        ));
-                    }
-                    Err(e) => {
-                        release(cgroups, launch).await;
-                        return Err(SandboxError::io(
-                            "reading the command's changes from its layer",
-                            std::io::Error::other(e),
-                        ));
-                    }
+            Some(l) if plan.changes == Changes::Review => match crate::changes::change_set(l).await
+            {
+                Ok(set) => Some(set),
+                Err(e) => {
+                    release(cgroups, launch).await;
+                    return Err(e);
                 }
-            }
+            },
             other => {
                 // Discard: the layer goes with the rest below.
                 let _ = tokio::task::spawn_blocking(move || drop(other)).await;

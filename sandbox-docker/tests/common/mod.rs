@@ -92,7 +92,8 @@ pub fn chown_tree(p: &Path, uid: u32) {
     assert!(st.success());
 }
 
-fn docker_cli(args: &[&str]) -> Vec<String> {
+/// The docker CLI's output lines; a failure panics with its stderr.
+pub fn docker_cli(args: &[&str]) -> Vec<String> {
     let out = Command::new("docker").args(args).output().unwrap();
     assert!(
         out.status.success(),

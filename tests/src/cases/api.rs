@@ -283,6 +283,54 @@ pub async fn kill_during_wait(ctx: Arc<Context>) -> CaseResult {
     Ok(())
 }
 
+/// `kill` while `run` is still starting the command (copying a large workspace for its
+/// throwaway layer, where the backend copies) cancels the start: `kill` returns, `run`
+/// returns `Ok`, and the outcome is `Killed`; never "still starting". (Where the start is
+/// quick, the kill lands on the running command instead: the same outcome.)
+pub async fn kill_during_start(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("killstart")?;
+    // Dense data, so that a copy takes a while: 16 files of 4 MiB.
+    for i in 0..16 {
+        std::fs::write(ws.path().join(format!("blob{i}")), vec![0x5au8; 4 << 20])
+            .map_err(|e| Failure::Broken(format!("writing the workspace: {e}")))?;
+    }
+    let mut opts = ctx.opts(ws.path(), ["sleep", "600"]);
+    opts.changes = sandbox_core::Changes::Discard;
+    let sb: Arc<DynSandbox> = Arc::from(ctx.sandbox());
+    let runner = {
+        let sb = sb.clone();
+        tokio::spawn(async move { sb.run(opts).await })
+    };
+    // As soon as `run` has begun (before that, kill is "not started": try again).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match tokio::time::timeout(Duration::from_secs(120), sb.kill()).await {
+            Err(_) => return Err(Failure::Broken("kill did not return within 120 s".into())),
+            Ok(Err(SandboxError::State { state, .. }))
+                if state.starts_with("not started") && std::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Ok(r) => {
+                r?;
+                break;
+            }
+        }
+    }
+    let started = tokio::time::timeout(Duration::from_secs(60), runner)
+        .await
+        .map_err(|_| Failure::Broken("run did not return after the kill".into()))?
+        .map_err(|e| Failure::Broken(format!("the running task failed: {e}")))?;
+    started?;
+    let out = sb.wait().await?;
+    ensure!(
+        out.status == Status::Killed,
+        "kill during the start gave {}",
+        describe(&out)
+    );
+    Ok(())
+}
+
 fn is_state(r: &Result<impl std::fmt::Debug, SandboxError>) -> bool {
     matches!(r, Err(SandboxError::State { .. }))
 }

@@ -31,7 +31,8 @@ fn plant(ws: &Path, rel: &str, content: &str) -> std::io::Result<()> {
 
 /// The workspace as the probe's `tree` lists it, run on the host (unconfined).
 fn host_tree(ctx: &Context, ws: &Path) -> Result<Vec<String>, Failure> {
-    let out = std::process::Command::new(ctx.probe())
+    let out = ctx
+        .host_probe_command()
         .arg("tree")
         .current_dir(ws)
         .output()?;

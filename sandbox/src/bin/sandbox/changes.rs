@@ -151,6 +151,9 @@ fn apply(set: &ChangeSet) -> Settled {
                     "re-run the command, or apply from the library with force"
                 }
                 ApplyError::Refused { .. } => "nothing was written; the change set was discarded",
+                ApplyError::NoSpace { .. } => {
+                    "nothing was written; free space on the workspace's disk and re-run"
+                }
                 _ => "check the workspace: the changes before the failing path were applied",
             };
             eprintln!("sandbox: changes not applied: {e}; remedy: {remedy}");

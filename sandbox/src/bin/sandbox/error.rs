@@ -196,6 +196,19 @@ fn explain_sandbox(e: &SandboxError) -> (String, String) {
             format!("backend `{backend}` cannot enforce {feature}"),
             remedy.clone(),
         ),
+        SandboxError::TempDir {
+            dir,
+            what,
+            reason,
+            source,
+        } => (
+            format!(
+                "cannot create the {what} directory in the host's temp dir {} (TMPDIR): \
+                 {reason}: {source}",
+                dir.display()
+            ),
+            "point TMPDIR at a writable directory with free space".to_string(),
+        ),
         SandboxError::Spawn { .. } => (
             e.to_string(),
             "`sandbox doctor` checks whether the backend works here".to_string(),

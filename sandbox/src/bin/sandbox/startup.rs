@@ -139,9 +139,13 @@ fn from_entry(
 /// refusal) as it is; any other is the backend's preflight's cause and remedy when the
 /// preflight fails too. The cache entry that chose the backend is dropped either way.
 pub async fn diagnose(chosen: &Chosen, e: SandboxError) -> SandboxError {
+    // The host's temp dir says what is wrong itself; a preflight would only fail on it
+    // too, naming its own directory instead of the run's.
     if matches!(
         e,
-        SandboxError::InvalidConfig { .. } | SandboxError::PolicyRefused { .. }
+        SandboxError::InvalidConfig { .. }
+            | SandboxError::PolicyRefused { .. }
+            | SandboxError::TempDir { .. }
     ) {
         return e;
     }

@@ -1,0 +1,105 @@
+//! The layer for a backend whose command is not a host process that core spawns (a
+//! container engine): made on the host, bound into the sandbox by the backend at the
+//! workspace's path, and scanned by core after the run, so that its change set is the
+//! same as every other backend's.
+
+use std::path::Path;
+use std::time::Instant;
+
+use super::layer::{Layer, LayerMechanism};
+use super::{ChangeSet, Changes};
+use crate::SandboxError;
+
+/// A copy-on-write layer over a workspace, prepared on the host for a sandbox that the
+/// backend builds itself.
+///
+/// The layer is a copy (blocks shared with the original where the filesystem can): an
+/// overlay of core's is mounted in a process's own mount namespace, which a container
+/// engine's namespaces never see. The backend binds [`tree`](Self::tree) at the
+/// workspace's path, runs the command, and once the command's whole tree is dead turns
+/// the layer into the run's [`ChangeSet`] with [`into_change_set`](Self::into_change_set)
+/// (or drops it with [`discard`](Self::discard)). Dropping it removes it too.
+#[derive(Debug)]
+pub struct HostLayer {
+    layer: Layer,
+}
+
+impl HostLayer {
+    /// Copy `workspace` into a private temp dir of the host, on a blocking thread, under
+    /// `deadline`. A copy that reaches the deadline is an [`SandboxError::Io`] whose
+    /// source satisfies [`is_deadline`](crate::process::tree::is_deadline): report the
+    /// run with [`ended_before_start`](crate::run::ended_before_start) and
+    /// [`Status::TimedOut`](crate::Status::TimedOut).
+    pub async fn prepare(
+        workspace: &Path,
+        deadline: Option<Instant>,
+    ) -> Result<Self, SandboxError> {
+        crate::process::layer_within(workspace, LayerMechanism::Copy, deadline)
+            .await
+            .map(|layer| Self { layer })
+    }
+
+    /// The tree the command writes: bind it at the workspace's path.
+    pub fn tree(&self) -> &Path {
+        self.layer.source()
+    }
+
+    /// How the layer was made.
+    pub fn mechanism(&self) -> LayerMechanism {
+        self.layer.mechanism()
+    }
+
+    /// The real workspace the layer is over.
+    pub fn workspace(&self) -> &Path {
+        self.layer.workspace()
+    }
+
+    /// The outcome's note for a run on this layer.
+    pub fn note(&self, changes: Changes) -> String {
+        layer_note(self.mechanism(), changes)
+    }
+
+    /// What the command changed, compared with the real workspace. Call once nothing of
+    /// the command is left that could still write the layer.
+    pub async fn into_change_set(self) -> Result<ChangeSet, SandboxError> {
+        change_set(self.layer).await
+    }
+
+    /// Remove the layer now, on a blocking thread (dropping it does the same, inline).
+    pub async fn discard(self) {
+        let layer = self.layer;
+        let _ = tokio::task::spawn_blocking(move || drop(layer)).await;
+    }
+}
+
+/// The outcome's note for a run on a layer made by `mechanism`.
+pub(crate) fn layer_note(mechanism: LayerMechanism, changes: Changes) -> String {
+    format!(
+        "workspace layer: {} ({})",
+        mechanism.as_str(),
+        if changes == Changes::Review {
+            "changes held for review"
+        } else {
+            "changes discarded"
+        }
+    )
+}
+
+/// Scan `layer` on a blocking thread into the run's change set (which then holds it).
+pub(crate) async fn change_set(layer: Layer) -> Result<ChangeSet, SandboxError> {
+    let scanned = tokio::task::spawn_blocking(move || {
+        super::scan::scan(&layer).map(|c| ChangeSet::new(layer, c))
+    })
+    .await;
+    match scanned {
+        Ok(Ok(set)) => Ok(set),
+        Ok(Err(e)) => Err(SandboxError::io(
+            "reading the command's changes from its layer",
+            e,
+        )),
+        Err(e) => Err(SandboxError::io(
+            "reading the command's changes from its layer",
+            std::io::Error::other(e),
+        )),
+    }
+}

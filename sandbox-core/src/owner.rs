@@ -1,0 +1,406 @@
+//! Who made a host object (a cgroup, a temp directory, a container), and the removal of
+//! what a dead maker left.
+//!
+//! A host process that is SIGKILLed mid-run (or whose machine loses power) cleans nothing
+//! up. The kernel still ends the command's tree (`PR_SET_PDEATHSIG` on the launcher, a pid
+//! namespace or a process group the command cannot leave), but the run's cgroups, its
+//! layer or snapshot copy, a backend's bundle directory and the mounts in it stay. So each
+//! of them names its maker, by pid and start time (a pid alone may have been reused):
+//!
+//! - temp directories: `sandbox-<kind>@<pid>-<start>-<random>` ([`temp_dir`]);
+//! - cgroups: `sandbox-<pid>-<start>-<n>` (see [`crate::process::cgroup`]);
+//! - engine objects: a label `<machine>/<pid>/<start>` ([`label`], [`label_state`]).
+//!
+//! [`remove_dead_leftovers`] removes the first two for every maker that is gone, and
+//! nothing of a live one; every process backend calls it once per process, at its first
+//! run ([`remove_dead_leftovers_once`]), so the next start after a crash cleans up.
+
+use std::io;
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use crate::changes::fsx::{self, Kind};
+
+/// A process's start time in clock ticks since boot (field 22 of `/proc/PID/stat`).
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) may contain spaces and parentheses: skip past its end.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// This machine: the systemd machine id, else the host name.
+pub fn machine_id() -> String {
+    for f in ["/etc/machine-id", "/var/lib/dbus/machine-id"] {
+        if let Ok(s) = std::fs::read_to_string(f) {
+            let s = s.trim();
+            if !s.is_empty() {
+                return s.to_string();
+            }
+        }
+    }
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "unknown-host".into())
+}
+
+/// A process of this machine, as names and labels record it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Owner {
+    /// Its pid.
+    pub pid: u32,
+    /// Its start time ([`start_time`]).
+    pub start: u64,
+}
+
+impl Owner {
+    /// This process.
+    pub fn current() -> Owner {
+        static ME: OnceLock<Owner> = OnceLock::new();
+        *ME.get_or_init(|| {
+            let pid = std::process::id();
+            Owner {
+                pid,
+                start: start_time(pid).unwrap_or_default(),
+            }
+        })
+    }
+
+    /// `<pid>-<start>`, as file and cgroup names carry it.
+    pub fn tag(&self) -> String {
+        format!("{}-{}", self.pid, self.start)
+    }
+
+    /// The owner at the start of `s` (`<pid>-<start>`, then `-` or the end), and the rest.
+    pub fn parse_tag(s: &str) -> Option<(Owner, &str)> {
+        let (pid, rest) = s.split_once('-')?;
+        let end = rest.find('-').unwrap_or(rest.len());
+        let start = &rest[..end];
+        let all_digits = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+        if !all_digits(pid) || !all_digits(start) {
+            return None;
+        }
+        Some((
+            Owner {
+                pid: pid.parse().ok()?,
+                start: start.parse().ok()?,
+            },
+            rest[end..].trim_start_matches('-'),
+        ))
+    }
+
+    /// Whether the process still runs (same pid, same start time).
+    pub fn is_alive(&self) -> bool {
+        start_time(self.pid) == Some(self.start)
+    }
+}
+
+/// This process, as an engine label: `MACHINE/PID/STARTTIME`.
+pub fn label() -> String {
+    let me = Owner::current();
+    format!("{}/{}/{}", machine_id(), me.pid, me.start)
+}
+
+/// What an owner label says about the object's maker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnerState {
+    /// The maker still runs on this machine: its object is in use.
+    Alive,
+    /// The maker ran on this machine and is gone: the object is a leftover.
+    Gone,
+    /// The maker is on another machine, or the label is unreadable: we cannot tell.
+    Unknown,
+}
+
+/// Judge a [`label`] against this machine's processes.
+pub fn label_state(label: Option<&str>) -> OwnerState {
+    label_state_with(label, &machine_id(), start_time)
+}
+
+fn label_state_with(
+    label: Option<&str>,
+    here: &str,
+    start_of: impl Fn(u32) -> Option<u64>,
+) -> OwnerState {
+    let Some(label) = label else {
+        return OwnerState::Unknown;
+    };
+    let mut parts = label.rsplitn(3, '/');
+    let (Some(start), Some(pid), Some(machine)) = (parts.next(), parts.next(), parts.next()) else {
+        return OwnerState::Unknown;
+    };
+    if machine != here {
+        return OwnerState::Unknown;
+    }
+    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
+        return OwnerState::Unknown;
+    };
+    match start_of(pid) {
+        Some(s) if s == start => OwnerState::Alive,
+        _ => OwnerState::Gone,
+    }
+}
+
+/// A new private directory in the host's temp dir for this process's `kind` of object,
+/// named after this process so that [`remove_dead_leftovers`] can tell whose it is; removed
+/// when the value is dropped.
+///
+/// An error names the temp dir and says what to do: an unwritable or full `TMPDIR` is a
+/// host problem the caller can fix.
+pub fn temp_dir(kind: &str) -> Result<tempfile::TempDir, crate::SandboxError> {
+    let base = std::env::temp_dir();
+    tempfile::Builder::new()
+        .prefix(&format!("sandbox-{kind}@{}-", Owner::current().tag()))
+        .tempdir_in(&base)
+        .map_err(|e| temp_dir_error(&base, kind, e))
+}
+
+fn temp_dir_error(base: &Path, kind: &str, e: io::Error) -> crate::SandboxError {
+    use io::ErrorKind as K;
+    let reason = match e.kind() {
+        K::StorageFull => "its disk is full",
+        K::PermissionDenied => "it is not writable",
+        K::ReadOnlyFilesystem => "it is on a read-only filesystem",
+        K::NotFound => "it does not exist",
+        K::NotADirectory => "it is not a directory",
+        _ => "it cannot be written",
+    };
+    crate::SandboxError::TempDir {
+        dir: base.to_path_buf(),
+        what: kind.to_string(),
+        reason,
+        source: e,
+    }
+}
+
+/// The owner of a temp dir named by [`temp_dir`].
+fn temp_owner(name: &str) -> Option<Owner> {
+    let rest = name.strip_prefix("sandbox-")?;
+    let (_, tagged) = rest.split_once('@')?;
+    Owner::parse_tag(tagged).map(|(o, _)| o)
+}
+
+/// What [`remove_dead_leftovers`] removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Removed {
+    /// Cgroups (their processes killed first).
+    pub cgroups: Vec<PathBuf>,
+    /// Temp directories.
+    pub dirs: Vec<PathBuf>,
+    /// Mounts detached from inside those directories.
+    pub mounts: Vec<PathBuf>,
+}
+
+/// Remove what makers that are gone left on this host: their run cgroups (killing any
+/// process still in them) and their temp directories in the host's temp dir, after
+/// detaching any mount inside them (a delete never goes through a mount: it would delete
+/// the tree mounted there). Only what this process may remove; the rest is left, and a
+/// live maker's objects are never touched.
+pub fn remove_dead_leftovers() -> Removed {
+    let mut removed = Removed {
+        cgroups: crate::process::cgroup::remove_dead(crate::process::cgroup::CgroupSupport::get()),
+        ..Removed::default()
+    };
+    let base = std::env::temp_dir();
+    let Ok(entries) = std::fs::read_dir(&base) else {
+        return removed;
+    };
+    let mut dead = Vec::new();
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(owner) = name.to_str().and_then(temp_owner) else {
+            continue;
+        };
+        if !owner.is_alive() && e.file_type().is_ok_and(|t| t.is_dir()) {
+            dead.push(e.path());
+        }
+    }
+    // Every mount first: one dir's mount may show another's tree (a bundle's staging mount
+    // of a layer's copy).
+    let mut blocked = Vec::new();
+    for dir in &dead {
+        for m in mounts_under(dir) {
+            if nix::mount::umount2(&m, nix::mount::MntFlags::MNT_DETACH).is_ok() {
+                removed.mounts.push(m);
+            } else {
+                blocked.push(dir.clone());
+            }
+        }
+    }
+    for dir in dead {
+        if blocked.contains(&dir) || !mounts_under(&dir).is_empty() {
+            continue;
+        }
+        if remove_tree(&dir).is_ok() {
+            removed.dirs.push(dir);
+        }
+    }
+    removed
+}
+
+/// [`remove_dead_leftovers`], once per process (the first run of any backend calls it).
+pub fn remove_dead_leftovers_once() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        let r = remove_dead_leftovers();
+        if r != Removed::default() {
+            tracing::info!("removed what dead sandbox hosts left: {r:?}");
+        }
+    });
+}
+
+/// Mount points at or below `dir` in this mount namespace, deepest first.
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| PathBuf::from(unescape_mountinfo(p)))
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    out.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    out.dedup();
+    out
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo`.
+fn unescape_mountinfo(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Delete `dir` and everything in it, never leaving its filesystem (a mount point that is
+/// still there fails the delete instead of being walked into) and never following a link.
+fn remove_tree(dir: &Path) -> io::Result<()> {
+    let fd = fsx::open_root(dir)?;
+    let dev = rustix::fs::fstat(&fd)?.st_dev;
+    clear_same_dev(fd.as_fd(), dev)?;
+    std::fs::remove_dir(dir)
+}
+
+fn clear_same_dev(dir: std::os::fd::BorrowedFd<'_>, dev: u64) -> io::Result<()> {
+    for name in fsx::list(dir)? {
+        let Some(st) = fsx::stat_at(dir, &name)? else {
+            continue;
+        };
+        if fsx::kind(&st) == Kind::Dir {
+            if st.st_dev != dev {
+                return Err(io::Error::other("a mount is still inside"));
+            }
+            let _ = nix::sys::stat::fchmodat(
+                dir,
+                name.as_os_str(),
+                nix::sys::stat::Mode::from_bits_truncate(0o700),
+                nix::sys::stat::FchmodatFlags::FollowSymlink,
+            );
+            let sub = fsx::open_dir_at(dir, &name)?;
+            clear_same_dev(sub.as_fd(), dev)?;
+            nix::unistd::unlinkat(dir, name.as_os_str(), nix::unistd::UnlinkatFlags::RemoveDir)
+                .map_err(fsx::nix_io)?;
+        } else {
+            nix::unistd::unlinkat(
+                dir,
+                name.as_os_str(),
+                nix::unistd::UnlinkatFlags::NoRemoveDir,
+            )
+            .map_err(fsx::nix_io)?;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_own_label_says_alive() {
+        assert_eq!(label_state(Some(&label())), OwnerState::Alive);
+        assert!(Owner::current().is_alive());
+    }
+
+    #[test]
+    fn owners_are_judged_by_machine_pid_and_start_time() {
+        let start = |pid: u32| (pid == 10).then_some(500);
+        assert_eq!(
+            label_state_with(Some("m/10/500"), "m", start),
+            OwnerState::Alive
+        );
+        // Same pid, another start time: the pid was reused, the maker is gone.
+        assert_eq!(
+            label_state_with(Some("m/10/499"), "m", start),
+            OwnerState::Gone
+        );
+        assert_eq!(
+            label_state_with(Some("m/11/500"), "m", start),
+            OwnerState::Gone
+        );
+        assert_eq!(
+            label_state_with(Some("other/10/500"), "m", start),
+            OwnerState::Unknown
+        );
+        assert_eq!(
+            label_state_with(Some("garbage"), "m", start),
+            OwnerState::Unknown
+        );
+        assert_eq!(label_state_with(None, "m", start), OwnerState::Unknown);
+    }
+
+    #[test]
+    fn names_carry_their_owner() {
+        let me = Owner::current();
+        let d = temp_dir("test").unwrap();
+        let name = d.path().file_name().unwrap().to_str().unwrap().to_string();
+        assert_eq!(temp_owner(&name), Some(me));
+        assert_eq!(temp_owner("sandbox-layer-abc"), None);
+        assert_eq!(
+            temp_owner("sandbox-x@12-34-rnd"),
+            Some(Owner { pid: 12, start: 34 })
+        );
+        assert_eq!(
+            Owner::parse_tag("12-34-5"),
+            Some((Owner { pid: 12, start: 34 }, "5"))
+        );
+        assert_eq!(Owner::parse_tag("12-x-5"), None);
+    }
+
+    #[test]
+    fn a_dead_owners_dir_goes_and_a_live_ones_stays() {
+        // A pid that cannot be running: above the kernel's maximum.
+        let dead = std::env::temp_dir().join("sandbox-test@4194305-1-abc");
+        std::fs::create_dir_all(dead.join("sub")).unwrap();
+        std::fs::write(dead.join("sub/f"), b"x").unwrap();
+        let live = temp_dir("test").unwrap();
+        std::fs::write(live.path().join("f"), b"x").unwrap();
+        let r = remove_dead_leftovers();
+        assert!(r.dirs.contains(&dead), "{r:?}");
+        assert!(!dead.exists());
+        assert!(live.path().join("f").exists());
+    }
+
+    #[test]
+    fn mountinfo_escapes_are_undone() {
+        assert_eq!(unescape_mountinfo("/a\\040b"), "/a b");
+        assert_eq!(unescape_mountinfo("/plain"), "/plain");
+    }
+}

@@ -123,7 +123,13 @@ pub async fn measure(
             }));
             probes.len() - 1
         });
-    let reports = s.backend.capability().reports_denials != Default::default();
+    // What reporting sets up at start (a seccomp supervisor). The proxy's refusals are not
+    // among them: core reads them from its record after the run, and this run has no proxy.
+    let startup_kinds = sandbox_core::DenialKinds {
+        network_connect: false,
+        ..s.backend.capability().reports_denials
+    };
+    let reports = startup_kinds != Default::default();
     let plain_at = probes.len();
     if reports {
         let plain_opts = &plain_opts;
@@ -175,7 +181,7 @@ pub async fn measure(
                 s,
                 format!(
                     "start-up with denial reporting (kinds: {}), {how}",
-                    s.backend.capability().reports_denials.names().join(", ")
+                    startup_kinds.names().join(", ")
                 ),
                 ours,
                 plain,

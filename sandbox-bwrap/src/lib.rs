@@ -40,9 +40,22 @@
 //!
 //! # Host root
 //!
-//! bwrap maps the sandbox to the caller's uid, so under a root host the command runs as
-//! kuid 0: files it creates belong to root (the calling user), and it passes every owner
-//! check on root's files. What keeps it from root's power:
+//! bwrap maps the sandbox to the caller's uid (its `--uid` only renames it inside: the
+//! kernel still sees the caller), so a root caller's command would be kuid 0 and pass
+//! every owner check on root's files. So on a root host bwrap itself is not run as root:
+//! between fork and exec our child makes a private mount namespace, attaches there the
+//! workspace and the writable paths as idmapped copies where on-disk root shows as an id
+//! no account has ([`sandbox_core::idmap::SPARE_COMMAND_ID`]), and becomes that id; bwrap
+//! then runs as that ordinary user (unprivileged user namespaces), binds the trees by
+//! path, and the kernel refuses the command every root-only file, whenever it became one
+//! (see `sandbox_core::handover`). Nothing is walked or hidden. Files it creates are
+//! root's on disk, as before.
+//!
+//! Where that cannot be had for a run (a tree on a filesystem without idmapped mounts, a
+//! path only root can reach, a copy-on-write layer, bwrap unable to make a user namespace
+//! as that id), bwrap runs as root, the command as kuid 0: files it creates belong to
+//! root, and it passes every owner check on root's files. What keeps it from root's power
+//! then:
 //!
 //! - every capability dropped (`--cap-drop ALL`: bwrap would otherwise leave a root
 //!   caller's command all of them), with `no_new_privs`;
@@ -117,6 +130,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sandbox_core::handover;
+use sandbox_core::idmap::SPARE_COMMAND_ID;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
 use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets};
 use sandbox_core::{
@@ -255,6 +270,12 @@ fn capability(facts: &HostFacts) -> Capability {
         // The waiter also hands over the namespace itself; the host makes the sockets of
         // published ports in it (entering it as root, through a forked helper otherwise).
         publish: true,
+        // Only what the proxy refuses: bwrap itself reports nothing, and a path outside
+        // the command's view cannot be told from a missing file.
+        reports_denials: sandbox_core::DenialKinds {
+            network_connect: true,
+            ..sandbox_core::DenialKinds::default()
+        },
         tree_kill: true,
         process_isolation: true,
         // The waiter is the pid namespace's init (`--as-pid-1`) and waits for orphans.
@@ -284,16 +305,12 @@ impl Launcher for BwrapBackend {
 
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
         let bwrap = self.bwrap()?.clone();
-        // Off the executor: the probe spawns bwrap and waits; on a root host the first walk
-        // of the system trees is done here too, so the first run does not pay for it.
-        let me = self.clone();
-        tokio::task::spawn_blocking(move || {
-            preflight::probe(&bwrap, true)?;
-            me.hidden(None);
-            Ok::<_, SandboxError>(())
-        })
-        .await
-        .map_err(|e| SandboxError::io("running the bwrap probe", std::io::Error::other(e)))??;
+        // Off the executor: the probe spawns bwrap and waits. (No walk of the system trees
+        // ahead of the run: a root host's run hands its trees to an unprivileged id and
+        // walks nothing, and one that cannot walks what it needs itself.)
+        tokio::task::spawn_blocking(move || preflight::probe(&bwrap, true, None))
+            .await
+            .map_err(|e| SandboxError::io("running the bwrap probe", std::io::Error::other(e)))??;
         // The whole backend on a real command: seccomp, the waiter, the filesystem.
         let dir = sandbox_core::owner::temp_dir("bwrap-preflight")?;
         let mut opts = SandboxOpts::new(dir.path(), ["true"]);
@@ -319,8 +336,9 @@ impl Launcher for BwrapBackend {
         }
         if self.facts.is_root {
             details.push(
-                "host is root: capabilities dropped, root-only system files hidden, \
-                 /proc/sys read-only, setuid bits refused"
+                "host is root: bwrap runs as an unprivileged id with the workspace idmapped \
+                 to it where the filesystem allows (else as root: capabilities dropped, \
+                 root-only system files hidden, /proc/sys read-only); setuid bits refused"
                     .into(),
             );
         }
@@ -329,7 +347,19 @@ impl Launcher for BwrapBackend {
 
     fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
         let bwrap = self.bwrap()?;
-        preflight::probe_once(bwrap, plan.network != NetworkMode::Full)?;
+        let own_network = plan.network != NetworkMode::Full;
+        // A root host: bwrap runs as an unprivileged id with the writable trees handed to
+        // it, where that can be had; else as root, with the root-only entries hidden.
+        let handover = if self.facts.is_root {
+            preflight::probe_once(bwrap, own_network, Some(SPARE_COMMAND_ID))
+                .map_err(|e| format!("bwrap cannot run as uid {SPARE_COMMAND_ID}: {e}"))
+                .and_then(|()| handover::hand_over(plan, &handover::writable_trees(plan)))
+        } else {
+            Err(String::new())
+        };
+        if handover.is_err() {
+            preflight::probe_once(bwrap, own_network, None)?;
+        }
         let facts = &self.facts;
         let layout = argv::Layout {
             system: &facts.system,
@@ -338,11 +368,29 @@ impl Launcher for BwrapBackend {
             disable_userns: facts.features.disable_userns,
             scope_abstract_unix: facts.can_scope_abstract_unix(),
         };
-        let hidden = self.hidden(Some(plan));
+        let hidden = match &handover {
+            // Root-only files are closed to the id by the kernel: nothing to hide.
+            Ok(_) => Vec::new(),
+            Err(_) => self.hidden(Some(plan)),
+        };
         let mut notes = vec![format!(
             "bwrap {}",
             facts.version.as_deref().unwrap_or("(unknown version)")
         )];
+        match &handover {
+            Ok(h) => notes.push(format!(
+                "host is root: bwrap runs as uid and gid {id} (no account has it, no \
+                 supplementary groups) in a mount namespace where the workspace and the \
+                 writable paths are idmapped to it (on-disk root shown as {id}), so root-only \
+                 files elsewhere are refused by the kernel's own permission checks",
+                id = h.id
+            )),
+            Err(why) if facts.is_root => notes.push(format!(
+                "host is root: bwrap runs as root (the command as uid 0 without \
+                 capabilities): {why}"
+            )),
+            Err(_) => {}
+        }
         if !hidden.is_empty() {
             notes.push(format!(
                 "host is root: {} root-only entries of the system and named paths hidden",
@@ -352,7 +400,13 @@ impl Launcher for BwrapBackend {
         if plan.network == NetworkMode::Full && layout.scope_abstract_unix {
             notes.push("abstract unix sockets confined (landlock)".into());
         }
-        seam::launch(bwrap, plan, &layout, &hidden, notes)
+        let mut launch = seam::launch(bwrap, plan, &layout, &hidden, notes)?;
+        if let Ok(h) = &handover {
+            let enter = handover::Enter::new(h, &plan.cwd)
+                .map_err(|e| SandboxError::io("preparing the handover", e))?;
+            launch.pre_exec.push(Box::new(enter));
+        }
+        Ok(launch)
     }
 }
 

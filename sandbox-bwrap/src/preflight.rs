@@ -12,6 +12,7 @@
 //! Failures are classified from bwrap's message into a cause and a remedy a person can act
 //! on; the classification is a pure function, unit-tested on bwrap's actual messages.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
@@ -89,9 +90,18 @@ pub(crate) fn setup_error(stderr: &str) -> SandboxError {
 }
 
 /// The setup probe (see the module docs), with a network namespace of its own when
-/// `own_network`. Ok when bwrap got as far as executing.
-pub(crate) fn probe(bwrap: &Path, own_network: bool) -> Result<(), SandboxError> {
+/// `own_network`, run as uid and gid `as_id` when given (a root host's launcher that
+/// leaves uid 0, see `sandbox_core::handover`). Ok when bwrap got as far as executing.
+pub(crate) fn probe(
+    bwrap: &Path,
+    own_network: bool,
+    as_id: Option<u32>,
+) -> Result<(), SandboxError> {
     let mut cmd = Command::new(bwrap);
+    if let Some(id) = as_id {
+        // std drops the supplementary groups too when root changes uid.
+        cmd.uid(id).gid(id).current_dir("/");
+    }
     cmd.args([
         "--unshare-user",
         "--unshare-pid",
@@ -134,17 +144,20 @@ pub(crate) fn probe(bwrap: &Path, own_network: bool) -> Result<(), SandboxError>
     }
 }
 
-/// The probe, once per process and network shape: a success is remembered, a failure is
-/// not (the host may be fixed while the process runs). A host that cannot set up a
-/// loopback still runs commands that share its network.
-pub(crate) fn probe_once(bwrap: &Path, own_network: bool) -> Result<(), SandboxError> {
-    static WITH_NET: OnceLock<()> = OnceLock::new();
-    static WITHOUT_NET: OnceLock<()> = OnceLock::new();
-    let verified = if own_network { &WITH_NET } else { &WITHOUT_NET };
+/// The probe, once per process, network shape and identity: a success is remembered, a
+/// failure is not (the host may be fixed while the process runs). A host that cannot set
+/// up a loopback still runs commands that share its network.
+pub(crate) fn probe_once(
+    bwrap: &Path,
+    own_network: bool,
+    as_id: Option<u32>,
+) -> Result<(), SandboxError> {
+    static VERIFIED: [OnceLock<()>; 4] = [const { OnceLock::new() }; 4];
+    let verified = &VERIFIED[usize::from(own_network) + 2 * usize::from(as_id.is_some())];
     if verified.get().is_some() {
         return Ok(());
     }
-    probe(bwrap, own_network)?;
+    probe(bwrap, own_network, as_id)?;
     let _ = verified.set(());
     Ok(())
 }
@@ -205,13 +218,13 @@ mod tests {
     fn the_probe_passes_on_this_host() {
         // CI installs bwrap and requires the backend: a missing bwrap is a failure here.
         let bwrap = which::which("bwrap").expect("bwrap is installed on test hosts");
-        probe(&bwrap, true).unwrap();
-        probe(&bwrap, false).unwrap();
+        probe(&bwrap, true, None).unwrap();
+        probe(&bwrap, false, None).unwrap();
     }
 
     #[test]
     fn a_missing_bwrap_is_unavailable_with_the_install_remedy() {
-        let e = probe(Path::new("/nonexistent/bwrap"), true).unwrap_err();
+        let e = probe(Path::new("/nonexistent/bwrap"), true, None).unwrap_err();
         assert!(matches!(e, SandboxError::Unavailable { .. }), "{e}");
         assert!(e.to_string().contains("apt-get install bubblewrap"), "{e}");
     }

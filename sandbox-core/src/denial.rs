@@ -15,6 +15,8 @@ use std::fmt;
 
 use serde::Serialize;
 
+use crate::egress::ConnectionRecord;
+
 /// How many distinct denials an outcome keeps; later distinct ones are only counted.
 pub const MAX_DISTINCT: usize = 100;
 
@@ -136,30 +138,43 @@ impl Denials {
     /// The one-line summary the command prints on stderr after a run, or `None` when
     /// nothing was refused: `denied 3 operations: read /x (landlock), ptrace (seccomp)`.
     pub fn summary(&self) -> Option<String> {
-        if self.is_empty() {
+        self.summary_besides(None)
+    }
+
+    /// The summary when the refusals of mechanism `said` were already printed one line
+    /// each (the proxy's, with their reasons): they are counted and pointed at, not named
+    /// again. `None` when nothing was refused, or when they were all there was.
+    pub fn summary_besides(&self, said: Option<DenialMechanism>) -> Option<String> {
+        let (said_entries, rest): (Vec<&Denial>, Vec<&Denial>) =
+            self.entries.iter().partition(|d| Some(d.mechanism) == said);
+        if rest.is_empty() && self.more == 0 {
             return None;
         }
-        let total = self.total();
-        let mut line = format!(
-            "denied {total} operation{}: ",
-            if total == 1 { "" } else { "s" }
-        );
         const SHOWN: usize = 5;
-        let shown: Vec<String> = self
-            .entries
-            .iter()
-            .take(SHOWN)
-            .map(|d| d.to_string())
-            .collect();
-        line.push_str(&shown.join(", "));
-        let hidden = self.entries.len().saturating_sub(SHOWN);
-        if hidden > 0 || self.more > 0 {
-            line.push_str(&format!(
-                ", and {} more (the outcome's JSON lists them)",
-                hidden as u64 + self.more
+        let mut parts: Vec<String> = rest.iter().take(SHOWN).map(|d| d.to_string()).collect();
+        let said_count: u64 = said_entries.iter().map(|d| d.count).sum();
+        if let (Some(m), 1..) = (said, said_count) {
+            // `2 connects (proxy, listed above)`: the verb when they are all of one kind.
+            let verb = match said_entries.first().map(|d| d.kind) {
+                Some(k) if said_entries.iter().all(|d| d.kind == k) => k.verb(),
+                _ => "operation",
+            };
+            parts.push(format!(
+                "{said_count} {verb}{} ({}, listed above)",
+                if said_count == 1 { "" } else { "s" },
+                m.name()
             ));
         }
-        Some(line)
+        let hidden = rest.len().saturating_sub(SHOWN) as u64 + self.more;
+        if hidden > 0 {
+            parts.push(format!("and {hidden} more (the outcome's JSON lists them)"));
+        }
+        let total = self.total();
+        Some(format!(
+            "denied {total} operation{}: {}",
+            if total == 1 { "" } else { "s" },
+            parts.join(", ")
+        ))
     }
 }
 
@@ -195,6 +210,18 @@ impl DenialLog {
         });
     }
 
+    /// Record each attempt the egress proxy denied (allowed ones are not denials), as a
+    /// network connect to `host:port` refused by the proxy.
+    pub fn record_connections(&mut self, connections: &[ConnectionRecord]) {
+        for c in connections.iter().filter(|c| !c.decision.is_allowed()) {
+            self.record(
+                DenialKind::NetworkConnect,
+                &c.target(),
+                DenialMechanism::Proxy,
+            );
+        }
+    }
+
     /// What was recorded.
     pub fn denials(&self) -> &Denials {
         &self.denials
@@ -215,8 +242,12 @@ pub struct DenialKinds {
     pub file_write: bool,
     /// Programs refused execution.
     pub exec: bool,
-    /// Network connects and binds refused.
-    pub network: bool,
+    /// Connects the egress proxy refused (network mode `proxy`), by `host:port` as asked.
+    /// Only the proxy decides in the open: with `none` or `loopback` a connect fails in the
+    /// command's own network namespace, which the host does not see, so it is not reported.
+    pub network_connect: bool,
+    /// Binds or listens refused.
+    pub network_bind: bool,
     /// System calls refused by the filter, by name.
     pub syscall: bool,
     /// Signals refused.
@@ -232,7 +263,8 @@ impl DenialKinds {
             DenialKind::FileRead => self.file_read,
             DenialKind::FileWrite => self.file_write,
             DenialKind::Exec => self.exec,
-            DenialKind::NetworkConnect | DenialKind::NetworkBind => self.network,
+            DenialKind::NetworkConnect => self.network_connect,
+            DenialKind::NetworkBind => self.network_bind,
             DenialKind::Syscall => self.syscall,
             DenialKind::Signal => self.signal,
             DenialKind::Ptrace => self.ptrace,
@@ -245,7 +277,8 @@ impl DenialKinds {
             (self.file_read, "file read"),
             (self.file_write, "file write"),
             (self.exec, "exec"),
-            (self.network, "network"),
+            (self.network_connect, "network connect (proxy)"),
+            (self.network_bind, "network bind"),
             (self.syscall, "syscall"),
             (self.signal, "signal"),
             (self.ptrace, "ptrace"),
@@ -321,6 +354,94 @@ mod tests {
     }
 
     #[test]
+    fn a_summary_besides_the_proxy_points_at_its_lines_instead_of_repeating_them() {
+        let mut log = DenialLog::default();
+        let proxy = Some(DenialMechanism::Proxy);
+        log.record(
+            DenialKind::NetworkConnect,
+            "a.test:443",
+            DenialMechanism::Proxy,
+        );
+        log.record(
+            DenialKind::NetworkConnect,
+            "a.test:443",
+            DenialMechanism::Proxy,
+        );
+        // Only the proxy's: its lines said it all.
+        assert_eq!(log.denials().summary_besides(proxy), None);
+        assert_eq!(
+            log.denials().summary().unwrap(),
+            "denied 2 operations: connect a.test:443 (proxy) x2"
+        );
+        log.record(DenialKind::Syscall, "unshare", DenialMechanism::Seccomp);
+        assert_eq!(
+            log.denials().summary_besides(proxy).unwrap(),
+            "denied 3 operations: unshare (seccomp), 2 connects (proxy, listed above)"
+        );
+        for i in 0..6 {
+            log.record(
+                DenialKind::Syscall,
+                &format!("c{i}"),
+                DenialMechanism::Seccomp,
+            );
+        }
+        assert_eq!(
+            log.denials().summary_besides(proxy).unwrap(),
+            "denied 9 operations: unshare (seccomp), c0 (seccomp), c1 (seccomp), c2 (seccomp), \
+             c3 (seccomp), 2 connects (proxy, listed above), and 2 more (the outcome's JSON lists \
+             them)"
+        );
+    }
+
+    #[test]
+    fn connections_the_proxy_denied_are_denials_and_allowed_ones_are_not() {
+        use crate::egress::{ConnectionRecord, ProxyProtocol};
+        use crate::policy::Decision;
+        let record = |host: &str, decision: Decision| ConnectionRecord {
+            at: std::time::SystemTime::now(),
+            protocol: ProxyProtocol::Connect,
+            host: host.into(),
+            port: 443,
+            decision,
+            peer: None,
+            bytes_out: 0,
+            bytes_in: 0,
+            error: None,
+        };
+        let mut log = DenialLog::default();
+        log.record_connections(&[
+            record("crates.io", Decision::Allowed("crates.io".into())),
+            record(
+                "pastebin.com",
+                Decision::Denied("not in the allowlist".into()),
+            ),
+            record("::1", Decision::Denied("loopback".into())),
+            record(
+                "pastebin.com",
+                Decision::Denied("not in the allowlist".into()),
+            ),
+        ]);
+        let d = log.into_denials();
+        assert_eq!(
+            d.entries,
+            [
+                Denial {
+                    kind: DenialKind::NetworkConnect,
+                    target: "pastebin.com:443".into(),
+                    mechanism: DenialMechanism::Proxy,
+                    count: 2
+                },
+                Denial {
+                    kind: DenialKind::NetworkConnect,
+                    target: "[::1]:443".into(),
+                    mechanism: DenialMechanism::Proxy,
+                    count: 1
+                },
+            ]
+        );
+    }
+
+    #[test]
     fn kinds_report_only_what_they_claim() {
         let none = DenialKinds::default();
         assert!(none.names().is_empty());
@@ -332,6 +453,13 @@ mod tests {
         assert!(sys.reports(DenialKind::Syscall) && sys.reports(DenialKind::Ptrace));
         assert!(!sys.reports(DenialKind::FileRead) && !sys.reports(DenialKind::NetworkConnect));
         assert_eq!(sys.names(), ["syscall", "ptrace"]);
+        let proxy = DenialKinds {
+            network_connect: true,
+            ..DenialKinds::default()
+        };
+        assert!(proxy.reports(DenialKind::NetworkConnect));
+        assert!(!proxy.reports(DenialKind::NetworkBind));
+        assert_eq!(proxy.names(), ["network connect (proxy)"]);
         assert_eq!(kind_of_call("ptrace"), DenialKind::Ptrace);
         assert_eq!(kind_of_call("mount"), DenialKind::Syscall);
     }

@@ -82,12 +82,21 @@ pub struct ConnectionRecord {
 }
 
 impl ConnectionRecord {
+    /// What was asked, as `host:port` (`[v6]:port` for an IPv6 literal).
+    pub fn target(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+
     /// The line the command-line tool prints for a denied attempt, or `None` when allowed.
     pub fn denied_line(&self) -> Option<String> {
         match &self.decision {
             Decision::Denied(why) => Some(format!(
-                "sandbox: denied connect to {}:{} ({why})",
-                self.host, self.port
+                "sandbox: denied connect to {} ({why})",
+                self.target()
             )),
             Decision::Allowed(_) => None,
         }

@@ -21,10 +21,11 @@
 use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// One mapping of an idmapped mount: files of on-disk `(uid, gid)` (the first) shown as
 /// owned by the second.
@@ -32,6 +33,7 @@ pub type Mapping = ((u32, u32), (u32, u32));
 
 // From <linux/mount.h>; not all in the libc crate's version.
 const OPEN_TREE_CLONE: libc::c_uint = 1;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 const MOUNT_ATTR_NOSUID: u64 = 0x2;
 const MOUNT_ATTR_NODEV: u64 = 0x4;
@@ -89,45 +91,14 @@ impl IdmappedMount {
             mounted: false,
         };
         let userns = user_namespace(maps)?;
-        let src = cstring(source)?;
+        let tree = idmapped_tree(
+            source,
+            userns.as_fd(),
+            MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            false,
+        )?;
         let dst = cstring(staging)?;
         let empty = CString::default();
-        // SAFETY: open_tree with a valid NUL-terminated path; the result is a new
-        // descriptor we own (or -1).
-        let tree = unsafe {
-            libc::syscall(
-                libc::SYS_open_tree,
-                libc::AT_FDCWD,
-                src.as_ptr(),
-                OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint,
-            )
-        };
-        if tree < 0 {
-            return Err(last("open_tree"));
-        }
-        // SAFETY: `tree` is a fresh descriptor returned to us above.
-        let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
-        let attr = MountAttr {
-            attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-            attr_clr: 0,
-            propagation: 0,
-            userns_fd: userns.as_raw_fd() as u64,
-        };
-        // SAFETY: mount_setattr on our detached tree, with a pointer to a live, correctly
-        // sized `struct mount_attr`.
-        let r = unsafe {
-            libc::syscall(
-                libc::SYS_mount_setattr,
-                tree.as_raw_fd(),
-                empty.as_ptr(),
-                libc::AT_EMPTY_PATH,
-                &attr as *const MountAttr,
-                std::mem::size_of::<MountAttr>(),
-            )
-        };
-        if r != 0 {
-            return Err(last("mount_setattr (idmap)"));
-        }
         // SAFETY: move_mount of our detached tree onto a directory we just created.
         let r = unsafe {
             libc::syscall(
@@ -179,6 +150,103 @@ impl Drop for IdmappedMount {
             );
         }
     }
+}
+
+/// A detached copy of the mount tree at `source` (`open_tree(OPEN_TREE_CLONE)`), idmapped
+/// by the user namespace `userns` (`mount_setattr(MOUNT_ATTR_IDMAP)`) with `attrs` set
+/// too; with `recursive`, every mount beneath it is copied and idmapped as well. Nothing is
+/// attached: the caller attaches it with `move_mount` (in this mount namespace, or in a
+/// child's new one), and closing the descriptor of a tree never attached unmounts it.
+///
+/// Fails where a filesystem of the tree cannot be idmapped (`EINVAL`: a FUSE or 9p mount,
+/// tmpfs before Linux 6.3), or the caller may not clone mounts (not root).
+pub fn idmapped_tree(
+    source: &Path,
+    userns: BorrowedFd<'_>,
+    attrs: u64,
+    recursive: bool,
+) -> io::Result<OwnedFd> {
+    let src = cstring(source)?;
+    let empty = CString::default();
+    let rec = if recursive { AT_RECURSIVE } else { 0 };
+    // SAFETY: open_tree with a valid NUL-terminated path; the result is a new
+    // descriptor we own (or -1).
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            src.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | rec,
+        )
+    };
+    if tree < 0 {
+        return Err(last("open_tree"));
+    }
+    // SAFETY: `tree` is a fresh descriptor returned to us above.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree as i32) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP | attrs,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns.as_raw_fd() as u64,
+    };
+    // SAFETY: mount_setattr on our detached tree, with a pointer to a live, correctly
+    // sized `struct mount_attr`.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH as libc::c_uint | rec,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if r != 0 {
+        return Err(last("mount_setattr (idmap)"));
+    }
+    Ok(tree)
+}
+
+/// The user namespace of `maps` (see [`IdmappedMount::create_with`]), made on the first
+/// call for these maps and kept for the life of the process: a backend that idmaps a tree
+/// for every run pays the fork that makes one only once. The namespace holds no process;
+/// the descriptor alone keeps it.
+pub fn shared_user_namespace(maps: &[Mapping]) -> io::Result<Arc<OwnedFd>> {
+    static MADE: Mutex<Vec<(Vec<Mapping>, Arc<OwnedFd>)>> = Mutex::new(Vec::new());
+    let mut made = MADE.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, ns)) = made.iter().find(|(m, _)| m == maps) {
+        return Ok(ns.clone());
+    }
+    let ns = Arc::new(user_namespace(maps)?);
+    made.push((maps.to_vec(), ns.clone()));
+    Ok(ns)
+}
+
+/// The uid and gid a root host's command runs as where its backend hands it the
+/// workspace by an idmapped mount instead of keeping uid 0: an id no account has, so the
+/// kernel's own permission checks treat it as "others" on every file but those handed to
+/// it (2^31 - 3: in the range systemd leaves unused, below the ids whose sign is
+/// ambiguous; next to gVisor's spare id, `2^31 - 2`, and distinct from it).
+pub const SPARE_COMMAND_ID: u32 = 0x7fff_fffd;
+
+/// Whether no local account or group has `id` (`/etc/passwd`, `/etc/group`): the
+/// condition for running a command as it. A file that cannot be read answers no. Accounts
+/// served by NSS modules (LDAP, sssd) are not consulted.
+pub fn no_local_account_has(id: u32) -> bool {
+    let field3 = |file: &str| -> Option<bool> {
+        let text = fs::read_to_string(file).ok()?;
+        Some(text.lines().any(|l| {
+            l.split(':')
+                .nth(2)
+                .and_then(|v| v.trim().parse::<u32>().ok())
+                == Some(id)
+        }))
+    };
+    matches!(
+        (field3("/etc/passwd"), field3("/etc/group")),
+        (Some(false), Some(false))
+    )
 }
 
 /// Lazily unmount `path`.

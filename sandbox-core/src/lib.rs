@@ -53,6 +53,7 @@ pub mod denial;
 pub mod egress;
 mod error;
 mod grants;
+pub mod handover;
 pub mod idmap;
 pub mod layout;
 mod options;

@@ -1358,7 +1358,7 @@ fn running_layer(ws: &Path) -> PathBuf {
         .unwrap_or_else(|| panic!("no bind at the workspace: {text}"));
     let named = |p: &str| {
         p.split('/')
-            .find(|c| c.starts_with("sandbox-layer-"))
+            .find(|c| c.starts_with("sandbox-layer@"))
             .map(|c| std::env::temp_dir().join(c))
     };
     if let Some(p) = named(&source) {

@@ -20,7 +20,8 @@
 //!   [`PidInit`]: both are forks that never exec and never return into the caller's
 //!   code, so they too make nothing but these calls);
 //! - `landlock_add_rule` (the private `/proc`, [`RestrictSelf`]);
-//! - `prctl` (bounding set, ambient set, securebits, `no_new_privs`), `capset`, `capget`;
+//! - `prctl` (bounding set, ambient set, securebits, `no_new_privs`), `capset`, `capget`,
+//!   `setgroups`, `setresgid`, `setresuid` (a root host's command leaving uid 0);
 //! - `landlock_restrict_self` (through `syscall`);
 //! - `seccomp` (through `syscall`, in [`crate::filter`] and core's shared filter).
 //!
@@ -38,7 +39,9 @@
 //!    namespace's), so it comes before the capabilities go; and mounting must happen
 //!    before landlock, which forbids it.
 //! 2. [`ProcessLimit`] (a user namespace, no cgroup): `RLIMIT_NPROC` counted inside it.
-//! 3. [`DropCapabilities`] (root host, or a new user namespace): no capability survives.
+//! 3. [`DropCapabilities`] (root host, or a new user namespace): no capability survives;
+//!    a root host's command whose trees were handed over (`sandbox_core::handover`) leaves uid 0
+//!    here, after the bounding set, before landlock.
 //! 4. [`RestrictSelf`]: `no_new_privs`, then landlock (with the private `/proc` granted);
 //!    works without capabilities because `no_new_privs` is set.
 //! 5. The filters, last: they deny `unshare` and `socket` calls the steps above make.
@@ -106,6 +109,10 @@ pub(crate) struct MountPlan {
     pub pinned: Vec<CString>,
     /// The carve-outs: bound onto themselves read-only.
     pub readonly: Vec<CString>,
+    /// Detached trees prepared in the parent, one per entry of `writable`, attached there
+    /// instead of clones of the host's: a root host's idmapped copies that hand the trees
+    /// to the command's unprivileged id (see `sandbox_core::handover`).
+    pub prepared: Option<Arc<Vec<OwnedFd>>>,
 }
 
 /// The namespaces of the command, made in one `unshare`:
@@ -298,8 +305,20 @@ unsafe impl PreExec for Namespaces {
                     if plan.writable.len() > MAX_WRITABLE {
                         return Err(io::Error::from_raw_os_error(libc::E2BIG));
                     }
-                    for (slot, path) in clones.iter_mut().zip(&plan.writable) {
-                        *slot = Self::clone_tree(path)?;
+                    match &plan.prepared {
+                        Some(trees) if trees.len() == plan.writable.len() => {
+                            // Closed by `attach` in this process only; the parent's
+                            // descriptors stay its own.
+                            for (slot, tree) in clones.iter_mut().zip(trees.iter()) {
+                                *slot = tree.as_raw_fd();
+                            }
+                        }
+                        Some(_) => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+                        None => {
+                            for (slot, path) in clones.iter_mut().zip(&plan.writable) {
+                                *slot = Self::clone_tree(path)?;
+                            }
+                        }
                     }
                     let attr = MountAttr {
                         attr_set: MOUNT_ATTR_RDONLY,
@@ -377,6 +396,18 @@ const MOUNT_ATTR_NODEV: u64 = 0x4;
 const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
 impl ProcMask {
+    /// `keys` and `key-users` alone, for a command that left uid 0 (see
+    /// `sandbox_core::handover`): the kernel refuses it the root-only files by their modes,
+    /// but these two are world-readable and list every key the process possesses, the
+    /// host process's session keyring (root's) included.
+    pub fn keys_only() -> &'static ProcMask {
+        static MASK: std::sync::OnceLock<ProcMask> = std::sync::OnceLock::new();
+        MASK.get_or_init(|| ProcMask {
+            files: vec![c"/proc/keys".to_owned(), c"/proc/key-users".to_owned()],
+            dirs: Vec::new(),
+        })
+    }
+
     /// This host's list, found once: the top of `/proc` and `/proc/sys`, `/proc/tty`,
     /// `/proc/driver` beneath it (the pid directories are the processes' own).
     pub fn of_this_host() -> &'static ProcMask {
@@ -955,9 +986,14 @@ pub(crate) struct DropCapabilities {
     /// dropping the bounding set and setting securebits need. Without it the bounding set
     /// cannot matter: only uid 0 is handed the bounding set on exec.
     pub bounding: bool,
+    /// A root host's command leaving uid 0 for this uid and gid (no supplementary
+    /// groups), after the bounding set and the securebits are set (they need
+    /// `CAP_SETPCAP`, which the change of uid takes away).
+    pub switch_to: Option<u32>,
 }
 
-// SAFETY: `prctl`, `capset` and `capget` on stack values; errors are raw errnos.
+// SAFETY: `prctl`, `setgroups`, `setresgid`, `setresuid`, `capset` and `capget` on stack
+// values; errors are raw errnos.
 unsafe impl PreExec for DropCapabilities {
     fn pre_exec(&self) -> io::Result<()> {
         // SAFETY: prctl/capset/capget on stack values (module docs).
@@ -973,6 +1009,9 @@ unsafe impl PreExec for DropCapabilities {
                     }
                 }
                 check(libc::prctl(libc::PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0))?;
+            }
+            if let Some(id) = self.switch_to {
+                sandbox_core::handover::become_id(id)?;
             }
             check(libc::prctl(
                 libc::PR_CAP_AMBIENT,
@@ -1199,6 +1238,7 @@ mod tests {
                 writable: vec![c(&ws)],
                 pinned: vec![c(&ws.join("pin"))],
                 readonly: vec![c(&ws.join("pin/ro"))],
+                prepared: None,
             }),
             pid: None,
             mask: (unsafe { libc::geteuid() } == 0).then(ProcMask::of_this_host),
@@ -1317,7 +1357,8 @@ mod tests {
                 in_child(
                     &DropCapabilities {
                         last_cap: last_cap(),
-                        bounding: false
+                        bounding: false,
+                        switch_to: None
                     },
                     caps_all_zero
                 ) & 1,
@@ -1328,6 +1369,7 @@ mod tests {
         let step = DropCapabilities {
             last_cap: last_cap(),
             bounding: true,
+            switch_to: None,
         };
         assert_eq!(in_child(&step, caps_all_zero), 0);
     }
@@ -1358,6 +1400,7 @@ mod tests {
             DropCapabilities {
                 last_cap: last_cap(),
                 bounding: true,
+                switch_to: None,
             },
         );
         assert_eq!(in_child(&step, caps_all_zero), 0);

@@ -8,8 +8,10 @@
 //!
 //! # The two layers of a root host
 //!
-//! A root host's command keeps uid 0, which file modes let read every root-owned file (see
-//! [`crate::system`]). It therefore gets two landlock layers, which the kernel intersects:
+//! A root host's command that keeps uid 0 (where its workspace cannot be handed to an
+//! unprivileged id, see `sandbox_core::handover`) may read every root-owned file by its
+//! mode (see [`crate::system`]). It therefore gets two landlock layers, which the kernel
+//! intersects:
 //!
 //! 1. [`RootLayer`]: read rights only, granted as an unprivileged user sees the system
 //!    (everything whole, but `/usr`, `/etc`, the other system directories and the named

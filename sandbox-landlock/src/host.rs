@@ -12,6 +12,7 @@ use std::path::Path;
 
 use crate::child::{ArgArea, IdMaps, MountPlan, Namespaces, ProcMask};
 use crate::error::Error;
+use sandbox_core::handover::Handover;
 use sandbox_core::process::PreExec;
 
 /// Landlock on this kernel.
@@ -83,13 +84,44 @@ pub(crate) fn c_path(path: &Path) -> CString {
 impl NsMode {
     /// The step making the namespaces: network when `net`, a pid namespace with its own
     /// `/proc` when `pid`, and the mount namespace that `spec` describes (see
-    /// `src/ruleset.rs`).
+    /// `src/ruleset.rs`), with a root host's writable trees from `handover` where they are
+    /// handed to an unprivileged id (`sandbox_core::handover`).
     pub fn step(
         &self,
         net: bool,
         pid: bool,
         spec: &crate::ruleset::Spec,
         cwd: &Path,
+        handover: Option<&Handover>,
+    ) -> Namespaces {
+        // uid 0 without capabilities still reads what root owns; another uid does not,
+        // but still lists the keys it possesses (the host process's session keyring).
+        // SAFETY: a plain query.
+        let mask = (unsafe { libc::geteuid() } == 0).then(|| match handover {
+            Some(_) => ProcMask::keys_only(),
+            None => ProcMask::of_this_host(),
+        });
+        self.build(net, pid, spec, cwd, handover.map(|h| h.trees.clone()), mask)
+    }
+
+    /// The step the host probe tries (network, and a pid namespace when `pid`): as a run's,
+    /// but a root host's mask of `/proc` holds only its two always-present files. The
+    /// mounts are the same as for the full list, which is then found (a walk of
+    /// `/proc/sys`) only when a run keeps uid 0 and needs it.
+    pub fn probe_step(&self, pid: bool, spec: &crate::ruleset::Spec, cwd: &Path) -> Namespaces {
+        // SAFETY: a plain query.
+        let mask = (unsafe { libc::geteuid() } == 0).then(ProcMask::keys_only);
+        self.build(true, pid, spec, cwd, None, mask)
+    }
+
+    fn build(
+        &self,
+        net: bool,
+        pid: bool,
+        spec: &crate::ruleset::Spec,
+        cwd: &Path,
+        prepared: Option<std::sync::Arc<Vec<std::os::fd::OwnedFd>>>,
+        mask: Option<&'static ProcMask>,
     ) -> Namespaces {
         let c = |v: &[std::path::PathBuf]| v.iter().map(|p| c_path(p)).collect();
         Namespaces {
@@ -103,11 +135,10 @@ impl NsMode {
                 writable: c(&spec.writable_mounts),
                 pinned: c(&spec.pinned_dirs),
                 readonly: c(&spec.readonly_mounts),
+                prepared,
             }),
             pid: pid.then(ArgArea::of_this_process),
-            // uid 0 without capabilities still reads what root owns; another uid does not.
-            // SAFETY: a plain query.
-            mask: (unsafe { libc::geteuid() } == 0).then(ProcMask::of_this_host),
+            mask,
             cwd: c_path(cwd),
         }
     }
@@ -225,7 +256,7 @@ impl Host {
             ..crate::ruleset::Spec::empty()
         };
         let probe = |mode: &NsMode| match dirs.as_deref() {
-            Some(cwd) => try_in_child(&mode.step(true, false, &probe_spec, cwd)),
+            Some(cwd) => try_in_child(&mode.probe_step(false, &probe_spec, cwd)),
             // Claim nothing that was not tried.
             None => Err("no scratch directory in $TMPDIR to try the mounts in".to_string()),
         };
@@ -248,7 +279,7 @@ impl Host {
         // Separately: a host may allow the others but refuse a new /proc (a container
         // whose own /proc has masked files).
         let pid_ns = match (&ns, dirs.as_deref()) {
-            (Ok(mode), Some(cwd)) => try_in_child(&mode.step(true, true, &probe_spec, cwd))
+            (Ok(mode), Some(cwd)) => try_in_child(&mode.probe_step(true, &probe_spec, cwd))
                 .map_err(|e| format!("a pid namespace with its own /proc: {e}")),
             (Err(e), _) => Err(e.clone()),
             (Ok(_), None) => Err("no scratch directory in $TMPDIR to try the mounts in".into()),

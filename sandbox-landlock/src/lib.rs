@@ -34,15 +34,22 @@
 //!   pid 1 that reaps orphans and hands out the command's exact status (see
 //!   `PidInit` in `src/child.rs` for why the command is not pid 1 itself). `fast` and
 //!   `trusted` skip it (they do not require process isolation) and save its cost.
-//! - **Root**: a root host's command keeps uid 0 (a root-owned workspace must stay writable)
-//!   but loses every capability in all five sets, with `SECBIT_NOROOT` locked so no exec
-//!   gives any back; landlock scopes keep its signals and abstract unix sockets inside the
-//!   sandbox (ABI 6, required for a root host); and a first landlock layer lets it read the
-//!   system directories and the named read-only paths only as an unprivileged user could,
-//!   so root-only files like `/etc/shadow` stay closed although uid 0 owns them (see
-//!   `src/compile.rs`); the root-only files of `/proc` (`slabinfo`, `kpageflags`,
-//!   `timer_list`, `keys`, ...) are covered by unreadable binds (`ProcMask` in
-//!   `src/child.rs`).
+//! - **Root**: a root host's command loses every capability in all five sets, with
+//!   `SECBIT_NOROOT` locked so no exec gives any back, and landlock scopes keep its
+//!   signals and abstract unix sockets inside the sandbox (ABI 6, required for a root
+//!   host). It then runs as an unprivileged id no account has
+//!   ([`sandbox_core::idmap::SPARE_COMMAND_ID`]), the workspace and the writable paths
+//!   attached in its mount namespace as idmapped copies where on-disk root shows as that
+//!   id: the kernel's own permission checks refuse it every root-only file, as they do an
+//!   ordinary user (see `sandbox_core::handover`). Where that cannot be had for a run (a
+//!   tree on a filesystem without idmapped mounts, a path only root can reach, a
+//!   copy-on-write layer), it keeps uid 0 (a root-owned workspace must stay writable) and a
+//!   first landlock layer lets it read the system directories and the named read-only
+//!   paths only as an unprivileged user could, so root-only files like `/etc/shadow` stay
+//!   closed although uid 0 owns them (see `src/compile.rs`; this needs a walk of those
+//!   directories, ~0.4 s per process); the root-only files of `/proc` (`slabinfo`,
+//!   `kpageflags`, `timer_list`, `keys`, ...) are then covered by unreadable binds
+//!   (`ProcMask` in `src/child.rs`). The outcome's notes say which path a run took.
 //! - **Resources, output, timeout, tree kill, environment**: core's, as for every process
 //!   backend.
 //! - **Change sets**: core's copy-on-write layer (`sandbox_core::changes`), an overlay
@@ -61,9 +68,10 @@
 //!   `process_isolation` (decided when the backend is built, by making one), and the
 //!   `strict` lane refuses this backend with the remedy ([`PID_NS_REMEDY`]); `fast` still
 //!   runs it.
-//! - As root, a rename across directories is refused with `EXDEV` (a root host's first
-//!   layer handles reads only, and landlock denies reparenting unless every layer grants
-//!   it): `mv` falls back to copy and delete, as across filesystems.
+//! - As root where the command keeps uid 0, a rename across directories is refused with
+//!   `EXDEV` (a root host's first layer handles reads only, and landlock denies
+//!   reparenting unless every layer grants it): `mv` falls back to copy and delete, as
+//!   across filesystems.
 //! - `/tmp` is not writable unless named: set `TMPDIR` into the workspace for tools that
 //!   need one.
 //!
@@ -251,17 +259,15 @@ fn capability(host: &Host) -> Capability {
         signal_status: true,
         host_programs: true,
         full_network_is_host: true,
-        // Only what the notifying filter sees: the table's denied calls. Landlock's own
-        // refusals (files, network ports, signals) go to the audit log, which this backend
-        // does not read, so they are not claimed.
-        reports_denials: if sandbox_core::seccomp::user_notification_available() {
-            DenialKinds {
-                syscall: true,
-                ptrace: true,
-                ..DenialKinds::default()
-            }
-        } else {
-            DenialKinds::default()
+        // Only what the notifying filter sees (the table's denied calls) and what the
+        // proxy refuses, where it can run. Landlock's own refusals (files, network ports,
+        // signals) go to the audit log, which this backend does not read, so they are not
+        // claimed.
+        reports_denials: DenialKinds {
+            syscall: sandbox_core::seccomp::user_notification_available(),
+            ptrace: sandbox_core::seccomp::user_notification_available(),
+            network_connect: host.ns.is_ok(),
+            ..DenialKinds::default()
         },
         ..Capability::default()
     };
@@ -387,7 +393,35 @@ impl Launcher for LandlockBackend {
         let mut launch = Launch::direct(plan);
         launch.notes = spec.notes(kernel);
         let mut layers = Vec::with_capacity(2);
-        if plan.host_is_root {
+        // A root host: the command leaves uid 0 where its trees can be handed over, else it
+        // keeps uid 0 under the surveyed read layer (see `sandbox_core::handover`).
+        let handover = if plan.host_is_root {
+            let handed = match ns {
+                // The trees are attached in a mount namespace root itself makes.
+                Some(NsMode::Plain) => {
+                    sandbox_core::handover::hand_over(plan, &spec.writable_mounts)
+                }
+                _ => Err("no mount namespace made by root itself".into()),
+            };
+            match handed {
+                Ok(h) => {
+                    launch.notes.push(format!(
+                        "root host: the command runs as uid and gid {id} (no account has it,                          no supplementary groups); the workspace and the writable paths are                          idmapped to it (on-disk root shown as {id}), so root-only files                          elsewhere are refused by the kernel's own permission checks",
+                        id = h.id
+                    ));
+                    Some(h)
+                }
+                Err(why) => {
+                    launch.notes.push(format!(
+                        "root host: the command keeps uid 0 (without capabilities): {why}"
+                    ));
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        if plan.host_is_root && handover.is_none() {
             let (layer, rules) =
                 compile::RootLayer::for_run(spec.abi, &spec, &plan.read_only_paths)?;
             layers.push(layer);
@@ -460,9 +494,13 @@ impl Launcher for LandlockBackend {
                         .into(),
                 );
             }
-            launch
-                .pre_exec
-                .push(Box::new(mode.step(net, pid, &spec, &plan.cwd)));
+            launch.pre_exec.push(Box::new(mode.step(
+                net,
+                pid,
+                &spec,
+                &plan.cwd,
+                handover.as_ref(),
+            )));
             // The proxy and host ports: right after the namespaces are made, their listeners
             // are created in the network one and handed to the host, then closed here,
             // before the command runs.
@@ -496,6 +534,7 @@ impl Launcher for LandlockBackend {
             launch.pre_exec.push(Box::new(DropCapabilities {
                 last_cap: self.host.last_cap,
                 bounding: plan.host_is_root || userns,
+                switch_to: handover.as_ref().map(|h| h.id),
             }));
             launch.notes.push(
                 "capabilities: all dropped (bounding, ambient, effective, permitted, \

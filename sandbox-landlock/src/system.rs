@@ -18,9 +18,12 @@
 //! terminal), `/opt`. A caller who needs one names it in `read_only_paths` or
 //! `writable_paths`.
 //!
-//! # When the host is root
+//! # When the host is root and the command keeps uid 0
 //!
-//! The command keeps uid 0 (so that a root-owned workspace stays writable) but loses every
+//! A root host's command normally leaves uid 0 for an unprivileged id with its workspace
+//! idmapped to it (`sandbox_core::handover`), and then none of this section applies: the
+//! kernel refuses it root-only files by their modes. Where a run cannot have that, the
+//! command keeps uid 0 (so that a root-owned workspace stays writable) but loses every
 //! capability. A file mode still lets uid 0 read what root owns (`/etc/shadow`,
 //! `/etc/ssl/private/*.key`, `/etc/docker/key.json`): the owner bits apply to it. So a root
 //! host's command gets a first landlock layer that grants reads *as an unprivileged user

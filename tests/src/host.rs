@@ -267,3 +267,56 @@ pub fn owner_and_mode(path: &Path) -> Option<(u32, u32, u32)> {
         .ok()
         .map(|m| (m.mode(), m.uid(), m.gid()))
 }
+
+/// A directory (mode 0755) holding `public` (0644) and `private` (of `mode`), each a line
+/// naming itself in capitals: for the root host's tests of what a command may read.
+pub fn public_and_private(
+    mode: u32,
+) -> io::Result<(tempfile::TempDir, std::path::PathBuf, std::path::PathBuf)> {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir()?;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
+    let public = dir.path().join("public");
+    let private = dir.path().join("private");
+    std::fs::write(&public, "PUBLIC\n")?;
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o644))?;
+    std::fs::write(&private, "PRIVATE\n")?;
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(mode))?;
+    Ok((dir, public, private))
+}
+
+/// A ramfs mounted at a directory (root only): a filesystem without idmapped mounts, for
+/// the tests of a root host's fallback. Unmounted (lazily) on drop.
+#[derive(Debug)]
+pub struct Ramfs(std::path::PathBuf);
+
+impl Ramfs {
+    /// Mount one at `at`, an existing empty directory.
+    pub fn mount(at: &Path) -> io::Result<Self> {
+        let target = CString::new(at.as_os_str().as_bytes())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains NUL"))?;
+        // SAFETY: mount(2) with NUL-terminated strings.
+        let r = unsafe {
+            libc::mount(
+                c"ramfs".as_ptr(),
+                target.as_ptr(),
+                c"ramfs".as_ptr(),
+                0,
+                c"mode=0700".as_ptr().cast(),
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Self(at.to_path_buf()))
+    }
+}
+
+impl Drop for Ramfs {
+    fn drop(&mut self) {
+        if let Ok(target) = CString::new(self.0.as_os_str().as_bytes()) {
+            // SAFETY: umount2(2) with a NUL-terminated path.
+            unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+        }
+    }
+}

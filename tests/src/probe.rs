@@ -12,7 +12,7 @@
 //!
 //! Subcommands: `argv`, `argv-hex`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
 //! `rename FROM TO`, `remove PATH`,
-//! `connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `dns-udp HOST:PORT`,
+//! `connect HOST:PORT`, `proxy-connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `dns-udp HOST:PORT`,
 //! `udp-route HOST:PORT`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `syscall-loop NAME N`, `see-pid PID`, `open-files N`,
@@ -58,6 +58,7 @@ pub fn main(args: Vec<OsString>) -> ! {
         ("remove", [p]) => remove(p),
         ("connect", [addr]) => connect(addr),
         ("serve", [port, token, addr]) => serve(num(port) as u16, token, addr),
+        ("proxy-connect", [target]) => proxy_connect(target),
         ("connect-abstract", [name]) => connect_abstract(name),
         ("listen-connect", []) => listen_connect(),
         ("dns-udp", [addr]) => dns_udp(addr),
@@ -540,6 +541,19 @@ fn serve(port: u16, token: &str, addr: &str) -> ! {
 
 /// Connect, then read what the peer says (the host's listener sends a token, so reaching
 /// *that* listener is proved, not just some port).
+/// What the far end sends first, up to 256 bytes or its close (the host listener's token).
+fn greeting(s: &mut impl Read) -> Vec<u8> {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 256];
+    while got.len() < 256 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    got
+}
+
 fn connect(addr: &str) -> ! {
     let addr: SocketAddr = addr
         .parse()
@@ -549,15 +563,60 @@ fn connect(addr: &str) -> ! {
         Err(e) => fail("connect", &e),
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut got = Vec::new();
-    let mut buf = [0u8; 256];
-    while got.len() < 256 {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
+    let got = greeting(&mut s);
+    ok().s("received", &String::from_utf8_lossy(&got)).emit();
+    exit(0)
+}
+
+/// Ask the proxy that `HTTPS_PROXY` names (`http://IP:PORT`) for a tunnel to `target` with
+/// HTTP `CONNECT`, without a client library or a shell: exit 0 with the proxy's status and
+/// what the far end sent when it answered 200, 1 with its status when it refused.
+fn proxy_connect(target: &str) -> ! {
+    let Some(proxy) = std::env::var("HTTPS_PROXY").ok().and_then(|v| {
+        v.trim_start_matches("http://")
+            .trim_end_matches('/')
+            .parse::<SocketAddr>()
+            .ok()
+    }) else {
+        usage("HTTPS_PROXY does not name a proxy as http://IP:PORT")
+    };
+    let mut s = match TcpStream::connect_timeout(&proxy, Duration::from_secs(5)) {
+        Ok(s) => s,
+        Err(e) => fail("connect to the proxy", &e),
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+    let ask = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
+    if let Err(e) = s.write_all(ask.as_bytes()) {
+        fail("write to the proxy", &e);
+    }
+    // The response head, a byte at a time so nothing of the tunnel is read with it.
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+        match s.read(&mut byte) {
+            Ok(0) => break,
+            Ok(_) => head.push(byte[0]),
+            Err(e) => fail("read from the proxy", &e),
         }
     }
-    ok().s("received", &String::from_utf8_lossy(&got)).emit();
+    let head = String::from_utf8_lossy(&head);
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse::<i64>().ok())
+        .unwrap_or(0);
+    if status != 200 {
+        Json::new()
+            .b("ok", false)
+            .s("op", "proxy-connect")
+            .n("status", status)
+            .emit();
+        exit(1)
+    }
+    let got = greeting(&mut s);
+    ok().n("status", status)
+        .s("received", &String::from_utf8_lossy(&got))
+        .emit();
     exit(0)
 }
 
@@ -624,14 +683,7 @@ fn connect_abstract(name: &str) -> ! {
         Err(e) => fail("connect-abstract", &e),
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    let mut got = Vec::new();
-    let mut buf = [0u8; 256];
-    while got.len() < 256 {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
+    let got = greeting(&mut s);
     ok().s("received", &String::from_utf8_lossy(&got)).emit();
     exit(0)
 }

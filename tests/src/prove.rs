@@ -6,10 +6,11 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sandbox_core::{Backend, Lane};
+use sandbox_core::registry::BuildImageFn;
+use sandbox_core::{Backend, Lane, SandboxError};
 use serde::Serialize;
 
-use crate::context::{Context, Mode};
+use crate::context::{Context, Mode, IN_IMAGE_PROBE};
 use crate::registry::{cases, run_case, Case, Verdict};
 
 /// One case's verdict, as `doctor --prove` prints it.
@@ -29,6 +30,24 @@ fn proves(c: &Case) -> bool {
     c.confinement || (c.area == "denials" && c.name != "million_refusals_bounded")
 }
 
+/// The image a backend that runs every command in one is proved in: built on its engine
+/// around the probe, from host files (there may be no registry to pull from).
+pub const PROBE_IMAGE: &str = "sandbox-prove:latest";
+
+/// Build image `tag` with `build` (a backend's [`BuildImageFn`]) holding `probe` at
+/// [`IN_IMAGE_PROBE`], where the cases run it in a backend without host programs. An
+/// unchanged image is kept as it is.
+pub async fn build_probe_image(
+    build: BuildImageFn,
+    tag: &str,
+    probe: PathBuf,
+) -> Result<(), SandboxError> {
+    let mut files = vec![(probe, PathBuf::from(IN_IMAGE_PROBE))];
+    // `sh` and `curl`, for the egress cases that run real tools through the proxy.
+    files.extend(crate::image_tool_sources());
+    build(tag.to_owned(), files).await
+}
+
 /// How many cases run at once: most wait on a sandbox.
 const AT_ONCE: usize = 4;
 
@@ -46,30 +65,35 @@ pub async fn prove(
     }
     let ctx = Arc::new(ctx);
     let selected: Vec<Case> = cases().into_iter().filter(proves).collect();
-    let mut out = Vec::with_capacity(selected.len());
-    for chunk in selected.chunks(AT_ONCE) {
-        let handles: Vec<_> = chunk
-            .iter()
-            .map(|&c| {
-                let ctx = ctx.clone();
-                (c, tokio::spawn(run_case(c, ctx)))
-            })
-            .collect();
-        for (c, h) in handles {
-            let verdict = h
-                .await
-                .unwrap_or_else(|e| Verdict::Fail(format!("the case panicked: {e}")));
-            let (word, message) = match verdict {
-                Verdict::Pass(_) => ("pass", None),
-                Verdict::Fail(m) => ("fail", Some(m)),
-                Verdict::Skip(r) => ("skip", Some(r)),
-            };
-            out.push(Proved {
-                case: format!("{}::{}", c.area, c.name),
-                verdict: word,
-                message,
+    // At most AT_ONCE cases in flight, a new one as soon as one ends (not in chunks, which
+    // would wait for each chunk's slowest case).
+    let slots = Arc::new(tokio::sync::Semaphore::new(AT_ONCE));
+    let handles: Vec<_> = selected
+        .iter()
+        .map(|&c| {
+            let (ctx, slots) = (ctx.clone(), slots.clone());
+            let handle = tokio::spawn(async move {
+                let _slot = slots.acquire_owned().await;
+                run_case(c, ctx).await
             });
-        }
+            (c, handle)
+        })
+        .collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for (c, h) in handles {
+        let verdict = h
+            .await
+            .unwrap_or_else(|e| Verdict::Fail(format!("the case panicked: {e}")));
+        let (word, message) = match verdict {
+            Verdict::Pass(_) => ("pass", None),
+            Verdict::Fail(m) => ("fail", Some(m)),
+            Verdict::Skip(r) => ("skip", Some(r)),
+        };
+        out.push(Proved {
+            case: format!("{}::{}", c.area, c.name),
+            verdict: word,
+            message,
+        });
     }
     Ok(out)
 }

@@ -301,6 +301,16 @@ pub mod require {
             "to report denied system calls (capability.reports_denials.syscall)",
         )
     }
+    /// Network `proxy` exactly, and `reports_denials.network_connect`: the proxy's
+    /// refusals are listed as denials.
+    pub fn reports_proxy_denials(c: &Capability) -> Result<(), String> {
+        network_proxy(c)?;
+        claim(
+            c.reports_denials.network_connect,
+            "to report the connects its proxy refuses (capability.reports_denials.\
+             network_connect)",
+        )
+    }
     /// The host runs as root and the backend claims to drop root's power.
     pub fn drops_host_root(c: &Capability) -> Result<(), String> {
         if !crate::context::is_root() {
@@ -429,6 +439,7 @@ pub fn cases() -> Vec<Case> {
         case!(scale::concurrent_32, always),
         case!(denials::syscalls_reported, reports_syscall_denials),
         case!(denials::allowed_not_reported, always),
+        case!(denials::proxy_refusals_reported, reports_proxy_denials),
         case!(denials::million_refusals_bounded, reports_syscall_denials),
     ]
 }
@@ -518,7 +529,8 @@ mod tests {
                 file_read: true,
                 file_write: true,
                 exec: true,
-                network: true,
+                network_connect: true,
+                network_bind: true,
                 syscall: true,
                 signal: true,
                 ptrace: true,

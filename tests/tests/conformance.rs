@@ -41,16 +41,15 @@ fn backend_by_name(name: &str) -> Option<Arc<dyn Backend>> {
 /// and left for the preflight to report (engine down, no permission).
 fn build_probe_image(info: &BackendInfo, build: registry::BuildImageFn) {
     let probe = PathBuf::from(env!("CARGO_BIN_EXE_sandbox-probe"));
-    let mut files = vec![(probe, PathBuf::from(sandbox_conformance::IN_IMAGE_PROBE))];
-    // `sh` and `curl`, for the egress cases that run real tools through the proxy.
-    files.extend(sandbox_conformance::image_tool_sources());
     let built = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|e| e.to_string())
         .and_then(|rt| {
-            rt.block_on(build(IMAGE.to_string(), files))
-                .map_err(|e| e.to_string())
+            rt.block_on(sandbox_conformance::prove::build_probe_image(
+                build, IMAGE, probe,
+            ))
+            .map_err(|e| e.to_string())
         });
     if let Err(e) = built {
         eprintln!(

@@ -277,10 +277,17 @@ impl Job for Supervised {
         if let Some(w) = &self.watcher {
             w.abort();
         }
+        // The proxy's refusals join the filter's: the proxy decided each one itself, so
+        // each is a denial seen, not inferred.
         let denials = self
             .denial_log
             .lock()
-            .map(|l| l.denials().clone())
+            .map(|mut l| {
+                if self.plan.report_denials {
+                    l.record_connections(&self.connections);
+                }
+                l.denials().clone()
+            })
             .unwrap_or_default();
         let files = match &self.layer {
             // The command's view is the overlay, which is gone with its namespace: read

@@ -254,8 +254,9 @@ pub struct DoctorArgs {
     #[arg(long)]
     pub json: bool,
 
-    /// Check the docker backend with this image (it needs one to run anything)
-    #[arg(long, value_name = "IMAGE")]
+    /// Check the docker backend with this image (it needs one to run anything). Not with
+    /// --prove, which builds its own probe image from this program
+    #[arg(long, value_name = "IMAGE", conflicts_with = "prove")]
     pub image: Option<String>,
 
     /// Prove the confinement here: run the conformance suite's confinement cases against

@@ -1,15 +1,18 @@
 //! `sandbox doctor --prove`: runs the conformance suite's confinement cases on this host,
 //! against each available backend or the one named, with the command itself as the probe
-//! (`sandbox __probe ...`), so no source tree or cargo is needed.
+//! (`sandbox __probe ...`), so no source tree or cargo is needed. A backend that runs every
+//! command in an image gets one built on its engine from this program (no registry).
 
 use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use sandbox::select::Config;
 use sandbox::{Backend, Lane};
-use sandbox_conformance::prove::Proved;
+use sandbox_conformance::prove::{Proved, PROBE_IMAGE};
+use sandbox_conformance::IN_IMAGE_PROBE;
 
 use crate::args::DoctorArgs;
 use crate::error::SANDBOX_FAILED;
@@ -26,6 +29,8 @@ struct BackendProof {
     /// Why it is unavailable or not proved here.
     reason: Option<String>,
     version: Option<String>,
+    /// The image the cases ran in, for a backend that runs one (built from this program).
+    image: Option<&'static str>,
     cases: Vec<Proved>,
 }
 
@@ -35,33 +40,66 @@ fn kernel() -> String {
         .unwrap_or_else(|_| "unknown".into())
 }
 
-async fn prove_one(
-    name: &'static str,
-    config: &Config,
-    lane: Option<Lane>,
-    exe: &std::path::Path,
-) -> BackendProof {
+async fn prove_one(name: &'static str, lane: Option<Lane>, exe: &Path) -> BackendProof {
     let mut proof = BackendProof {
         backend: name,
         result: "unavailable",
         reason: None,
         version: None,
+        image: None,
         cases: Vec::new(),
     };
-    let backend: Arc<dyn Backend> = match sandbox::select::backend(name, config) {
+    let info = match sandbox::select::info(name) {
+        Ok(i) => i,
+        Err(e) => {
+            proof.reason = Some(e.to_string());
+            return proof;
+        }
+    };
+    if info.unconfined {
+        proof.result = "not_proved";
+        proof.reason =
+            Some("it confines nothing, by design, so there is no confinement to prove".into());
+        return proof;
+    }
+    // A backend that runs every command in an image proves in one built here around this
+    // program (the suite does the same with its probe), with no registry: the command's
+    // confinement is the engine's and the backend's, not the image's.
+    let (config, probe) = match &info.image {
+        Some(image) => {
+            let built = sandbox_conformance::prove::build_probe_image(
+                image.build_from_binaries,
+                PROBE_IMAGE,
+                exe.to_path_buf(),
+            )
+            .await;
+            if let Err(e) = built {
+                proof.reason = Some(format!(
+                    "cannot build the probe image {PROBE_IMAGE} from this program: {e}"
+                ));
+                return proof;
+            }
+            proof.image = Some(PROBE_IMAGE);
+            (
+                Config::with_image(PROBE_IMAGE),
+                PathBuf::from(IN_IMAGE_PROBE),
+            )
+        }
+        None => (Config::default(), exe.to_path_buf()),
+    };
+    let backend: Arc<dyn Backend> = match info.build(&config) {
         Ok(b) => b,
         Err(e) => {
             proof.reason = Some(e.to_string());
             return proof;
         }
     };
-    if !backend.capability().host_programs {
-        // Its command runs in an image of its own: the probe would need an image built
-        // from this binary, which only the suite (`cargo xtask conformance`) makes.
+    if !backend.capability().host_programs && info.image.is_none() {
+        // Neither the host's programs nor an image of ours: nowhere to put the probe.
         proof.result = "not_proved";
         proof.reason = Some(
-            "its commands run in an image, which does not hold this binary as a probe; \
-             prove it with `cargo xtask conformance --backend NAME` from the source tree"
+            "it runs neither the host's programs nor an image this command can build, so \
+             there is nowhere to put the probe"
                 .into(),
         );
         return proof;
@@ -75,7 +113,7 @@ async fn prove_one(
     }
     match sandbox_conformance::prove::prove(
         backend,
-        exe.to_path_buf(),
+        probe,
         vec![OsString::from(PROBE_SUBCOMMAND)],
         lane,
     )
@@ -102,6 +140,10 @@ fn print_text(p: &BackendProof, kernel: &str) {
         .version
         .as_deref()
         .map_or(String::new(), |v| format!(", {v}"));
+    let version = match p.image {
+        Some(image) => format!("{version}, probe image {image} built from this program"),
+        None => version,
+    };
     match p.result {
         "proved" | "failed" => {
             let passed = p.cases.iter().filter(|c| c.verdict == "pass").count();
@@ -171,8 +213,6 @@ pub async fn prove(args: DoctorArgs) -> i32 {
             return SANDBOX_FAILED;
         }
     };
-    let mut config = Config::default();
-    config.image = args.image.clone();
     let names: Vec<&'static str> = match &args.backend {
         Some(n) => match sandbox::select::info(n) {
             Ok(i) => vec![i.name],
@@ -190,7 +230,7 @@ pub async fn prove(args: DoctorArgs) -> i32 {
     let kernel = kernel();
     let mut proofs = Vec::new();
     for name in names {
-        let p = prove_one(name, &config, lane, &exe).await;
+        let p = prove_one(name, lane, &exe).await;
         if !args.json {
             print_text(&p, &kernel);
         }

@@ -167,12 +167,16 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         }
     };
     terminal.finish();
-    // After the command's own output: what the proxy refused, one line each.
+    // After the command's own output: what the proxy refused, one line each with its
+    // reason; then the summary, which counts those lines without naming them again.
     for line in outcome.denied_lines() {
         eprintln!("{line}");
     }
     if !args_quiet {
-        if let Some(line) = outcome.denials.summary() {
+        if let Some(line) = outcome
+            .denials
+            .summary_besides(Some(sandbox::DenialMechanism::Proxy))
+        {
             eprintln!("sandbox: {line}");
         }
     }

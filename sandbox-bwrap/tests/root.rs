@@ -1,0 +1,119 @@
+//! A root host's two paths (see `sandbox_core::handover`): bwrap run as an unprivileged id
+//! in a mount namespace holding the idmapped workspace, and, where that cannot be had,
+//! bwrap as root with the root-only entries hidden. Both keep root-only files closed;
+//! each test checks the effect from the host and says which path ran. As another uid
+//! there is no root to drop, and these tests have nothing to check.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is a failed test
+
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sandbox_bwrap::{BwrapBackend, BwrapSandbox};
+use sandbox_core::idmap::SPARE_COMMAND_ID;
+use sandbox_core::{SandboxExt, SandboxOpts, SandboxOutcome, Status};
+
+fn is_root() -> bool {
+    // SAFETY: a plain system call without arguments.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A directory (mode 0755) with a world-readable file and one of `mode`.
+fn data_dir(mode: u32) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    sandbox_conformance::host::public_and_private(mode).unwrap()
+}
+
+const PROBE: &str = "id -u; id -g; cat /etc/shadow >/dev/null 2>&1; echo shadow=$?; \
+                     cat \"$1\"; echo public=$?; cat \"$2\" 2>/dev/null; echo private=$?; \
+                     echo made > made; echo write=$?";
+
+async fn probe(ws: &Path, data: &Path, public: &Path, private: &Path) -> SandboxOutcome {
+    let mut o = SandboxOpts::new(
+        ws,
+        [
+            "sh".as_ref(),
+            "-c".as_ref(),
+            PROBE.as_ref(),
+            "probe".as_ref(),
+            public.as_os_str(),
+            private.as_os_str(),
+        ],
+    );
+    o.read_only_paths = vec![data.to_path_buf()];
+    o.timeout = Some(Duration::from_secs(120));
+    let out = BwrapSandbox::new(BwrapBackend::new())
+        .execute(o)
+        .await
+        .unwrap();
+    assert_eq!(
+        out.status,
+        Status::Exited { code: 0 },
+        "{} {}",
+        out.stdout.text(),
+        out.stderr.text()
+    );
+    out
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn as_root_bwrap_runs_as_the_spare_id_and_root_only_files_are_refused_at_once() {
+    if !is_root() {
+        eprintln!("skipped: a host that is not root has no root to drop");
+        return;
+    }
+    let spare = SPARE_COMMAND_ID.to_string();
+    let ws = tempfile::tempdir().unwrap();
+    // Readable on the first run; root-only before the second, which refuses it.
+    let (data, public, private) = data_dir(0o644);
+    let o = probe(ws.path(), data.path(), &public, &private).await;
+    let s = o.stdout.text();
+    assert!(s.contains("PRIVATE"), "{s}");
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o600)).unwrap();
+    let o = probe(ws.path(), data.path(), &public, &private).await;
+    let s = o.stdout.text();
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(&lines[..2], [&spare, &spare], "{s}");
+    for want in ["shadow=1", "PUBLIC", "public=0", "private=1", "write=0"] {
+        assert!(lines.contains(&want), "{want}: {s}");
+    }
+    assert!(!s.contains("PRIVATE"), "{s}");
+    let notes = o.policy.notes.join("\n");
+    assert!(
+        notes.contains(&format!("runs as uid and gid {spare}")),
+        "{notes}"
+    );
+    let m = fs::metadata(ws.path().join("made")).unwrap();
+    assert_eq!((m.uid(), m.gid()), (0, 0), "what it made is root's on disk");
+}
+
+/// The fallback, on a filesystem without idmapped mounts: bwrap as root, the root-only
+/// entries hidden, the same files closed.
+#[tokio::test(flavor = "multi_thread")]
+async fn as_root_a_workspace_that_cannot_be_idmapped_keeps_bwrap_root_and_hides_root_only_files() {
+    if !is_root() {
+        eprintln!("skipped: a host that is not root has no root to drop");
+        return;
+    }
+    let holder = tempfile::tempdir().unwrap();
+    let at = holder.path().join("ramfs");
+    fs::create_dir(&at).unwrap();
+    let _m = sandbox_conformance::host::Ramfs::mount(&at).unwrap();
+    let (data, public, private) = data_dir(0o600);
+    let o = probe(&at, data.path(), &public, &private).await;
+    let s = o.stdout.text();
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(lines[0], "0", "{s}");
+    for want in ["shadow=1", "PUBLIC", "private=1", "write=0"] {
+        assert!(lines.contains(&want), "{want}: {s}");
+    }
+    assert!(!s.contains("PRIVATE"), "{s}");
+    let notes = o.policy.notes.join("\n");
+    assert!(
+        notes.contains("bwrap runs as root") && notes.contains("cannot be idmapped"),
+        "{notes}"
+    );
+    assert!(notes.contains("root-only entries"), "{notes}");
+    assert!(at.join("made").exists());
+}

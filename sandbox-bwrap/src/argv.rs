@@ -396,7 +396,7 @@ pub(crate) fn build(
             .map_or_else(
                 || "-".to_string(),
                 |fd| {
-                    let ports: Vec<String> = sandbox_proxy::inside_ports(plan)
+                    let ports: Vec<String> = sandbox_proxy::handover_ports(plan)
                         .iter()
                         .map(u16::to_string)
                         .collect();

@@ -267,6 +267,9 @@ fn capability(facts: &HostFacts) -> Capability {
         // listener from inside it.
         network_proxy: Enforcement::Exact,
         host_ports: true,
+        // The waiter also hands over the namespace itself; the host makes the sockets of
+        // published ports in it (entering it as root, through a forked helper otherwise).
+        publish: true,
         // Only what the proxy refuses: bwrap itself reports nothing, and a path outside
         // the command's view cannot be told from a missing file.
         reports_denials: sandbox_core::DenialKinds {

@@ -137,14 +137,19 @@ fn scope_abstract_unix() -> std::io::Result<()> {
 }
 
 /// Make a listener on `127.0.0.1:PORT` for each of `ports` here and send them all on
-/// `sock` in one message; then close everything.
+/// `sock` in one message; then close everything. Port 0 stands for this network
+/// namespace itself (`/proc/self/ns/net`), which the host needs to make the sockets of
+/// published ports in.
 fn hand_over_listeners(sock: i32, ports: &[u16]) -> std::io::Result<()> {
     use std::os::fd::{AsRawFd, OwnedFd};
     // SAFETY: the descriptor was named by the host for us alone; owned (and closed) here.
     let sock = unsafe { OwnedFd::from_raw_fd(sock) };
     let listeners = ports
         .iter()
-        .map(|p| std::net::TcpListener::bind(("127.0.0.1", *p)))
+        .map(|p| match p {
+            0 => std::fs::File::open("/proc/self/ns/net").map(OwnedFd::from),
+            p => std::net::TcpListener::bind(("127.0.0.1", *p)).map(OwnedFd::from),
+        })
         .collect::<std::io::Result<Vec<_>>>()?;
     // struct cmsghdr { size_t len; int level; int type; } then the descriptors, in a
     // buffer of u64 words so it is aligned as the kernel expects.

@@ -56,6 +56,11 @@ pub struct Capability {
     /// host's, through a listener made in the command's namespace; nothing else of the
     /// host's. A hard requirement when asked, on every lane.
     pub host_ports: bool,
+    /// `publish` (with `loopback` or `proxy`): the host reaches a port the command serves
+    /// on its own `127.0.0.1`, through connections the host makes with sockets created in
+    /// the command's namespace; the command gains no way out. A hard requirement when
+    /// asked, on every lane.
+    pub publish: bool,
     /// With `full`, the command is in the host's own network namespace, so it also reaches
     /// services listening on the host's loopback (databases, an agent's local API). False
     /// for a container on the engine's bridge, which reaches the host only through the
@@ -128,6 +133,7 @@ impl Capability {
             network_full: Enforcement::Exact,
             network_proxy: Enforcement::Exact,
             host_ports: true,
+            publish: true,
             full_network_is_host: true,
             tree_kill: true,
             process_isolation: true,

@@ -111,10 +111,77 @@ fn unix_secs<S: Serializer>(t: &SystemTime, s: S) -> Result<S::Ok, S::Error> {
     )
 }
 
+/// A port the command serves inside its namespace, published on the host's loopback
+/// (`--publish PORT[:HOSTPORT]`): the host reaches the command's `127.0.0.1:PORT` at
+/// `127.0.0.1:HOSTPORT`. The command gains no way out: each connection is made by the host
+/// with a socket created in the command's namespace, to that one port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Publish {
+    /// The port the command listens on, on its own `127.0.0.1`.
+    pub port: u16,
+    /// The host's port on `127.0.0.1`; `None` lets the kernel choose a free one (the
+    /// address is then told by [`SandboxOpts::on_published`](crate::SandboxOpts) and the
+    /// outcome's policy).
+    pub host_port: Option<u16>,
+}
+
+impl std::str::FromStr for Publish {
+    type Err = String;
+    /// `PORT` or `PORT:HOSTPORT`, each from 1 to 65535.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let num = |t: &str| -> Result<u16, String> {
+            match t.parse::<u16>() {
+                Ok(0) | Err(_) => Err(format!(
+                    "`{t}` in `{s}` is not a port from 1 to 65535 (expected PORT or \
+                     PORT:HOSTPORT)"
+                )),
+                Ok(p) => Ok(p),
+            }
+        };
+        match s.split_once(':') {
+            None => Ok(Self {
+                port: num(s)?,
+                host_port: None,
+            }),
+            Some((p, h)) => Ok(Self {
+                port: num(p)?,
+                host_port: Some(num(h)?),
+            }),
+        }
+    }
+}
+
+/// Where a published port ended up: the command's port and the host address that reaches
+/// it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Published {
+    /// The command's port on its own `127.0.0.1`.
+    pub port: u16,
+    /// The host address (on `127.0.0.1`) that reaches it.
+    pub host: SocketAddr,
+}
+
+/// Told where each published port is, once the host's listeners are bound and before the
+/// command starts: how a caller learns a port the kernel chose while the command runs.
+#[derive(Clone)]
+pub struct PublishSink(pub std::sync::Arc<PublishFn>);
+
+/// The callback behind a [`PublishSink`].
+pub type PublishFn = dyn Fn(&[Published]) + Send + Sync;
+
+impl fmt::Debug for PublishSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PublishSink(..)")
+    }
+}
+
 /// A run's proxy, as core sees it. Dropping it stops the proxy too (the backstop when a
 /// run fails to start).
 #[async_trait]
 pub trait EgressRun: Send + Sync + fmt::Debug + 'static {
+    /// Where the run's ports were published on the host (bound before the command ran).
+    fn published(&self) -> Vec<Published>;
+
     /// Stop accepting, end every relay, close the listener, and return the record. Called
     /// once the command's whole tree is dead; returns once every task and descriptor of the
     /// proxy is gone.

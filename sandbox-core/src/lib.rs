@@ -73,7 +73,8 @@ pub use capability::{Capability, Enforcement};
 pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};
 pub use denial::{Denial, DenialKind, DenialKinds, DenialMechanism, Denials};
 pub use egress::{
-    ConnectionRecord, EgressRun, ProxyProtocol, Resolver, SystemResolver, PROXY_PORT,
+    ConnectionRecord, EgressRun, ProxyProtocol, Publish, PublishSink, Published, Resolver,
+    SystemResolver, PROXY_PORT,
 };
 pub use error::{Result, SandboxError};
 pub use options::{

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Changes, Lane, NetworkMode, Resolver};
+use crate::{Changes, Lane, NetworkMode, Publish, PublishSink, Resolver};
 
 /// The default cap on each captured output stream: 8 MiB.
 pub const DEFAULT_OUTPUT_LIMIT: usize = 8 << 20;
@@ -179,6 +179,14 @@ pub struct SandboxOpts {
     /// `127.0.0.1:PORT` (a database or an API the host runs for the agent), and nothing
     /// else of the host's. With network `loopback` or `proxy` only.
     pub host_ports: Vec<u16>,
+    /// Ports the command serves on its own `127.0.0.1`, published on the host's
+    /// `127.0.0.1` (`--publish PORT[:HOSTPORT]`): the dev server an agent starts, reached by
+    /// the host, without giving the command any way out. With network `loopback` or
+    /// `proxy` only; a named host port already in use is refused before anything runs.
+    pub publish: Vec<Publish>,
+    /// Told the host address of each published port once it is bound, before the command
+    /// starts (the outcome's policy says it again).
+    pub on_published: Option<PublishSink>,
     /// Record what was refused in the outcome's denials, where the backend can
     /// ([`crate::Capability::reports_denials`]). On by default; off, a backend uses its
     /// plain mechanism (the same refusals, unrecorded), which the bench compares against.
@@ -213,6 +221,8 @@ impl SandboxOpts {
             allow_hosts: Vec::new(),
             resolver: None,
             host_ports: Vec::new(),
+            publish: Vec::new(),
+            on_published: None,
             report_denials: true,
         }
     }

@@ -229,6 +229,9 @@ pub struct EffectivePolicy {
     pub allow_hosts: Allowlist,
     /// The host's `127.0.0.1` ports the command could reach by number.
     pub host_ports: Vec<u16>,
+    /// The command's ports published on the host, and where (filled in by the backend
+    /// once bound).
+    pub published: Vec<crate::Published>,
 }
 
 impl EffectivePolicy {

@@ -72,6 +72,10 @@ pub struct Plan {
     pub resolver: Option<Arc<dyn Resolver>>,
     /// Host ports forwarded into the command's namespace (sorted, distinct).
     pub host_ports: Vec<u16>,
+    /// The command's ports to publish on the host (distinct on both sides).
+    pub publish: Vec<crate::Publish>,
+    /// Told where they were published.
+    pub on_published: Option<crate::PublishSink>,
 }
 
 fn canonical_dir(field: &'static str, path: &Path) -> Result<PathBuf, SandboxError> {
@@ -248,6 +252,7 @@ impl Plan {
 
         let allowlist = check_allow_hosts(opts)?;
         let host_ports = check_host_ports(opts)?;
+        let publish = check_publish(opts)?;
         let env = build_env(opts, &workspace)?;
         let path_var = env
             .iter()
@@ -286,6 +291,15 @@ impl Plan {
                     .into(),
             });
         }
+        if !publish.is_empty() && !cap.publish {
+            return Err(SandboxError::NotSupported {
+                backend,
+                feature: "published ports (`publish`)".into(),
+                remedy: "use a backend whose capability lists published ports (`sandbox \
+                         doctor` shows each backend's)"
+                    .into(),
+            });
+        }
 
         Ok(Self {
             argv: opts.argv.clone(),
@@ -312,6 +326,8 @@ impl Plan {
             allowlist,
             resolver: opts.resolver.clone(),
             host_ports,
+            publish,
+            on_published: opts.on_published.clone(),
         })
     }
 
@@ -345,6 +361,7 @@ impl Plan {
             notes: Vec::new(),
             allow_hosts: self.allowlist.clone(),
             host_ports: self.host_ports.clone(),
+            published: Vec::new(),
         }
     }
 
@@ -440,6 +457,55 @@ fn check_host_ports(opts: &SandboxOpts) -> Result<Vec<u16>, SandboxError> {
         ));
     }
     Ok(ports)
+}
+
+/// Published ports: only with `loopback` or `proxy` (with `full` the command's ports are
+/// the host's own already; with `none` there is no network to serve on), ports from 1 to
+/// 65535, distinct on each side, not the proxy's port nor a host port's inside, at most
+/// [`MAX_HOST_PORTS`].
+fn check_publish(opts: &SandboxOpts) -> Result<Vec<crate::Publish>, SandboxError> {
+    let list = &opts.publish;
+    if list.is_empty() {
+        return Ok(Vec::new());
+    }
+    let bad = |reason: String| Err(SandboxError::invalid("publish", reason));
+    if !matches!(opts.network, NetworkMode::Loopback | NetworkMode::Proxy) {
+        return bad(format!(
+            "publishing a port needs network mode `loopback` or `proxy`, not `{}` (with \
+             `full` the command's ports are the host's already; with `none` there is no \
+             network to serve on)",
+            opts.network
+        ));
+    }
+    if list.len() > MAX_HOST_PORTS {
+        return bad(format!("{} ports; at most {MAX_HOST_PORTS}", list.len()));
+    }
+    for (i, p) in list.iter().enumerate() {
+        if p.port == 0 || p.host_port == Some(0) {
+            return bad("port 0 is not a port; name one from 1 to 65535".into());
+        }
+        if list[..i].iter().any(|q| q.port == p.port) {
+            return bad(format!("port {} is published twice", p.port));
+        }
+        if p.host_port.is_some() && list[..i].iter().any(|q| q.host_port == p.host_port) {
+            return bad(format!(
+                "host port {} is named twice",
+                p.host_port.unwrap_or_default()
+            ));
+        }
+        if opts.network == NetworkMode::Proxy && p.port == PROXY_PORT {
+            return bad(format!(
+                "port {PROXY_PORT} is the proxy's own inside the sandbox"
+            ));
+        }
+        if opts.host_ports.contains(&p.port) {
+            return bad(format!(
+                "port {} is a host port inside the sandbox (`host_ports`), not the command's",
+                p.port
+            ));
+        }
+    }
+    Ok(list.clone())
 }
 
 /// The proxy variables of a `proxy` run, upper and lower case, pointing at the proxy inside
@@ -538,6 +604,72 @@ mod tests {
 
     fn ws() -> tempfile::TempDir {
         tempfile::tempdir().unwrap()
+    }
+
+    #[test]
+    fn publish_needs_loopback_or_proxy_distinct_ports_and_the_capability() {
+        use crate::Publish;
+        let d = ws();
+        let p = |port, host_port| Publish { port, host_port };
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.publish = vec![p(8080, None)];
+        let refused = |opts: &SandboxOpts, c: &Capability, want: &str| {
+            let e = Plan::new(opts, "t", c).unwrap_err();
+            assert!(e.to_string().contains(want), "{want}: {e}");
+        };
+        for mode in [NetworkMode::None, NetworkMode::Full] {
+            opts.network = mode;
+            refused(&opts, &cap(), "needs network mode `loopback` or `proxy`");
+        }
+        opts.network = NetworkMode::Loopback;
+        assert_eq!(
+            Plan::new(&opts, "t", &cap()).unwrap().publish,
+            [p(8080, None)]
+        );
+        for (bad, want) in [
+            (vec![p(0, None)], "port 0"),
+            (vec![p(80, Some(0))], "port 0"),
+            (vec![p(80, None), p(80, Some(81))], "published twice"),
+            (vec![p(80, Some(9)), p(81, Some(9))], "named twice"),
+        ] {
+            opts.publish = bad;
+            refused(&opts, &cap(), want);
+        }
+        opts.publish = vec![p(5432, None)];
+        opts.host_ports = vec![5432];
+        refused(&opts, &cap(), "a host port inside");
+        opts.host_ports.clear();
+        opts.network = NetworkMode::Proxy;
+        opts.allow_hosts = vec!["crates.io".into()];
+        opts.publish = vec![p(PROXY_PORT, None)];
+        refused(&opts, &cap(), "the proxy's own");
+        opts.publish = vec![p(8080, Some(18080))];
+        let mut c = cap();
+        c.publish = false;
+        let e = Plan::new(&opts, "t", &c).unwrap_err();
+        assert!(matches!(e, SandboxError::NotSupported { .. }), "{e}");
+    }
+
+    #[test]
+    fn publish_specs_parse_as_port_or_port_and_host_port() {
+        use crate::Publish;
+        assert_eq!(
+            "8080".parse::<Publish>(),
+            Ok(Publish {
+                port: 8080,
+                host_port: None
+            })
+        );
+        assert_eq!(
+            "3000:13000".parse::<Publish>(),
+            Ok(Publish {
+                port: 3000,
+                host_port: Some(13000)
+            })
+        );
+        for bad in ["", "0", "65536", "80:", ":80", "80:0", "a:1", "1:2:3", "-1"] {
+            assert!(bad.parse::<Publish>().is_err(), "{bad}");
+        }
     }
 
     #[test]

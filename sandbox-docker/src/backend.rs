@@ -17,7 +17,9 @@ use crate::run::{self as engine, RunKind};
 use crate::NAME;
 
 /// What the docker backend enforces in the default bind mode: the same on every host,
-/// since the engine does the enforcing (the preflight checks that this engine can).
+/// since the engine does the enforcing (the preflight checks that this engine can); except
+/// network mode `proxy`, host ports and published ports, which need a root caller and a
+/// local engine (see `egress.rs`).
 pub fn capability() -> Capability {
     capability_in(WorkspaceMode::Bind)
 }
@@ -25,6 +27,7 @@ pub fn capability() -> Capability {
 /// What the docker backend enforces with workspace mode `mode`: only the change layer
 /// differs (see `change_layer` below).
 pub fn capability_in(mode: WorkspaceMode) -> Capability {
+    let listeners = crate::egress::listeners_possible();
     Capability {
         confine_writes: true,
         confine_reads: true,
@@ -32,10 +35,16 @@ pub fn capability_in(mode: WorkspaceMode) -> Capability {
         network_none: Enforcement::Exact,
         network_loopback: Enforcement::Exact,
         network_full: Enforcement::Exact,
-        // Not built for this engine yet: refused on every lane (see `check_lane`).
-        network_proxy: Enforcement::Unsupported,
-        // Not built for this engine yet: refused before anything runs.
-        host_ports: false,
+        // The host enters the container's namespace to make the proxy's listeners there:
+        // root and a local engine only. Elsewhere refused on every lane (see `check_lane`).
+        network_proxy: if listeners {
+            Enforcement::Exact
+        } else {
+            Enforcement::Unsupported
+        },
+        host_ports: listeners,
+        // The same entering, for sockets that connect to the command's published ports.
+        publish: listeners,
         tree_kill: true,
         process_isolation: true,
         drops_host_root: true,

@@ -32,6 +32,9 @@ pub(crate) struct Setup<'a> {
     pub identity: &'a Identity,
     pub run_id: &'a str,
     pub kind: RunKind,
+    /// The container runs the waiter (see `pool.rs`): its input is always attached, and
+    /// the command starts only once the argv is written there.
+    pub waiter: bool,
 }
 
 /// A started container, attached.
@@ -61,6 +64,7 @@ pub(crate) async fn make(
         identity,
         run_id,
         kind,
+        waiter,
     } = *s;
     let volumes = spec::volume_names(run_id, handovers);
     let mut uploaded = BTreeMap::new();
@@ -112,7 +116,7 @@ pub(crate) async fn make(
         check_program(docker, &id, config, plan, identity).await?;
     }
 
-    let attach = attach(docker, &id, matches!(plan.stdin, Stdin::Bytes(_))).await?;
+    let attach = attach(docker, &id, waiter || matches!(plan.stdin, Stdin::Bytes(_))).await?;
     docker
         .start_container(
             &id,

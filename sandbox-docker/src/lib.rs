@@ -16,7 +16,12 @@
 //! uid, or, when the caller is root, as an unprivileged one (see [the uid](#the-uid)).
 //! Network mode `none` and `loopback` both get a network namespace with only its own
 //! loopback; `full` gets the engine's default bridge (the outside world and the host's
-//! own addresses, never the host's `127.0.0.1`). Memory and process counts are limited
+//! own addresses, never the host's `127.0.0.1`). Network mode `proxy`, host ports and
+//! published ports get that same namespace, and the host (root, with a local engine) enters
+//! it to make the proxy's and host ports' listeners before the command runs and the
+//! sockets of published connections, exactly as the bwrap and landlock backends see them
+//! (see `egress.rs`); a caller that is not root, or a remote engine, is refused by the
+//! capability. Memory and process counts are limited
 //! by the container's cgroup; CPU time and open files by rlimits; a CPU quota comes from
 //! [`DockerConfig::cpus`]. Only the named environment variables are set, plus what the
 //! engine always adds (`HOSTNAME`) and the image's own `ENV` lines (the image is
@@ -145,6 +150,7 @@ mod client;
 mod config;
 mod copy;
 mod create;
+mod egress;
 mod error;
 mod handover;
 mod idmap;

@@ -214,21 +214,17 @@ impl Pool {
         })
     }
 
-    /// The body of a pooled container for a run whose own body is `body`, on the image
-    /// with id `image_id`; its serialisation is the pool key.
-    pub(crate) fn body(
-        &self,
-        body: &ContainerCreateBody,
-        image_id: &str,
-    ) -> Result<(ContainerCreateBody, String), DockerError> {
+    /// `body` with the waiter as its program, mounted read-only, and its standard input
+    /// attached: a container that waits for its argv. Pooled containers are made so, and
+    /// so is a fresh one whose command must wait for something made after the start (the
+    /// egress proxy's listeners, see `egress.rs`).
+    pub(crate) fn waiting(&self, body: &ContainerCreateBody) -> ContainerCreateBody {
         let mut b = body.clone();
-        b.image = Some(image_id.to_string());
         b.entrypoint = Some(vec![WAITER_PATH.to_string()]);
         b.cmd = None;
         b.attach_stdin = Some(true);
         b.open_stdin = Some(true);
         b.stdin_once = Some(true);
-        b.labels = Some(labels::labels("pool"));
         let host = b.host_config.get_or_insert_with(Default::default);
         host.mounts.get_or_insert_with(Vec::new).push(Mount {
             target: Some(WAITER_PATH.into()),
@@ -237,6 +233,19 @@ impl Pool {
             read_only: Some(true),
             ..Default::default()
         });
+        b
+    }
+
+    /// The body of a pooled container for a run whose own body is `body`, on the image
+    /// with id `image_id`; its serialisation is the pool key.
+    pub(crate) fn body(
+        &self,
+        body: &ContainerCreateBody,
+        image_id: &str,
+    ) -> Result<(ContainerCreateBody, String), DockerError> {
+        let mut b = self.waiting(body);
+        b.image = Some(image_id.to_string());
+        b.labels = Some(labels::labels("pool"));
         // Through a `Value`, whose maps are sorted: the body's maps are `HashMap`s, whose
         // order differs between two equal ones.
         let key = serde_json::to_value(&b)

@@ -29,7 +29,8 @@ use sandbox_core::run::{
     RunHandle,
 };
 use sandbox_core::{
-    Changes, EffectivePolicy, Plan, SandboxError, SandboxOutcome, Status, Stdin, StreamKind,
+    Changes, EffectivePolicy, EgressRun, Plan, SandboxError, SandboxOutcome, Status, Stdin,
+    StreamKind,
 };
 
 use crate::backend::Engine;
@@ -39,7 +40,7 @@ use crate::error::DockerError;
 use crate::handover::{Handover, Identity, Via};
 use crate::pool::{Pool, Warm};
 use crate::resources::Resources;
-use crate::{copy, labels, prepare, report, spec, NAME};
+use crate::{copy, egress, labels, prepare, report, spec, NAME};
 
 /// How long teardown waits for a killed container to stop.
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
@@ -81,6 +82,29 @@ pub(crate) async fn start(
     // Every input error surfaces here, before anything is made.
     let mut body = spec_for(&plan, &handovers)?;
     prepare::copyable(&handovers)?;
+    // The proxy's listeners are made after the start and before the command: its
+    // container waits for its argv behind the pool's waiter (see `egress.rs`).
+    let waiter = egress::needs_listeners(&plan);
+    // Published ports: the host's listeners now, so a port in use is refused before
+    // anything is made.
+    let bound = sandbox_proxy::publish::bind_for_plan(&plan)?;
+    if waiter {
+        let missing = match engine.as_ref().map(|e| &e.pool) {
+            Some(Ok(_)) => None,
+            Some(Err(why)) => Some(why.clone()),
+            None => Some("a run without its backend".to_string()),
+        };
+        if let Some(why) = missing {
+            return Err(SandboxError::NotSupported {
+                backend: NAME,
+                feature: "the egress proxy and host ports".into(),
+                remedy: format!(
+                    "the container's waiter is unavailable here ({why}); use network mode \
+                     `loopback` or `full`"
+                ),
+            });
+        }
+    }
     let layered = plan.changes == Changes::Review;
     if layered && config.workspace_mode == WorkspaceMode::Copy {
         // The capability says so and the plan refuses it first; never run it unlayered.
@@ -169,9 +193,11 @@ pub(crate) async fn start(
                         handovers,
                         uploaded: BTreeMap::new(),
                         refill: None,
+                        egress: None,
+                        published: None,
                         layer: None,
                     };
-                    return start_warm(run, warm, pool, &key, config, &identity).await;
+                    return start_warm(run, warm, pool, &key, config, &identity, bound).await;
                 }
                 if pool.seen_before(&key) {
                     refill = Some((Arc::downgrade(e), key, pooled));
@@ -180,6 +206,11 @@ pub(crate) async fn start(
         }
     }
 
+    if waiter {
+        if let Some(Ok(pool)) = engine.as_ref().map(|e| &e.pool) {
+            body = pool.waiting(&body);
+        }
+    }
     let setup = Setup {
         docker: &docker,
         config,
@@ -188,16 +219,35 @@ pub(crate) async fn start(
         identity: &identity,
         run_id: &run_id,
         kind,
+        waiter,
     };
-    let made = match create::make(&setup, &mut resources, body).await {
-        Ok(m) => m,
+    let made = create::make(&setup, &mut resources, body)
+        .await
+        .map_err(SandboxError::from);
+    // The command waits for its argv: its proxy first.
+    let started = match made {
+        Ok(m) if waiter => egress::start(&docker, &m.id, &plan).await.map(|e| (m, e)),
+        Ok(m) => Ok((m, None)),
+        Err(e) => Err(e),
+    };
+    let started = match started {
+        Ok((m, e)) => egress::publish(&docker, &m.id, &plan, bound, &mut policy)
+            .await
+            .map(|p| (m, e, p)),
+        Err(e) => Err(e),
+    };
+    let (made, egress, published) = match started {
+        Ok(x) => x,
         Err(e) => {
             if let Err(cleanup) = resources.remove_all().await {
                 tracing::error!("sandbox-docker: removing a failed run: {cleanup}");
             }
-            return Err(e.into());
+            return Err(e);
         }
     };
+    if egress.is_some() {
+        policy.notes.push(sandbox_proxy::note(&plan));
+    }
     let Made {
         id,
         uploaded,
@@ -209,7 +259,15 @@ pub(crate) async fn start(
 
     let (handle, control) = run_channel(plan.output_limit);
     let reader = tokio::spawn(pump(output, control.tap(plan.output_sink.clone())));
-    if let Stdin::Bytes(bytes) = &plan.stdin {
+    if waiter {
+        // The argv, then the command's own input (end-of-file at once for `Null`).
+        let argv: Vec<Vec<u8>> = plan.argv.iter().map(|a| a.as_bytes().to_vec()).collect();
+        let mut bytes = crate::pool::frame(&argv);
+        if let Stdin::Bytes(b) = &plan.stdin {
+            bytes.extend_from_slice(b);
+        }
+        feed_stdin(input, bytes);
+    } else if let Stdin::Bytes(bytes) = &plan.stdin {
         feed_stdin(input, bytes.clone());
     }
     let timeout = plan.timeout;
@@ -222,6 +280,8 @@ pub(crate) async fn start(
         handovers,
         uploaded,
         refill,
+        egress,
+        published,
         layer,
     };
     supervise(run, control, vec![reader], Instant::now(), timeout);
@@ -237,6 +297,7 @@ async fn start_warm(
     key: &str,
     config: &DockerConfig,
     identity: &Identity,
+    bound: Vec<(std::net::TcpListener, sandbox_core::Published)>,
 ) -> Result<RunHandle, SandboxError> {
     run.id = warm.id.clone();
     run.resources.container(warm.id.clone());
@@ -264,10 +325,14 @@ async fn start_warm(
         }
         // The output, attached before the command exists (it has none until then).
         let output = create::attach(&run.docker, &run.id, false).await?.output;
+        // The proxy's listeners, in the container's namespace, before the command.
+        run.egress = egress::start(&run.docker, &run.id, &run.plan).await?;
+        run.published =
+            egress::publish(&run.docker, &run.id, &run.plan, bound, &mut run.policy).await?;
         warm.deliver(&argv)
             .await
             .map_err(|e| DockerError::io("handing the command to its container", e))?;
-        Ok::<_, DockerError>(output)
+        Ok::<_, SandboxError>(output)
     };
     let output = match started.await {
         Ok(o) => o,
@@ -275,9 +340,12 @@ async fn start_warm(
             if let Err(cleanup) = run.resources.remove_all().await {
                 tracing::error!("sandbox-docker: removing a failed run: {cleanup}");
             }
-            return Err(e.into());
+            return Err(e);
         }
     };
+    if run.egress.is_some() {
+        run.policy.notes.push(sandbox_proxy::note(&run.plan));
+    }
     run.policy.notes.append(&mut warm.notes);
     run.policy
         .notes
@@ -362,6 +430,11 @@ struct Run {
     uploaded: BTreeMap<usize, BTreeSet<PathBuf>>,
     /// After a fresh run that the pool could have served: make a container for the next.
     refill: Option<(Weak<Engine>, String, ContainerCreateBody)>,
+    /// The egress proxy and host ports, served from the host on listeners in the
+    /// container's namespace; finished once the container has stopped.
+    egress: Option<sandbox_proxy::ProxyRun>,
+    /// The published ports' host listeners and relays; finished with the proxy.
+    published: Option<sandbox_proxy::publish::PublishRun>,
     /// The layer the workspace's bind comes from (a review): scanned once the container
     /// and its staging mounts are gone. After `resources`, so a dropped run unmounts the
     /// staging view of it before it is removed.
@@ -396,7 +469,19 @@ impl Job for Run {
         end: End<Self::Exit>,
         finished: Finished,
     ) -> Result<SandboxOutcome, SandboxError> {
-        let result = self.outcome(end, finished).await;
+        // The container has stopped: nothing inside can connect any more. The proxy's
+        // relays and listeners go now, before `wait` returns.
+        if let Some(p) = self.published.take() {
+            p.finish().await;
+        }
+        let connections = match self.egress.take() {
+            Some(e) => e.finish().await,
+            None => Vec::new(),
+        };
+        let result = self.outcome(end, finished).await.map(|mut o| {
+            o.connections = connections;
+            o
+        });
         // Removal is part of the run: `wait` returns only once nothing is left.
         let removed = self.resources.remove_all().await;
         if let Some((engine, key, body)) = self.refill.take() {

@@ -1185,6 +1185,158 @@ async fn a_pooled_run_is_killed_timed_out_and_cleaned_like_a_fresh_one() {
     assert_clean();
 }
 
+/// The inodes of this process's sockets that belong to no socket table of its own network
+/// namespace: sockets of another namespace (a container's), which must not outlive a run.
+fn sockets_of_other_namespaces() -> BTreeSet<u64> {
+    let mut ours = BTreeSet::new();
+    for table in [
+        "tcp", "tcp6", "udp", "udp6", "unix", "raw", "raw6", "netlink", "packet",
+    ] {
+        let text = std::fs::read_to_string(format!("/proc/self/net/{table}")).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            // The inode column: 10th for inet tables, 7th for unix, last for netlink.
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            for c in cols {
+                if let Ok(n) = c.parse::<u64>() {
+                    ours.insert(n);
+                }
+            }
+        }
+    }
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            l.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        })
+        .filter(|ino| !ours.contains(ino))
+        .collect()
+}
+
+/// Threads of this process with `name`.
+fn threads_named(name: &str) -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|c| c.trim() == name)
+        .count()
+}
+
+#[tokio::test]
+async fn host_ports_reach_exactly_the_hosts_port_fresh_and_pooled_and_nothing_is_left() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws, _) = bind_dir();
+    let b = backend(WorkspaceMode::Bind);
+    let host = HostListener::start("host-port").unwrap();
+    let port = host.addr().port();
+    let neighbour = port.wrapping_add(1).max(1);
+    let script = format!(
+        "echo hi | busybox nc -w 5 127.0.0.1 {port} && echo REACHED; \
+         echo hi | busybox nc -w 2 127.0.0.1 {neighbour} || echo NEIGHBOUR-REFUSED"
+    );
+    let opts = || {
+        let mut o = SandboxOpts::new(&ws, sh(&script));
+        o.network = NetworkMode::Loopback;
+        o.host_ports = vec![port];
+        o
+    };
+    if !sandbox_docker::capability().host_ports {
+        // Not root, or a remote engine: refused before anything runs, saying so.
+        let e = b.sandbox().execute(opts()).await.unwrap_err();
+        assert!(matches!(e, SandboxError::NotSupported { .. }), "{e}");
+        assert_clean();
+        return;
+    }
+    let mut from_pool = 0;
+    for i in 0..4 {
+        let o = run(&b, opts()).await;
+        let out = o.stdout.text();
+        assert!(out.contains("REACHED"), "{out} {}", o.stderr.text());
+        assert!(out.contains("NEIGHBOUR-REFUSED"), "{out}");
+        // The listener counts on a thread of its own: give it time to catch up.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while host.accepted() < i + 1 && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert_eq!(host.accepted(), i + 1);
+        assert!(
+            matches!(o.connections.as_slice(), [c] if c.port == port && c.decision.is_allowed()),
+            "{:?}",
+            o.connections
+        );
+        from_pool += usize::from(pooled(&o));
+        assert_eq!(sockets_of_other_namespaces(), BTreeSet::new(), "run {i}");
+    }
+    assert_eq!(from_pool, 2, "pooled containers get their listeners too");
+    // Killed while it holds a connection: the relay and the listener go too. While it
+    // runs, the listener is seen in another namespace (the check above can fail).
+    let mut o = opts();
+    o.argv = sh(&format!(
+        "busybox nc 127.0.0.1 {port} </dev/zero; busybox sleep 60"
+    ))
+    .into_iter()
+    .map(Into::into)
+    .collect();
+    let sb = b.sandbox();
+    sb.run(o).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while host.accepted() < 5 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        host.accepted(),
+        5,
+        "the held connection never reached the host"
+    );
+    assert!(!sockets_of_other_namespaces().is_empty());
+    sb.kill().await.unwrap();
+    assert_eq!(sb.wait().await.unwrap().status, Status::Killed);
+    assert_eq!(sockets_of_other_namespaces(), BTreeSet::new());
+    assert_eq!(threads_named("sandbox-netns"), 0);
+
+    // A published port: the host reaches the command's server at the address it was told;
+    // afterwards no descriptor of a namespace (the maker's) is left.
+    let told: Arc<std::sync::Mutex<Vec<sandbox_core::Published>>> = Arc::default();
+    let mut o = SandboxOpts::new(&ws, sh("echo served | busybox nc -l -p 18080"));
+    o.network = NetworkMode::Loopback;
+    o.publish = vec!["18080".parse().unwrap()];
+    let t = told.clone();
+    o.on_published = Some(sandbox_core::PublishSink(Arc::new(move |p| {
+        *t.lock().unwrap() = p.to_vec();
+    })));
+    let sb = b.sandbox();
+    sb.run(o).await.unwrap();
+    let at = told.lock().unwrap()[0].host;
+    let got = tokio::task::spawn_blocking(move || {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut got = String::new();
+            if let Ok(mut c) = std::net::TcpStream::connect(at) {
+                let _ = std::io::Read::read_to_string(&mut c, &mut got);
+            }
+            if got.contains("served") || Instant::now() > deadline {
+                return got;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(got, "served\n");
+    let out = sb.wait().await.unwrap();
+    assert_eq!(out.policy.published, *told.lock().unwrap());
+    let namespaces = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter(|l| l.to_string_lossy().starts_with("net:["))
+        .count();
+    assert_eq!(namespaces, 0, "a namespace descriptor outlived the run");
+    assert!(std::net::TcpStream::connect(at).is_err(), "still published");
+    drop(b);
+    assert_clean();
+}
+
 /// The host path of the layer a running review's container binds at `ws`: the bind's
 /// source itself, or (through an idmapped staging mount, as root) the tree that mount
 /// shows, as the host's mount table names it.

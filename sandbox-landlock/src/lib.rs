@@ -242,6 +242,9 @@ fn capability(host: &Host) -> Capability {
             Enforcement::Unsupported
         },
         host_ports: host.ns.is_ok(),
+        // The child also hands over its network namespace, for the sockets of published
+        // ports.
+        publish: host.ns.is_ok(),
         tree_kill: true,
         // Claimed exactly when a pid namespace with its own /proc was made here.
         process_isolation: host.pid_ns.is_ok(),

@@ -17,15 +17,17 @@ use tokio::io::Interest;
 
 use crate::ListenerSource;
 
-/// The most listeners one run hands over: the proxy and every host port.
-pub const MAX_LISTENERS: usize = sandbox_core::MAX_HOST_PORTS + 1;
+/// The most descriptors one run hands over: the proxy, every host port, and the network
+/// namespace (for published ports).
+pub const MAX_LISTENERS: usize = sandbox_core::MAX_HOST_PORTS + 2;
 
 /// Room for a control message carrying [`MAX_LISTENERS`] descriptors, as 8-byte words so
 /// it is aligned for `cmsghdr`: a 16-byte header and 4 bytes per descriptor, rounded up.
 const CMSG_WORDS: usize = (16 + 4 * MAX_LISTENERS).div_ceil(8) + 1;
 
 /// Create a listener on `127.0.0.1:PORT` for each of `ports` in the current network
-/// namespace and send them all, in order, in one message on `sock`. Only raw system calls
+/// namespace (port 0: open the namespace itself, `/proc/self/ns/net`) and send them all, in
+/// order, in one message on `sock`. Only raw system calls
 /// on stack data: async-signal-safe, for use between fork and exec. The listeners are
 /// closed here once sent.
 pub fn send_listeners_raw(sock: RawFd, ports: &[u16]) -> io::Result<()> {
@@ -37,6 +39,18 @@ pub fn send_listeners_raw(sock: RawFd, ports: &[u16]) -> io::Result<()> {
     let result = unsafe {
         (|| {
             for (i, &port) in ports.iter().enumerate() {
+                if port == 0 {
+                    // This network namespace itself, for the sockets of published ports.
+                    let ns = libc::open(
+                        c"/proc/self/ns/net".as_ptr(),
+                        libc::O_RDONLY | libc::O_CLOEXEC,
+                    );
+                    if ns < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    fds[i] = ns;
+                    continue;
+                }
                 let l = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
                 if l < 0 {
                     return Err(io::Error::last_os_error());
@@ -138,8 +152,9 @@ fn int_opt(fd: RawFd, opt: libc::c_int) -> io::Result<libc::c_int> {
     }
 }
 
-/// One `recvmsg`; the descriptors it carried (empty at end of stream).
-fn recv_fds(sock: RawFd) -> io::Result<Vec<OwnedFd>> {
+/// One `recvmsg` (with `flags`, such as `MSG_DONTWAIT`); the descriptors it carried (empty
+/// at end of stream).
+pub(crate) fn recv_fds(sock: RawFd, flags: libc::c_int) -> io::Result<Vec<OwnedFd>> {
     let mut byte = [0u8; 1];
     let mut iov = libc::iovec {
         iov_base: byte.as_mut_ptr().cast(),
@@ -154,7 +169,7 @@ fn recv_fds(sock: RawFd) -> io::Result<Vec<OwnedFd>> {
         msg.msg_iovlen = 1;
         msg.msg_control = cbuf.as_mut_ptr().cast();
         msg.msg_controllen = std::mem::size_of_val(&cbuf);
-        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC | libc::MSG_DONTWAIT);
+        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC | flags);
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -180,12 +195,29 @@ fn recv_fds(sock: RawFd) -> io::Result<Vec<OwnedFd>> {
 /// Wait for `count` listeners on the host's end of the pair, sent in one message. What
 /// arrives must be exactly that many listening IPv4 TCP sockets; anything else is refused.
 pub fn receive_listeners(sock: UnixStream, count: usize) -> crate::ListenersSource {
+    let all = receive_handover(sock, vec![1; count]);
+    Box::pin(async move { Ok(all.await?.0) })
+}
+
+/// What a run's child hands over: the listeners, and the network namespace when the run
+/// publishes ports.
+pub type Received = (Vec<std::net::TcpListener>, Option<OwnedFd>);
+
+/// Wait for what the child sends for `ports` (see [`send_listeners_raw`]): a listening
+/// IPv4 TCP socket for each port, and for port 0 a network namespace; anything else is
+/// refused.
+pub fn receive_handover(
+    sock: UnixStream,
+    ports: Vec<u16>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = io::Result<Received>> + Send>> {
     Box::pin(async move {
         sock.set_nonblocking(true)?;
         let sock = tokio::net::UnixStream::from_std(sock)?;
         let fds = loop {
             sock.readable().await?;
-            match sock.try_io(Interest::READABLE, || recv_fds(sock.as_raw_fd())) {
+            match sock.try_io(Interest::READABLE, || {
+                recv_fds(sock.as_raw_fd(), libc::MSG_DONTWAIT)
+            }) {
                 Ok(fds) if fds.is_empty() => {
                     return Err(io::Error::new(
                         io::ErrorKind::UnexpectedEof,
@@ -197,29 +229,49 @@ pub fn receive_listeners(sock: UnixStream, count: usize) -> crate::ListenersSour
                 Err(e) => return Err(e),
             }
         };
-        if fds.len() != count {
+        if fds.len() != ports.len() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("{} listeners handed over, {count} expected", fds.len()),
+                format!(
+                    "{} descriptors handed over, {} expected",
+                    fds.len(),
+                    ports.len()
+                ),
             ));
         }
-        fds.into_iter()
-            .map(|fd| {
-                let raw = fd.as_raw_fd();
-                if int_opt(raw, libc::SO_ACCEPTCONN)? != 1
-                    || int_opt(raw, libc::SO_DOMAIN)? != libc::AF_INET
-                    || int_opt(raw, libc::SO_TYPE)? != libc::SOCK_STREAM
-                {
+        let mut listeners = Vec::new();
+        let mut netns = None;
+        for (fd, port) in fds.into_iter().zip(ports) {
+            if port == 0 {
+                // SAFETY: an ioctl on a descriptor we own, with no argument.
+                let kind = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE) };
+                if kind != libc::CLONE_NEWNET {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
-                        "what the sandbox handed over is not a listening TCP socket",
+                        "what the sandbox handed over is not a network namespace",
                     ));
                 }
-                Ok(std::net::TcpListener::from(fd))
-            })
-            .collect()
+                netns = Some(fd);
+                continue;
+            }
+            let raw = fd.as_raw_fd();
+            if int_opt(raw, libc::SO_ACCEPTCONN)? != 1
+                || int_opt(raw, libc::SO_DOMAIN)? != libc::AF_INET
+                || int_opt(raw, libc::SO_TYPE)? != libc::SOCK_STREAM
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "what the sandbox handed over is not a listening TCP socket",
+                ));
+            }
+            listeners.push(std::net::TcpListener::from(fd));
+        }
+        Ok((listeners, netns))
     })
 }
+
+/// `ioctl(NS_GET_NSTYPE)`: the `CLONE_NEW*` type of a namespace descriptor (Linux 4.11).
+const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
 
 /// [`receive_listeners`] for one.
 pub fn receive_listener(sock: UnixStream) -> ListenerSource {
@@ -229,4 +281,51 @@ pub fn receive_listener(sock: UnixStream) -> ListenerSource {
             .pop()
             .ok_or_else(|| io::Error::other("no listener"))
     })
+}
+
+/// Make a listener on `127.0.0.1:PORT` for each of `ports` inside the network namespace
+/// `netns` (an open `/proc/PID/ns/net`), for a sandbox whose namespace the host did not make
+/// itself but may enter (a container of a local engine, entered by root).
+///
+/// The same door as the handed-over listeners: a socket stays in the namespace it was made
+/// in, so the host accepts on the sandbox's loopback and nothing of the host's is exposed.
+/// The entering is done on a thread of its own that ends right after: `setns` moves only
+/// the calling thread, and no thread of a pool (tokio's blocking pool) is ever left in the
+/// sandbox's namespace. Refuses a namespace that is the caller's own (which would put the
+/// proxy on the host's loopback).
+pub fn listen_in_namespace(
+    netns: OwnedFd,
+    ports: &[u16],
+) -> io::Result<Vec<std::net::TcpListener>> {
+    use std::os::unix::fs::MetadataExt;
+    if ports.is_empty() || ports.len() > MAX_LISTENERS {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let theirs = std::fs::File::from(netns);
+    let (them, us) = (
+        theirs.metadata()?,
+        std::fs::metadata("/proc/thread-self/ns/net")?,
+    );
+    if (them.dev(), them.ino()) == (us.dev(), us.ino()) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "the sandbox's network namespace is the host's own",
+        ));
+    }
+    let ports = ports.to_vec();
+    std::thread::Builder::new()
+        .name("sandbox-netns".into())
+        .spawn(move || {
+            // SAFETY: `setns` on a descriptor we own; it changes only this thread's network
+            // namespace, and this thread ends when the listeners are made.
+            if unsafe { libc::setns(theirs.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            ports
+                .iter()
+                .map(|&p| std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, p)))
+                .collect()
+        })?
+        .join()
+        .map_err(|_| io::Error::other("the thread making the listeners panicked"))?
 }

@@ -14,7 +14,10 @@
 //! The first byte tells them apart (5 is SOCKS5's version; an HTTP method is a letter).
 //!
 //! It also serves host ports by number (`host_ports`): a listener per port, each
-//! connection relayed to the host's `127.0.0.1:PORT` alone, and recorded.
+//! connection relayed to the host's `127.0.0.1:PORT` alone, and recorded; and the other
+//! direction, published ports ([`publish`]): the host's listener on `127.0.0.1:HOSTPORT`,
+//! each connection relayed to the command's own `127.0.0.1:PORT` through a socket made in
+//! the command's namespace (handed over with the listeners as port 0).
 //!
 //! # The decision, in order
 //!
@@ -46,6 +49,7 @@
 //! against curl's `--socks5-hostname`.
 
 mod handover;
+pub mod publish;
 mod relay;
 mod resolve;
 mod socks;
@@ -67,7 +71,10 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-pub use handover::{receive_listener, receive_listeners, send_listeners_raw, SendListener};
+pub use handover::{
+    listen_in_namespace, receive_handover, receive_listener, receive_listeners, send_listeners_raw,
+    SendListener,
+};
 pub use resolve::TableResolver;
 
 /// How long an upstream connect may take.
@@ -167,6 +174,8 @@ impl Shared {
 /// A running proxy (and host-port forwarders), owned by one run.
 #[derive(Debug)]
 pub struct ProxyRun {
+    /// The run's published ports, served with sockets made in the namespace handed over.
+    publish: Option<publish::PublishRun>,
     shared: Arc<Shared>,
     stop: watch::Sender<bool>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
@@ -201,6 +210,7 @@ pub fn spawn_roles(
     let (stop, stop_rx) = watch::channel(false);
     let task = rt.spawn(accept_loop(shared.clone(), roles, source, stop_rx));
     Ok(ProxyRun {
+        publish: None,
         shared,
         stop,
         task: Mutex::new(Some(task)),
@@ -240,8 +250,18 @@ pub fn roles(plan: &sandbox_core::Plan) -> Vec<Role> {
     roles
 }
 
-/// The ports to listen on inside for `plan`, in [`roles`] order: what a backend tells its
-/// child (or bwrap's waiter) to make and send.
+/// What a backend tells its child (or bwrap's waiter) to make and send, in order: the
+/// ports to listen on inside ([`inside_ports`]), then 0, standing for the network namespace
+/// itself, when the run publishes ports.
+pub fn handover_ports(plan: &sandbox_core::Plan) -> Vec<u16> {
+    let mut ports = inside_ports(plan);
+    if !plan.publish.is_empty() {
+        ports.push(0);
+    }
+    ports
+}
+
+/// The ports to listen on inside for `plan`, in [`roles`] order.
 pub fn inside_ports(plan: &sandbox_core::Plan) -> Vec<u16> {
     roles(plan)
         .into_iter()
@@ -252,9 +272,9 @@ pub fn inside_ports(plan: &sandbox_core::Plan) -> Vec<u16> {
         .collect()
 }
 
-/// Start what `plan` asks for (network mode `proxy`, host ports); called from a backend's
-/// `prepare`; errors say what failed.
-pub fn start_for_plan(plan: &sandbox_core::Plan) -> Result<Option<Handover>, SandboxError> {
+/// The proxy's configuration for `plan` (`None` when it serves only host ports); an
+/// allowlist proxy with nothing allowed is refused.
+fn config_for(plan: &sandbox_core::Plan) -> Result<Option<ProxyConfig>, SandboxError> {
     let proxy = plan.network == sandbox_core::NetworkMode::Proxy;
     if proxy && plan.allowlist.is_empty() {
         return Err(SandboxError::invalid(
@@ -262,24 +282,62 @@ pub fn start_for_plan(plan: &sandbox_core::Plan) -> Result<Option<Handover>, San
             "the egress proxy needs a non-empty allowlist",
         ));
     }
+    Ok(proxy.then(|| ProxyConfig::new(plan.allowlist.clone(), plan.resolver.clone())))
+}
+
+/// Serve `listeners` (made inside the command's namespace, in [`inside_ports`] order) in
+/// the roles `plan` gives them: for a backend that makes them itself rather than having
+/// them handed over (see [`listen_in_namespace`]). Call from within the tokio runtime.
+pub fn serve_for_plan(
+    plan: &sandbox_core::Plan,
+    listeners: Vec<std::net::TcpListener>,
+) -> Result<ProxyRun, SandboxError> {
+    let config = config_for(plan)?;
+    spawn_roles(config, roles(plan), Box::pin(async move { Ok(listeners) }))
+        .map_err(|e| SandboxError::io("starting the egress proxy", e))
+}
+
+/// Start what `plan` asks for (network mode `proxy`, host ports); called from a backend's
+/// `prepare`; errors say what failed.
+pub fn start_for_plan(plan: &sandbox_core::Plan) -> Result<Option<Handover>, SandboxError> {
+    let config = config_for(plan)?;
     let roles = roles(plan);
-    if roles.is_empty() {
+    let ports = handover_ports(plan);
+    if ports.is_empty() {
         return Ok(None);
     }
-    let ports = inside_ports(plan);
-    let config = proxy.then(|| ProxyConfig::new(plan.allowlist.clone(), plan.resolver.clone()));
+    // The host side of published ports first: a host port in use fails the run here,
+    // before anything runs.
+    let bound = publish::bind_for_plan(plan)?;
+    let (maker_tx, maker_rx) = watch::channel(None);
+    let published = publish::serve(bound, maker_rx)
+        .map_err(|e| SandboxError::io("serving the published ports", e))?;
     let start = || -> io::Result<Handover> {
         let (host, child) = std::os::unix::net::UnixStream::pair()?;
-        let run = spawn_roles(config, roles, receive_listeners(host, ports.len()))?;
+        let want = ports.clone();
+        let source: ListenersSource = Box::pin(async move {
+            let (listeners, netns) = receive_handover(host, want).await?;
+            if let Some(ns) = netns {
+                let maker = tokio::task::spawn_blocking(move || publish::maker_for(ns))
+                    .await
+                    .map_err(io::Error::other)??;
+                let _ = maker_tx.send(Some(maker));
+            }
+            Ok(listeners)
+        });
+        let mut run = spawn_roles(config, roles, source)?;
+        run.publish = published;
         Ok(Handover {
             ports: ports.clone(),
             child_end: OwnedFd::from(child),
             run,
         })
     };
-    start()
-        .map(Some)
-        .map_err(|e| SandboxError::io("starting the egress proxy", e))
+    let handover = start().map_err(|e| SandboxError::io("starting the egress proxy", e))?;
+    if let (Some(p), Some(sink)) = (&handover.run.publish, &plan.on_published) {
+        (sink.0)(p.published());
+    }
+    Ok(Some(handover))
 }
 
 /// The effective policy's note for a run through the proxy or with host ports.
@@ -305,13 +363,31 @@ pub fn note(plan: &sandbox_core::Plan) -> String {
             ports.join(", ")
         ));
     }
-    format!(
-        "network: a private namespace whose ways out are {}",
-        parts.join("; ")
-    )
+    let mut note = if parts.is_empty() {
+        "network: a private namespace with only its loopback".to_string()
+    } else {
+        format!(
+            "network: a private namespace whose ways out are {}",
+            parts.join("; ")
+        )
+    };
+    if !plan.publish.is_empty() {
+        let ports: Vec<String> = plan.publish.iter().map(|p| p.port.to_string()).collect();
+        note.push_str(&format!(
+            "; its 127.0.0.1 ports {} published on the host's loopback (connections made by \
+             the host with sockets created in the namespace)",
+            ports.join(", ")
+        ));
+    }
+    note
 }
 
 impl ProxyRun {
+    /// Where the run's ports were published (empty when none were).
+    pub fn published(&self) -> &[sandbox_core::Published] {
+        self.publish.as_ref().map_or(&[], |p| p.published())
+    }
+
     /// The record so far.
     pub fn records(&self) -> Vec<ConnectionRecord> {
         let entries = match self.shared.entries.lock() {
@@ -327,7 +403,14 @@ impl ProxyRun {
 
 #[async_trait]
 impl EgressRun for ProxyRun {
+    fn published(&self) -> Vec<sandbox_core::Published> {
+        ProxyRun::published(self).to_vec()
+    }
+
     async fn finish(&self) -> Vec<ConnectionRecord> {
+        if let Some(p) = &self.publish {
+            p.finish().await;
+        }
         let _ = self.stop.send(true);
         let task = self.task.lock().ok().and_then(|mut t| t.take());
         if let Some(t) = task {

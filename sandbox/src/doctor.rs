@@ -285,6 +285,12 @@ fn write_capability(f: &mut fmt::Formatter<'_>, c: &Capability) -> fmt::Result {
     )?;
     writeln!(
         f,
+        "    ports       host ports: {}, publish: {}",
+        yes_no(c.host_ports),
+        yes_no(c.publish),
+    )?;
+    writeln!(
+        f,
         "    processes   tree kill: {}, isolated from the host's: {}, host root dropped: {}",
         yes_no(c.tree_kill),
         yes_no(c.process_isolation),

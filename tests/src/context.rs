@@ -19,6 +19,34 @@ use serde_json::Value;
 /// `host_programs: false`).
 pub const IN_IMAGE_PROBE: &str = "/usr/local/bin/sandbox-probe";
 
+/// The programs the suite puts into the image of a backend that runs one, besides the
+/// probe: `(name, path in the image)`. Each is one executable with the shared libraries
+/// `ldd` lists, which is all an image built from host binaries can carry: `sh` (busybox,
+/// which runs as `sh` by its name) and `curl`. Programs that need a tree of their own
+/// (python3's standard library, git's helper programs and templates, pip) are not here,
+/// and the cases that use them are skipped for such a backend (see
+/// [`require::sandbox_runs`](crate::require::sandbox_runs)).
+pub const IMAGE_TOOLS: &[(&str, &str)] = &[("sh", "/bin/sh"), ("curl", "/usr/bin/curl")];
+
+/// Where on the host each of [`IMAGE_TOOLS`] comes from: `busybox` for `sh`, the tool of
+/// that name otherwise, found on `PATH`. A tool the host lacks is left out (the cases
+/// that need it then fail, as they would on a backend that runs the host's programs).
+pub fn image_tool_sources() -> Vec<(PathBuf, PathBuf)> {
+    let path = std::env::var_os("PATH").unwrap_or_else(|| sandbox_core::DEFAULT_PATH.into());
+    let find = |name: &str| {
+        std::env::split_paths(&path)
+            .map(|d| d.join(name))
+            .find(|p| p.is_file())
+    };
+    IMAGE_TOOLS
+        .iter()
+        .filter_map(|(name, in_image)| {
+            let host = find(if *name == "sh" { "busybox" } else { name })?;
+            Some((host, PathBuf::from(in_image)))
+        })
+        .collect()
+}
+
 /// A variable set on the host that must never reach a sandboxed command.
 pub const SECRET_VAR: &str = "SANDBOX_CONFORMANCE_SECRET";
 

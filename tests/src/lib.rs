@@ -82,7 +82,7 @@ mod registry;
 pub mod soak;
 
 pub use context::{
-    describe, parse_report, prepare_host_env, strictest_lane, token, Context, Dir, Failure,
-    Forbidden, Mode, Probed, IN_IMAGE_PROBE, PASSED_VAR, SECRET_VAR,
+    describe, image_tool_sources, parse_report, prepare_host_env, strictest_lane, token, Context,
+    Dir, Failure, Forbidden, Mode, Probed, IMAGE_TOOLS, IN_IMAGE_PROBE, PASSED_VAR, SECRET_VAR,
 };
 pub use registry::{cases, require, run_case, Case, CaseFn, CaseFuture, Requirement, Verdict};

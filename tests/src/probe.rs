@@ -57,6 +57,7 @@ pub fn main(args: Vec<OsString>) -> ! {
         ("rename", [from, to]) => rename(from, to),
         ("remove", [p]) => remove(p),
         ("connect", [addr]) => connect(addr),
+        ("serve", [port, token, addr]) => serve(num(port) as u16, token, addr),
         ("proxy-connect", [target]) => proxy_connect(target),
         ("connect-abstract", [name]) => connect_abstract(name),
         ("listen-connect", []) => listen_connect(),
@@ -506,6 +507,36 @@ fn remove(p: &str) -> ! {
         }
         Err(e) => fail("remove", &e),
     }
+}
+
+/// Serve on `127.0.0.1:PORT`: send `token` on each connection, until one answers `done`
+/// (a connection that only closes, as one the host gave up on, does not end it); then try
+/// to connect to `addr` (a host service the command must not reach): reports `escaped`.
+fn serve(port: u16, token: &str, addr: &str) -> ! {
+    let addr: SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|_| usage(&format!("`{addr}` is not HOST:PORT")));
+    let listener = match std::net::TcpListener::bind(("127.0.0.1", port)) {
+        Ok(l) => l,
+        Err(e) => fail("bind", &e),
+    };
+    loop {
+        match listener.accept() {
+            Ok((mut s, _)) => {
+                let _ = s.write_all(token.as_bytes());
+                let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+                let mut answer = [0u8; 4];
+                if s.read_exact(&mut answer).is_ok() && &answer == b"done" {
+                    break;
+                }
+            }
+            Err(e) => fail("accept", &e),
+        }
+    }
+    drop(listener);
+    let escaped = TcpStream::connect_timeout(&addr, Duration::from_secs(3)).is_ok();
+    ok().b("served", true).b("escaped", escaped).emit();
+    exit(0)
 }
 
 /// Connect, then read what the peer says (the host's listener sends a token, so reaching

@@ -42,7 +42,10 @@ pub async fn build_probe_image(
     tag: &str,
     probe: PathBuf,
 ) -> Result<(), SandboxError> {
-    build(tag.to_owned(), vec![(probe, PathBuf::from(IN_IMAGE_PROBE))]).await
+    let mut files = vec![(probe, PathBuf::from(IN_IMAGE_PROBE))];
+    // `sh` and `curl`, for the egress cases that run real tools through the proxy.
+    files.extend(crate::image_tool_sources());
+    build(tag.to_owned(), files).await
 }
 
 /// How many cases run at once: most wait on a sandbox.

@@ -153,14 +153,51 @@ pub mod require {
     pub fn network_proxy(c: &Capability) -> Result<(), String> {
         exact("network mode `proxy`", c.network_proxy)
     }
-    /// Network `proxy` exactly, with the host's programs (curl, python3, git) runnable.
+    /// The sandbox can run each of `tools`: the host's programs, or, for a backend that
+    /// runs an image, the suite's image holds them ([`crate::IMAGE_TOOLS`]).
+    pub fn sandbox_runs(c: &Capability, tools: &[&str]) -> Result<(), String> {
+        if c.host_programs {
+            return Ok(());
+        }
+        let held: Vec<&str> = crate::IMAGE_TOOLS.iter().map(|(n, _)| *n).collect();
+        let missing: Vec<&str> = tools
+            .iter()
+            .copied()
+            .filter(|t| !held.contains(t))
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        Err(format!(
+            "the backend runs the suite's image (capability.host_programs is false), which \
+             holds only the probe, {}: {} needs more than one binary (a library tree, helper \
+             programs), which an image built from host binaries cannot carry",
+            held.join(", "),
+            missing.join(", ")
+        ))
+    }
+    /// Network `proxy` exactly, with `sh` and `curl` runnable.
     pub fn proxy_tools(c: &Capability) -> Result<(), String> {
         network_proxy(c)?;
-        host_programs(c)
+        sandbox_runs(c, &["sh", "curl"])
+    }
+    /// Network `proxy` exactly, with `sh` and `python3` runnable.
+    pub fn proxy_python(c: &Capability) -> Result<(), String> {
+        network_proxy(c)?;
+        sandbox_runs(c, &["sh", "python3"])
+    }
+    /// Network `proxy` exactly, with `sh` and `git` runnable.
+    pub fn proxy_git(c: &Capability) -> Result<(), String> {
+        network_proxy(c)?;
+        sandbox_runs(c, &["sh", "git"])
     }
     /// `host_ports`.
     pub fn host_ports(c: &Capability) -> Result<(), String> {
         claim(c.host_ports, "host ports (capability.host_ports)")
+    }
+    /// `publish`.
+    pub fn publish(c: &Capability) -> Result<(), String> {
+        claim(c.publish, "published ports (capability.publish)")
     }
     /// `process_isolation`.
     pub fn process_isolation(c: &Capability) -> Result<(), String> {
@@ -363,10 +400,11 @@ pub fn cases() -> Vec<Case> {
         case!(egress::proxy_itself_refused, proxy_tools),
         case!(egress::raw_sockets_and_io_uring_refused, network_proxy),
         case!(egress::socks5_works, proxy_tools),
-        case!(egress::python_urllib_through_the_proxy, proxy_tools),
-        case!(egress::git_clone_over_http, proxy_tools),
-        case!(egress::pip_install_from_a_local_index, proxy_tools),
+        case!(egress::python_urllib_through_the_proxy, proxy_python),
+        case!(egress::git_clone_over_http, proxy_git),
+        case!(egress::pip_install_from_a_local_index, proxy_python),
         case!(egress::host_port_reaches_exactly_that_port, host_ports),
+        case!(egress::publish_serves_the_host, publish),
         case!(proc::no_survivor_after_wait, always),
         case!(proc::helper_survives_the_command, isolated_status),
         case!(proc::no_survivor_after_kill, always),
@@ -486,6 +524,7 @@ mod tests {
         Capability {
             network_proxy: Enforcement::Exact,
             host_ports: true,
+            publish: true,
             reports_denials: sandbox_core::DenialKinds {
                 file_read: true,
                 file_write: true,

@@ -34,6 +34,9 @@ pub(super) fn start(
     let host = HostSupport::detect(drops_uid);
     let mut policy = plan.effective_policy(backend);
     policy.notes.append(&mut launch.notes);
+    if let Some(e) = &launch.egress {
+        policy.published = e.published();
+    }
 
     // Decide each limit's mechanism; a cgroup where the host gives one.
     let limits = &plan.limits;

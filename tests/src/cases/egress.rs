@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use sandbox_core::{Decision, NetworkMode, ProxyProtocol, SandboxError, SandboxOpts};
+use sandbox_core::{Decision, NetworkMode, ProxyProtocol, SandboxError, SandboxExt, SandboxOpts};
 use sandbox_proxy::TableResolver;
 
 use super::CaseResult;
@@ -849,4 +849,159 @@ pub async fn host_port_reaches_exactly_that_port(ctx: Arc<Context>) -> CaseResul
         given.accepted()
     );
     Ok(())
+}
+
+/// The port inside the sandbox the publish case serves on (the namespace is the command's
+/// alone, so any port will do).
+const PUBLISHED_PORT: u16 = 18080;
+
+/// Publish serves the host: a server the command runs on its own loopback is reached from
+/// the host at the address the run reports, while the command still reaches nothing of the
+/// host's; a host port in use and bad input are refused before anything runs.
+pub async fn publish_serves_the_host(ctx: Arc<Context>) -> CaseResult {
+    use sandbox_core::{Publish, PublishSink, Published};
+    let ws = ctx.workspace("egress-publish")?;
+    let outside = HostListener::start(&format!("outside-{}", token()))?;
+    let served = format!("served-{}", token());
+    let told: Arc<std::sync::Mutex<Vec<Published>>> = Arc::default();
+    let opts = |publish: Vec<Publish>, network: NetworkMode| {
+        let mut o = ctx.opts(
+            ws.path(),
+            [
+                "serve".to_string(),
+                PUBLISHED_PORT.to_string(),
+                served.clone(),
+                outside.addr().to_string(),
+            ],
+        );
+        o.network = network;
+        o.publish = publish;
+        let told = told.clone();
+        o.on_published = Some(PublishSink(Arc::new(move |p: &[Published]| {
+            if let Ok(mut t) = told.lock() {
+                *t = p.to_vec();
+            }
+        })));
+        o
+    };
+    let one = |host_port| {
+        vec![Publish {
+            port: PUBLISHED_PORT,
+            host_port,
+        }]
+    };
+
+    // Refused before anything runs: a host port in use, `full` and `none`, port 0.
+    let taken = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?;
+    let taken_port = taken.local_addr()?.port();
+    for (o, what) in [
+        (
+            opts(one(Some(taken_port)), NetworkMode::Loopback),
+            "a host port in use",
+        ),
+        (opts(one(None), NetworkMode::Full), "network full"),
+        (opts(one(None), NetworkMode::None), "network none"),
+        (
+            opts(
+                vec![Publish {
+                    port: 0,
+                    host_port: None,
+                }],
+                NetworkMode::Loopback,
+            ),
+            "port 0",
+        ),
+    ] {
+        match ctx.sandbox().execute(o).await {
+            Err(SandboxError::InvalidConfig {
+                field: "publish", ..
+            }) => {}
+            other => {
+                return Err(Failure::Broken(format!(
+                    "publish with {what} was not refused as invalid: {other:?}"
+                )))
+            }
+        }
+    }
+    drop(taken);
+    ensure!(
+        told.lock().map(|t| t.is_empty()).unwrap_or(false),
+        "a refused run told of published ports"
+    );
+
+    // Served: the host connects to the address it was told, until the server listens.
+    let sb = ctx.sandbox();
+    sb.run(opts(one(None), NetworkMode::Loopback)).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut got = String::new();
+    let mut addr = None;
+    while std::time::Instant::now() < deadline && !got.contains(&served) {
+        addr = told.lock().ok().and_then(|t| t.first().map(|p| p.host));
+        if let Some(a) = addr {
+            // Blocking I/O off the runtime, whose tasks (the relays, where the backend runs
+            // them on it) must make progress meanwhile.
+            let want = served.clone();
+            got = tokio::task::spawn_blocking(move || {
+                let Ok(mut s) = std::net::TcpStream::connect_timeout(&a, Duration::from_secs(5))
+                else {
+                    return String::new();
+                };
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut buf = vec![0u8; want.len()];
+                let got = match s.read_exact(&mut buf) {
+                    Ok(()) => String::from_utf8_lossy(&buf).into_owned(),
+                    Err(_) => String::new(),
+                };
+                if got == want {
+                    // Tell the server it was reached: it ends then.
+                    let _ = s.write_all(b"done");
+                }
+                got
+            })
+            .await
+            .unwrap_or_default();
+        }
+        if !got.contains(&served) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    let outcome = tokio::time::timeout(Duration::from_secs(180), sb.wait())
+        .await
+        .map_err(|_| Failure::Broken("the serving run did not end".into()))??;
+    let p = crate::context::Probed {
+        report: crate::context::parse_report(&outcome.stdout.bytes),
+        outcome,
+    };
+    ensure!(
+        got.contains(&served),
+        "the host did not reach the command's server at {addr:?} (got {got:?}): {}",
+        p.describe()
+    );
+    ensure!(
+        addr.is_some_and(|a| a.ip() == IpAddr::from(Ipv4Addr::LOCALHOST)),
+        "published on {addr:?}, not the host's loopback"
+    );
+    ensure!(
+        p.outcome
+            .policy
+            .published
+            .iter()
+            .map(|x| x.host)
+            .collect::<Vec<_>>()
+            == addr.into_iter().collect::<Vec<_>>(),
+        "the outcome's policy does not say where: {:?}",
+        p.outcome.policy.published
+    );
+    ensure!(
+        p.succeeded() && p.field("served") == Some(&serde_json::Value::Bool(true)),
+        "the server did not run: {}",
+        p.describe()
+    );
+    let mut f = Forbidden::new(&ctx);
+    f.check(
+        "a command with a published port reached a host service",
+        outside.accepted() > 0 || p.field("escaped") == Some(&serde_json::Value::Bool(true)),
+        || p.describe(),
+    );
+    f.finish()
 }

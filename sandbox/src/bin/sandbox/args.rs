@@ -180,6 +180,13 @@ pub struct PolicyArgs {
     )]
     pub host_port: Vec<u16>,
 
+    /// Let the host reach a server the command runs on its 127.0.0.1:PORT, at the host's
+    /// 127.0.0.1:HOSTPORT (a free port when left out; printed when bound), without giving
+    /// the command any way out (repeatable; with `--network loopback`, which it implies, or
+    /// `proxy`)
+    #[arg(long = "publish", value_name = "PORT[:HOSTPORT]")]
+    pub publish: Vec<sandbox_core::Publish>,
+
     /// Pass the host's NAME, or set NAME=VALUE (repeatable); nothing else of the host's
     /// environment reaches the command
     #[arg(long = "env", value_name = "NAME[=VALUE]")]

@@ -33,6 +33,9 @@ pub struct PolicyFile {
     allow_hosts: Vec<String>,
     #[serde(default)]
     host_ports: Vec<u16>,
+    /// `publish = [8080, "3000:13000"]`: a port, or `PORT:HOSTPORT`.
+    #[serde(default)]
+    publish: Vec<PublishEntry>,
     #[serde(default)]
     env: Vec<String>,
     timeout: Option<Seconds>,
@@ -41,6 +44,25 @@ pub struct PolicyFile {
     lane: Option<Lane>,
     image: Option<String>,
     snapshot: Option<bool>,
+}
+
+/// One `publish` entry of the policy file: a port, or `"PORT[:HOSTPORT]"`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(untagged)]
+enum PublishEntry {
+    Port(u64),
+    Spec(String),
+}
+
+impl PublishEntry {
+    fn parse(&self) -> Result<sandbox_core::Publish, CliError> {
+        let text = match self {
+            Self::Port(n) => n.to_string(),
+            Self::Spec(s) => s.clone(),
+        };
+        text.parse()
+            .map_err(|e: String| CliError::option("publish", &e))
+    }
 }
 
 /// A number of seconds, whole or not.
@@ -62,6 +84,7 @@ pub struct RunSpec {
     pub network: NetworkMode,
     pub allow_hosts: Vec<String>,
     pub host_ports: Vec<u16>,
+    pub publish: Vec<sandbox_core::Publish>,
     pub env: Vec<OsString>,
     pub timeout: Option<Duration>,
     pub max_output: Option<usize>,
@@ -184,11 +207,18 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     allow_hosts.extend(args.allow_host);
     let mut host_ports = file.host_ports;
     host_ports.extend(args.host_port);
-    // An allowlist implies the proxy and host ports a private loopback, unless a mode was
-    // named (then the library refuses a mismatch, rather than ignoring it).
+    let mut publish = file
+        .publish
+        .iter()
+        .map(PublishEntry::parse)
+        .collect::<Result<Vec<_>, _>>()?;
+    publish.extend(args.publish);
+    // An allowlist implies the proxy, host ports and published ports a private loopback,
+    // unless a mode was named (then the library refuses a mismatch, rather than ignoring
+    // it).
     let implied = if !allow_hosts.is_empty() {
         NetworkMode::Proxy
-    } else if !host_ports.is_empty() {
+    } else if !host_ports.is_empty() || !publish.is_empty() {
         NetworkMode::Loopback
     } else {
         NetworkMode::None
@@ -206,6 +236,7 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         network,
         allow_hosts,
         host_ports,
+        publish,
         env,
         timeout,
         max_output,
@@ -309,6 +340,36 @@ mod tests {
         )
         .unwrap();
         assert_eq!(spec.workspace, cwd.join("."));
+    }
+
+    #[test]
+    fn published_ports_from_the_file_and_the_flags_add_up_and_imply_loopback() {
+        use sandbox_core::Publish;
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("policy.toml");
+        std::fs::write(&cfg, "publish = [8080, \"3000:13000\"]\n").unwrap();
+        let cwd = Path::new("/here");
+        let args = |extra: &[&str]| {
+            let mut a = vec!["--config", cfg.to_str().unwrap()];
+            a.extend_from_slice(extra);
+            a.push("true");
+            run_args(&a)
+        };
+        let spec = resolve(args(&["--publish", "5173"]), cwd).unwrap();
+        let p = |port, host_port| Publish { port, host_port };
+        assert_eq!(
+            spec.publish,
+            [p(8080, None), p(3000, Some(13000)), p(5173, None)]
+        );
+        assert_eq!(spec.network, NetworkMode::Loopback);
+        for bad in ["0", "70000", "80:0", "x", "80:"] {
+            assert!(
+                Cli::try_parse_from(["sandbox", "run", "--publish", bad, "true"]).is_err(),
+                "{bad}"
+            );
+        }
+        std::fs::write(&cfg, "publish = [\"0:80\"]\n").unwrap();
+        assert!(resolve(args(&[]), cwd).is_err());
     }
 
     #[test]

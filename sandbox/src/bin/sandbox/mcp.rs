@@ -593,6 +593,15 @@ fn explain(spec: &RunSpec, base: &SandboxOpts, backend: &dyn Backend) -> String 
             ports.join(", 127.0.0.1:")
         );
     }
+    if !spec.publish.is_empty() {
+        let ports: Vec<String> = spec.publish.iter().map(|p| p.port.to_string()).collect();
+        let _ = writeln!(
+            s,
+            "Published ports: a server on 127.0.0.1:{} is reachable from the host (nothing \
+             leads out)",
+            ports.join(", 127.0.0.1:")
+        );
+    }
     let mut env: Vec<String> = vec!["PATH".into(), "HOME".into(), "LANG".into()];
     env.extend(base.env.set.iter().map(|(n, _)| n.clone()));
     env.extend(base.env.pass.iter().cloned());

@@ -246,6 +246,18 @@ pub fn policy_opts(spec: &RunSpec, argv: Vec<OsString>) -> Result<SandboxOpts, C
     opts.network = spec.network;
     opts.allow_hosts = spec.allow_hosts.clone();
     opts.host_ports = spec.host_ports.clone();
+    opts.publish = spec.publish.clone();
+    if !opts.publish.is_empty() {
+        // Where each port is, as soon as it is bound: the caller connects while it runs.
+        opts.on_published = Some(sandbox_core::PublishSink(std::sync::Arc::new(|ps| {
+            for p in ps {
+                eprintln!(
+                    "sandbox: published the command's 127.0.0.1:{} on {}",
+                    p.port, p.host
+                );
+            }
+        })));
+    }
     opts.lane = spec.lane;
     opts.timeout = spec.timeout;
     if let Some(limit) = spec.max_output {

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use support::{available, backend_flags, confines, docker_image, doctor, text, workspace, BIN};
 
+#[macro_use]
 mod support;
 
 fn sandbox() -> Command {
@@ -931,11 +932,7 @@ macro_rules! backend_cases {
     };
 }
 
-backend_cases!(none, "none");
-backend_cases!(bwrap, "bwrap");
-backend_cases!(landlock, "landlock");
-backend_cases!(docker, "docker");
-backend_cases!(gvisor, "gvisor");
+sandbox::with_backend_list!(every_backend);
 
 // ---------------------------------------------------------------------------------------
 // Denials: the summary after a run (`doctor --prove` is a backend case above).

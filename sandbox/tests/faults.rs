@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use support::{available, backend_flags, confines, report, text, BIN};
 
+#[macro_use]
 mod support;
 
 /// Generous bounds: the machine is shared and slow; nothing here asserts a timing.
@@ -483,7 +484,4 @@ macro_rules! backend_cases {
     };
 }
 
-backend_cases!(bwrap, "bwrap");
-backend_cases!(landlock, "landlock");
-backend_cases!(docker, "docker");
-backend_cases!(gvisor, "gvisor");
+sandbox::with_backend_list!(every_backend);

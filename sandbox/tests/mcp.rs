@@ -10,6 +10,7 @@
 // Helpers of a test target panic on failure like the tests that call them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[macro_use]
 mod support;
 
 use std::io::{BufRead, BufReader, Write};
@@ -672,8 +673,4 @@ macro_rules! backend_cases {
 
 // Every backend; one that confines nothing (its capability says so) is skipped with that
 // reason.
-backend_cases!(none, "none");
-backend_cases!(bwrap, "bwrap");
-backend_cases!(landlock, "landlock");
-backend_cases!(docker, "docker");
-backend_cases!(gvisor, "gvisor");
+sandbox::with_backend_list!(every_backend);

@@ -141,3 +141,12 @@ pub fn backend_flags(backend: &str) -> Vec<String> {
     }
     v
 }
+
+/// One test module per backend the facade knows (its list, `sandbox::with_backend_list!`),
+/// each made by the test file's own `backend_cases!(module, "feature")`.
+#[allow(unused_macros)] // a test file without per-backend cases (startup.rs) leaves it unused
+macro_rules! every_backend {
+    ($($feature:literal => $alias:ident: $krate:ident,)*) => {
+        $(backend_cases!($alias, $feature);)*
+    };
+}

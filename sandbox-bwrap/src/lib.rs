@@ -133,7 +133,7 @@ use async_trait::async_trait;
 use sandbox_core::handover;
 use sandbox_core::idmap::SPARE_COMMAND_ID;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets};
+use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{
     Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, ResourceLimits, SandboxError,
     SandboxExt, SandboxOpts, Status,
@@ -157,10 +157,14 @@ pub const INFO: BackendInfo = BackendInfo {
         trusted: Some(10),
     },
     unconfined: false,
+    // Unprivileged user namespaces are all it needs.
+    unprivileged: true,
     image: None,
     make: |_| Ok(Arc::new(BwrapBackend::new())),
     launcher: Some(|| Arc::new(BwrapBackend::new())),
-    host_key: || sandbox_core::registry::program_identity("bwrap"),
+    host_key: HostKey::Program("bwrap"),
+    leaves: None,
+    host_packages: &["bubblewrap"],
     // A wrapper of bwrap: near bwrap run directly with the same argv (issue 7).
     cost: CostTargets {
         startup_vs_direct: Some(1.05),

@@ -111,6 +111,44 @@ pub(crate) async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, Do
     Ok(removed)
 }
 
+/// Our containers and volumes that the process `pid` of this machine made (by their owner
+/// label), one line each: `container ID` or `volume NAME`. What the registry's
+/// [`HostObjects`](sandbox_core::registry::HostObjects) counts.
+pub(crate) async fn made_by(pid: u32) -> Result<Vec<String>, SandboxError> {
+    let docker = crate::connect().await?;
+    let filter = HashMap::from([("label", vec![format!("{LABEL}={LABEL_VALUE}")])]);
+    let theirs = |owner: Option<&String>| {
+        owner.is_some_and(|o| sandbox_core::owner::label_names_pid(o, pid))
+    };
+    let mut out = Vec::new();
+    let containers = docker
+        .list_containers(Some(
+            ListContainersOptionsBuilder::new()
+                .all(true)
+                .filters(&filter)
+                .build(),
+        ))
+        .await
+        .map_err(|e| DockerError::engine("list containers", e))?;
+    for c in containers {
+        if theirs(c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER))) {
+            out.push(format!("container {}", c.id.unwrap_or_default()));
+        }
+    }
+    let volumes = docker
+        .list_volumes(Some(
+            ListVolumesOptionsBuilder::new().filters(&filter).build(),
+        ))
+        .await
+        .map_err(|e| DockerError::engine("list volumes", e))?;
+    for v in volumes.volumes.unwrap_or_default() {
+        if theirs(v.labels.get(LABEL_OWNER)) {
+            out.push(format!("volume {}", v.name));
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -150,6 +150,7 @@ mod client;
 mod config;
 mod copy;
 mod create;
+mod direct;
 mod egress;
 mod error;
 mod handover;
@@ -169,7 +170,9 @@ mod transfer;
 
 use std::sync::Arc;
 
-use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, ImageSupport};
+use sandbox_core::registry::{
+    AutoRank, BackendConfig, BackendInfo, CostTargets, HostKey, HostObjects, ImageSupport,
+};
 use sandbox_core::{Backend, SandboxError};
 
 pub use backend::{capability, capability_in, DockerBackend, DockerSandbox, DockerStarter};
@@ -198,6 +201,8 @@ pub const INFO: BackendInfo = BackendInfo {
         trusted: Some(20),
     },
     unconfined: false,
+    // The engine's socket is root on the host by another name.
+    unprivileged: false,
     image: Some(ImageSupport {
         build_from_binaries: |tag, files| {
             Box::pin(async move {
@@ -205,12 +210,20 @@ pub const INFO: BackendInfo = BackendInfo {
                 build_image_from_binaries(&docker, &tag, &files).await
             })
         },
+        direct: Some(direct::docker_run),
     }),
     make: make_for_registry,
     launcher: None,
     // The engine is reached over its socket on every run; one that went away is a launch
     // that fails, which the command line diagnoses with the preflight.
-    host_key: sandbox_core::registry::no_host_key,
+    host_key: HostKey::Nothing,
+    leaves: Some(HostObjects {
+        what: "containers and volumes",
+        made_by: |pid| Box::pin(leftovers::made_by(pid)),
+    }),
+    // The engine is the host's own (Docker Engine, or Debian's `docker.io`), not installed
+    // for the tests.
+    host_packages: &[],
     // Issue 12: repeated commands come from the warm pool, far below `docker run --rm`; a
     // first command, with nothing warm, no slower than it.
     cost: CostTargets {

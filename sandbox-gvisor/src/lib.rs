@@ -93,7 +93,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets};
+use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{
     Capability, Enforcement, Lane, LimitMechanism, NetworkMode, Plan, Preflight, ResourceLimits,
     SandboxError, SandboxExt, SandboxOpts, Status, TreeKill, DEFAULT_PATH,
@@ -118,10 +118,14 @@ pub const INFO: BackendInfo = BackendInfo {
         trusted: Some(15),
     },
     unconfined: false,
+    // `runsc --rootless`.
+    unprivileged: true,
     image: None,
     make: |_| Ok(Arc::new(GvisorBackend::new())),
     launcher: Some(|| Arc::new(GvisorBackend::new())),
-    host_key: || sandbox_core::registry::program_identity("runsc"),
+    host_key: HostKey::Program("runsc"),
+    leaves: None,
+    host_packages: &["runsc"],
     cost: CostTargets::NONE,
 };
 

@@ -20,10 +20,12 @@
 //! ```
 //!
 //! Environment:
-//! - `SANDBOX_BACKEND`: the backend to test (default `none`).
+//! - `SANDBOX_BACKEND`: the backend to test (this workspace's suite defaults it to the
+//!   registry's unconfined backend; unset, nothing runs and the backend is reported
+//!   unavailable).
 //! - `SANDBOX_VALIDATE=1`: run only the confinement cases, against `SANDBOX_BACKEND`
-//!   (which must confine nothing: `none`), each passing only if it fails at its
-//!   confinement check.
+//!   (which must confine nothing), each passing only if it fails at its confinement
+//!   check.
 //! - `SANDBOX_PROBE`: the probe's path as argv\[0\] (default: the host probe, or
 //!   [`IN_IMAGE_PROBE`] for a backend without host programs).
 //! - `SANDBOX_CONFORMANCE_REPORT`: write a JSON report of every verdict to this file.
@@ -102,8 +104,7 @@ where
     } else {
         Mode::Conform
     };
-    // Validation runs against a backend that confines nothing: `none` unless named.
-    let name = std::env::var("SANDBOX_BACKEND").unwrap_or_else(|_| "none".into());
+    let name = std::env::var("SANDBOX_BACKEND").unwrap_or_default();
     let report_path = std::env::var_os("SANDBOX_CONFORMANCE_REPORT").map(PathBuf::from);
     let report_path = report_path.as_deref();
     let mut report = json!({

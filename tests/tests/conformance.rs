@@ -1,4 +1,5 @@
-//! The conformance suite for the backend in `SANDBOX_BACKEND` (default `none`): one trial
+//! The conformance suite for the backend in `SANDBOX_BACKEND` (default: the registry's
+//! unconfined backend): one trial
 //! per case, `conformance::<area>::<case>`, so `cargo test -p sandbox-conformance -- fs::`
 //! runs the filesystem cases. See `sandbox_conformance::harness` for the environment.
 //!
@@ -85,6 +86,13 @@ fn main() -> std::process::ExitCode {
             println!("{line}");
         }
         return std::process::ExitCode::SUCCESS;
+    }
+    // Unset, the backend is the one that confines nothing (as `cargo test --workspace`
+    // runs it). Set before any thread exists.
+    if std::env::var_os("SANDBOX_BACKEND").is_none() {
+        if let Some(none) = registry::compiled_in().find(|i| i.unconfined) {
+            std::env::set_var("SANDBOX_BACKEND", none.name);
+        }
     }
     sandbox_conformance::harness::main_with(
         backend_by_name,

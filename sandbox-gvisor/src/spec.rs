@@ -52,9 +52,6 @@ pub(crate) struct Identity {
     pub gid: u32,
 }
 
-/// The unprivileged uid and gid.
-pub(crate) const NOBODY: u32 = 65534;
-
 /// Who the command runs as: see the crate docs. `owner` is the workspace's owner.
 ///
 /// - A host that is not root runs runsc rootless, whose one mapped uid is the caller:
@@ -66,16 +63,8 @@ pub(crate) fn identity(host_is_root: bool, owner: (u32, u32)) -> Identity {
     if !host_is_root {
         return Identity { uid: 0, gid: 0 };
     }
-    match owner {
-        (0, _) => Identity {
-            uid: NOBODY,
-            gid: NOBODY,
-        },
-        (uid, gid) => Identity {
-            uid,
-            gid: if gid == 0 { NOBODY } else { gid },
-        },
-    }
+    let (uid, gid) = sandbox_core::idmap::root_host_identity(Some(owner));
+    Identity { uid, gid }
 }
 
 /// Limits the Sentry enforces inside (see `Launch::limits_inside`).
@@ -727,6 +716,7 @@ mod tests {
         let id = |uid, gid| Identity { uid, gid };
         assert_eq!(identity(false, (1000, 1000)), id(0, 0));
         assert_eq!(identity(true, (1000, 1000)), id(1000, 1000));
+        use sandbox_core::idmap::NOBODY;
         assert_eq!(identity(true, (1000, 0)), id(1000, NOBODY));
         assert_eq!(identity(true, (0, 0)), id(NOBODY, NOBODY));
     }

@@ -12,7 +12,8 @@
 //! dropped, `no-new-privileges` is set, and our system-call profile replaces the engine's
 //! default: the same kernel surface denied as the bwrap and landlock backends (tracing,
 //! mounts, namespaces, the keyring, bpf, io_uring, ...), setuid and setgid bits refused,
-//! unknown calls answered `ENOSYS` (see `seccomp.rs`). The command runs as the caller's
+//! unknown calls answered `ENOSYS` (core's table rendered by its OCI allow-list, see
+//! `seccomp.rs`). The command runs as the caller's
 //! uid, or, when the caller is root, as an unprivileged one (see [the uid](#the-uid)).
 //! Network mode `none` and `loopback` both get a network namespace with only its own
 //! loopback; `full` gets the engine's default bridge (the outside world and the host's
@@ -123,8 +124,9 @@
 //! # Tests
 //!
 //! `spec.rs` (the container specification, every policy knob), `handover.rs`,
-//! `seccomp.rs` (checked against core's table), `transfer.rs` and the rest are
-//! unit-tested without an engine; `tests/` runs commands against the local engine in an
+//! `direct.rs` (the `docker run --rm` command line of the same container, the bench's
+//! baseline), `transfer.rs` and the rest are unit-tested without an engine (the seccomp
+//! profile is core's, tested there against its table both ways); `tests/` runs commands against the local engine in an
 //! image built in the test from a static busybox (`apt-get install busybox-static`),
 //! checks their effects from the host, and checks that no container, volume or staging
 //! mount of ours is left. The conformance suite runs with `SANDBOX_BACKEND=docker`, in
@@ -134,7 +136,8 @@
 //!
 //! `bollard` (the Engine API over the unix socket or TCP), `tar` (archives for images and
 //! copy mode), `tokio`, `futures-util` and `bytes` (streams of the API), `serde_json`
-//! (the seccomp profile), `nix` and `libc` (uids, random run names, the idmapped mount's
+//! (the seccomp profile, and the container body read field by field for the `docker run`
+//! baseline), `nix` and `libc` (uids, random run names, the idmapped mount's
 //! system calls), `thiserror` (the backend's error), `tempfile` (the preflight's scratch
 //! workspace), `tracing` (diagnostics). `build.rs` compiles the pool's waiter
 //! (`waiter/main.rs`, std only) with the same `rustc`, statically linked.

@@ -6,9 +6,10 @@
 //!
 //! - Start-up to outcome of `/bin/true` through the library (`run` + `wait`), median and
 //!   p95 after a warm-up, against a bare `tokio::process` spawn of the same program from
-//!   this process; for bwrap also against bwrap run directly with the launch the backend
-//!   builds (same argv, environment, descriptors), for docker against `docker run --rm`
-//!   with the same image and flags.
+//!   this process; for a process backend also against the launch the backend builds run
+//!   directly (same program, argv, environment, descriptors: for bwrap, bwrap itself), for
+//!   a backend that runs an image against its registry entry's direct command (for docker,
+//!   `docker run --rm` with the same image and flags).
 //! - Throughput of a flood of standard output through the sandbox with capture on,
 //!   against a bare pipe.
 //! - 64 sandboxes at once on the multi-threaded runtime against 64 one after another.
@@ -36,7 +37,6 @@
 mod budget;
 mod cli;
 mod concurrency;
-mod docker_cli;
 mod egress;
 mod error;
 mod flood;
@@ -65,7 +65,7 @@ use crate::table::{Report, Row};
 #[derive(Debug, Parser)]
 #[command(name = "sandbox-bench")]
 struct Args {
-    /// A backend to measure (repeatable; default: none, bwrap, landlock, docker). A named
+    /// A backend to measure (repeatable; default: every backend in the registry). A named
     /// backend that cannot be measured makes the exit status non-zero.
     #[arg(long = "backend", value_name = "NAME")]
     backends: Vec<String>,
@@ -154,28 +154,28 @@ fn notes(budget: &Budget) -> Vec<String> {
             budget.startup_idle_slow.runs,
             budget.startup_idle.idle.as_millis()
         ),
-        "bwrap direct = the exact launch the backend prepares for the same options (its \
-         program, argv, environment, working directory, the descriptors it hands over, \
-         credentials), spawned by this process without the library (no plan, no cgroup, no \
-         supervisor); preparing it is not timed. The ratio is what our wrapper adds on top \
-         of bwrap itself."
+        "Direct, for a process backend = the exact launch the backend prepares for the same \
+         options (its program, argv, environment, working directory, the descriptors it \
+         hands over, credentials), spawned by this process without the library (no plan, \
+         no cgroup, no supervisor); preparing it is not timed. The ratio is what the \
+         library adds on top of the backend's own launch (for a backend that wraps a tool, \
+         the tool itself)."
             .into(),
         "Flood: the program is this binary (`sandbox-bench flood BYTES`, 1 MiB writes) \
-         copied into the workspace (into the image for docker); the bare pipe reads it in \
+         copied into the workspace (into the image for a backend that runs one); the bare \
+         pipe reads it in \
          64 KiB reads, as the library's capture does. Ratio = bare time / sandbox time \
          (throughput ratio)."
             .into(),
         format!(
-            "Docker: the image `{}` is built locally FROM scratch from `/bin/true` and this \
-             binary with their shared libraries (`sandbox_docker::build_image_from_binaries`). \
-             Its workspace is owned by uid 65534 when the bench runs as root, so the backend \
-             bind-mounts it as it is and runs the command as that uid, as `docker run` with \
-             the same flags does (a root-owned workspace would take the backend's idmapped \
-             staging, which has no `docker run` equivalent). The `docker run --rm` flags are \
-             translated field by field from the backend's own create-container body \
-             (`DockerBackend::container_body`); a field the translation does not know fails \
-             the row instead of being left out.",
-            subject::DOCKER_IMAGE
+            "A backend that runs an image: the image `{}` is built locally FROM scratch from \
+             `/bin/true` and this binary with their shared libraries (its registry entry's \
+             `build_from_binaries`). Its workspace is owned by uid 65534 when the bench runs \
+             as root, so the backend bind-mounts it as it is and runs the command as that \
+             uid, as its engine's command line with the same flags does (a root-owned \
+             workspace would take the backend's idmapped staging, which that command line \
+             has no equivalent of).",
+            subject::IMAGE
         ),
         format!(
             "The `sandbox` command: {} + {} runs ({} + {} for container backends), \
@@ -245,6 +245,12 @@ async fn bench(args: Args) -> ExitCode {
                 continue;
             }
         };
+        if let Some(subject::Direct::Command(run)) = &s.direct {
+            let note = format!("Direct, for {name} = {}", run.note);
+            if !report.notes.contains(&note) {
+                report.notes.push(note);
+            }
+        }
         report.rows.push(Row {
             backend: name.clone(),
             what: "the first preflight in a process (one-time host surveys included; not in \

@@ -1,6 +1,7 @@
 //! Start-up to outcome of `/bin/true`: through the library, against a bare spawn from this
-//! same process and (bwrap, docker) against the backend's own tool run directly with what
-//! the backend would give it, all interleaved in one loop.
+//! same process and against the backend's own tool run directly with what the backend
+//! would give it (its own launch, or its registry entry's direct command), all interleaved
+//! in one loop.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -60,10 +61,13 @@ pub async fn measure(
         o
     };
 
-    // Built once: the same container flags for every run.
-    let docker_args = match &s.direct {
-        Some(Direct::DockerRun { args, .. }) => args(&opts).map_err(|e| {
-            BenchError::wrong("the `docker run` baseline", format!("cannot build it: {e}"))
+    // Built once: the same arguments (a container's flags) for every run.
+    let direct_args = match &s.direct {
+        Some(Direct::Command(run)) => (run.args)(&opts).map_err(|e| {
+            BenchError::wrong(
+                format!("the baseline {}", run.label),
+                format!("cannot build it: {e}"),
+            )
         })?,
         _ => Vec::new(),
     };
@@ -91,12 +95,12 @@ pub async fn measure(
             }));
             Some(label.clone())
         }
-        Some(Direct::DockerRun { label, docker, .. }) => {
-            let args = &docker_args;
+        Some(Direct::Command(run)) => {
+            let (program, args) = (&run.program, &direct_args);
             probes.push(Box::new(move || {
-                Box::pin(runs::whole_process(docker, args))
+                Box::pin(runs::whole_process(program, args))
             }));
-            Some(label.clone())
+            Some(run.label.clone())
         }
         None => None,
     };

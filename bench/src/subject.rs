@@ -8,13 +8,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sandbox::registry::{BackendInfo, ImageSupport};
+use sandbox::registry::{BackendInfo, DirectRun, ImageSupport};
 use sandbox::select::Config;
 use sandbox_core::process::Launcher;
 use sandbox_core::{Backend, Lane, Plan, SandboxOpts};
 use tempfile::TempDir;
 
-use crate::docker_cli;
 use crate::runs::PrepareFn;
 
 /// The backends measured when none is named, in table order: every backend in the
@@ -25,16 +24,7 @@ pub fn all() -> Vec<&'static str> {
 
 /// The image a backend that runs one is measured with, built locally from `/bin/true` and
 /// this binary (no registry is needed).
-pub const DOCKER_IMAGE: &str = "sandbox-bench:latest";
-
-/// The baselines of a backend's own tool run directly that the bench knows how to build,
-/// by backend: hand-made, since each translates that backend's spec into its tool's
-/// command line. A backend without one is compared against its own launch (a process
-/// backend) or a bare spawn only.
-const OWN_TOOL_BASELINES: &[(&str, OwnToolFn)] = &[(sandbox_docker::NAME, docker_run_baseline)];
-
-/// Builds the baseline of a backend's own tool for the image `image`.
-type OwnToolFn = fn(image: &str, host: &Host) -> Result<Option<Direct>, String>;
+pub const IMAGE: &str = "sandbox-bench:latest";
 
 /// A first preflight at least this long marks a subject whose runs cost hundreds of
 /// milliseconds.
@@ -43,22 +33,24 @@ const SLOW_START: std::time::Duration = std::time::Duration::from_millis(100);
 /// Where the flood program sits in that image.
 const FLOOD_IN_IMAGE: &str = "/usr/local/bin/sandbox-bench-flood";
 
-/// The uid that owns the docker workspace when the bench runs as root (see [`Host`]).
+/// The uid that owns the image backends' workspace when the bench runs as root (see
+/// [`Host`]).
 const NOBODY: u32 = 65534;
 
 /// What the host side of the bench sets up once: a workspace every process backend may
 /// use, with a copy of this binary in it (the flood program: the workspace is the one
-/// place every backend lets a command read and run); a workspace for docker; scratch
-/// space for the docker command line's files.
+/// place every backend lets a command read and run); a workspace for the backends that
+/// run an image; scratch space for the files their own tools' command lines need.
 ///
-/// Docker gets its own workspace, owned by an ordinary uid when the bench runs as root:
-/// the backend then bind-mounts it as it is and runs the command as its owner, exactly
-/// what `docker run` with the same flags does. A root-owned workspace would instead go
-/// through the backend's idmapped staging, which `docker run` has no equivalent of.
+/// A backend that runs an image gets its own workspace, owned by an ordinary uid when the
+/// bench runs as root: the backend then bind-mounts it as it is and runs the command as
+/// its owner, exactly what its engine's command line with the same flags does. A
+/// root-owned workspace would instead go through the backend's idmapped staging, which
+/// that command line has no equivalent of.
 #[derive(Debug)]
 pub struct Host {
     workspace: TempDir,
-    docker_workspace: TempDir,
+    image_workspace: TempDir,
     scratch: TempDir,
     flood: PathBuf,
     /// `/bin/true`, resolved once.
@@ -75,17 +67,17 @@ impl Host {
             Ok::<_, std::io::Error>(d)
         };
         let workspace = dir("sandbox-bench-")?;
-        let docker_workspace = dir("sandbox-bench-docker-")?;
+        let image_workspace = dir("sandbox-bench-image-")?;
         // SAFETY: geteuid has no preconditions and cannot fail.
         if unsafe { libc::geteuid() } == 0 {
-            std::os::unix::fs::chown(docker_workspace.path(), Some(NOBODY), Some(NOBODY))?;
+            std::os::unix::fs::chown(image_workspace.path(), Some(NOBODY), Some(NOBODY))?;
         }
         let flood = workspace.path().join("sandbox-bench-flood");
         fs::copy(std::env::current_exe()?, &flood)?;
         fs::set_permissions(&flood, fs::Permissions::from_mode(0o755))?;
         Ok(Self {
             workspace,
-            docker_workspace,
+            image_workspace,
             scratch: dir("sandbox-bench-scratch-")?,
             flood,
             true_program: Path::new("/bin/true").canonicalize()?,
@@ -116,34 +108,26 @@ impl std::fmt::Debug for Fresh {
     }
 }
 
-/// Builds the `docker` arguments that start the same container a run of the options would.
-pub type DockerArgsFn = dyn Fn(&SandboxOpts) -> Result<Vec<OsString>, String> + Send + Sync;
-
 /// The "same thing without us" for a backend's start-up.
 pub enum Direct {
-    /// The launch the backend prepares, spawned as is (bwrap with the identical argv).
+    /// The launch the backend prepares, spawned as is (a wrapped tool with the identical
+    /// argv).
     Launch {
         /// What the baseline is called in the table.
         label: String,
         /// Builds the launch.
         prepare: Arc<PrepareFn>,
     },
-    /// The docker command line starting the same container (`docker run --rm`).
-    DockerRun {
-        /// What the baseline is called in the table.
-        label: String,
-        /// The `docker` client.
-        docker: PathBuf,
-        /// Its arguments for the given options.
-        args: Arc<DockerArgsFn>,
-    },
+    /// The backend's own tool starting the same thing (its registry entry's
+    /// [`ImageSupport::direct`]).
+    Command(DirectRun),
 }
 
 impl Direct {
     /// What the baseline is called in the table.
     pub fn label(&self) -> &str {
         match self {
-            Self::Launch { label, .. } | Self::DockerRun { label, .. } => label,
+            Self::Launch { label, .. } | Self::Command(DirectRun { label, .. }) => label,
         }
     }
 }
@@ -170,25 +154,6 @@ fn own_launch(launcher: Arc<dyn Launcher>) -> Direct {
             .into(),
         prepare: Arc::new(prepare),
     }
-}
-
-/// `docker run --rm` with the same image and flags, when the `docker` client is installed.
-fn docker_run_baseline(image: &str, host: &Host) -> Result<Option<Direct>, String> {
-    let Ok(docker) = which::which("docker") else {
-        return Ok(None);
-    };
-    let backend = sandbox_docker::DockerBackend::new(sandbox_docker::DockerConfig::new(image))
-        .map_err(|e| e.to_string())?;
-    let scratch = host.scratch.path().to_path_buf();
-    let args = move |opts: &SandboxOpts| {
-        let body = backend.container_body(opts).map_err(|e| e.to_string())?;
-        docker_cli::run_args(&body, &scratch)
-    };
-    Ok(Some(Direct::DockerRun {
-        label: "`docker run --rm` with the same image and flags".into(),
-        docker,
-        args: Arc::new(args),
-    }))
 }
 
 /// What differs per backend before the common checks.
@@ -223,27 +188,29 @@ impl Parts {
         })
     }
 
-    /// A backend that runs an image, on [`DOCKER_IMAGE`] built here from `/bin/true` and
-    /// this binary; the baseline of its own tool where the bench has one.
+    /// A backend that runs an image, on [`IMAGE`] built here from `/bin/true` and this
+    /// binary; the baseline of its own tool where its registry entry has one.
     async fn image(
         host: &Host,
         info: &'static BackendInfo,
         image: &ImageSupport,
     ) -> Result<Self, String> {
         (image.build_from_binaries)(
-            DOCKER_IMAGE.to_string(),
+            IMAGE.to_string(),
             vec![
                 (host.true_program.clone(), PathBuf::from("/bin/true")),
                 (host.flood().to_path_buf(), PathBuf::from(FLOOD_IN_IMAGE)),
             ],
         )
         .await
-        .map_err(|e| format!("building the image {DOCKER_IMAGE}: {e}"))?;
+        .map_err(|e| format!("building the image {IMAGE}: {e}"))?;
         let backend = info
-            .build(&Config::with_image(DOCKER_IMAGE))
+            .build(&Config::with_image(IMAGE))
             .map_err(|e| e.to_string())?;
-        let direct = match OWN_TOOL_BASELINES.iter().find(|(n, _)| *n == info.name) {
-            Some((_, baseline)) => baseline(DOCKER_IMAGE, host)?,
+        let direct = match image.direct {
+            Some(make) => make(IMAGE, host.scratch.path())
+                .map_err(|e| e.to_string())?
+                .map(Direct::Command),
             None => None,
         };
         Ok(Self {
@@ -252,10 +219,10 @@ impl Parts {
             direct,
             true_program: "/bin/true".into(),
             flood_program: FLOOD_IN_IMAGE.into(),
-            workspace: host.docker_workspace.path().to_path_buf(),
-            cli_args: vec!["--image".into(), DOCKER_IMAGE.into()],
+            workspace: host.image_workspace.path().to_path_buf(),
+            cli_args: vec!["--image".into(), IMAGE.into()],
             fresh: Some(Fresh(Arc::new(move || {
-                info.build(&Config::with_image(DOCKER_IMAGE))
+                info.build(&Config::with_image(IMAGE))
                     .map_err(|e| e.to_string())
             }))),
         })
@@ -279,7 +246,7 @@ pub struct Subject {
     pub workspace: PathBuf,
     /// Its start-up baseline beyond a bare spawn, if it has one.
     pub direct: Option<Direct>,
-    /// Extra flags for `sandbox run` (`--image` for docker).
+    /// Extra flags for `sandbox run` (`--image` for a backend that runs one).
     pub cli_args: Vec<OsString>,
     /// One run costs hundreds of milliseconds (a container): fewer runs.
     pub slow: bool,

@@ -161,7 +161,7 @@ mod tests {
 
     #[test]
     fn rows_render_as_one_markdown_line_each_with_pipes_escaped() {
-        let mut row = Row::not_measured("docker", "start-up", "no image | engine down");
+        let mut row = Row::not_measured("backend-x", "start-up", "no image | engine down");
         row.what = "two\nlines".into();
         let report = Report {
             machine: machine(),
@@ -173,11 +173,11 @@ mod tests {
         let md = report.markdown();
         let line = md
             .lines()
-            .find(|l| l.starts_with("| docker"))
+            .find(|l| l.starts_with("| backend-x"))
             .unwrap_or_default();
         assert_eq!(
             line,
-            "| docker | two lines | not measured: no image \\| engine down | — | — | — | — | — |"
+            "| backend-x | two lines | not measured: no image \\| engine down | — | — | — | — | — |"
         );
         assert!(md.contains("2 cores"), "{md}");
         assert!(md.contains("Linux 6.1.0"), "{md}");

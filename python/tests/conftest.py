@@ -1,9 +1,10 @@
 """Which backends the tests run on: every compiled-in backend that confines, once each.
 
 A backend that does not work here is skipped with doctor's reason, unless
-`SANDBOX_TEST_REQUIRE` names it (a comma-separated list, or `all`), as CI does: then it
-is a failure. The docker cases use `SANDBOX_TEST_DOCKER_IMAGE`, or an image imported
-from the host's static busybox by `sandbox/tests/busybox-image.sh` (as the Rust tests do)."""
+`SANDBOX_TEST_REQUIRE` names it (a comma-separated list, `all`, or `unprivileged` for every
+confining backend an ordinary user runs), as CI does: then it is a failure. A backend that
+runs an image uses `SANDBOX_TEST_DOCKER_IMAGE`, or an image imported from the host's static
+busybox by `sandbox/tests/busybox-image.sh` (as the Rust tests do)."""
 
 import os
 import shutil
@@ -14,33 +15,46 @@ import pytest
 
 import sandbox
 
-DOCKER_TAG = "sandbox-cli-test:busybox"
+TEST_IMAGE_TAG = "sandbox-cli-test:busybox"
 # The same script, and so the same image, as the command's Rust tests.
 BUSYBOX_IMAGE = os.path.join(os.path.dirname(__file__), "..", "..", "sandbox", "tests",
                              "busybox-image.sh")
 
 
-def required(backend):
+def required(entry):
+    """Whether SANDBOX_TEST_REQUIRE makes doctor's `entry` (one backend) a failure when
+    it does not work."""
     names = [n.strip() for n in os.environ.get("SANDBOX_TEST_REQUIRE", "").split(",")]
-    return backend in names or "all" in names
+    unprivileged = entry.get("unprivileged") and not entry.get("unconfined")
+    return entry["name"] in names or "all" in names or (
+        "unprivileged" in names and unprivileged)
 
 
-def docker_image():
-    image = os.environ.get("SANDBOX_TEST_DOCKER_IMAGE")
-    if image:
-        return image
-    if shutil.which("docker"):
-        subprocess.run(["sh", BUSYBOX_IMAGE, DOCKER_TAG], check=False, capture_output=True)
-    return DOCKER_TAG
+_IMAGE = None
+
+
+def image_for_tests():
+    """The image for a backend that runs one, built here once where none is named."""
+    global _IMAGE
+    if _IMAGE is None:
+        _IMAGE = os.environ.get("SANDBOX_TEST_DOCKER_IMAGE") or TEST_IMAGE_TAG
+        if _IMAGE == TEST_IMAGE_TAG:
+            # Fails (and is left to doctor to report) where no engine runs.
+            subprocess.run(["sh", BUSYBOX_IMAGE, TEST_IMAGE_TAG], check=False,
+                           capture_output=True)
+    return _IMAGE
 
 
 _REPORT = None
 
 
 def report():
+    """doctor, once; again with the test image when a backend needs one."""
     global _REPORT
     if _REPORT is None:
-        _REPORT = sandbox.doctor(image=docker_image())
+        _REPORT = sandbox.doctor()
+        if any(b["needs_image"] for b in _REPORT["backends"]):
+            _REPORT = sandbox.doctor(image=image_for_tests())
     return _REPORT
 
 
@@ -55,12 +69,12 @@ def backend(request):
         pytest.skip(f"backend {name} does not confine writes (its capability)")
     if not entry["works"]:
         why = f"{entry.get('problem')}; remedy: {entry.get('remedy')}"
-        if required(name):
+        if required(entry):
             pytest.fail(f"backend {name} is required (SANDBOX_TEST_REQUIRE) but unavailable: {why}")
         pytest.skip(f"backend {name} does not work here: {why}")
     opts = {"backend": name, "lane": entry["lanes"][0]}
     if entry["needs_image"]:
-        opts["image"] = docker_image()
+        opts["image"] = image_for_tests()
     return opts
 
 

@@ -109,20 +109,6 @@ pub(crate) struct HostFacts {
     pub is_root: bool,
 }
 
-fn landlock_abi() -> u32 {
-    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_ulong = 1;
-    // SAFETY: the documented version query: no attribute pointer, size 0, one flag.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_landlock_create_ruleset,
-            std::ptr::null::<libc::c_void>(),
-            0usize,
-            LANDLOCK_CREATE_RULESET_VERSION,
-        )
-    };
-    u32::try_from(r).unwrap_or(0)
-}
-
 fn run_text(bwrap: &Path, arg: &str) -> Option<String> {
     let out = Command::new(bwrap).arg(arg).env_clear().output().ok()?;
     let mut text = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -165,7 +151,7 @@ impl HostFacts {
                 .copied()
                 .filter(|p| std::fs::symlink_metadata(p).is_ok())
                 .collect(),
-            landlock_abi: landlock_abi(),
+            landlock_abi: sandbox_core::kernel::landlock_abi().unwrap_or(0),
             is_root: nix::unistd::geteuid().is_root(),
         }
     }

@@ -127,17 +127,13 @@ mod seam;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use sandbox_core::handover;
 use sandbox_core::idmap::SPARE_COMMAND_ID;
-use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets};
-use sandbox_core::{
-    Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, ResourceLimits, SandboxError,
-    SandboxExt, SandboxOpts, Status,
-};
+use sandbox_core::process::{run_true, HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
+use sandbox_core::{Capability, Enforcement, NetworkMode, Plan, Preflight, SandboxError};
 
 use crate::error::BwrapError;
 use crate::host::{HostFacts, SystemEntry};
@@ -157,10 +153,14 @@ pub const INFO: BackendInfo = BackendInfo {
         trusted: Some(10),
     },
     unconfined: false,
+    // Unprivileged user namespaces are all it needs.
+    unprivileged: true,
     image: None,
     make: |_| Ok(Arc::new(BwrapBackend::new())),
     launcher: Some(|| Arc::new(BwrapBackend::new())),
-    host_key: || sandbox_core::registry::program_identity("bwrap"),
+    host_key: HostKey::Program("bwrap"),
+    leaves: None,
+    host_packages: &["bubblewrap"],
     // A wrapper of bwrap: near bwrap run directly with the same argv (issue 7).
     cost: CostTargets {
         startup_vs_direct: Some(1.05),
@@ -312,18 +312,10 @@ impl Launcher for BwrapBackend {
             .await
             .map_err(|e| SandboxError::io("running the bwrap probe", std::io::Error::other(e)))??;
         // The whole backend on a real command: seccomp, the waiter, the filesystem.
-        let dir = sandbox_core::owner::temp_dir("bwrap-preflight")?;
-        let mut opts = SandboxOpts::new(dir.path(), ["true"]);
-        opts.network = NetworkMode::Loopback;
-        opts.lane = Lane::Trusted;
-        opts.limits = ResourceLimits::none();
-        opts.timeout = Some(Duration::from_secs(60));
-        let outcome = ProcessSandbox::new(self.clone()).execute(opts).await?;
-        if outcome.status != (Status::Exited { code: 0 }) {
+        let ran = run_true(self, "bwrap-preflight", NetworkMode::Loopback).await?;
+        if let Err(how) = ran {
             return Err(preflight::setup_error(&format!(
-                "`true` in the sandbox ended with {:?}: {}",
-                outcome.status,
-                outcome.stderr.text()
+                "`true` in the sandbox {how}"
             )));
         }
         let mut details = vec![format!("bwrap at {}", self.bwrap()?.display())];
@@ -413,7 +405,7 @@ impl Launcher for BwrapBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandbox_core::Sandbox;
+    use sandbox_core::{Sandbox, SandboxOpts};
 
     fn with_facts(edit: impl FnOnce(&mut HostFacts)) -> BwrapBackend {
         let mut facts = HostFacts::detect();

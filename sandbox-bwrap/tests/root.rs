@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use sandbox_bwrap::{BwrapBackend, BwrapSandbox};
 use sandbox_core::idmap::SPARE_COMMAND_ID;
-use sandbox_core::{SandboxExt, SandboxOpts, SandboxOutcome, Status};
+use sandbox_core::{SandboxExt, SandboxOutcome, Status};
 
 fn is_root() -> bool {
     // SAFETY: a plain system call without arguments.
@@ -30,18 +30,7 @@ const PROBE: &str = "id -u; id -g; cat /etc/shadow >/dev/null 2>&1; echo shadow=
                      echo made > made; echo write=$?";
 
 async fn probe(ws: &Path, data: &Path, public: &Path, private: &Path) -> SandboxOutcome {
-    let mut o = SandboxOpts::new(
-        ws,
-        [
-            "sh".as_ref(),
-            "-c".as_ref(),
-            PROBE.as_ref(),
-            "probe".as_ref(),
-            public.as_os_str(),
-            private.as_os_str(),
-        ],
-    );
-    o.read_only_paths = vec![data.to_path_buf()];
+    let mut o = sandbox_conformance::host::read_both(ws, PROBE, data, public, private);
     o.timeout = Some(Duration::from_secs(120));
     let out = BwrapSandbox::new(BwrapBackend::new())
         .execute(o)

@@ -230,6 +230,32 @@ pub fn shared_user_namespace(maps: &[Mapping]) -> io::Result<Arc<OwnedFd>> {
 /// ambiguous; next to gVisor's spare id, `2^31 - 2`, and distinct from it).
 pub const SPARE_COMMAND_ID: u32 = 0x7fff_fffd;
 
+/// The unprivileged `nobody`, uid and gid.
+pub const NOBODY: u32 = 65534;
+
+/// Who a root host runs the command as, for a backend that hands a tree it does not own
+/// to the command by an idmapped mount: the workspace's owner (its uid and gid, from
+/// `workspace_owner`) when that is not root, so that what the command makes belongs to
+/// that user, exactly as if they had run it; `nobody` for a root-owned workspace, or one
+/// whose owner cannot be read. Group 0 is never handed over ([`not_group_root`]): a
+/// workspace owned by `alice:root` runs as `alice:nogroup`.
+pub fn root_host_identity(workspace_owner: Option<(u32, u32)>) -> (u32, u32) {
+    match workspace_owner {
+        Some((uid, gid)) if uid != 0 => (uid, not_group_root(gid)),
+        _ => (NOBODY, NOBODY),
+    }
+}
+
+/// `gid`, or `nobody`'s group in place of group 0 (a command in group root owns what root's
+/// group may write).
+pub fn not_group_root(gid: u32) -> u32 {
+    if gid == 0 {
+        NOBODY
+    } else {
+        gid
+    }
+}
+
 /// Whether no local account or group has `id` (`/etc/passwd`, `/etc/group`): the
 /// condition for running a command as it. A file that cannot be read answers no. Accounts
 /// served by NSS modules (LDAP, sssd) are not consulted.
@@ -360,6 +386,15 @@ fn user_namespace(maps: &[Mapping]) -> io::Result<OwnedFd> {
 mod tests {
     use super::*;
     use std::os::unix::fs::MetadataExt;
+
+    #[test]
+    fn a_root_host_runs_as_the_owner_or_nobody_never_in_group_root() {
+        assert_eq!(root_host_identity(Some((1000, 1001))), (1000, 1001));
+        assert_eq!(root_host_identity(Some((1000, 0))), (1000, NOBODY));
+        assert_eq!(root_host_identity(Some((0, 0))), (NOBODY, NOBODY));
+        assert_eq!(root_host_identity(Some((0, 1000))), (NOBODY, NOBODY));
+        assert_eq!(root_host_identity(None), (NOBODY, NOBODY));
+    }
 
     #[test]
     fn root_owned_files_appear_owned_by_the_command_uid_and_its_writes_stay_roots() {

@@ -55,6 +55,7 @@ mod error;
 mod grants;
 pub mod handover;
 pub mod idmap;
+pub mod kernel;
 pub mod layout;
 mod options;
 mod outcome;

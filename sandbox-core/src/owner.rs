@@ -104,6 +104,16 @@ pub fn label() -> String {
     format!("{}/{}/{}", machine_id(), me.pid, me.start)
 }
 
+/// Whether `label` (a [`label`]) names the process `pid` of this machine, whatever its
+/// start time: how a test finds what a process it killed made.
+pub fn label_names_pid(label: &str, pid: u32) -> bool {
+    let mut parts = label.rsplitn(3, '/');
+    let (Some(_start), Some(p), Some(machine)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    machine == machine_id() && p.parse() == Ok(pid)
+}
+
 /// What an owner label says about the object's maker.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OwnerState {
@@ -337,6 +347,15 @@ mod tests {
     fn our_own_label_says_alive() {
         assert_eq!(label_state(Some(&label())), OwnerState::Alive);
         assert!(Owner::current().is_alive());
+    }
+
+    #[test]
+    fn a_label_names_its_pid_on_this_machine_only() {
+        let me = std::process::id();
+        assert!(label_names_pid(&label(), me));
+        assert!(!label_names_pid(&label(), me + 1));
+        assert!(!label_names_pid(&format!("elsewhere/{me}/1"), me));
+        assert!(!label_names_pid("garbage", me));
     }
 
     #[test]

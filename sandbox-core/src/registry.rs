@@ -10,14 +10,15 @@
 //! The entry is a plain `const` of `fn` pointers and strings so that a list of them is a
 //! `static` built at compile time, with no registration at start-up.
 
+use std::ffi::OsString;
 use std::fmt;
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::process::Launcher;
-use crate::{Backend, Lane, SandboxError};
+use crate::{Backend, Lane, SandboxError, SandboxOpts};
 
 /// Settings only some backends use, given to every backend's constructor.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -116,6 +117,103 @@ pub struct ImageSupport {
     /// Builds an image from host binaries: how the conformance suite puts its probe, and
     /// the bench its programs, where such a backend runs them.
     pub build_from_binaries: BuildImageFn,
+    /// The backend's own tool run directly for the same request (the engine's command
+    /// line starting the same container), which the bench measures start-up against; a
+    /// process backend's is its [`BackendInfo::launcher`]'s launch instead. `None`: the
+    /// bench compares it with a bare spawn only.
+    pub direct: Option<DirectFn>,
+}
+
+/// Builds a [`DirectRun`] for the image `image`, with `scratch` for files the command line
+/// needs (a seccomp profile); `Ok(None)` where the tool is not installed.
+pub type DirectFn = fn(image: &str, scratch: &Path) -> Result<Option<DirectRun>, SandboxError>;
+
+/// The arguments, after the program, that start what a run of the options would start.
+pub type DirectArgsFn = dyn Fn(&SandboxOpts) -> Result<Vec<OsString>, SandboxError> + Send + Sync;
+
+/// A backend's own tool, run directly: the bench spawns `program` with `args(opts)` as the
+/// baseline of a run of `opts`.
+#[derive(Clone)]
+pub struct DirectRun {
+    /// What the baseline is called in the bench's table.
+    pub label: String,
+    /// How it is made, for the table's notes: what makes it the same thing without us.
+    pub note: &'static str,
+    /// The tool.
+    pub program: PathBuf,
+    /// Its arguments for the given options.
+    pub args: Arc<DirectArgsFn>,
+}
+
+impl fmt::Debug for DirectRun {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DirectRun")
+            .field("label", &self.label)
+            .field("program", &self.program)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What runs of a backend make on the host beyond what core makes and removes for every
+/// backend (processes, cgroups, entries in the temp directory, mounts under it): engine
+/// objects, which a crashed run leaves behind. Counted by the soak (nothing may grow) and
+/// by the fault tests (a SIGKILLed host's are gone after the next start).
+#[derive(Clone, Copy)]
+pub struct HostObjects {
+    /// What they are, as a report names them (`containers and volumes`).
+    pub what: &'static str,
+    /// Those made by the process `pid` of this machine (by the owner each carries, see
+    /// [`crate::owner`]), one line each.
+    pub made_by: fn(pid: u32) -> BoxFuture<Result<Vec<String>, SandboxError>>,
+}
+
+impl fmt::Debug for HostObjects {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HostObjects")
+            .field("what", &self.what)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The host facts whether a backend works here depends on (see [`BackendInfo::host_key`]).
+#[derive(Clone, Copy)]
+pub enum HostKey {
+    /// Nothing beyond what every backend depends on.
+    Nothing,
+    /// The host program it runs, found on `PATH`: its identity
+    /// ([`program_identity`]).
+    Program(&'static str),
+    /// Another fact, read cheaply (a kernel ABI).
+    Fact(fn() -> String),
+}
+
+impl HostKey {
+    /// The facts, as one line.
+    pub fn read(&self) -> String {
+        match self {
+            Self::Nothing => String::new(),
+            Self::Program(name) => program_identity(name),
+            Self::Fact(f) => f(),
+        }
+    }
+
+    /// The host program, where the key is one.
+    pub fn program(&self) -> Option<&'static str> {
+        match self {
+            Self::Program(name) => Some(name),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Debug for HostKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Nothing => f.write_str("Nothing"),
+            Self::Program(p) => f.debug_tuple("Program").field(p).finish(),
+            Self::Fact(_) => f.write_str("Fact(..)"),
+        }
+    }
 }
 
 impl fmt::Debug for ImageSupport {
@@ -137,6 +235,11 @@ pub struct BackendInfo {
     /// It confines nothing: `auto` takes it only as the last resort, and only when the
     /// caller allowed that (`Choice::Auto { allow_none: true }` in the facade).
     pub unconfined: bool,
+    /// An ordinary user runs it without access that is root on the host by another name
+    /// (an engine's socket is): so the test runs as an unprivileged uid
+    /// (`cargo xtask conformance --as-user`, `SANDBOX_TEST_REQUIRE=unprivileged`) cover
+    /// it, and a backend that says `false` is expected to be unavailable there.
+    pub unprivileged: bool,
     /// `Some` when every command runs in a container image the caller names
     /// ([`BackendConfig::image`]): the constructor refuses to build it without one, and
     /// an image named with `auto` selects only such backends.
@@ -149,31 +252,36 @@ pub struct BackendInfo {
     /// For a backend that runs a host process: its launcher, whose launch the bench
     /// spawns without the library as a baseline.
     pub launcher: Option<fn() -> Arc<dyn Launcher>>,
-    /// The host facts whether this backend works here depends on, as one line (the
-    /// identity of the host program it runs, a kernel ABI), cheap to read: no process is
-    /// started. The command line keys its on-disk record of what `auto` picked on it, so
-    /// that a changed host (a new bwrap, another landlock ABI) makes `auto` try again. It
-    /// decides nothing that is enforced: what a run may do is still checked on every run.
-    pub host_key: fn() -> String,
+    /// The host facts whether this backend works here depends on (the identity of the
+    /// host program it runs, a kernel ABI), cheap to read: no process is started. The
+    /// command line keys its on-disk record of what `auto` picked on it, so that a changed
+    /// host (a new bwrap, another landlock ABI) makes `auto` try again. It decides nothing
+    /// that is enforced: what a run may do is still checked on every run.
+    pub host_key: HostKey,
+    /// What its runs can leave on the host beyond what core cleans up for every backend;
+    /// `None`: nothing.
+    pub leaves: Option<HostObjects>,
+    /// The Debian packages that provide what it needs on the host (`apt-get install`):
+    /// what `scripts/test-all` and CI install before requiring it.
+    pub host_packages: &'static [&'static str],
     /// What start-up it promises, for the bench.
     pub cost: CostTargets,
 }
 
-/// A [`BackendInfo::host_key`] for a backend that depends on no host program or kernel
-/// feature beyond what every backend does.
-pub fn no_host_key() -> String {
-    String::new()
-}
-
-/// The identity of the program `name` as found on `PATH`: its path, size, modification
-/// time and inode, or `missing` (for [`BackendInfo::host_key`]). Only metadata is read.
-pub fn program_identity(name: &str) -> String {
-    use std::os::unix::fs::MetadataExt;
-    let Some(path) = std::env::var_os("PATH").and_then(|paths| {
+/// The first file called `name` in a directory of `PATH`.
+pub fn find_program(name: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|dir| dir.join(name))
             .find(|p| p.is_file())
-    }) else {
+    })
+}
+
+/// The identity of the program `name` as found on `PATH`: its path, size, modification
+/// time and inode, or `missing` (for [`HostKey::Program`]). Only metadata is read.
+pub fn program_identity(name: &str) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let Some(path) = find_program(name) else {
         return format!("{name}: missing");
     };
     match std::fs::metadata(&path) {
@@ -219,8 +327,12 @@ impl fmt::Debug for BackendInfo {
             .field("summary", &self.summary)
             .field("auto_rank", &self.auto_rank)
             .field("unconfined", &self.unconfined)
+            .field("unprivileged", &self.unprivileged)
             .field("image", &self.image)
             .field("launcher", &self.launcher.is_some())
+            .field("host_key", &self.host_key)
+            .field("leaves", &self.leaves)
+            .field("host_packages", &self.host_packages)
             .finish_non_exhaustive()
     }
 }

@@ -29,10 +29,11 @@
 
 use std::path::{Path, PathBuf};
 
+use sandbox_core::idmap::{not_group_root, root_host_identity};
+
 use crate::config::WorkspaceMode;
 
-/// The unprivileged uid and gid for a root caller with a root-owned workspace.
-pub const NOBODY: u32 = 65534;
+pub use sandbox_core::idmap::NOBODY;
 
 /// Why the command runs as the uid it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,26 +77,19 @@ pub(crate) fn choose_identity(
     host_gid: u32,
     workspace_owner: Option<(u32, u32)>,
 ) -> Identity {
-    let gid = |g: u32| if g == 0 { NOBODY } else { g };
     if host_uid != 0 {
         return Identity {
             uid: host_uid,
-            gid: gid(host_gid),
+            gid: not_group_root(host_gid),
             reason: IdentityReason::Caller,
         };
     }
-    match workspace_owner {
-        Some((uid, g)) if uid != 0 => Identity {
-            uid,
-            gid: gid(g),
-            reason: IdentityReason::WorkspaceOwner,
-        },
-        _ => Identity {
-            uid: NOBODY,
-            gid: NOBODY,
-            reason: IdentityReason::Unprivileged,
-        },
-    }
+    let (uid, gid) = root_host_identity(workspace_owner);
+    let reason = match workspace_owner {
+        Some((owner, _)) if owner != 0 => IdentityReason::WorkspaceOwner,
+        _ => IdentityReason::Unprivileged,
+    };
+    Identity { uid, gid, reason }
 }
 
 /// What a handed-over path is, for the command.

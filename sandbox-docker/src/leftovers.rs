@@ -55,9 +55,11 @@ pub async fn cleanup_leftovers(docker: &Docker, scope: Scope) -> Result<Removed,
     Ok(cleanup(docker, scope).await?)
 }
 
-pub(crate) async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, DockerError> {
+/// Our containers (id, owner label) and volumes (name, owner label) on the engine.
+type Ours = (Vec<(String, Option<String>)>, Vec<(String, Option<String>)>);
+
+async fn ours(docker: &Docker) -> Result<Ours, DockerError> {
     let filter = HashMap::from([("label", vec![format!("{LABEL}={LABEL_VALUE}")])]);
-    let mut removed = Removed::default();
     let containers = docker
         .list_containers(Some(
             ListContainersOptionsBuilder::new()
@@ -66,30 +68,43 @@ pub(crate) async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, Do
                 .build(),
         ))
         .await
-        .map_err(|e| DockerError::engine("list containers", e))?;
-    for c in containers {
-        let owner = c
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(LABEL_OWNER))
-            .map(String::as_str);
-        let Some(id) = c.id else { continue };
-        if wanted(scope, owner) {
-            remove_container(docker, &id).await?;
-            removed.containers.push(id);
-        }
-    }
+        .map_err(|e| DockerError::engine("list containers", e))?
+        .into_iter()
+        .filter_map(|c| {
+            let owner = c.labels.as_ref().and_then(|l| l.get(LABEL_OWNER)).cloned();
+            Some((c.id?, owner))
+        })
+        .collect();
     let volumes = docker
         .list_volumes(Some(
             ListVolumesOptionsBuilder::new().filters(&filter).build(),
         ))
         .await
-        .map_err(|e| DockerError::engine("list volumes", e))?;
-    for v in volumes.volumes.unwrap_or_default() {
-        let owner = v.labels.get(LABEL_OWNER).map(String::as_str);
-        if wanted(scope, owner) {
-            remove_volume(docker, &v.name).await?;
-            removed.volumes.push(v.name);
+        .map_err(|e| DockerError::engine("list volumes", e))?
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| {
+            let owner = v.labels.get(LABEL_OWNER).cloned();
+            (v.name, owner)
+        })
+        .collect();
+    Ok((containers, volumes))
+}
+
+pub(crate) async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, DockerError> {
+    let mut removed = Removed::default();
+    let (containers, volumes) = ours(docker).await?;
+    for (id, owner) in containers {
+        if wanted(scope, owner.as_deref()) {
+            remove_container(docker, &id).await?;
+            removed.containers.push(id);
+        }
+    }
+    for (name, owner) in volumes {
+        if wanted(scope, owner.as_deref()) {
+            remove_volume(docker, &name).await?;
+            removed.volumes.push(name);
         }
     }
     // After the containers that bound them. Only root makes (and can read) these.
@@ -109,6 +124,27 @@ pub(crate) async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, Do
         .map(|r| r.dirs)
         .unwrap_or_default();
     Ok(removed)
+}
+
+/// Our containers and volumes that the process `pid` of this machine made (by their owner
+/// label), one line each: `container ID` or `volume NAME`. What the registry's
+/// [`HostObjects`](sandbox_core::registry::HostObjects) counts.
+pub(crate) async fn made_by(pid: u32) -> Result<Vec<String>, SandboxError> {
+    let (containers, volumes) = ours(&crate::connect().await?).await?;
+    let theirs = |owner: &Option<String>| {
+        owner
+            .as_deref()
+            .is_some_and(|o| sandbox_core::owner::label_names_pid(o, pid))
+    };
+    let containers = containers
+        .into_iter()
+        .filter(|(_, o)| theirs(o))
+        .map(|(id, _)| format!("container {id}"));
+    let volumes = volumes
+        .into_iter()
+        .filter(|(_, o)| theirs(o))
+        .map(|(name, _)| format!("volume {name}"));
+    Ok(containers.chain(volumes).collect())
 }
 
 #[cfg(test)]

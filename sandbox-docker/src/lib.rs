@@ -12,7 +12,8 @@
 //! dropped, `no-new-privileges` is set, and our system-call profile replaces the engine's
 //! default: the same kernel surface denied as the bwrap and landlock backends (tracing,
 //! mounts, namespaces, the keyring, bpf, io_uring, ...), setuid and setgid bits refused,
-//! unknown calls answered `ENOSYS` (see `seccomp.rs`). The command runs as the caller's
+//! unknown calls answered `ENOSYS` (core's table rendered by its OCI allow-list, see
+//! `seccomp.rs`). The command runs as the caller's
 //! uid, or, when the caller is root, as an unprivileged one (see [the uid](#the-uid)).
 //! Network mode `none` and `loopback` both get a network namespace with only its own
 //! loopback; `full` gets the engine's default bridge (the outside world and the host's
@@ -123,8 +124,9 @@
 //! # Tests
 //!
 //! `spec.rs` (the container specification, every policy knob), `handover.rs`,
-//! `seccomp.rs` (checked against core's table), `transfer.rs` and the rest are
-//! unit-tested without an engine; `tests/` runs commands against the local engine in an
+//! `direct.rs` (the `docker run --rm` command line of the same container, the bench's
+//! baseline), `transfer.rs` and the rest are unit-tested without an engine (the seccomp
+//! profile is core's, tested there against its table both ways); `tests/` runs commands against the local engine in an
 //! image built in the test from a static busybox (`apt-get install busybox-static`),
 //! checks their effects from the host, and checks that no container, volume or staging
 //! mount of ours is left. The conformance suite runs with `SANDBOX_BACKEND=docker`, in
@@ -134,7 +136,8 @@
 //!
 //! `bollard` (the Engine API over the unix socket or TCP), `tar` (archives for images and
 //! copy mode), `tokio`, `futures-util` and `bytes` (streams of the API), `serde_json`
-//! (the seccomp profile), `nix` and `libc` (uids, random run names, the idmapped mount's
+//! (the seccomp profile, and the container body read field by field for the `docker run`
+//! baseline), `nix` and `libc` (uids, random run names, the idmapped mount's
 //! system calls), `thiserror` (the backend's error), `tempfile` (the preflight's scratch
 //! workspace), `tracing` (diagnostics). `build.rs` compiles the pool's waiter
 //! (`waiter/main.rs`, std only) with the same `rustc`, statically linked.
@@ -150,6 +153,7 @@ mod client;
 mod config;
 mod copy;
 mod create;
+mod direct;
 mod egress;
 mod error;
 mod handover;
@@ -169,7 +173,9 @@ mod transfer;
 
 use std::sync::Arc;
 
-use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, ImageSupport};
+use sandbox_core::registry::{
+    AutoRank, BackendConfig, BackendInfo, CostTargets, HostKey, HostObjects, ImageSupport,
+};
 use sandbox_core::{Backend, SandboxError};
 
 pub use backend::{capability, capability_in, DockerBackend, DockerSandbox, DockerStarter};
@@ -198,6 +204,8 @@ pub const INFO: BackendInfo = BackendInfo {
         trusted: Some(20),
     },
     unconfined: false,
+    // The engine's socket is root on the host by another name.
+    unprivileged: false,
     image: Some(ImageSupport {
         build_from_binaries: |tag, files| {
             Box::pin(async move {
@@ -205,12 +213,20 @@ pub const INFO: BackendInfo = BackendInfo {
                 build_image_from_binaries(&docker, &tag, &files).await
             })
         },
+        direct: Some(direct::docker_run),
     }),
     make: make_for_registry,
     launcher: None,
     // The engine is reached over its socket on every run; one that went away is a launch
     // that fails, which the command line diagnoses with the preflight.
-    host_key: sandbox_core::registry::no_host_key,
+    host_key: HostKey::Nothing,
+    leaves: Some(HostObjects {
+        what: "containers and volumes",
+        made_by: |pid| Box::pin(leftovers::made_by(pid)),
+    }),
+    // The engine is the host's own (Docker Engine, or Debian's `docker.io`), not installed
+    // for the tests.
+    host_packages: &[],
     // Issue 12: repeated commands come from the warm pool, far below `docker run --rm`; a
     // first command, with nothing warm, no slower than it.
     cost: CostTargets {

@@ -266,7 +266,7 @@ pub(crate) fn container(input: &SpecInput<'_>) -> Result<ContainerCreateBody, Do
             cap_drop: Some(vec!["ALL".into()]),
             security_opt: Some(vec![
                 "no-new-privileges".into(),
-                crate::seccomp::security_opt().to_string(),
+                crate::seccomp::security_opt()?.to_string(),
             ]),
             privileged: Some(false),
             network_mode: Some(network_mode.into()),

@@ -89,14 +89,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets};
+use sandbox_core::process::{run_true, HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{
-    Capability, Enforcement, Lane, LimitMechanism, NetworkMode, Plan, Preflight, ResourceLimits,
-    SandboxError, SandboxExt, SandboxOpts, Status, TreeKill, DEFAULT_PATH,
+    Capability, Enforcement, LimitMechanism, NetworkMode, Plan, Preflight, SandboxError, TreeKill,
+    DEFAULT_PATH,
 };
 
 use crate::error::GvisorError;
@@ -118,10 +117,14 @@ pub const INFO: BackendInfo = BackendInfo {
         trusted: Some(15),
     },
     unconfined: false,
+    // `runsc --rootless`.
+    unprivileged: true,
     image: None,
     make: |_| Ok(Arc::new(GvisorBackend::new())),
     launcher: Some(|| Arc::new(GvisorBackend::new())),
-    host_key: || sandbox_core::registry::program_identity("runsc"),
+    host_key: HostKey::Program("runsc"),
+    leaves: None,
+    host_packages: &["runsc"],
     cost: CostTargets::NONE,
 };
 
@@ -235,20 +238,11 @@ impl Launcher for GvisorBackend {
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
         let runsc = self.runsc()?.to_path_buf();
         // The whole backend on a real command: the bundle, runsc, the filter, the uid.
-        let dir = sandbox_core::owner::temp_dir("gvisor-preflight")?;
-        let mut opts = SandboxOpts::new(dir.path(), ["true"]);
-        opts.lane = Lane::Trusted;
-        opts.limits = ResourceLimits::none();
-        opts.timeout = Some(Duration::from_secs(60));
-        let outcome = ProcessSandbox::new(self.clone()).execute(opts).await?;
-        if outcome.status != (Status::Exited { code: 0 }) {
+        let ran = run_true(self, "gvisor-preflight", NetworkMode::None).await?;
+        if let Err(how) = ran {
             return Err(SandboxError::unavailable(
                 NAME,
-                format!(
-                    "`true` under runsc ended with {:?}: {}",
-                    outcome.status,
-                    outcome.stderr.text().trim()
-                ),
+                format!("`true` under runsc {how}"),
                 if self.facts.is_root {
                     "check that runsc works: `runsc --network=none do true`"
                 } else {
@@ -373,7 +367,7 @@ impl Launcher for GvisorBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandbox_core::Sandbox;
+    use sandbox_core::{Sandbox, SandboxOpts};
 
     #[tokio::test]
     async fn a_missing_runsc_fails_preflight_and_runs_with_the_install_remedy() {

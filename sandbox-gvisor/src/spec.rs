@@ -36,6 +36,7 @@ use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use sandbox_core::layout::{depth, MountTable, Origin, SystemEntry};
+use sandbox_core::syscalls::oci;
 use sandbox_core::{NetworkMode, Plan};
 use serde_json::{json, Value};
 
@@ -51,9 +52,6 @@ pub(crate) struct Identity {
     pub gid: u32,
 }
 
-/// The unprivileged uid and gid.
-pub(crate) const NOBODY: u32 = 65534;
-
 /// Who the command runs as: see the crate docs. `owner` is the workspace's owner.
 ///
 /// - A host that is not root runs runsc rootless, whose one mapped uid is the caller:
@@ -65,16 +63,8 @@ pub(crate) fn identity(host_is_root: bool, owner: (u32, u32)) -> Identity {
     if !host_is_root {
         return Identity { uid: 0, gid: 0 };
     }
-    match owner {
-        (0, _) => Identity {
-            uid: NOBODY,
-            gid: NOBODY,
-        },
-        (uid, gid) => Identity {
-            uid,
-            gid: if gid == 0 { NOBODY } else { gid },
-        },
-    }
+    let (uid, gid) = sandbox_core::idmap::root_host_identity(Some(owner));
+    Identity { uid, gid }
 }
 
 /// Limits the Sentry enforces inside (see `Launch::limits_inside`).
@@ -354,57 +344,13 @@ pub(crate) fn bundle(
         "mounts": mounts,
         "linux": {
             "namespaces": namespaces,
-            "seccomp": no_setuid_filter(),
+            // The command's filter, applied by the Sentry: core's table of the calls that
+            // would leave a setuid or setgid file on the host (nothing else: the Sentry
+            // never passes the command's calls to the host's kernel).
+            "seccomp": oci::setid_denials(),
         },
     });
     Ok(Bundle { config, skeleton })
-}
-
-const S_ISUID: u64 = 0o4000;
-const S_ISGID: u64 = 0o2000;
-
-/// The OCI seccomp filter the Sentry applies to the command: every call that sets a mode
-/// is refused (`EPERM`) with a setuid or setgid bit, so no such file is left behind for
-/// the host to run. Everything else is allowed: the Sentry is the kernel the command
-/// talks to, and it never passes the command's system calls to the host's.
-fn no_setuid_filter() -> Value {
-    // (call, index of the mode, index of the flags that must hold O_CREAT or O_TMPFILE)
-    let calls: [(&str, u32, Option<u32>); 8] = [
-        ("chmod", 1, None),
-        ("fchmod", 1, None),
-        ("fchmodat", 2, None),
-        ("creat", 1, None),
-        ("mknod", 1, None),
-        ("mknodat", 2, None),
-        ("open", 2, Some(1)),
-        ("openat", 3, Some(2)),
-    ];
-    let creating = [libc::O_CREAT as u64, libc::O_TMPFILE as u64];
-    let cond = |index: u32, mask: u64| json!({"index": index, "value": mask, "valueTwo": mask, "op": "SCMP_CMP_MASKED_EQ"});
-    let mut rules = Vec::new();
-    for (name, mode, flags) in calls {
-        for bit in [S_ISUID, S_ISGID] {
-            let flag_sets: Vec<Option<u64>> = match flags {
-                None => vec![None],
-                Some(_) => creating.iter().copied().map(Some).collect(),
-            };
-            for f in flag_sets {
-                let mut args = vec![cond(mode, bit)];
-                if let (Some(i), Some(f)) = (flags, f) {
-                    args.push(cond(i, f));
-                }
-                rules.push(json!({
-                    "names": [name], "action": "SCMP_ACT_ERRNO",
-                    "errnoRet": libc::EPERM, "args": args
-                }));
-            }
-        }
-    }
-    json!({
-        "defaultAction": "SCMP_ACT_ALLOW",
-        "architectures": [if cfg!(target_arch = "aarch64") { "SCMP_ARCH_AARCH64" } else { "SCMP_ARCH_X86_64" }],
-        "syscalls": rules,
-    })
 }
 
 /// runsc's arguments: global options, then `run` of the bundle. `rootless` for a host
@@ -749,33 +695,20 @@ mod tests {
     }
 
     #[test]
-    fn setuid_bits_are_refused_by_every_call_that_sets_a_mode() {
-        let f = no_setuid_filter();
-        assert_eq!(f["defaultAction"], "SCMP_ACT_ALLOW");
-        let rules = f["syscalls"].as_array().unwrap();
-        for call in [
-            "chmod", "fchmod", "fchmodat", "creat", "mknod", "mknodat", "open", "openat",
-        ] {
-            for bit in [S_ISUID, S_ISGID] {
-                assert!(
-                    rules.iter().any(|r| r["names"][0] == call
-                        && r["action"] == "SCMP_ACT_ERRNO"
-                        && r["args"]
-                            .as_array()
-                            .unwrap()
-                            .iter()
-                            .any(|a| a["value"] == bit
-                                && a["valueTwo"] == bit
-                                && a["op"] == "SCMP_CMP_MASKED_EQ")),
-                    "{call} {bit:o}"
-                );
-            }
-        }
-        // open/openat refuse only when creating.
-        let open: Vec<&Value> = rules.iter().filter(|r| r["names"][0] == "openat").collect();
-        assert!(open
-            .iter()
-            .all(|r| r["args"].as_array().unwrap().len() == 2));
+    fn the_filter_is_core_s_for_a_kernel_of_its_own() {
+        let ws = tempfile::tempdir().unwrap();
+        let b = build(
+            &SandboxOpts::new(ws.path(), ["true"]),
+            InsideLimits::default(),
+        );
+        assert_eq!(
+            b.config["linux"]["seccomp"],
+            serde_json::to_value(oci::setid_denials()).unwrap()
+        );
+        assert_eq!(
+            b.config["linux"]["seccomp"]["defaultAction"],
+            "SCMP_ACT_ALLOW"
+        );
     }
 
     #[test]
@@ -783,6 +716,7 @@ mod tests {
         let id = |uid, gid| Identity { uid, gid };
         assert_eq!(identity(false, (1000, 1000)), id(0, 0));
         assert_eq!(identity(true, (1000, 1000)), id(1000, 1000));
+        use sandbox_core::idmap::NOBODY;
         assert_eq!(identity(true, (1000, 0)), id(1000, NOBODY));
         assert_eq!(identity(true, (0, 0)), id(NOBODY, NOBODY));
     }

@@ -30,29 +30,19 @@ pub(crate) enum Landlock {
 impl Landlock {
     /// Ask the kernel (`landlock_create_ruleset` with `LANDLOCK_CREATE_RULESET_VERSION`).
     pub fn detect() -> Self {
-        const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
-        // SAFETY: the version query reads no memory (null attributes, size 0).
-        let v = unsafe {
-            libc::syscall(
-                libc::SYS_landlock_create_ruleset,
-                std::ptr::null::<libc::c_void>(),
-                0usize,
-                LANDLOCK_CREATE_RULESET_VERSION,
-            )
-        };
-        if v > 0 {
-            let raw = i32::try_from(v).unwrap_or(i32::MAX);
-            // The crate warns against ABIs from the running kernel because its
-            // best-effort mode would then differ per host; here every right is a hard
-            // requirement and the ABI only says which rights to ask for.
-            Self::Available {
-                abi: ABI::from(raw),
-                raw,
+        match sandbox_core::kernel::landlock_abi() {
+            Ok(v) => {
+                let raw = i32::try_from(v).unwrap_or(i32::MAX);
+                // The crate warns against ABIs from the running kernel because its
+                // best-effort mode would then differ per host; here every right is a hard
+                // requirement and the ABI only says which rights to ask for.
+                Self::Available {
+                    abi: ABI::from(raw),
+                    raw,
+                }
             }
-        } else if io::Error::last_os_error().raw_os_error() == Some(libc::EOPNOTSUPP) {
-            Self::NotEnabled
-        } else {
-            Self::NotImplemented
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => Self::NotEnabled,
+            Err(_) => Self::NotImplemented,
         }
     }
 

@@ -130,7 +130,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets};
+use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{
     Capability, Changes, DenialKinds, Enforcement, Lane, NetworkMode, Plan, Preflight,
     SandboxError, SandboxExt, SandboxOpts, Status, TreeKill,
@@ -164,12 +164,16 @@ pub const INFO: BackendInfo = BackendInfo {
         trusted: Some(30),
     },
     unconfined: false,
+    unprivileged: true,
     image: None,
     make: |_| Ok(Arc::new(LandlockBackend::new())),
     launcher: Some(|| Arc::new(LandlockBackend::new())),
     // Whether the backend works here is the kernel's landlock ABI; seccomp and namespaces
     // come with the kernel release, which the command line's key holds already.
-    host_key: || format!("landlock {:?}", host::Landlock::detect()),
+    host_key: HostKey::Fact(|| format!("landlock {:?}", host::Landlock::detect())),
+    leaves: None,
+    // The kernel is all it needs.
+    host_packages: &[],
     // The backend meant to cost next to nothing: near a bare spawn (issue 7).
     cost: CostTargets {
         startup_vs_bare_spawn: Some(1.3),

@@ -37,19 +37,9 @@ async fn probe(
     private: &Path,
     lane: Lane,
 ) -> SandboxOutcome {
-    let mut o = opts(
-        ws,
-        &[
-            "sh".as_ref(),
-            "-c".as_ref(),
-            PROBE.as_ref(),
-            "probe".as_ref(),
-            public.as_os_str(),
-            private.as_os_str(),
-        ],
-    );
-    o.read_only_paths = vec![data.to_path_buf()];
+    let mut o = sandbox_conformance::host::read_both(ws, PROBE, data, public, private);
     o.lane = lane;
+    o.timeout = Some(std::time::Duration::from_secs(120));
     run(o).await
 }
 

@@ -15,7 +15,7 @@
 
 use async_trait::async_trait;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets};
+use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{Capability, Enforcement, Plan, Preflight, SandboxError};
 use std::sync::Arc;
 
@@ -29,10 +29,13 @@ pub const INFO: BackendInfo = BackendInfo {
     summary: "no confinement (only on `--lane trusted`)",
     auto_rank: AutoRank::NEVER,
     unconfined: true,
+    unprivileged: true,
     image: None,
     make: |_| Ok(Arc::new(NoneBackend::new())),
     launcher: Some(|| Arc::new(NoneBackend::new())),
-    host_key: sandbox_core::registry::no_host_key,
+    host_key: HostKey::Nothing,
+    leaves: None,
+    host_packages: &[],
     cost: CostTargets::NONE,
 };
 

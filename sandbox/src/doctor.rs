@@ -68,6 +68,11 @@ pub struct BackendReport {
     pub lanes: Vec<Lane>,
     /// It runs every command in a container image the caller names (`--image`).
     pub needs_image: bool,
+    /// It confines nothing (the registry's `unconfined`).
+    pub unconfined: bool,
+    /// An ordinary user runs it without root-equivalent access (the registry's
+    /// `unprivileged`): `SANDBOX_TEST_REQUIRE=unprivileged` requires it where it confines.
+    pub unprivileged: bool,
     /// The container image it was checked with (a backend that runs one only).
     pub image: Option<String>,
 }
@@ -181,6 +186,8 @@ async fn examine(info: &'static BackendInfo, config: &Config, is_root: bool) -> 
         capability: None,
         lanes: Vec::new(),
         needs_image: info.needs_image(),
+        unconfined: info.unconfined,
+        unprivileged: info.unprivileged,
         image: None,
     };
     // An image is for a backend that runs one; the others are examined without it (they
@@ -425,29 +432,38 @@ mod tests {
         }
     }
 
-    #[cfg(feature = "none")]
     #[tokio::test]
-    async fn none_runs_a_default_request_only_on_trusted_and_auto_never_picks_it() {
+    async fn the_unconfined_backend_runs_a_default_request_only_on_trusted_and_auto_never_picks_it()
+    {
+        let Some(info) = registry::compiled_in().find(|i| i.unconfined) else {
+            return;
+        };
         let r = doctor(&Config::default()).await;
-        let none = r.backends.iter().find(|b| b.name == "none").unwrap();
+        let none = r.backends.iter().find(|b| b.name == info.name).unwrap();
         assert_eq!(none.lanes, [Lane::Trusted]);
         let cap = none.capability.as_ref().unwrap();
         assert!(!cap.confine_writes && !cap.confine_reads);
-        assert!(r.auto.iter().all(|p| p.backend != Some("none")));
+        assert!(r.auto.iter().all(|p| p.backend != Some(info.name)));
         let text = r.to_string();
         assert!(
-            text.contains("none: over-grant (the host's whole network)"),
+            text.contains(&format!(
+                "{}: over-grant (the host's whole network)",
+                info.name
+            )),
             "{text}"
         );
     }
 
-    #[cfg(feature = "docker")]
     #[tokio::test]
-    async fn docker_without_an_image_is_not_checked_and_says_how() {
+    async fn a_backend_that_runs_an_image_is_not_checked_without_one_and_says_how() {
         let r = doctor(&Config::default()).await;
-        let docker = r.backends.iter().find(|b| b.name == "docker").unwrap();
-        assert!(!docker.works && !docker.checked, "{docker:?}");
-        assert!(docker.remedy.as_deref().unwrap().contains("--image"));
-        assert!(r.to_string().contains("docker: not checked"));
+        for info in registry::compiled_in().filter(|i| i.needs_image()) {
+            let b = r.backends.iter().find(|b| b.name == info.name).unwrap();
+            assert!(!b.works && !b.checked, "{b:?}");
+            assert!(b.remedy.as_deref().unwrap().contains("--image"));
+            assert!(r
+                .to_string()
+                .contains(&format!("{}: not checked", info.name)));
+        }
     }
 }

@@ -10,7 +10,8 @@
 //! `Cargo.toml`).
 
 pub use sandbox_core::registry::{
-    AutoRank, BackendConfig, BackendInfo, BoxFuture, BuildImageFn, CostTargets, ImageSupport,
+    AutoRank, BackendConfig, BackendInfo, BoxFuture, BuildImageFn, CostTargets, DirectArgsFn,
+    DirectFn, DirectRun, HostKey, HostObjects, ImageSupport,
 };
 use sandbox_core::SandboxError;
 

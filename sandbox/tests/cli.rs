@@ -17,7 +17,7 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use support::{available, backend_flags, confines, docker_image, doctor, text, workspace, BIN};
+use support::{available, backend_flags, confines, doctor, test_image, text, workspace, BIN};
 
 #[macro_use]
 mod support;
@@ -152,9 +152,17 @@ fn image_with_a_backend_other_than_docker_is_125_before_anything_runs() {
     }
 }
 
+/// The compiled-in backend that confines nothing (the registry's `unconfined`), if any.
+fn unconfined() -> Option<&'static str> {
+    sandbox::registry::compiled_in()
+        .find(|i| i.unconfined)
+        .map(|i| i.name)
+}
+
 #[test]
 fn missing_program_is_a_usage_error() {
-    let o = run_in(Path::new("/"), &["run", "--backend", "none"]);
+    let name = sandbox::registry::names().next().unwrap();
+    let o = run_in(Path::new("/"), &["run", "--backend", name]);
     assert_eq!(code(&o), 125, "{}", text(&o.stderr));
 }
 
@@ -181,16 +189,16 @@ fn every_subcommand_help_explains_the_exit_statuses() {
 }
 
 #[test]
-fn the_none_backend_off_the_trusted_lane_says_to_use_the_trusted_lane() {
-    if !cfg!(feature = "none") {
+fn the_unconfined_backend_off_the_trusted_lane_says_to_use_the_trusted_lane() {
+    let Some(none) = unconfined() else {
         return;
-    }
+    };
     let ws = workspace();
-    let o = run_in(ws.path(), &["run", "--backend", "none", "--", "true"]);
+    let o = run_in(ws.path(), &["run", "--backend", none, "--", "true"]);
     let err = text(&o.stderr);
     assert_eq!(code(&o), 125, "{err}");
     assert!(err.contains("--lane trusted"), "{err}");
-    if available("none") {
+    if available(none) {
         // What the trusted lane would not enforce, named.
         assert!(err.contains("network mode `none`"), "{err}");
     }
@@ -230,7 +238,7 @@ fn auto_runs_what_doctor_says_it_picks_and_never_none() {
                 assert_eq!(code(&o), 0, "{lane}: {}", text(&o.stderr));
                 let j = json_of(&o);
                 assert_eq!(j["backend"], expected, "{lane}: {j}");
-                assert_ne!(j["backend"], "none");
+                assert_ne!(j["backend"].as_str(), unconfined());
             }
             None => {
                 assert_eq!(code(&o), 125, "{lane}: {}", text(&o.stderr));
@@ -240,20 +248,31 @@ fn auto_runs_what_doctor_says_it_picks_and_never_none() {
     }
 }
 
-#[cfg(feature = "docker")]
 #[test]
-fn an_image_without_a_backend_means_docker() {
-    if !available("docker") {
+fn an_image_without_a_backend_means_the_first_backend_that_runs_images() {
+    // `auto`'s order on the default lane, among the backends that run an image.
+    let Some(expected) = sandbox::select::candidates(
+        sandbox_core::Lane::Strict,
+        &sandbox::select::Config::with_image("x"),
+        false,
+    )
+    .into_iter()
+    .map(|i| i.name)
+    .next() else {
+        eprintln!("skipped: no compiled-in backend runs an image");
+        return;
+    };
+    if !available(expected) {
         return;
     }
     let ws = workspace();
-    let image = docker_image();
+    let image = test_image();
     let o = run_in(
         ws.path(),
         &["run", "--image", &image, "--json", "--", "true"],
     );
     assert_eq!(code(&o), 0, "{}", text(&o.stderr));
-    assert_eq!(json_of(&o)["backend"], "docker");
+    assert_eq!(json_of(&o)["backend"], expected);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -272,16 +291,18 @@ fn policy_file_with_an_unknown_key_is_125_naming_it() {
 
 #[test]
 fn policy_file_values_apply_and_flags_override_them() {
-    if !cfg!(feature = "none") || !available("none") {
+    let Some(none) = unconfined().filter(|n| available(n)) else {
         return;
-    }
+    };
     let dir = workspace();
     std::fs::create_dir(dir.path().join("proj")).unwrap();
     let cfg = dir.path().join("policy.toml");
     std::fs::write(
         &cfg,
-        "backend = \"none\"\nlane = \"trusted\"\nworkspace = \"proj\"\nnetwork = \"loopback\"\n\
-         env = [\"FROM_FILE=file\", \"OVERRIDDEN=file\"]\n",
+        format!(
+            "backend = \"{none}\"\nlane = \"trusted\"\nworkspace = \"proj\"\n\
+             network = \"loopback\"\nenv = [\"FROM_FILE=file\", \"OVERRIDDEN=file\"]\n"
+        ),
     )
     .unwrap();
     let cfg_s = cfg.to_str().unwrap();

@@ -1,6 +1,6 @@
 //! Faults of the host, each a test, judged from the host: the `sandbox` command SIGKILLed
-//! mid-run, the workspace's disk full, the host's temp dir unwritable. (The engine restart
-//! is the docker backend's own test, `sandbox-docker/tests/restart.rs`.)
+//! mid-run, the workspace's disk full, the host's temp dir unwritable. (An engine's
+//! restart is its backend's own test.)
 //!
 //! Each case runs per compiled-in backend that confines (the faults are about what a
 //! confining run leaves on the host); a backend whose preflight fails here is skipped with
@@ -127,27 +127,21 @@ fn mounts_under(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// The ids of the engine's containers that host process `pid` made (by owner label).
-fn containers_of(pid: u32) -> Vec<String> {
-    let Ok(o) = Command::new("docker")
-        .args([
-            "ps",
-            "-a",
-            "--filter",
-            "label=sandbox.owner",
-            "--format",
-            "{{.ID}} {{.Label \"sandbox.owner\"}}",
-        ])
-        .output()
+/// What `backend`'s runs make on the host beyond what core makes (its registry entry's
+/// `leaves`: an engine's containers) that host process `pid` made.
+fn objects_of(backend: &str, pid: u32) -> Vec<String> {
+    let Some(leaves) = sandbox::registry::known(backend)
+        .and_then(|k| k.info)
+        .and_then(|i| i.leaves)
     else {
         return Vec::new();
     };
-    let mark = format!("/{pid}/");
-    text(&o.stdout)
-        .lines()
-        .filter(|l| l.contains(&mark))
-        .filter_map(|l| l.split(' ').next().map(str::to_string))
-        .collect()
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on((leaves.made_by)(pid))
+        .unwrap_or_else(|e| panic!("{backend}: counting its {}: {e}", leaves.what))
 }
 
 fn capability(backend: &str) -> &'static Value {
@@ -235,9 +229,9 @@ fn sigkill_of_the_host_leaves_nothing_behind_after_the_next_start(backend: &str)
     let tree_dies = capability(backend)["dies_with_host"] == true;
     let cgroups = cgroups_of(host);
     let dirs = temp_dirs_of(tmp.path(), host);
-    let containers = containers_of(host);
+    let objects = objects_of(backend, host);
     assert!(
-        !cgroups.is_empty() || !dirs.is_empty() || !containers.is_empty(),
+        !cgroups.is_empty() || !dirs.is_empty() || !objects.is_empty(),
         "the run made nothing on the host to leave behind: the test proves nothing"
     );
     // `Child::kill` is SIGKILL: the host gets no chance to clean up.
@@ -262,13 +256,13 @@ fn sigkill_of_the_host_leaves_nothing_behind_after_the_next_start(backend: &str)
     // What the dead host left is still there (nobody cleaned up).
     let left_dirs = temp_dirs_of(tmp.path(), host);
     let left_cgroups = cgroups_of(host);
-    let left_containers = containers_of(host);
+    let left_objects = objects_of(backend, host);
     let _ = writeln!(
         std::io::stderr(),
-        "{backend}: the SIGKILLed host left {} temp dirs, {} cgroups, {} containers",
+        "{backend}: the SIGKILLed host left {} temp dirs, {} cgroups, {} engine objects",
         left_dirs.len(),
         left_cgroups.len(),
-        left_containers.len()
+        left_objects.len()
     );
 
     // The next start.
@@ -289,7 +283,7 @@ fn sigkill_of_the_host_leaves_nothing_behind_after_the_next_start(backend: &str)
     assert_eq!(temp_dirs_of(tmp.path(), host), Vec::<PathBuf>::new());
     assert_eq!(mounts_under(tmp.path()), Vec::<String>::new());
     assert_eq!(cgroups_of(host), Vec::<PathBuf>::new());
-    assert_eq!(containers_of(host), Vec::<String>::new());
+    assert_eq!(objects_of(backend, host), Vec::<String>::new());
     // A live owner's directory is never touched.
     assert_eq!(std::fs::read(live.join("keep")).unwrap(), b"mine");
     // The workspace is as it was: nothing of the killed run's layer reached it.

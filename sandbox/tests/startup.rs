@@ -16,9 +16,24 @@ use std::process::{Command, Output, Stdio};
 
 use serde_json::Value;
 
-use support::{available, text, workspace, BIN};
+use support::{available, report, text, workspace, BIN};
 
 mod support;
+
+/// The compiled-in backends that run a default request on `strict` here with host
+/// programs (no image): what a named-backend case runs on, from the registry and doctor.
+fn strict_host_backends() -> Vec<&'static str> {
+    sandbox::registry::compiled_in()
+        .filter(|i| !i.needs_image() && !i.unconfined)
+        .map(|i| i.name)
+        .filter(|b| {
+            available(b)
+                && report(b)["lanes"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|x| x == "strict"))
+        })
+        .collect()
+}
 
 /// One `sandbox run` in `dir` with its cache under `cache` and the decisions printed.
 fn run(dir: &Path, cache: &Path, path_env: Option<&str>, args: &[&str]) -> Output {
@@ -114,11 +129,7 @@ fn the_second_auto_run_takes_the_cache_and_runs_no_preflight() {
 fn a_named_backend_runs_no_preflight() {
     let ws = workspace();
     let cache = tempfile::tempdir().unwrap();
-    for backend in ["landlock", "bwrap"] {
-        if !available(backend) {
-            eprintln!("skipped {backend}: not available here");
-            continue;
-        }
+    for backend in strict_host_backends() {
         let o = run(
             ws.path(),
             cache.path(),
@@ -207,10 +218,17 @@ fn a_corrupt_stale_or_shared_cache_is_ignored_and_rewritten() {
     assert_eq!(meta.mode() & 0o777, 0o600, "rewritten private");
 }
 
-/// A cache entry naming a backend `auto` would not try on the lane (here `none`, which
-/// it never picks) is not taken: what a stale or edited entry names is checked.
+/// A cache entry naming a backend `auto` would not try on the lane (here the unconfined
+/// one, which it never picks) is not taken: what a stale or edited entry names is checked.
 #[test]
 fn an_entry_naming_a_backend_auto_would_not_pick_is_not_taken() {
+    let Some(none) = sandbox::registry::compiled_in()
+        .find(|i| i.unconfined)
+        .map(|i| i.name)
+    else {
+        eprintln!("skipped: no unconfined backend compiled in");
+        return;
+    };
     let ws = workspace();
     let cache = tempfile::tempdir().unwrap();
     let Some(_) = prime(ws.path(), cache.path(), None, "strict") else {
@@ -224,7 +242,7 @@ fn an_entry_naming_a_backend_auto_would_not_pick_is_not_taken() {
         .next()
         .unwrap()
         .clone();
-    v["entries"][&key] = Value::from("none");
+    v["entries"][&key] = Value::from(none);
     write_cache(cache.path(), &v.to_string());
     let marker = ws.path().join("ran");
     let o = run(
@@ -235,33 +253,36 @@ fn an_entry_naming_a_backend_auto_would_not_pick_is_not_taken() {
     );
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(err.contains("the cached `none` does not fit"), "{err}");
+    assert!(
+        err.contains(&format!("the cached `{none}` does not fit")),
+        "{err}"
+    );
     assert!(err.contains("with preflights; cached"), "{err}");
     assert_ne!(
         entry_for(&read_cache(cache.path()), "strict").as_deref(),
-        Some("none")
+        Some(none)
     );
 }
 
-/// The bwrap on `PATH`, resolved.
-fn real_bwrap() -> Option<PathBuf> {
+/// The program called `name` on `PATH`, resolved.
+fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
-        .map(|d| d.join("bwrap"))
+        .map(|d| d.join(name))
         .find(|p| p.is_file())
 }
 
-/// A `bwrap` in `dir` that runs the real one; then, same size, same inode and same
+/// A program in `dir`, named as the real one it runs; then, same size, same inode and same
 /// modification time (so its identity in the cache key does not change), one that fails.
-struct FakeBwrap {
+struct FakeProgram {
     file: PathBuf,
     len: usize,
 }
 
-impl FakeBwrap {
+impl FakeProgram {
     fn working(dir: &Path, real: &Path) -> Self {
         let script = format!("#!/bin/sh\nexec {} \"$@\"\n", real.display());
-        let file = dir.join("bwrap");
+        let file = dir.join(real.file_name().unwrap());
         fs::write(&file, &script).unwrap();
         fs::set_permissions(&file, fs::Permissions::from_mode(0o755)).unwrap();
         Self::set_time(&file);
@@ -297,49 +318,53 @@ impl FakeBwrap {
     }
 }
 
+/// `auto` on `trusted` picks a backend that runs a host program (its registry entry's
+/// `host_key` is that program's identity); the program then breaks without its identity
+/// changing.
 #[test]
 fn a_backend_that_cannot_launch_is_diagnosed_125_and_nothing_runs() {
-    let Some(real) = real_bwrap() else {
-        eprintln!("skipped: no bwrap on PATH");
-        return;
-    };
-    if !available("bwrap") {
-        eprintln!("skipped: bwrap not available here");
-        return;
-    }
     let ws = workspace();
     let cache = tempfile::tempdir().unwrap();
     let bin = tempfile::tempdir().unwrap();
-    let fake = FakeBwrap::working(bin.path(), &real);
+    // A working stand-in, first on PATH, for every backend's host program.
+    let fakes: Vec<(&str, FakeProgram)> = sandbox::registry::compiled_in()
+        .filter_map(|i| {
+            let real = on_path(i.host_key.program()?)?;
+            Some((i.name, FakeProgram::working(bin.path(), &real)))
+        })
+        .collect();
     let path_env = format!(
         "{}:{}",
         bin.path().display(),
         std::env::var("PATH").unwrap_or_default()
     );
-    // `auto` on trusted tries bwrap first.
     let Some(picked) = prime(ws.path(), cache.path(), Some(&path_env), "trusted") else {
         return;
     };
-    if picked != "bwrap" {
-        eprintln!("skipped: auto picks {picked}, not bwrap, on trusted here");
+    let Some((_, fake)) = fakes.iter().find(|(b, _)| *b == picked) else {
+        eprintln!("skipped: auto picks {picked} on trusted here, which runs no host program");
         return;
-    }
+    };
     let key_before = read_cache(cache.path())["host"].clone();
     fake.break_it();
 
     let marker = ws.path().join("ran");
     let touch = ["--", "touch", marker.to_str().unwrap()];
-    // The cache entry still matches (bwrap's identity looks the same); the launch fails,
-    // is diagnosed, and the entry is dropped.
+    // The cache entry still matches (the program's identity looks the same); the launch
+    // fails, is diagnosed, and the entry is dropped.
     let mut args = vec!["--lane", "trusted"];
     args.extend_from_slice(&touch);
     let o = run(ws.path(), cache.path(), Some(&path_env), &args);
     let err = text(&o.stderr);
-    assert!(err.contains("auto: `bwrap` from the cache"), "{err}");
+    assert!(
+        err.contains(&format!("auto: `{picked}` from the cache")),
+        "{err}"
+    );
     assert_eq!(o.status.code(), Some(125), "{err}");
     assert!(err.contains("running its preflight"), "{err}");
+    let cannot = format!("backend `{picked}` cannot run here");
     assert!(
-        err.contains("backend `bwrap` cannot run here") && err.contains("remedy:"),
+        err.contains(&cannot) && err.contains("remedy:"),
         "the preflight's cause and remedy: {err}"
     );
     assert!(!marker.exists(), "nothing ran");
@@ -348,24 +373,21 @@ fn a_backend_that_cannot_launch_is_diagnosed_125_and_nothing_runs() {
     assert_eq!(entry_for(&after, "trusted"), None, "the entry is dropped");
 
     // Named, the same: 125, the cause and remedy, nothing run.
-    let mut args = vec!["--backend", "bwrap"];
+    let mut args = vec!["--backend", picked.as_str()];
     args.extend_from_slice(&touch);
     let o = run(ws.path(), cache.path(), Some(&path_env), &args);
     let err = text(&o.stderr);
     assert_eq!(o.status.code(), Some(125), "{err}");
-    assert!(
-        err.contains("backend `bwrap` cannot run here") && err.contains("remedy:"),
-        "{err}"
-    );
+    assert!(err.contains(&cannot) && err.contains("remedy:"), "{err}");
     assert!(!marker.exists(), "nothing ran");
 
-    // With the entry gone, `auto` selects again and passes over the broken bwrap.
+    // With the entry gone, `auto` selects again and passes over the broken backend.
     let mut args = vec!["--lane", "trusted"];
     args.extend_from_slice(&touch);
     let o = run(ws.path(), cache.path(), Some(&path_env), &args);
     let err = text(&o.stderr);
     assert!(err.contains("with preflights; cached"), "{err}");
-    assert!(!err.contains("selected `bwrap`"), "{err}");
+    assert!(!err.contains(&format!("selected `{picked}`")), "{err}");
     if o.status.code() == Some(0) {
         assert!(marker.exists());
     }
@@ -379,16 +401,13 @@ fn a_file_made_root_only_after_the_cache_was_written_stays_unreadable() {
         eprintln!("skipped: hiding root-only files is what a root host does");
         return;
     }
-    for (lane, backend) in [
-        ("strict", None),
-        ("trusted", None),
-        ("strict", Some("bwrap")),
-    ] {
-        if let Some(b) = backend {
-            if !available(b) {
-                continue;
-            }
-        }
+    let named = strict_host_backends()
+        .into_iter()
+        .map(|b| ("strict", Some(b)));
+    for (lane, backend) in [("strict", None), ("trusted", None)]
+        .into_iter()
+        .chain(named)
+    {
         let ws = workspace();
         let cache = tempfile::tempdir().unwrap();
         let data = tempfile::tempdir().unwrap();

@@ -20,10 +20,12 @@
 //! ```
 //!
 //! Environment:
-//! - `SANDBOX_BACKEND`: the backend to test (default `none`).
+//! - `SANDBOX_BACKEND`: the backend to test (this workspace's suite defaults it to the
+//!   registry's unconfined backend; unset, nothing runs and the backend is reported
+//!   unavailable).
 //! - `SANDBOX_VALIDATE=1`: run only the confinement cases, against `SANDBOX_BACKEND`
-//!   (which must confine nothing: `none`), each passing only if it fails at its
-//!   confinement check.
+//!   (which must confine nothing), each passing only if it fails at its confinement
+//!   check.
 //! - `SANDBOX_PROBE`: the probe's path as argv\[0\] (default: the host probe, or
 //!   [`IN_IMAGE_PROBE`] for a backend without host programs).
 //! - `SANDBOX_CONFORMANCE_REPORT`: write a JSON report of every verdict to this file.
@@ -36,6 +38,7 @@ use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
 use libtest_mimic::{Arguments, Completion, Trial};
+use sandbox_core::registry::HostObjects;
 use sandbox_core::Backend;
 use serde_json::{json, Value};
 
@@ -80,6 +83,16 @@ pub fn main<F>(backend_by_name: F, host_probe: &Path) -> ExitCode
 where
     F: Fn(&str) -> Option<Arc<dyn Backend>>,
 {
+    main_with(backend_by_name, |_| None, host_probe)
+}
+
+/// [`main`], told also what a backend's runs leave on the host beyond what core removes
+/// (its registry entry's `leaves`), which the soak counts.
+pub fn main_with<F, L>(backend_by_name: F, leaves_by_name: L, host_probe: &Path) -> ExitCode
+where
+    F: Fn(&str) -> Option<Arc<dyn Backend>>,
+    L: Fn(&str) -> Option<HostObjects>,
+{
     // Before any thread exists: the environment cases need host variables to scrub.
     prepare_host_env();
     let mut args = Arguments::from_args();
@@ -91,8 +104,7 @@ where
     } else {
         Mode::Conform
     };
-    // Validation runs against a backend that confines nothing: `none` unless named.
-    let name = std::env::var("SANDBOX_BACKEND").unwrap_or_else(|_| "none".into());
+    let name = std::env::var("SANDBOX_BACKEND").unwrap_or_default();
     let report_path = std::env::var_os("SANDBOX_CONFORMANCE_REPORT").map(PathBuf::from);
     let report_path = report_path.as_deref();
     let mut report = json!({
@@ -158,7 +170,8 @@ where
         }
     };
     if let Some(spec) = std::env::var_os("SANDBOX_SOAK") {
-        return soak_main(ctx, &spec.to_string_lossy(), report_path);
+        let leaves = leaves_by_name(&name);
+        return soak_main(ctx, &spec.to_string_lossy(), leaves, report_path);
     }
     report["lane"] = json!(ctx.lane().as_str());
     report["capability"] = serde_json::to_value(ctx.capability()).unwrap_or(Value::Null);
@@ -223,7 +236,12 @@ where
 /// `SANDBOX_SOAK=RUNS,CONCURRENT`: the soak instead of the cases (see [`crate::soak`]).
 /// Prints the counts before and after; fails on growth or on a run that ended otherwise
 /// than expected.
-fn soak_main(ctx: Arc<Context>, spec: &str, report_path: Option<&Path>) -> ExitCode {
+fn soak_main(
+    ctx: Arc<Context>,
+    spec: &str,
+    leaves: Option<HostObjects>,
+    report_path: Option<&Path>,
+) -> ExitCode {
     let config = match crate::soak::SoakConfig::parse(spec) {
         Ok(c) => c,
         Err(e) => {
@@ -248,14 +266,13 @@ fn soak_main(ctx: Arc<Context>, spec: &str, report_path: Option<&Path>) -> ExitC
             return ExitCode::FAILURE;
         }
     };
-    let docker = !ctx.capability().host_programs;
     let name = ctx.backend_name();
     eprintln!(
         "soak: backend `{name}`, {} sequential runs then {} at once (twice), kills, timeouts, \
          floods and daemons mixed in",
         config.sequential, config.concurrent
     );
-    let report = rt.block_on(crate::soak::soak(ctx.clone(), config, docker));
+    let report = rt.block_on(crate::soak::soak(ctx.clone(), config, leaves));
     println!("soak {name}: before: {}", report.before);
     println!("soak {name}: after:  {}", report.after);
     for e in report.errors.iter().take(20) {

@@ -285,6 +285,31 @@ pub fn public_and_private(
     Ok((dir, public, private))
 }
 
+/// Options that run `sh -c SCRIPT probe PUBLIC PRIVATE` in `ws` (so the script reads the
+/// two files as `$1` and `$2`), with `data`, the directory [`public_and_private`] made,
+/// granted read-only.
+pub fn read_both(
+    ws: &Path,
+    script: &str,
+    data: &Path,
+    public: &Path,
+    private: &Path,
+) -> sandbox_core::SandboxOpts {
+    let mut o = sandbox_core::SandboxOpts::new(
+        ws,
+        [
+            "sh".as_ref(),
+            "-c".as_ref(),
+            script.as_ref(),
+            "probe".as_ref(),
+            public.as_os_str(),
+            private.as_os_str(),
+        ],
+    );
+    o.read_only_paths = vec![data.to_path_buf()];
+    o
+}
+
 /// A ramfs mounted at a directory (root only): a filesystem without idmapped mounts, for
 /// the tests of a root host's fallback. Unmounted (lazily) on drop.
 #[derive(Debug)]

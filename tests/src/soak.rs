@@ -14,10 +14,10 @@
 
 use std::fmt;
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use sandbox_core::registry::HostObjects;
 use sandbox_core::{SandboxExt, Status};
 use serde::Serialize;
 
@@ -85,8 +85,12 @@ pub struct Counts {
     pub mounts: usize,
     /// Entries in this process's temp directory.
     pub temp_entries: usize,
-    /// Docker containers and volumes labelled as this process's (0 without docker).
-    pub containers: usize,
+    /// What the backend's runs make on the host beyond what core makes (its registry
+    /// entry's [`HostObjects`]: an engine's containers and volumes) that this process made;
+    /// 0 for a backend that makes nothing of the kind.
+    pub backend_objects: usize,
+    /// What those are (`containers and volumes`), or `none`.
+    pub backend_objects_are: &'static str,
     /// Resident set size, KiB.
     pub rss_kib: u64,
 }
@@ -96,7 +100,7 @@ impl fmt::Display for Counts {
         write!(
             f,
             "fds {}, threads {} (+{} runtime), children {}, zombies {}, cgroups {}, mounts {}, temp entries {}, \
-             containers+volumes {}, rss {} KiB",
+             {} {}, rss {} KiB",
             self.fds,
             self.threads,
             self.runtime_threads,
@@ -105,7 +109,8 @@ impl fmt::Display for Counts {
             self.cgroups,
             self.mounts,
             self.temp_entries,
-            self.containers,
+            self.backend_objects_are,
+            self.backend_objects,
             self.rss_kib
         )
     }
@@ -194,41 +199,6 @@ fn own_cgroups(me: u32) -> usize {
     n
 }
 
-/// Containers and volumes whose owner label names this process (`MACHINE/PID/START`). The
-/// engine is shared with other work, so only this process's objects count.
-fn own_containers(me: u32) -> usize {
-    let marker = format!("/{me}/");
-    let list = |args: &[&str]| -> usize {
-        Command::new("docker")
-            .args(args)
-            .output()
-            .ok()
-            .filter(|o| o.status.success())
-            .map(|o| {
-                String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .filter(|l| l.contains(&marker))
-                    .count()
-            })
-            .unwrap_or(0)
-    };
-    list(&[
-        "ps",
-        "-a",
-        "--filter",
-        "label=sandbox.owner",
-        "--format",
-        "{{.Label \"sandbox.owner\"}}",
-    ]) + list(&[
-        "volume",
-        "ls",
-        "--filter",
-        "label=sandbox.owner",
-        "--format",
-        "{{.Label \"sandbox.owner\"}}",
-    ])
-}
-
 /// The resident set after handing freed heap back to the kernel: what the allocator keeps
 /// cached for reuse is not a leak, and would otherwise swamp one.
 /// Mounts in this process's mount namespace whose mount point is under `tmp` (where every
@@ -260,9 +230,9 @@ fn rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// Count everything now. `docker` says whether to ask the engine (slow, and only
-/// meaningful for a backend that makes containers).
-pub fn counts(docker: bool) -> Counts {
+/// Count everything now, with what `leaves` says the backend's runs make besides (asked of
+/// its engine: slow, so only for a backend that makes such things).
+pub async fn counts(leaves: Option<&HostObjects>) -> Counts {
     let me = std::process::id();
     let (children, zombies) = children_of(me);
     let tmp = std::env::temp_dir();
@@ -276,7 +246,13 @@ pub fn counts(docker: bool) -> Counts {
         cgroups: own_cgroups(me),
         mounts: own_mounts(&tmp),
         temp_entries: tmp.read_dir().map(|d| d.count()).unwrap_or(0),
-        containers: if docker { own_containers(me) } else { 0 },
+        backend_objects: match leaves {
+            // A count that cannot be taken is taken as large, so that a soak whose second
+            // count fails does not pass.
+            Some(l) => (l.made_by)(me).await.map_or(usize::MAX, |v| v.len()),
+            None => 0,
+        },
+        backend_objects_are: leaves.map_or("none", |l| l.what),
         rss_kib: rss_kib(),
     }
 }
@@ -297,9 +273,9 @@ pub fn growth(before: &Counts, after: &Counts) -> Vec<String> {
     check("mounts", before.mounts, after.mounts);
     check("temp entries", before.temp_entries, after.temp_entries);
     check(
-        "containers and volumes",
-        before.containers,
-        after.containers,
+        before.backend_objects_are,
+        before.backend_objects,
+        after.backend_objects,
     );
     let slack = (before.rss_kib * RSS_SLACK_PERCENT / 100).max(RSS_FLOOR_KIB);
     if after.rss_kib > before.rss_kib + slack {
@@ -310,6 +286,16 @@ pub fn growth(before: &Counts, after: &Counts) -> Vec<String> {
         ));
     }
     grew
+}
+
+/// A count of the backend's objects that could not be taken is an error of the soak.
+fn uncounted(c: &Counts, errors: &mut Vec<String>) {
+    if c.backend_objects == usize::MAX {
+        errors.push(format!(
+            "the {} this process made could not be counted",
+            c.backend_objects_are
+        ));
+    }
 }
 
 /// The kinds of run the soak mixes, in the order it cycles through them.
@@ -448,7 +434,11 @@ impl SoakReport {
 /// at once, twice), count again. The caller's runtime names its threads [`RUNTIME_THREAD`],
 /// bounds its blocking pool and keeps idle threads alive for the whole soak (a pool that
 /// shrinks and regrows is not a leak).
-pub async fn soak(ctx: Arc<Context>, config: SoakConfig, docker: bool) -> SoakReport {
+pub async fn soak(
+    ctx: Arc<Context>,
+    config: SoakConfig,
+    leaves: Option<HostObjects>,
+) -> SoakReport {
     let mut errors = Vec::new();
     // Warm-up: a fifth of the sequential runs (every kind at least twice), and two batches
     // at the soak's concurrency, so that the allocator's arenas and the runtime's pools
@@ -459,7 +449,8 @@ pub async fn soak(ctx: Arc<Context>, config: SoakConfig, docker: bool) -> SoakRe
         errors.extend(batch(&ctx, 0, config.concurrent, config.concurrent).await);
     }
     settle().await;
-    let before = counts(docker);
+    let before = counts(leaves.as_ref()).await;
+    uncounted(&before, &mut errors);
     let started = Instant::now();
     let mut runs = 0;
     errors.extend(batch(&ctx, runs, config.sequential, 1).await);
@@ -469,7 +460,8 @@ pub async fn soak(ctx: Arc<Context>, config: SoakConfig, docker: bool) -> SoakRe
         runs += config.concurrent;
     }
     settle().await;
-    let after = counts(docker);
+    let after = counts(leaves.as_ref()).await;
+    uncounted(&after, &mut errors);
     SoakReport {
         growth: growth(&before, &after),
         before,
@@ -490,6 +482,8 @@ async fn settle() {
 
 #[cfg(test)]
 mod tests {
+    use std::process::Command;
+
     use super::*;
 
     #[test]

@@ -1,10 +1,14 @@
-//! The conformance suite for the backend in `SANDBOX_BACKEND` (default `none`): one trial
+//! The conformance suite for the backend in `SANDBOX_BACKEND` (default: the registry's
+//! unconfined backend): one trial
 //! per case, `conformance::<area>::<case>`, so `cargo test -p sandbox-conformance -- fs::`
 //! runs the filesystem cases. See `sandbox_conformance::harness` for the environment.
 //!
-//! `conformance --list-backends` prints the registry's backends, one per line (the name,
-//! then `unconfined` for a backend that confines nothing): how `cargo xtask conformance`
-//! learns them, and what to validate against, without linking any.
+//! `conformance --list-backends` prints the registry's backends, one per line: the name,
+//! then `unconfined` for a backend that confines nothing, `unprivileged` for one an
+//! ordinary user runs, `program=P` for the host program it runs, and `packages=A,B` for
+//! the Debian packages it needs on the host.
+//! That is how `cargo xtask` learns them (what to run, what to validate against, what
+//! runs as an unprivileged uid, what CI installs) without linking any.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -62,16 +66,37 @@ fn build_probe_image(info: &BackendInfo, build: registry::BuildImageFn) {
 fn main() -> std::process::ExitCode {
     if std::env::args().nth(1).as_deref() == Some("--list-backends") {
         for k in registry::KNOWN {
-            // The one that confines nothing is the one `--validate` runs the suite against.
-            match k.info {
-                Some(info) if info.unconfined => println!("{} unconfined", k.name),
-                _ => println!("{}", k.name),
+            let mut line = k.name.to_string();
+            if let Some(info) = k.info {
+                // The one that confines nothing is the one `--validate` runs the suite
+                // against.
+                if info.unconfined {
+                    line.push_str(" unconfined");
+                }
+                if info.unprivileged {
+                    line.push_str(" unprivileged");
+                }
+                if let Some(program) = info.host_key.program() {
+                    line.push_str(&format!(" program={program}"));
+                }
+                if !info.host_packages.is_empty() {
+                    line.push_str(&format!(" packages={}", info.host_packages.join(",")));
+                }
             }
+            println!("{line}");
         }
         return std::process::ExitCode::SUCCESS;
     }
-    sandbox_conformance::harness::main(
+    // Unset, the backend is the one that confines nothing (as `cargo test --workspace`
+    // runs it). Set before any thread exists.
+    if std::env::var_os("SANDBOX_BACKEND").is_none() {
+        if let Some(none) = registry::compiled_in().find(|i| i.unconfined) {
+            std::env::set_var("SANDBOX_BACKEND", none.name);
+        }
+    }
+    sandbox_conformance::harness::main_with(
         backend_by_name,
+        |name| registry::known(name)?.info?.leaves,
         env!("CARGO_BIN_EXE_sandbox-probe").as_ref(),
     )
 }

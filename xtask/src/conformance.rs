@@ -131,11 +131,29 @@ pub(crate) fn build() -> Result<Built> {
 
 /// The backends the suite knows, in matrix order: the facade's registry, as the built
 /// suite prints it (xtask links no backend).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Known {
     pub(crate) every: Vec<String>,
     /// The one that confines nothing, which `--validate` runs the suite against.
-    unconfined: Option<String>,
+    pub(crate) unconfined: Option<String>,
+    /// The confining backends an ordinary user runs (no root-equivalent access): what a
+    /// run `--as-user` covers.
+    pub(crate) unprivileged: Vec<String>,
+    /// The Debian packages each backend needs on the host, by backend.
+    pub(crate) packages: Vec<(String, Vec<String>)>,
+    /// The host programs the backends run.
+    pub(crate) programs: Vec<String>,
+}
+
+impl Known {
+    /// Every backend, or for a run as an unprivileged uid every confining one that runs
+    /// unprivileged.
+    pub(crate) fn for_user(&self, as_user: Option<u32>) -> Vec<String> {
+        match as_user {
+            Some(_) => self.unprivileged.clone(),
+            None => self.every.clone(),
+        }
+    }
 }
 
 pub(crate) fn known_backends(built: &Built) -> Result<Known> {
@@ -149,14 +167,35 @@ pub(crate) fn known_backends(built: &Built) -> Result<Known> {
     Ok(parse_known(&String::from_utf8_lossy(&out.stdout)))
 }
 
-/// `NAME [unconfined]` a line.
+/// `NAME [unconfined] [unprivileged] [program=P] [packages=A,B]` a line.
 fn parse_known(text: &str) -> Known {
     let mut known = Known::default();
     for line in text.lines() {
         let mut words = line.split_whitespace();
         let Some(name) = words.next() else { continue };
-        if words.next() == Some("unconfined") && known.unconfined.is_none() {
+        let (mut unconfined, mut unprivileged) = (false, false);
+        for word in words {
+            match word {
+                "unconfined" => unconfined = true,
+                "unprivileged" => unprivileged = true,
+                _ => {
+                    if let Some(program) = word.strip_prefix("program=") {
+                        known.programs.push(program.to_string());
+                    }
+                    if let Some(list) = word.strip_prefix("packages=") {
+                        let list = list.split(',').filter(|p| !p.is_empty());
+                        known
+                            .packages
+                            .push((name.to_string(), list.map(String::from).collect()));
+                    }
+                }
+            }
+        }
+        if unconfined && known.unconfined.is_none() {
             known.unconfined = Some(name.to_string());
+        }
+        if unprivileged && !unconfined {
+            known.unprivileged.push(name.to_string());
         }
         known.every.push(name.to_string());
     }
@@ -395,13 +434,16 @@ pub fn run(args: &[String]) -> Result<()> {
     let mut opts = parse(args)?;
     let built = build()?;
     let known = known_backends(&built)?;
+    // As an unprivileged uid, "every backend" is every confining one the registry says an
+    // ordinary user runs.
+    let every = known.for_user(opts.as_user);
     if opts.every_backend {
-        let mut all = known.every.clone();
+        let mut all = every.clone();
         all.retain(|b| !opts.backends.contains(b));
         opts.backends.splice(0..0, all);
     }
     if opts.require_all {
-        opts.require = known.every.clone();
+        opts.require = every;
     }
     let mut columns = Vec::new();
     for b in &opts.backends {
@@ -471,6 +513,27 @@ mod tests {
     }
 
     #[test]
+    fn as_a_user_every_backend_is_every_confining_one_that_runs_unprivileged() {
+        let k = parse_known(
+            "free unconfined unprivileged\nns unprivileged program=nsrun packages=ns-tool\n\
+             engine\nkernel unprivileged packages=k1,k2\n",
+        );
+        assert_eq!(k.for_user(None), ["free", "ns", "engine", "kernel"]);
+        assert_eq!(k.for_user(Some(65534)), ["ns", "kernel"]);
+        assert_eq!(k.programs, ["nsrun"]);
+        assert_eq!(
+            k.packages,
+            [
+                ("ns".to_string(), vec!["ns-tool".to_string()]),
+                (
+                    "kernel".to_string(),
+                    vec!["k1".to_string(), "k2".to_string()]
+                ),
+            ]
+        );
+    }
+
+    #[test]
     fn require_all_runs_and_requires_every_backend() {
         let o = parse(&args(&["--require", "all", "--validate"])).unwrap();
         assert!(o.require_all && o.every_backend && o.validate);
@@ -491,9 +554,9 @@ mod tests {
     fn a_required_backend_is_run_and_harness_args_pass_through() {
         let o = parse(&args(&[
             "--backend",
-            "none",
+            "a",
             "--require",
-            "bwrap,docker",
+            "b,c",
             "--as-user",
             "65534",
             "--",
@@ -501,7 +564,7 @@ mod tests {
             "--exact",
         ]))
         .unwrap();
-        assert_eq!(o.backends, ["none", "bwrap", "docker"]);
+        assert_eq!(o.backends, ["a", "b", "c"]);
         assert_eq!(o.as_user, Some(65534));
         assert_eq!(o.test_args, ["fs::", "--exact"]);
         assert!(parse(&args(&["--as-user", "nobody"])).is_err());
@@ -511,8 +574,8 @@ mod tests {
     #[test]
     fn the_matrix_shows_fail_skip_reasons_and_unavailable() {
         let ran = Column {
-            label: "none".into(),
-            backend: "none".into(),
+            label: "a".into(),
+            backend: "a".into(),
             validate: false,
             unavailable: None,
             crashed: None,
@@ -523,15 +586,15 @@ mod tests {
             ],
         };
         let gone = Column {
-            label: "bwrap".into(),
-            backend: "bwrap".into(),
+            label: "b".into(),
+            backend: "b".into(),
             validate: false,
-            unavailable: Some("bwrap missing".into()),
+            unavailable: Some("b missing".into()),
             crashed: None,
             results: Vec::new(),
         };
         let o = Options {
-            require: vec!["bwrap".into()],
+            require: vec!["b".into()],
             ..Options::default()
         };
         let md = render(&[ran, gone], &o);
@@ -540,7 +603,7 @@ mod tests {
         assert!(md.contains("skip (not claimed)"), "{md}");
         assert!(md.contains("broke \\| badly"), "{md}");
         assert!(
-            md.contains("**bwrap** (required): UNAVAILABLE: bwrap missing"),
+            md.contains("**b** (required): UNAVAILABLE: b missing"),
             "{md}"
         );
     }

@@ -3,6 +3,7 @@
 //! Boring on purpose: std and `serde_json` (to read cargo's build messages and the
 //! suite's reports), one module per task, `main` only dispatches.
 
+mod backends;
 mod bench;
 mod conformance;
 mod fuzz;
@@ -29,7 +30,8 @@ Tasks:
         --validate      run the confinement cases against the backend that confines
                         nothing (`none`); each must fail there (the proof that it can fail)
         --as-user UID   run the suite as UID (setpriv, no groups, a TMPDIR it owns), for
-                        the unprivileged run
+                        the unprivileged run; then every backend (and `all`) means every
+                        confining backend the registry says an ordinary user runs
         -- ARGS         passed to the test harness (e.g. `-- fs::` to run one area)
   bench [--backend NAME]... [--quick]
       Build sandbox-bench (and the `sandbox` command) in release once, measure each
@@ -38,11 +40,18 @@ Tasks:
       it to bench/RESULTS.md (--quick: a handful of runs, written to
       <target>/bench-quick.md; proves the bench runs, judges no target).
   soak [--backend NAME]... [--runs N] [--concurrent N] [--as-user UID]
-      Per backend (default: all), N runs one after another (default 1000) and N at once
+      Per backend (default: all; with --as-user, every confining backend that runs
+      unprivileged), N runs one after another (default 1000) and N at once
       (default 64, twice), with kills, timeouts, output floods and daemonizing children
       mixed in; prints the host's counts (descriptors, threads, children, zombies,
       cgroups, mounts, temp entries, containers, resident set) after a warm-up and after
       the soak, and fails if anything grew (the resident set by 5% or more).
+  backends [--packages | --programs | --github-matrix]
+      The registry's backends as the built suite lists them, one a line (`unprivileged`:
+      an ordinary user runs it; `needs:PKG`: a Debian package it needs on the host);
+      --packages: those packages, each once (what scripts/test-all installs);
+      --programs: the host programs the backends run (what scripts/fresh-machine hides);
+      --github-matrix: one CI conformance job per backend, as a GitHub Actions matrix.
   fuzz [--seconds N]
       For half of N seconds (default 120), the property tests over Plan::new, the policy
       file and the command line, repeated with new seeds (PROPTEST_CASES=4096 a run); for
@@ -58,6 +67,7 @@ fn main() -> ExitCode {
     let rest: Vec<String> = args.collect();
     let result = match task.as_deref() {
         Some("conformance") => conformance::run(&rest),
+        Some("backends") => backends::run(&rest),
         Some("bench") => bench::run(&rest),
         Some("soak") => soak::run(&rest),
         Some("fuzz") => fuzz::run(&rest),

@@ -374,7 +374,7 @@ mod tests {
         };
         cap.network_none = Enforcement::OverGrant("the host's whole network");
         let limits = ResourceLimits::none();
-        let grants = check_lane(Lane::Trusted, "none", &cap, &req(&limits)).unwrap();
+        let grants = check_lane(Lane::Trusted, "b", &cap, &req(&limits)).unwrap();
         let over: Vec<_> = grants
             .iter()
             .filter(|g| matches!(g.enforcement, Enforcement::OverGrant(_)))

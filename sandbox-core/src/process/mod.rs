@@ -19,6 +19,7 @@ mod child;
 pub mod files;
 mod notify;
 pub mod output;
+mod preflight;
 mod supervise;
 pub mod tree;
 
@@ -31,6 +32,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 
 pub use child::{raw_write_file, PreExec};
+pub use preflight::run_true;
 
 use crate::changes::Layer;
 use crate::egress::EgressRun;

@@ -1,6 +1,6 @@
 //! What the tests of the `sandbox` command share: the built binary, which backends work
-//! here (from `sandbox doctor --json`), `SANDBOX_TEST_REQUIRE`, the docker test image, and
-//! the flags that select a backend on a lane it runs on.
+//! here (from `sandbox doctor --json`), `SANDBOX_TEST_REQUIRE`, the test image for a
+//! backend that runs one, and the flags that select a backend on a lane it runs on.
 //!
 //! `tests/cli.rs` and `tests/mcp.rs` use it.
 
@@ -20,14 +20,14 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// `sandbox doctor --json`, once; with the docker test image when docker is compiled in.
+/// `sandbox doctor --json`, once; with the test image when a compiled-in backend runs one.
 pub fn doctor() -> &'static Value {
     static REPORT: OnceLock<Value> = OnceLock::new();
     REPORT.get_or_init(|| {
         let mut cmd = Command::new(BIN);
         cmd.args(["doctor", "--json"]);
-        if cfg!(feature = "docker") {
-            cmd.args(["--image", &docker_image()]);
+        if sandbox::registry::compiled_in().any(|i| i.needs_image()) {
+            cmd.args(["--image", &test_image()]);
         }
         let o = cmd.output().unwrap();
         serde_json::from_slice(&o.stdout)
@@ -35,10 +35,10 @@ pub fn doctor() -> &'static Value {
     })
 }
 
-/// The image the docker cases run in: `SANDBOX_TEST_DOCKER_IMAGE`, else one imported here
-/// from the host's static busybox by `tests/busybox-image.sh` (nothing can be pulled on
-/// the test machines).
-pub fn docker_image() -> String {
+/// The image the cases of a backend that runs one use: `SANDBOX_TEST_DOCKER_IMAGE`, else
+/// one imported here from the host's static busybox by `tests/busybox-image.sh` (nothing
+/// can be pulled on the test machines).
+pub fn test_image() -> String {
     static IMAGE: OnceLock<String> = OnceLock::new();
     IMAGE
         .get_or_init(|| {
@@ -57,11 +57,16 @@ pub fn docker_image() -> String {
         .clone()
 }
 
-/// `SANDBOX_TEST_REQUIRE` names `backend` (or `all`): unavailable is then a failure.
+/// `SANDBOX_TEST_REQUIRE` names `backend`, or `all`, or `unprivileged` for a confining
+/// backend that an ordinary user runs (its registry entry): unavailable is then a failure.
 pub fn required(backend: &str) -> bool {
+    let unprivileged = sandbox::registry::known(backend)
+        .and_then(|k| k.info)
+        .is_some_and(|i| i.unprivileged && !i.unconfined);
     std::env::var("SANDBOX_TEST_REQUIRE").is_ok_and(|v| {
         v.split(',')
-            .any(|b| b.trim() == backend || b.trim() == "all")
+            .map(str::trim)
+            .any(|b| b == backend || b == "all" || (b == "unprivileged" && unprivileged))
     })
 }
 
@@ -137,7 +142,7 @@ pub fn backend_flags(backend: &str) -> Vec<String> {
     ];
     if report["needs_image"] == true {
         v.push("--image".into());
-        v.push(docker_image());
+        v.push(test_image());
     }
     v
 }

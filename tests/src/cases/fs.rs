@@ -188,14 +188,32 @@ pub async fn unknown_program(ctx: Arc<Context>) -> CaseResult {
     Ok(())
 }
 
-/// Files named in `capture_files` come back in the outcome; missing ones are absent.
+/// Files named in `capture_files` come back in the outcome; missing ones, and links out
+/// of the workspace, are absent.
 pub async fn capture_files(ctx: Arc<Context>) -> CaseResult {
     let ws = ctx.workspace("capture")?;
     let t = token();
-    let mut opts = ctx.opts(ws.path(), ["write", "out.txt", t.as_str()]);
-    opts.capture_files = vec!["out.txt".into(), "missing.txt".into()];
+    // A link the command makes to a host file is never followed out of the workspace.
+    let mut opts = ctx.opts(
+        ws.path(),
+        [
+            "edit",
+            "write",
+            "out.txt",
+            &t,
+            ",",
+            "symlink",
+            "/etc/hostname",
+            "leak",
+        ],
+    );
+    opts.capture_files = vec!["out.txt".into(), "missing.txt".into(), "leak".into()];
     let out = ctx.run(opts).await?;
     ensure!(out.status.success(), "the write failed: {}", describe(&out));
+    ensure!(
+        !out.files.contains_key(Path::new("leak")),
+        "a link out of the workspace was followed and captured"
+    );
     let got = out.files.get(Path::new("out.txt"));
     ensure!(
         got.map(Vec::as_slice) == Some(t.as_bytes()),

@@ -270,9 +270,10 @@ mod tests {
 
     #[test]
     fn every_flag_has_a_key() {
-        let f = PolicyFile::parse(
+        let name = sandbox::registry::names().next().unwrap();
+        let f = PolicyFile::parse(&format!(
             r#"
-            backend = "bwrap"
+            backend = "{name}"
             workspace = "ws"
             read = ["/etc"]
             write = ["out"]
@@ -284,10 +285,10 @@ mod tests {
             lane = "fast"
             image = "debian"
             snapshot = true
-            "#,
-        )
+            "#
+        ))
         .unwrap();
-        assert_eq!(f.backend.map(BackendArg::name), Some("bwrap"));
+        assert_eq!(f.backend.map(BackendArg::name), Some(name));
         assert_eq!(f.lane, Some(Lane::Fast));
         assert_eq!(f.network, Some(NetworkMode::Loopback));
         assert!(matches!(f.timeout, Some(Seconds::Fraction(t)) if t == 2.5));

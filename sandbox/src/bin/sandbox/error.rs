@@ -288,7 +288,7 @@ mod tests {
         assert_eq!(nx.exit_code(), NOT_EXECUTABLE);
         let ws = CliError::from(SandboxError::invalid("workspace", "/x does not exist"));
         assert_eq!(ws.exit_code(), SANDBOX_FAILED);
-        let un = CliError::from(SandboxError::unavailable("bwrap", "no bwrap", "install it"));
+        let un = CliError::from(SandboxError::unavailable("b", "no tool", "install it"));
         assert_eq!(un.exit_code(), SANDBOX_FAILED);
         assert_eq!(
             CliError::option("timeout", "bad").exit_code(),
@@ -305,7 +305,7 @@ mod tests {
         let (reason, remedy) = e.explain();
         assert!(reason.contains("--workspace"), "{reason}");
         assert!(!reason.contains('\n') && !remedy.contains('\n'));
-        let e = CliError::from(SandboxError::unavailable("bwrap", "missing", "apt install"));
+        let e = CliError::from(SandboxError::unavailable("b", "missing", "apt install"));
         assert_eq!(e.explain().1, "apt install");
     }
 }

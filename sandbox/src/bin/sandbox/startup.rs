@@ -355,7 +355,7 @@ fn host_key() -> String {
         euid().map_or_else(|| "?".to_string(), |u| u.to_string())
     );
     for info in sandbox::registry::compiled_in() {
-        key.push_str(&format!("; {} [{}]", info.name, (info.host_key)()));
+        key.push_str(&format!("; {} [{}]", info.name, info.host_key.read()));
     }
     key
 }

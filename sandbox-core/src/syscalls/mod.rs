@@ -1,7 +1,7 @@
-//! The one table of system calls the sandboxes deny, and why: the source the bwrap and
-//! landlock backends' BPF program ([`crate::seccomp`]) and the docker backend's seccomp
-//! profile (OCI JSON, an allow-list) are both rendered from, so the kernel surface denied
-//! is the same on every backend.
+//! The one table of system calls the sandboxes deny, and why: the source the BPF program
+//! of the backends that filter their own process ([`crate::seccomp`]) and the OCI seccomp
+//! profiles of the runtimes that filter for them ([`oci`]) are all rendered from, so the
+//! kernel surface denied is the same on every backend.
 //!
 //! # What is denied, and why
 //!
@@ -28,12 +28,16 @@
 //!
 //! # Renderings
 //!
-//! The BPF program numbers calls natively ([`Denial::nr`]); the docker profile names them,
-//! and allows every name in [`X86_64_NAMES`] that this table does not deny. Each
-//! rendering is tested against this table in both directions (a denied call is never in
-//! the allow-list; everything the allow-list allows, the BPF program allows).
+//! The BPF program numbers calls natively ([`Denial::nr`]); the OCI allow-list
+//! ([`oci::allow_list`]) names them, and allows every name in [`X86_64_NAMES`] that this
+//! table does not deny; for a runtime with a kernel of its own, [`oci::setid_denials`]
+//! keeps only the rules about files left on the host. Each rendering is tested against
+//! this table in both directions (a denied call is never in the allow-list; everything the
+//! allow-list allows, the BPF program allows).
 
 use crate::NetworkMode;
+
+pub mod oci;
 
 /// What the filter depends on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

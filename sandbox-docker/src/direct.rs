@@ -1,17 +1,54 @@
-//! `docker run --rm` with the flags of the container the docker backend creates: the
-//! baseline for docker's start-up ("the same image and flags").
+//! `docker run --rm` with the flags of the container this backend creates: the bench's
+//! baseline for its start-up ("the same image and flags"), given to the registry as
+//! [`ImageSupport::direct`](sandbox_core::registry::ImageSupport::direct).
 //!
-//! The backend's create-container body is translated field by field into the docker
-//! command line. Any field set in the body that this module does not translate is an
-//! error, not a silent omission: a baseline with fewer flags would flatter the backend.
+//! The backend's create-container body ([`DockerBackend::container_body`]) is translated
+//! field by field into the docker command line. Any field set in the body that this
+//! module does not translate is an error, not a silent omission: a baseline with fewer
+//! flags would flatter the backend.
 
 use std::ffi::OsString;
 use std::path::Path;
+use std::sync::Arc;
 
 use bollard::models::{
     ContainerCreateBody, HostConfig, Mount, MountBindOptionsPropagationEnum, MountTypeEnum,
 };
+use sandbox_core::registry::{find_program, DirectRun};
+use sandbox_core::SandboxError;
 use serde_json::Value;
+
+use crate::{DockerBackend, DockerConfig, NAME};
+
+/// How the baseline is made, for the bench's notes.
+const NOTE: &str = "`docker run --rm`: the flags are translated field by field from the \
+                    backend's own create-container body (`DockerBackend::container_body`, \
+                    every path bind-mounted as it is: a workspace owned by the command's \
+                    uid); a field the translation does not know fails the row instead of \
+                    being left out.";
+
+/// `docker run --rm` with the same image and flags, when the `docker` client is installed
+/// (files the command line needs go under `scratch`).
+pub(crate) fn docker_run(image: &str, scratch: &Path) -> Result<Option<DirectRun>, SandboxError> {
+    let Some(docker) = find_program("docker") else {
+        return Ok(None);
+    };
+    let backend = DockerBackend::new(DockerConfig::new(image))?;
+    let scratch = scratch.to_path_buf();
+    Ok(Some(DirectRun {
+        label: "`docker run --rm` with the same image and flags".into(),
+        note: NOTE,
+        program: docker,
+        args: Arc::new(move |opts| {
+            let body = backend.container_body(opts)?;
+            run_args(&body, &scratch).map_err(|what| SandboxError::NotSupported {
+                backend: NAME,
+                feature: format!("the `docker run` baseline of {what}"),
+                remedy: "translate the field in sandbox-docker's `direct.rs`".into(),
+            })
+        }),
+    }))
+}
 
 /// The body fields translated below (JSON names, as the engine API spells them).
 const BODY_FIELDS: &[&str] = &[
@@ -212,7 +249,7 @@ fn host_args(h: &HostConfig, scratch: &Path, args: &mut Vec<OsString>) -> Result
 /// `docker` arguments (after the program name) that start the container `body` describes
 /// in the foreground, output attached, removed at its end. Files the command line needs
 /// (a seccomp profile) are written under `scratch`.
-pub fn run_args(body: &ContainerCreateBody, scratch: &Path) -> Result<Vec<OsString>, String> {
+fn run_args(body: &ContainerCreateBody, scratch: &Path) -> Result<Vec<OsString>, String> {
     let value = serde_json::to_value(body).map_err(|e| e.to_string())?;
     let rest = untranslated(&value, BODY_FIELDS);
     if !rest.is_empty() {

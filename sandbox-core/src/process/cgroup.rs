@@ -18,7 +18,7 @@
 use std::ffi::CString;
 use std::fs;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
@@ -30,13 +30,13 @@ use crate::outcome::{LimitMechanism, TreeKill};
 #[derive(Clone, Debug, Default)]
 pub struct CgroupSupport {
     /// A writable cgroup v2 directory (ours) and whether `cgroup.kill` exists below it.
-    v2: Option<PathBuf>,
+    pub(crate) v2: Option<PathBuf>,
     /// v2 controllers usable below `v2`.
     v2_memory: bool,
     v2_pids: bool,
     /// Writable cgroup v1 directories (ours) for these controllers.
-    v1_pids: Option<PathBuf>,
-    v1_memory: Option<PathBuf>,
+    pub(crate) v1_pids: Option<PathBuf>,
+    pub(crate) v1_memory: Option<PathBuf>,
 }
 
 impl CgroupSupport {
@@ -171,7 +171,8 @@ pub struct RunCgroups {
     v2: Option<PathBuf>,
     v1_pids: Option<PathBuf>,
     v1_memory: Option<PathBuf>,
-    procs_files: Vec<CString>,
+    v2_procs: Option<CString>,
+    v1_joins: Vec<CString>,
 }
 
 impl RunCgroups {
@@ -197,7 +198,8 @@ impl RunCgroups {
             v2: None,
             v1_pids: None,
             v1_memory: None,
-            procs_files: Vec::new(),
+            v2_procs: None,
+            v1_joins: Vec::new(),
         };
         // On error, `run` is dropped and removes what was made so far.
         if let Some(base) = &support.v2 {
@@ -239,21 +241,51 @@ impl RunCgroups {
                 }
             }
         }
-        for dir in [&run.v2, &run.v1_pids, &run.v1_memory]
-            .into_iter()
-            .flatten()
-        {
-            let f = dir.join("cgroup.procs");
-            let c = CString::new(f.as_os_str().as_bytes())
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            run.procs_files.push(c);
+        let c_path = |p: PathBuf| {
+            CString::new(p.into_os_string().into_vec())
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+        };
+        if let Some(dir) = &run.v2 {
+            run.v2_procs = Some(c_path(dir.join("cgroup.procs"))?);
+        }
+        for dir in [&run.v1_pids, &run.v1_memory].into_iter().flatten() {
+            let tasks = dir.join("tasks");
+            let file = if tasks.exists() {
+                tasks
+            } else {
+                dir.join("cgroup.procs")
+            };
+            run.v1_joins.push(c_path(file)?);
         }
         Ok(Some(run))
     }
 
-    /// The `cgroup.procs` files the child writes itself into between fork and exec.
-    pub fn procs_files(&self) -> &[CString] {
-        &self.procs_files
+    /// The run's cgroup v2 directory, which the child is born into where `clone3` allows.
+    pub fn v2_dir(&self) -> Option<&Path> {
+        self.v2.as_deref()
+    }
+
+    /// The run's cgroup v2 `cgroup.procs`, which a child not born in the cgroup writes `0`
+    /// to between fork and exec. cgroup v2 has no cheaper way in: `cgroup.threads` of a
+    /// domain cgroup refuses (`EOPNOTSUPP`), so such a move pays the grace period below.
+    pub fn v2_procs(&self) -> Option<&CString> {
+        self.v2_procs.as_ref()
+    }
+
+    /// The files of the run's cgroup v1 hierarchies the child writes `0` to between fork
+    /// and exec: each one's `tasks` (`cgroup.procs` where a hierarchy has no `tasks`).
+    ///
+    /// `tasks` moves one thread, `cgroup.procs` a whole thread group. The kernel skips the
+    /// global `cgroup_threadgroup_rwsem` for exactly one case, a single thread moving
+    /// itself (`cgroup_procs_write_start`, kernel/cgroup/cgroup.c: "If we migrate a single
+    /// thread, we don't care about threadgroup stability. If the thread is `current`, it
+    /// won't exit(2) under our hands or change PID through exec(2) [...] Therefore, we can
+    /// skip the global lock"). Taking that lock for writing waits for an RCU grace period
+    /// after a quiet spell: 10-22 ms here through `cgroup.procs`, 30 us through `tasks`.
+    /// The child between fork and exec has exactly one thread, so moving that thread
+    /// moves the whole process.
+    pub fn v1_joins(&self) -> &[CString] {
+        &self.v1_joins
     }
 
     fn pids_dir(&self) -> Option<&Path> {
@@ -353,7 +385,8 @@ pub fn remove_dead(support: &CgroupSupport) -> Vec<PathBuf> {
                 v2: v2.then(|| dir.clone()),
                 v1_pids: (!v2).then(|| dir.clone()),
                 v1_memory: None,
-                procs_files: Vec::new(),
+                v2_procs: None,
+                v1_joins: Vec::new(),
             };
             run.kill_all(Duration::from_secs(2));
             drop(run);
@@ -366,7 +399,21 @@ pub fn remove_dead(support: &CgroupSupport) -> Vec<PathBuf> {
 }
 
 impl Drop for RunCgroups {
+    /// Normally the tree is dead by now ([`RunCgroups::kill_all`] ran). When the run was
+    /// dropped before it could stop (its runtime shut down mid-run), this kill is the
+    /// backstop that still ends the descendants that left the process group; on an empty
+    /// cgroup it is one write.
     fn drop(&mut self) {
+        if let Some(v2) = &self.v2 {
+            let _ = fs::write(v2.join("cgroup.kill"), "1");
+        } else {
+            for pid in self.members() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
         for dir in [&self.v2, &self.v1_pids, &self.v1_memory]
             .into_iter()
             .flatten()

@@ -19,7 +19,9 @@ mod child;
 pub mod files;
 mod notify;
 pub mod output;
+mod spawn;
 mod supervise;
+mod sys;
 pub mod tree;
 
 use std::any::Any;
@@ -31,6 +33,7 @@ use std::path::PathBuf;
 use async_trait::async_trait;
 
 pub use child::{raw_write_file, PreExec};
+pub use sys::{become_ids, fork_raw};
 
 use crate::changes::Layer;
 use crate::egress::EgressRun;

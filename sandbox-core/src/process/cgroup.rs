@@ -299,22 +299,46 @@ impl RunCgroups {
             .unwrap_or_default()
     }
 
-    /// Kill every process in the run's cgroup and wait (up to `limit`) until none is left.
-    pub fn kill_all(&self, limit: Duration) {
+    /// Kill every process in the run's cgroup, once, without waiting; whether none is
+    /// left already (the usual case once the command's own process has been reaped: then
+    /// nothing needs a blocking wait).
+    pub fn kill(&self) -> bool {
         if let Some(v2) = &self.v2 {
             let _ = fs::write(v2.join("cgroup.kill"), "1");
+        } else {
+            // v1 has no cgroup.kill: kill what is listed.
+            for pid in self.members() {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
         }
+        self.members().is_empty()
+    }
+
+    /// Kill every process in the run's cgroup and wait (up to `limit`) until none is left.
+    pub fn kill_all(&self, limit: Duration) {
         let deadline = Instant::now() + limit;
-        // Poll fast first: the usual straggler (a pid namespace's init being reaped) is gone
-        // within microseconds, and a fixed 2 ms sleep showed in every run's start-up cost.
+        if self.kill() {
+            return;
+        }
+        // cgroup v2 says when its last task has exited: wait for that event rather than
+        // sleeping in steps (a killed tree can take from microseconds to milliseconds to
+        // exit: a big address space, a pid namespace's init being reaped).
+        if let Some(v2) = &self.v2 {
+            if wait_unpopulated(v2, deadline).is_ok() {
+                return;
+            }
+        }
+        // v1 (or no `cgroup.events`): kill what is listed, again until the list is empty
+        // (the pids limit bounds how many a fork loop can add meanwhile). Poll fast first.
         let mut pause = Duration::from_micros(50);
         loop {
             let members = self.members();
             if members.is_empty() || Instant::now() > deadline {
                 return;
             }
-            // v1 has no cgroup.kill: kill what is listed, again until the list is empty
-            // (the pids limit bounds how many a fork loop can add meanwhile).
             for pid in members {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid),
@@ -350,6 +374,39 @@ impl RunCgroups {
             .map(|d| count(d.join("memory.oom_control"), "oom_kill"))
             .unwrap_or(0);
         v2 + v1 > 0
+    }
+}
+
+/// Wait until the cgroup v2 `dir` has no live task (`populated 0` in `cgroup.events`), or
+/// `deadline`; `Err` when the file cannot be read or polled (the caller then polls the
+/// member list). The kernel marks the open file changed at every change of the file
+/// (a poll then returns `POLLPRI`); a read clears that, so a change between our read and
+/// our poll is not lost.
+fn wait_unpopulated(dir: &Path, deadline: Instant) -> io::Result<()> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let events = fs::File::open(dir.join("cgroup.events"))?;
+    loop {
+        let mut buf = [0u8; 256];
+        let n = rustix::io::pread(&events, &mut buf, 0)?;
+        let populated = buf[..n]
+            .split(|&b| b == b'\n')
+            .any(|line| line == b"populated 1");
+        if !populated {
+            return Ok(());
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Ok(());
+        }
+        let timeout = Timespec {
+            tv_sec: left.as_secs() as _,
+            tv_nsec: left.subsec_nanos() as _,
+        };
+        let mut fds = [PollFd::new(&events, PollFlags::PRI)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(_) | Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
 }
 
@@ -404,16 +461,7 @@ impl Drop for RunCgroups {
     /// backstop that still ends the descendants that left the process group; on an empty
     /// cgroup it is one write.
     fn drop(&mut self) {
-        if let Some(v2) = &self.v2 {
-            let _ = fs::write(v2.join("cgroup.kill"), "1");
-        } else {
-            for pid in self.members() {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-            }
-        }
+        self.kill();
         for dir in [&self.v2, &self.v1_pids, &self.v1_memory]
             .into_iter()
             .flatten()
@@ -432,5 +480,100 @@ impl Drop for RunCgroups {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `kill_all` returns only once nothing of the tree is left: processes that joined the
+    /// run's cgroups and forked children of their own, all gone from every member list,
+    /// and cgroup v2 reports the cgroup unpopulated.
+    #[test]
+    fn kill_all_returns_once_the_cgroup_is_empty() {
+        let Some(cg) = RunCgroups::create(CgroupSupport::get(), None, None).unwrap() else {
+            eprintln!("skipped: this host gives a run no cgroup");
+            return;
+        };
+        let joins: Vec<CString> = cg
+            .v2_procs()
+            .into_iter()
+            .chain(cg.v1_joins())
+            .cloned()
+            .collect();
+        let mut kids = Vec::new();
+        for _ in 0..4 {
+            let joins = joins.clone();
+            let mut cmd = std::process::Command::new("/bin/sh");
+            cmd.args(["-c", "sleep 30 & sleep 30 & wait"]);
+            // SAFETY: only `raw_write_file` (open, write, close) on C strings made above.
+            unsafe {
+                std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                    for j in &joins {
+                        crate::process::raw_write_file(j, b"0")?;
+                    }
+                    Ok(())
+                });
+            }
+            kids.push(cmd.spawn().unwrap());
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while cg.members().len() < 12 {
+            assert!(Instant::now() < deadline, "members: {:?}", cg.members());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        cg.kill_all(Duration::from_secs(5));
+        assert!(cg.members().is_empty(), "left: {:?}", cg.members());
+        for dir in [&cg.v1_pids, &cg.v1_memory].into_iter().flatten() {
+            let tasks = fs::read_to_string(dir.join("tasks")).unwrap();
+            assert!(tasks.trim().is_empty(), "{}: {tasks}", dir.display());
+        }
+        if let Some(v2) = &cg.v2 {
+            let events = fs::read_to_string(v2.join("cgroup.events")).unwrap();
+            assert!(events.contains("populated 0"), "{events}");
+        }
+        for mut k in kids {
+            let status = k.wait().unwrap();
+            assert_eq!(
+                std::os::unix::process::ExitStatusExt::signal(&status),
+                Some(libc::SIGKILL)
+            );
+        }
+    }
+
+    /// Waiting for an unpopulated cgroup v2 honours its deadline while a member lives.
+    #[test]
+    fn waiting_for_an_empty_cgroup_stops_at_the_deadline() {
+        let Some(cg) = RunCgroups::create(CgroupSupport::get(), None, None).unwrap() else {
+            eprintln!("skipped: this host gives a run no cgroup");
+            return;
+        };
+        let Some(v2) = cg.v2.clone() else {
+            eprintln!("skipped: no cgroup v2 here");
+            return;
+        };
+        let procs = cg.v2_procs().unwrap().clone();
+        let mut cmd = std::process::Command::new("/bin/sleep");
+        cmd.arg("30");
+        // SAFETY: only `raw_write_file` on a C string made above.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
+                crate::process::raw_write_file(&procs, b"0")
+            });
+        }
+        let mut kid = cmd.spawn().unwrap();
+        let t = Instant::now();
+        wait_unpopulated(&v2, t + Duration::from_millis(100)).unwrap();
+        assert!(
+            t.elapsed() >= Duration::from_millis(100),
+            "{:?}",
+            t.elapsed()
+        );
+        assert!(fs::read_to_string(v2.join("cgroup.events"))
+            .unwrap()
+            .contains("populated 1"));
+        cg.kill_all(Duration::from_secs(5));
+        kid.wait().unwrap();
     }
 }

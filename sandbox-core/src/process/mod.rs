@@ -295,7 +295,9 @@ impl<L: Launcher> Starter for L {
         let cap = Launcher::capability(self);
         // The first run of this process removes what crashed hosts left (their cgroups,
         // layers, bundles): named by owner, so a live host's are never touched.
-        let _ = tokio::task::spawn_blocking(crate::owner::remove_dead_leftovers_once).await;
+        if !crate::owner::dead_leftovers_removed() {
+            let _ = tokio::task::spawn_blocking(crate::owner::remove_dead_leftovers_once).await;
+        }
         // The run's clock starts before the layer is made: a workspace made slow to copy
         // (huge, or raced by another run) must not hold the timeout off.
         let started = std::time::Instant::now();

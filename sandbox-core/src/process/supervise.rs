@@ -229,8 +229,11 @@ impl Job for Supervised {
             let _ = killpg(pgid, Signal::SIGKILL);
         }
         if let Some(cg) = self.cgroups.clone() {
-            // cgroup.kill, or the v1 kill loop: both may sleep briefly.
-            let _ = tokio::task::spawn_blocking(move || cg.kill_all(TEARDOWN_LIMIT)).await;
+            // Once here without a wait (usually the cgroup is empty by now); only a tree
+            // still dying takes a blocking thread to wait for its end.
+            if !cg.kill() {
+                let _ = tokio::task::spawn_blocking(move || cg.kill_all(TEARDOWN_LIMIT)).await;
+            }
         }
         // The tree is dead (or dying, under SIGKILL); then nor may its proxy outlive the run.
         if let Some(e) = &self.launch.egress {

@@ -173,6 +173,8 @@ pub struct RunCgroups {
     v1_memory: Option<PathBuf>,
     v2_procs: Option<CString>,
     v1_joins: Vec<CString>,
+    /// Seen empty after a kill: the tree is dead, and the drop need not kill again.
+    emptied: std::sync::atomic::AtomicBool,
 }
 
 impl RunCgroups {
@@ -200,6 +202,7 @@ impl RunCgroups {
             v1_memory: None,
             v2_procs: None,
             v1_joins: Vec::new(),
+            emptied: false.into(),
         };
         // On error, `run` is dropped and removes what was made so far.
         if let Some(base) = &support.v2 {
@@ -314,7 +317,9 @@ impl RunCgroups {
                 );
             }
         }
-        self.members().is_empty()
+        let empty = self.members().is_empty();
+        self.emptied.store(empty, Ordering::Relaxed);
+        empty
     }
 
     /// Kill every process in the run's cgroup and wait (up to `limit`) until none is left.
@@ -328,6 +333,8 @@ impl RunCgroups {
         // exit: a big address space, a pid namespace's init being reaped).
         if let Some(v2) = &self.v2 {
             if wait_unpopulated(v2, deadline).is_ok() {
+                self.emptied
+                    .store(self.members().is_empty(), Ordering::Relaxed);
                 return;
             }
         }
@@ -336,7 +343,11 @@ impl RunCgroups {
         let mut pause = Duration::from_micros(50);
         loop {
             let members = self.members();
-            if members.is_empty() || Instant::now() > deadline {
+            if members.is_empty() {
+                self.emptied.store(true, Ordering::Relaxed);
+                return;
+            }
+            if Instant::now() > deadline {
                 return;
             }
             for pid in members {
@@ -444,6 +455,7 @@ pub fn remove_dead(support: &CgroupSupport) -> Vec<PathBuf> {
                 v1_memory: None,
                 v2_procs: None,
                 v1_joins: Vec::new(),
+                emptied: false.into(),
             };
             run.kill_all(Duration::from_secs(2));
             drop(run);
@@ -458,10 +470,12 @@ pub fn remove_dead(support: &CgroupSupport) -> Vec<PathBuf> {
 impl Drop for RunCgroups {
     /// Normally the tree is dead by now ([`RunCgroups::kill_all`] ran). When the run was
     /// dropped before it could stop (its runtime shut down mid-run), this kill is the
-    /// backstop that still ends the descendants that left the process group; on an empty
-    /// cgroup it is one write.
+    /// backstop that still ends the descendants that left the process group (skipped when
+    /// a kill already saw the cgroup empty).
     fn drop(&mut self) {
-        self.kill();
+        if !self.emptied.load(Ordering::Relaxed) {
+            self.kill();
+        }
         for dir in [&self.v2, &self.v1_pids, &self.v1_memory]
             .into_iter()
             .flatten()

@@ -324,11 +324,12 @@ impl Job for Supervised {
                     return Err(e);
                 }
             },
-            other => {
-                // Discard: the layer goes with the rest below.
-                let _ = tokio::task::spawn_blocking(move || drop(other)).await;
+            Some(discarded) => {
+                // Discard: removing the layer walks its upper tree, off the async threads.
+                let _ = tokio::task::spawn_blocking(move || drop(discarded)).await;
                 None
             }
+            None => None,
         };
         let outcome = SandboxOutcome {
             status,

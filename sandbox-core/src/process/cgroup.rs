@@ -11,9 +11,10 @@
 //! delegated a subtree to can use them without root. Where none can be created the caller
 //! falls back to rlimits and the process group, and the outcome records which.
 //!
-//! Hand-written rather than a crate: joining happens between fork and exec, which needs
-//! paths prepared as C strings before the fork and nothing but `open`/`write`/`close` after
-//! it; the cgroup crates allocate on every call.
+//! Hand-written rather than a crate: joining happens at the fork (a cgroup v2 directory
+//! descriptor for `clone3`) or between fork and exec, which needs paths prepared as C
+//! strings before the fork and nothing but `open`/`write`/`close` after it; the cgroup
+//! crates allocate on every call.
 
 use std::ffi::CString;
 use std::fs;

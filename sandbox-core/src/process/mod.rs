@@ -9,8 +9,9 @@
 //! # Process lifetime
 //!
 //! The command starts in a new process group, in cgroups of its own where the host allows
-//! (see [`cgroup`]), with `PR_SET_PDEATHSIG` so it dies with the host thread that spawned
-//! it. When it ends, times out or is killed, the whole tree is killed: the cgroup (which
+//! (see [`cgroup`]: born in the cgroup v2 by `clone3`, joining v1 through `tasks`, so no
+//! start waits for the cgroup core's global lock), with `PR_SET_PDEATHSIG` so it dies with
+//! the host thread that spawned it, and is waited on and killed through a pidfd. When it ends, times out or is killed, the whole tree is killed: the cgroup (which
 //! reaches descendants that called `setsid`) and the process group; then the pipes are
 //! drained to their end and the cgroups removed. `wait` returns only after all of that.
 

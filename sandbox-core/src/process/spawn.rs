@@ -563,7 +563,8 @@ mod tests {
     }
 
     /// Judged from the host while the command runs: its `/proc/PID/cgroup` names the run's
-    /// cgroups, and each of those directories lists it (v2 `cgroup.procs`, v1 `tasks`).
+    /// cgroups, and each of those directories lists it (v2 `cgroup.procs`, v1 `tasks`);
+    /// after `kill`, neither it nor the `setsid` daemon it double-forked is alive.
     async fn host_sees_it_in_the_run_cgroups(fork: bool) {
         let hierarchies = expected_hierarchies();
         if hierarchies.is_empty() {
@@ -576,11 +577,20 @@ mod tests {
         with(fork, async {
             sb.run(opts(
                 ws.path(),
-                &["/bin/sh", "-c", "echo $$; exec sleep 30"],
+                &[
+                    "/bin/sh",
+                    "-c",
+                    "(setsid sleep 30 & echo $! > daemon); echo $$; exec sleep 30",
+                ],
             ))
             .await
             .unwrap();
             let pid = wait_for_line(&sb).await;
+            let daemon: i32 = std::fs::read_to_string(ws.path().join("daemon"))
+                .unwrap()
+                .trim()
+                .parse()
+                .unwrap();
             let file = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
             for (h, path) in placed(&file) {
                 if !hierarchies.contains(&h.as_str()) {
@@ -606,6 +616,15 @@ mod tests {
             assert!(
                 !Path::new(&format!("/proc/{pid}")).exists(),
                 "{pid} outlived kill"
+            );
+            // The daemon is nobody's child of ours: dead, or a zombie its new parent has
+            // not reaped yet.
+            let state = std::fs::read_to_string(format!("/proc/{daemon}/stat"))
+                .ok()
+                .and_then(|s| Some(s.rsplit_once(')')?.1.split_whitespace().next()?.to_string()));
+            assert!(
+                state.as_deref().is_none_or(|s| s == "Z"),
+                "the setsid daemon {daemon} outlived kill: {state:?}"
             );
         })
         .await;

@@ -180,16 +180,8 @@ pub fn hand_over(plan: &Plan, trees: &[PathBuf]) -> Result<Handover, String> {
 ///
 /// Only system calls; callable between fork and exec.
 pub unsafe fn become_id(id: u32) -> io::Result<()> {
-    // SAFETY: plain system calls on values.
-    unsafe {
-        if libc::setgroups(0, std::ptr::null()) != 0
-            || libc::setresgid(id, id, id) != 0
-            || libc::setresuid(id, id, id) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-    }
-    Ok(())
+    // SAFETY: the caller's contract: a single-threaded child between fork and exec.
+    unsafe { crate::process::become_ids(id, id) }
 }
 
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;

@@ -43,7 +43,9 @@
 //! `tokio` (process, timers, channels), `async-trait` (an object-safe async trait),
 //! `thiserror` (the typed error), `serde` (outcomes and policies as JSON), `nix` and `libc`
 //! (signals, credentials, the raw calls between fork and exec; with nix's `dir` feature,
-//! the descriptor-relative walks over the change layer), `which` (resolving `argv[0]` as a
+//! the descriptor-relative walks over the change layer), `rustix` (the spawn's pidfd verbs,
+//! pipes and polls, and raw credential calls that skip glibc's per-thread broadcast),
+//! `which` (resolving `argv[0]` as a
 //! shell would), `tempfile` (snapshot copies, the layer's directory), `tracing` (diagnostics),
 //! and, behind the `seccomp` feature, `seccompiler` (the shared system-call filter).
 

@@ -252,10 +252,17 @@ pub fn remove_dead_leftovers() -> Removed {
     removed
 }
 
+static LEFTOVERS_REMOVED: std::sync::Once = std::sync::Once::new();
+
+/// Whether [`remove_dead_leftovers_once`] has run in this process: every run after the
+/// first can skip the hop to a blocking thread that would do nothing.
+pub fn dead_leftovers_removed() -> bool {
+    LEFTOVERS_REMOVED.is_completed()
+}
+
 /// [`remove_dead_leftovers`], once per process (the first run of any backend calls it).
 pub fn remove_dead_leftovers_once() {
-    static DONE: std::sync::Once = std::sync::Once::new();
-    DONE.call_once(|| {
+    LEFTOVERS_REMOVED.call_once(|| {
         let r = remove_dead_leftovers();
         if r != Removed::default() {
             tracing::info!("removed what dead sandbox hosts left: {r:?}");

@@ -15,13 +15,18 @@
 //!   `open_tree`, `mount_setattr`, `move_mount`, `chdir` (read-only carve-outs), `socket`,
 //!   `ioctl` (the loopback);
 //! - `fsopen`, `fsconfig`, `fsmount`, `openat` (the tmpfs behind [`ProcMask`]);
-//! - `sigaction`, `sigprocmask`, `pipe2`, `fork`, `poll`, `read`, `waitpid`, `dup2`,
+//! - `sigaction`, `sigprocmask`, `pipe2`, `fork` (the raw call,
+//!   [`sandbox_core::process::fork_raw`]: core may have made this process by a raw `clone3`
+//!   that glibc knows nothing of, and glibc's `fork` would take the allocator's locks),
+//!   `poll`, `read`, `waitpid`, `dup2`,
 //!   `close_range`, `kill`, `setrlimit`, `_exit` (the pid namespace's init and waiter,
 //!   [`PidInit`]: both are forks that never exec and never return into the caller's
 //!   code, so they too make nothing but these calls);
 //! - `landlock_add_rule` (the private `/proc`, [`RestrictSelf`]);
 //! - `prctl` (bounding set, ambient set, securebits, `no_new_privs`), `capset`, `capget`,
-//!   `setgroups`, `setresgid`, `setresuid` (a root host's command leaving uid 0);
+//!   `setgroups`, `setresgid`, `setresuid` (a root host's command leaving uid 0; the raw
+//!   calls, [`sandbox_core::process::become_ids`], not glibc's, which signal every thread
+//!   glibc believes the process has);
 //! - `landlock_restrict_self` (through `syscall`);
 //! - `seccomp` (through `syscall`, in [`crate::filter`] and core's shared filter).
 //!
@@ -773,10 +778,9 @@ impl PidInit {
             // before the init could ask for SIGKILL on that.
             let mut lifeline = [-1 as libc::c_int; 2];
             check(libc::pipe2(lifeline.as_mut_ptr(), libc::O_CLOEXEC))?;
-            let init = libc::fork();
-            if init < 0 {
-                return Err(io::Error::last_os_error());
-            }
+            // Not glibc's `fork`: this process may be a raw `clone3` copy of the host
+            // (`sandbox_core::process::fork_raw`).
+            let init = sandbox_core::process::fork_raw()?;
             if init == 0 {
                 libc::close(report[0]);
                 libc::close(lifeline[1]);
@@ -904,10 +908,10 @@ impl PidInit {
                     fail(e.raw_os_error().unwrap_or(libc::EIO));
                 }
             }
-            let command = libc::fork();
-            if command < 0 {
-                fail(errno());
-            }
+            let command = match sandbox_core::process::fork_raw() {
+                Ok(pid) => pid,
+                Err(e) => fail(e.raw_os_error().unwrap_or(libc::EIO)),
+            };
             if command == 0 {
                 libc::close(report);
                 // Dumpable again: the command's own /proc/self belongs to it.

@@ -9,8 +9,9 @@
 //! # Process lifetime
 //!
 //! The command starts in a new process group, in cgroups of its own where the host allows
-//! (see [`cgroup`]), with `PR_SET_PDEATHSIG` so it dies with the host thread that spawned
-//! it. When it ends, times out or is killed, the whole tree is killed: the cgroup (which
+//! (see [`cgroup`]: born in the cgroup v2 by `clone3`, joining v1 through `tasks`, so no
+//! start waits for the cgroup core's global lock), with `PR_SET_PDEATHSIG` so it dies with
+//! the host thread that spawned it, and is waited on and killed through a pidfd. When it ends, times out or is killed, the whole tree is killed: the cgroup (which
 //! reaches descendants that called `setsid`) and the process group; then the pipes are
 //! drained to their end and the cgroups removed. `wait` returns only after all of that.
 
@@ -20,7 +21,9 @@ pub mod files;
 mod notify;
 pub mod output;
 mod preflight;
+mod spawn;
 mod supervise;
+mod sys;
 pub mod tree;
 
 use std::any::Any;
@@ -33,6 +36,7 @@ use async_trait::async_trait;
 
 pub use child::{raw_write_file, PreExec};
 pub use preflight::run_true;
+pub use sys::{become_ids, fork_raw};
 
 use crate::changes::Layer;
 use crate::egress::EgressRun;
@@ -294,7 +298,9 @@ impl<L: Launcher> Starter for L {
         let cap = Launcher::capability(self);
         // The first run of this process removes what crashed hosts left (their cgroups,
         // layers, bundles): named by owner, so a live host's are never touched.
-        let _ = tokio::task::spawn_blocking(crate::owner::remove_dead_leftovers_once).await;
+        if !crate::owner::dead_leftovers_removed() {
+            let _ = tokio::task::spawn_blocking(crate::owner::remove_dead_leftovers_once).await;
+        }
         // The run's clock starts before the layer is made: a workspace made slow to copy
         // (huge, or raced by another run) must not hold the timeout off.
         let started = std::time::Instant::now();

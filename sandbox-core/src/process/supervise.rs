@@ -2,7 +2,6 @@
 
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +12,7 @@ use nix::unistd::Pid;
 use super::cgroup::{CgroupSupport, RunCgroups};
 use super::child::ChildSetup;
 use super::output::drain;
-use super::{files, HostSupport, Launch};
+use super::{files, spawn, HostSupport, Launch};
 use crate::changes::Layer;
 use crate::egress::ConnectionRecord;
 use crate::outcome::{LimitMechanism, LimitRecord};
@@ -119,9 +118,11 @@ pub(super) fn start(
 
     let setup = ChildSetup {
         parent: std::process::id() as libc::pid_t,
-        cgroup_procs: cgroups
+        v2_procs: cgroups.as_ref().and_then(|c| c.v2_procs().cloned()),
+        born_in_v2: false,
+        v1_joins: cgroups
             .as_ref()
-            .map(|c| c.procs_files().to_vec())
+            .map(|c| c.v1_joins().to_vec())
             .unwrap_or_default(),
         rlimits: rlimits
             .into_iter()
@@ -132,37 +133,28 @@ pub(super) fn start(
         steps: std::mem::take(&mut launch.pre_exec),
     };
 
-    let mut cmd = std::process::Command::new(&launch.program);
-    {
-        use std::os::unix::process::CommandExt;
-        cmd.arg0(&launch.arg0)
-            .args(&launch.args)
-            .env_clear()
-            .envs(launch.env.iter().map(|(k, v)| (k, v)))
-            .current_dir(&launch.cwd)
-            .process_group(0);
-        // SAFETY: `ChildSetup::run` makes only async-signal-safe system calls on data
-        // prepared above (see `child.rs`).
-        unsafe {
-            cmd.pre_exec(move || setup.run());
-        }
-    }
-    let mut cmd = tokio::process::Command::from(cmd);
-    cmd.stdin(match plan.stdin {
-        crate::Stdin::Null => Stdio::null(),
-        crate::Stdin::Bytes(_) => Stdio::piped(),
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped())
-    .kill_on_drop(true);
-
     let started = Instant::now();
-    let mut child = cmd.spawn().map_err(|source| SandboxError::Spawn {
+    let spawned = spawn::spawn(
+        &launch,
+        matches!(plan.stdin, crate::Stdin::Bytes(_)),
+        setup,
+        cgroups.as_ref().and_then(|c| c.v2_dir()),
+        spawn::how(),
+    )
+    .map_err(|source| SandboxError::Spawn {
         program: launch.program.clone(),
         source,
     })?;
     // The descriptors were handed over; ours can go.
     launch.pass_fds.clear();
+    let spawn::Spawned {
+        child,
+        stdin,
+        stdout,
+        stderr,
+        fallback,
+    } = spawned;
+    policy.notes.extend(fallback);
     let pgid = child.id().map(|p| Pid::from_raw(p as i32));
 
     // The seccomp supervisor, for a backend whose filter notifies: the child has sent the
@@ -175,14 +167,11 @@ pub(super) fn start(
 
     let (handle, control) = run_channel(plan.output_limit);
     let tap = control.tap(plan.output_sink.clone());
-    let mut readers = Vec::new();
-    if let Some(r) = child.stdout.take() {
-        readers.push(tokio::spawn(drain(r, tap.clone(), StreamKind::Stdout)));
-    }
-    if let Some(r) = child.stderr.take() {
-        readers.push(tokio::spawn(drain(r, tap, StreamKind::Stderr)));
-    }
-    if let (Some(stdin), crate::Stdin::Bytes(bytes)) = (child.stdin.take(), &plan.stdin) {
+    let readers = vec![
+        tokio::spawn(drain(stdout, tap.clone(), StreamKind::Stdout)),
+        tokio::spawn(drain(stderr, tap, StreamKind::Stderr)),
+    ];
+    if let (Some(stdin), crate::Stdin::Bytes(bytes)) = (stdin, &plan.stdin) {
         feed_stdin(stdin, bytes.clone());
     }
 
@@ -214,7 +203,7 @@ struct Supervised {
     cgroups: Option<Arc<RunCgroups>>,
     pgid: Option<Pid>,
     policy: crate::EffectivePolicy,
-    child: tokio::process::Child,
+    child: spawn::Child,
     /// The launcher's status once it is reaped.
     exit: Option<std::process::ExitStatus>,
     /// The egress proxy's record, once it is finished in [`Job::stop`].
@@ -233,12 +222,18 @@ impl Job for Supervised {
     }
 
     async fn stop(&mut self, end: &End<Self::Exit>) {
+        // The launcher itself by its pidfd (it may have left the group: bwrap's
+        // `--new-session`), then its group, then the cgroup.
+        self.child.start_kill();
         if let Some(pgid) = self.pgid {
             let _ = killpg(pgid, Signal::SIGKILL);
         }
         if let Some(cg) = self.cgroups.clone() {
-            // cgroup.kill, or the v1 kill loop: both may sleep briefly.
-            let _ = tokio::task::spawn_blocking(move || cg.kill_all(TEARDOWN_LIMIT)).await;
+            // Once here without a wait (usually the cgroup is empty by now); only a tree
+            // still dying takes a blocking thread to wait for its end.
+            if !cg.kill() {
+                let _ = tokio::task::spawn_blocking(move || cg.kill_all(TEARDOWN_LIMIT)).await;
+            }
         }
         // The tree is dead (or dying, under SIGKILL); then nor may its proxy outlive the run.
         if let Some(e) = &self.launch.egress {
@@ -329,11 +324,12 @@ impl Job for Supervised {
                     return Err(e);
                 }
             },
-            other => {
-                // Discard: the layer goes with the rest below.
-                let _ = tokio::task::spawn_blocking(move || drop(other)).await;
+            Some(discarded) => {
+                // Discard: removing the layer walks its upper tree, off the async threads.
+                let _ = tokio::task::spawn_blocking(move || drop(discarded)).await;
                 None
             }
+            None => None,
         };
         let outcome = SandboxOutcome {
             status,

@@ -1,0 +1,267 @@
+//! The raw system calls of core's spawn, in one place: `clone3` and the pidfd verbs in the
+//! parent, and the calls the child makes on its way to `execve`.
+//!
+//! # Why the child may not call into glibc
+//!
+//! A process made by a raw `clone3` is a copy of a multi-threaded host that glibc was not
+//! told about: glibc's `fork` would have taken its allocator's and stdio's locks before
+//! copying and reset them after, and rebuilt its thread list. Here another host thread may
+//! have held any of those locks at the moment of the copy, and the child's glibc still
+//! believes the host's threads exist. So between `clone3` and `execve` the child makes
+//! plain system calls only: glibc's thin wrappers (`open`, `write`, `dup2`, `chdir`,
+//! `prctl`, `execve`, `_exit`, ...) are fine, but not its `fork` (use [`fork_raw`]: the
+//! atfork handlers and the allocator's locks) nor its `setuid` family (use [`become`]:
+//! glibc signals every thread it knows of to change credentials, waiting on the thread
+//! list's lock). std's own `clone3` path (`CommandExt::create_pidfd`) has the same rule.
+
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+
+/// `CLONE_INTO_CGROUP` (linux/sched.h, kernel 5.7). libc's constant is a `c_int` that
+/// overflows and is deprecated (libc#3584), so it is spelled out here.
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+/// `CLONE_CLEAR_SIGHAND` (kernel 5.5): every handled signal starts at its default in the
+/// child, so the host runtime's handlers (tokio's `SIGCHLD`) never run in it before exec.
+/// Ignored signals stay ignored, as across exec.
+const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
+
+/// Which side of [`clone3`] this is.
+pub(super) enum Cloned {
+    /// The new process.
+    Child,
+    /// The caller, with the child's pid and a pidfd for it.
+    Parent { pid: libc::pid_t, pidfd: OwnedFd },
+}
+
+/// `clone3` as a fork (no shared memory; `SIGCHLD` at exit, so it is an ordinary child),
+/// with `CLONE_PIDFD`, and with `CLONE_INTO_CGROUP` when `cgroup` (a directory descriptor
+/// of a cgroup v2) is given: the child is born a member, which takes the cgroup core's
+/// threadgroup lock only for reading, where a later write to `cgroup.procs` takes it for
+/// writing and waits for an RCU grace period after a quiet spell (about 10 ms).
+///
+/// # Safety
+///
+/// On [`Cloned::Child`] the caller is the child: it must keep to the module's rule (plain
+/// system calls on memory prepared before the call, no allocation, no glibc `fork` or
+/// `setuid`) and end in `execve` or `_exit`, never returning into code the parent runs.
+pub(super) unsafe fn clone3(cgroup: Option<BorrowedFd<'_>>) -> io::Result<Cloned> {
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: `clone_args` is plain integers; all zero is "no such field".
+    let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
+    args.flags = libc::CLONE_PIDFD as u64 | CLONE_CLEAR_SIGHAND;
+    args.pidfd = std::ptr::addr_of_mut!(pidfd) as u64;
+    args.exit_signal = libc::SIGCHLD as u64;
+    if let Some(fd) = cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = fd.as_raw_fd() as u64;
+    }
+    // SAFETY: a valid `clone_args` of the size passed; without `CLONE_VM` the child runs
+    // on its own copy of this stack, as after `fork`, so returning from the call is sound
+    // on both sides (what the child may do then is the caller's contract).
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            std::ptr::addr_of_mut!(args),
+            std::mem::size_of::<libc::clone_args>(),
+        )
+    };
+    match r {
+        r if r < 0 => Err(io::Error::last_os_error()),
+        0 => Ok(Cloned::Child),
+        pid => Ok(Cloned::Parent {
+            pid: pid as libc::pid_t,
+            // SAFETY: the kernel stored a new descriptor (close-on-exec, ours) there.
+            pidfd: unsafe { OwnedFd::from_raw_fd(pidfd) },
+        }),
+    }
+}
+
+/// `fork` for a step between core's `clone3` and `execve` (a pid namespace's init, a
+/// helper that must not exec): glibc's `fork` runs the atfork handlers and takes the
+/// allocator's locks, which this process may have inherited held (module docs). Returns
+/// 0 in the new process, its pid in the caller.
+///
+/// # Safety
+///
+/// As after `fork` in a multi-threaded process: the new process keeps to the module's rule
+/// and ends in `execve` or `_exit` (or returns into a caller that does).
+pub unsafe fn fork_raw() -> io::Result<libc::pid_t> {
+    // SAFETY: `clone` with only an exit signal is `fork`; no stack, tid or TLS pointers
+    // are passed (zero), so their order, which differs between architectures, is moot.
+    let r = unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_ulong, 0, 0, 0, 0) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r as libc::pid_t)
+    }
+}
+
+/// Become `uid`/`gid` with no supplementary groups, for this (single-threaded) process,
+/// by the raw calls rather than glibc's wrappers (module docs).
+///
+/// # Safety
+///
+/// For a single-threaded process between fork and exec: in a multi-threaded one it would
+/// change the calling thread's credentials only.
+pub unsafe fn become_ids(uid: u32, gid: u32) -> io::Result<()> {
+    use rustix::process::{Gid, Uid};
+    use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid};
+    // rustix makes these system calls directly (no allocation, no locks).
+    set_thread_groups(&[])?;
+    let gid = Gid::from_raw(gid);
+    set_thread_res_gid(gid, gid, gid)?;
+    let uid = Uid::from_raw(uid);
+    set_thread_res_uid(uid, uid, uid)?;
+    Ok(())
+}
+
+/// `SIGKILL` to the process behind `pidfd`: never another process, even once it is
+/// reaped and its pid reused (then `ESRCH`).
+pub(super) fn pidfd_kill(pidfd: BorrowedFd<'_>) -> io::Result<()> {
+    rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::KILL)?;
+    Ok(())
+}
+
+/// Reap the process behind `pidfd` if it has ended (`waitid(P_PIDFD, WEXITED | WNOHANG)`),
+/// as a `wait` status.
+pub(super) fn pidfd_try_reap(pidfd: BorrowedFd<'_>) -> io::Result<Option<libc::c_int>> {
+    use rustix::process::{waitid, WaitId, WaitIdOptions};
+    let status = loop {
+        match waitid(
+            WaitId::PidFd(pidfd),
+            WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+        ) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => break r?,
+        }
+    };
+    Ok(status.map(|s| {
+        // Back to the status word `waitpid` gives, which `ExitStatus::from_raw` reads.
+        if let Some(code) = s.exit_status() {
+            (code & 0xff) << 8
+        } else {
+            let sig = s.terminating_signal().unwrap_or(libc::SIGKILL);
+            sig | if s.dumped() { 0x80 } else { 0 }
+        }
+    }))
+}
+
+/// Wait up to `timeout` (forever for `None`) for the process behind `pidfd` to end (a
+/// pidfd turns readable then); whether it has.
+pub(super) fn pidfd_wait_exit(pidfd: BorrowedFd<'_>, timeout: Option<std::time::Duration>) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let timeout = timeout.map(|t| Timespec {
+        tv_sec: t.as_secs() as _,
+        tv_nsec: t.subsec_nanos() as _,
+    });
+    let mut fds = [PollFd::new(&pidfd, PollFlags::IN)];
+    loop {
+        match poll(&mut fds, timeout.as_ref()) {
+            Ok(n) => return n > 0,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return false,
+        }
+    }
+}
+
+fn check(r: libc::c_int) -> io::Result<()> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// In the child: make `fd` the descriptor `target` (0, 1 or 2), inherited across exec.
+/// `dup2` clears close-on-exec on the copy; when `fd` already is `target`, `dup2` does
+/// nothing, so the flag is cleared by hand.
+///
+/// # Safety
+///
+/// Plain system calls; callable between clone and exec.
+pub(super) unsafe fn dup_onto(fd: libc::c_int, target: libc::c_int) -> io::Result<()> {
+    // SAFETY: `dup2` and `fcntl` on descriptor numbers.
+    unsafe {
+        if fd == target {
+            return check(libc::fcntl(fd, libc::F_SETFD, 0));
+        }
+        loop {
+            if libc::dup2(fd, target) >= 0 {
+                return Ok(());
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// In the child: what std's spawn did before its pre-exec steps, after the stdio: enter
+/// `cwd`, lead a new process group, and put `SIGPIPE` back to its default (a Rust host
+/// ignores it, and an ignored signal stays ignored across exec: `yes | head` in the
+/// sandbox would then see `EPIPE` instead of dying quietly).
+///
+/// # Safety
+///
+/// Plain system calls on a C string prepared before the clone.
+pub(super) unsafe fn enter(cwd: &std::ffi::CStr) -> io::Result<()> {
+    // SAFETY: a NUL-terminated path; `chdir`, `setpgid` and `sigaction` are system calls.
+    unsafe {
+        check(libc::chdir(cwd.as_ptr()))?;
+        check(libc::setpgid(0, 0))?;
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        check(libc::sigaction(libc::SIGPIPE, &dfl, std::ptr::null_mut()))?;
+    }
+    Ok(())
+}
+
+/// In the child: `execve`; returns only its error.
+///
+/// # Safety
+///
+/// `argv` and `envp` are NUL-terminated arrays of pointers to C strings that outlive the
+/// call, prepared before the clone.
+pub(super) unsafe fn execve(
+    program: &std::ffi::CStr,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+) -> io::Error {
+    debug_assert!(argv.last().is_some_and(|p| p.is_null()));
+    debug_assert!(envp.last().is_some_and(|p| p.is_null()));
+    // SAFETY: the caller's contract; `execve` is a system call.
+    unsafe { libc::execve(program.as_ptr(), argv.as_ptr(), envp.as_ptr()) };
+    io::Error::last_os_error()
+}
+
+/// The marker after the errno on the exec-error pipe (as std's spawn writes it), so that
+/// a short or stray write is not taken for a report.
+pub(super) const EXEC_ERROR_FOOTER: [u8; 4] = *b"NOEX";
+
+/// In the child: report `errno` on the exec-error pipe and exit. Never returns.
+///
+/// # Safety
+///
+/// Plain system calls; `pipe` is the write end made before the clone.
+pub(super) unsafe fn report_and_exit(pipe: libc::c_int, errno: i32) -> ! {
+    let mut msg = [0u8; 8];
+    msg[..4].copy_from_slice(&errno.to_be_bytes());
+    msg[4..].copy_from_slice(&EXEC_ERROR_FOOTER);
+    // SAFETY: `write` of a stack buffer and `_exit`; a failed write leaves the parent
+    // reading end-of-file with a dead child, which it reports as an error too.
+    unsafe {
+        let mut off = 0;
+        while off < msg.len() {
+            let n = libc::write(pipe, msg[off..].as_ptr().cast(), msg.len() - off);
+            if n > 0 {
+                off += n as usize;
+            } else if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            } else {
+                break;
+            }
+        }
+        libc::_exit(127)
+    }
+}

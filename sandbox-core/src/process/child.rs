@@ -4,11 +4,11 @@
 //! async-signal-safe calls are allowed: another thread may have held the allocator's lock at
 //! the moment of the fork, and the child would deadlock on it. So everything here is prepared
 //! in the parent (C strings, numbers, raw descriptors) and the child makes nothing but raw
-//! system calls on it: `dup2`, `fcntl`, `chdir`, `setpgid`, `sigaction`, `prctl`, `getppid`,
-//! `open`, `write`, `close`, `getrlimit`, `setrlimit`, `close_range`, the raw `setgroups`,
-//! `setresgid`, `setresuid`, `execve`, `_exit`: all listed as async-signal-safe or plain
-//! system calls with no user-space state. No allocation, no locks, no `Drop` of anything
-//! allocated.
+//! system calls on it: `dup2`, `fcntl`, `chdir`, `setpgid`, `sigaction`, `sigprocmask`,
+//! `prctl`, `getppid`, `open`, `write`, `close`, `getrlimit`, `setrlimit`, `close_range`,
+//! the raw `setgroups`, `setresgid`, `setresuid`, `execve`, `_exit`: all listed as
+//! async-signal-safe or plain system calls with no user-space state. No allocation, no
+//! locks, no `Drop` of anything allocated.
 
 use std::collections::BTreeMap;
 use std::ffi::{CStr, CString, OsStr, OsString};
@@ -105,6 +105,17 @@ impl ChildSetup {
                 // allocate after fork.
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
             }
+            // No signal blocked: the child starts with the mask of the host thread that
+            // spawned it (neither `clone3` nor std's fork resets it), and a mask survives
+            // exec, so a host that blocks `SIGTERM` in its threads to read it from a
+            // signalfd would start every command deaf to it.
+            let mut none: libc::sigset_t = std::mem::zeroed();
+            check(libc::sigemptyset(&mut none))?;
+            check(libc::sigprocmask(
+                libc::SIG_SETMASK,
+                &none,
+                std::ptr::null_mut(),
+            ))?;
             // Join the run's cgroups before anything else can fork (v2 unless born there).
             if let (Some(path), false) = (&self.v2_procs, self.born_in_v2) {
                 raw_write_file(path, b"0")?;

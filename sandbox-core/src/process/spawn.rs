@@ -794,4 +794,46 @@ mod tests {
             assert_eq!(ign & (1 << 12), 0, "fork {fork}: SIGPIPE ignored: {text}");
         }
     }
+
+    /// A signal the spawning thread blocks is not blocked in the command: the mask is
+    /// emptied before exec, on both paths, as std does.
+    #[tokio::test]
+    async fn the_spawning_threads_blocked_signals_are_not_the_commands() {
+        if !Direct::default().capability().tree_kill {
+            eprintln!("skipped: no cgroup here, so no run starts at all");
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        let ws_path = ws.path().canonicalize().unwrap();
+        // This test's runtime is current-thread: the spawn happens on this thread. The
+        // command is grep itself: a shell clears its inherited mask at start.
+        let mut blocked: libc::sigset_t = unsafe { std::mem::zeroed() };
+        unsafe {
+            libc::sigemptyset(&mut blocked);
+            libc::sigaddset(&mut blocked, libc::SIGTERM);
+            libc::sigaddset(&mut blocked, libc::SIGUSR2);
+            assert_eq!(
+                libc::pthread_sigmask(libc::SIG_BLOCK, &blocked, std::ptr::null_mut()),
+                0
+            );
+        }
+        for fork in [false, true] {
+            let sb = ProcessSandbox::new(Direct::default());
+            let o = opts(&ws_path, &["/bin/grep", "SigBlk", "/proc/self/status"]);
+            let out = with(fork, async {
+                sb.run(o).await.unwrap();
+                sb.wait().await.unwrap()
+            })
+            .await;
+            let text = out.stdout.text();
+            let blk = u64::from_str_radix(text.split_whitespace().nth(1).unwrap(), 16).unwrap();
+            assert_eq!(
+                blk, 0,
+                "fork {fork}: the command starts with signals blocked: {text}"
+            );
+        }
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &blocked, std::ptr::null_mut());
+        }
+    }
 }

@@ -200,7 +200,8 @@ pub(super) unsafe fn dup_onto(fd: libc::c_int, target: libc::c_int) -> io::Resul
 /// In the child: what std's spawn did before its pre-exec steps, after the stdio: enter
 /// `cwd`, lead a new process group, and put `SIGPIPE` back to its default (a Rust host
 /// ignores it, and an ignored signal stays ignored across exec: `yes | head` in the
-/// sandbox would then see `EPIPE` instead of dying quietly).
+/// sandbox would then see `EPIPE` instead of dying quietly). The signal mask is emptied
+/// by [`super::child::ChildSetup::run`], on both spawn paths.
 ///
 /// # Safety
 ///

@@ -204,7 +204,11 @@ pub async fn measure(s: &Subject, budget: &Budget) -> Result<Vec<Row>, BenchErro
             Box::pin(async move {
                 let (took, outcome) = runs::library_run(&s.backend, o).await?;
                 // Only a complete transfer through the proxy counts.
-                let got = outcome.connections.first().map_or(0, |c| c.bytes_in);
+                let got = outcome
+                    .connections
+                    .entries
+                    .first()
+                    .map_or(0, |c| c.bytes_in);
                 if got < bytes {
                     return Err(BenchError::wrong(
                         "the download through the proxy",

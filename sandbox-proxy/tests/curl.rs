@@ -142,7 +142,7 @@ async fn an_allowed_name_is_reached_over_http_connect_and_socks5_and_recorded() 
         let (ok, out, err) = curl(args).await;
         assert!(ok, "{how:?}: {err}");
         assert_eq!(out, "hello from allowed\n", "{how:?}");
-        let rec = f.proxy.records().into_iter().last().unwrap();
+        let rec = f.proxy.records().entries.into_iter().last().unwrap();
         assert_eq!(rec.protocol, how);
         assert_eq!(rec.host, "allowed.test");
         assert_eq!(rec.port, up);
@@ -150,7 +150,7 @@ async fn an_allowed_name_is_reached_over_http_connect_and_socks5_and_recorded() 
         assert_eq!(rec.peer, Some(SocketAddr::new(LO, up)));
         assert!(rec.bytes_in > 19 && rec.bytes_out > 10, "{rec:?}");
     }
-    assert_eq!(f.proxy.finish().await.len(), 3);
+    assert_eq!(f.proxy.finish().await.entries.len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -177,8 +177,8 @@ async fn a_denied_name_is_refused_recorded_and_never_resolved() {
     .await;
     assert!(!ok);
     let recs = f.proxy.finish().await;
-    assert_eq!(recs.len(), 3, "{recs:#?}");
-    for r in &recs {
+    assert_eq!(recs.entries.len(), 3, "{recs:#?}");
+    for r in &recs.entries {
         assert_eq!(r.decision, Decision::Denied("not in the allowlist".into()));
         assert_eq!((r.bytes_in, r.bytes_out, r.peer), (0, 0, None));
         assert_eq!(
@@ -205,7 +205,7 @@ async fn an_ip_literal_is_refused_unless_a_cidr_covers_it() {
     .await;
     assert!(!out.contains("hello"), "{out}");
     assert!(matches!(
-        &only(&f.proxy.finish().await).decision,
+        &only(&f.proxy.finish().await.entries).decision,
         Decision::Denied(_)
     ));
 
@@ -218,7 +218,7 @@ async fn an_ip_literal_is_refused_unless_a_cidr_covers_it() {
     .await;
     assert!(ok, "{err}");
     assert_eq!(out, "hello from allowed\n");
-    assert!(only(&f.proxy.finish().await).decision.is_allowed());
+    assert!(only(&f.proxy.finish().await.entries).decision.is_allowed());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -242,10 +242,10 @@ async fn a_wildcard_rebound_to_loopback_is_refused_but_an_exact_name_is_not() {
     assert!(ok && out.contains("hello"), "{err}");
     let recs = f.proxy.finish().await;
     assert!(
-        matches!(&recs[0].decision, Decision::Denied(why) if why.contains("loopback")),
+        matches!(&recs.entries[0].decision, Decision::Denied(why) if why.contains("loopback")),
         "{recs:#?}"
     );
-    assert!(recs[1].decision.is_allowed());
+    assert!(recs.entries[1].decision.is_allowed());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -270,8 +270,8 @@ async fn a_connect_to_the_proxy_itself_is_refused_even_when_a_cidr_covers_it() {
         assert!(!ok && err.contains("403"), "{target}: {err}");
     }
     let recs = proxy.finish().await;
-    assert_eq!(recs.len(), 2, "{recs:#?}");
-    for r in recs {
+    assert_eq!(recs.entries.len(), 2, "{recs:#?}");
+    for r in recs.entries {
         assert!(
             matches!(&r.decision, Decision::Denied(why) if why.contains("proxy's own")),
             "{r:?}"

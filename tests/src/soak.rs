@@ -229,8 +229,6 @@ fn own_containers(me: u32) -> usize {
     ])
 }
 
-/// The resident set after handing freed heap back to the kernel: what the allocator keeps
-/// cached for reuse is not a leak, and would otherwise swamp one.
 /// Mounts in this process's mount namespace whose mount point is under `tmp` (where every
 /// run keeps what it makes), so that mounts other work on the host makes do not count.
 fn own_mounts(tmp: &Path) -> usize {
@@ -246,7 +244,9 @@ fn own_mounts(tmp: &Path) -> usize {
         .unwrap_or(0)
 }
 
-fn rss_kib() -> u64 {
+/// The resident set after handing freed heap back to the kernel, in KiB: what the
+/// allocator keeps cached for reuse is not a leak, and would otherwise swamp one.
+pub(crate) fn rss_kib() -> u64 {
     // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
     unsafe { libc::malloc_trim(0) };
     std::fs::read_to_string("/proc/self/status")

@@ -106,15 +106,20 @@ impl CostTargets {
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// Builds the image `tag` holding host files at paths inside it (`(host, inside)`
-/// pairs), with the shared libraries they need, without a registry.
+/// pairs), without a registry. A host file is copied (read through links) with the shared
+/// libraries it needs; a host directory is copied as the tree it is (directories, regular
+/// files with their modes and times, links as links), with the libraries its ELF files
+/// need: how an interpreter with its library tree (python) or a program with its helper
+/// directory gets into an image built from the host.
 pub type BuildImageFn =
     fn(tag: String, files: Vec<(PathBuf, PathBuf)>) -> BoxFuture<Result<(), SandboxError>>;
 
 /// How a backend that runs every command in a container image gets one.
 #[derive(Clone, Copy)]
 pub struct ImageSupport {
-    /// Builds an image from host binaries: how the conformance suite puts its probe, and
-    /// the bench its programs, where such a backend runs them.
+    /// Builds an image from host files and trees: how the conformance suite puts its probe
+    /// and tools (python with its library, git with its helpers), and the bench its
+    /// programs, where such a backend runs them.
     pub build_from_binaries: BuildImageFn,
 }
 

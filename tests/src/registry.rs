@@ -159,20 +159,18 @@ pub mod require {
         if c.host_programs {
             return Ok(());
         }
-        let held: Vec<&str> = crate::IMAGE_TOOLS.iter().map(|(n, _)| *n).collect();
         let missing: Vec<&str> = tools
             .iter()
             .copied()
-            .filter(|t| !held.contains(t))
+            .filter(|t| !crate::IMAGE_TOOLS.contains(t))
             .collect();
         if missing.is_empty() {
             return Ok(());
         }
         Err(format!(
             "the backend runs the suite's image (capability.host_programs is false), which \
-             holds only the probe, {}: {} needs more than one binary (a library tree, helper \
-             programs), which an image built from host binaries cannot carry",
-            held.join(", "),
+             holds only the probe, {}: not {}",
+            crate::IMAGE_TOOLS.join(", "),
             missing.join(", ")
         ))
     }

@@ -13,8 +13,9 @@ use sandbox::registry::{self, BackendInfo};
 use sandbox::select::Config;
 use sandbox_core::Backend;
 
-/// The image a backend that runs one gets: built around this build's probe first, from
-/// host binaries (no registry).
+/// The image a backend that runs one gets: built around this build's probe first, with
+/// every tool the cases run (python, git and the rest: `IMAGE_TOOLS`), from host files (no
+/// registry).
 const IMAGE: &str = "sandbox-conformance:latest";
 
 /// The backend called `name`, from the facade's registry; `None` for a name it does not
@@ -47,7 +48,10 @@ fn build_probe_image(info: &BackendInfo, build: registry::BuildImageFn) {
         .map_err(|e| e.to_string())
         .and_then(|rt| {
             rt.block_on(sandbox_conformance::prove::build_probe_image(
-                build, IMAGE, probe,
+                build,
+                IMAGE,
+                probe,
+                sandbox_conformance::IMAGE_TOOLS,
             ))
             .map_err(|e| e.to_string())
         });

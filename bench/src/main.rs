@@ -166,8 +166,9 @@ fn notes(budget: &Budget) -> Vec<String> {
          (throughput ratio)."
             .into(),
         format!(
-            "Docker: the image `{}` is built locally FROM scratch from `/bin/true` and this \
-             binary with their shared libraries (`sandbox_docker::build_image_from_binaries`). \
+            "Docker: the image `{}` is built locally FROM scratch from `/bin/true`, this \
+             binary and the host's curl (the egress download) with their shared libraries \
+             (`sandbox_docker::build_image_from_binaries`). \
              Its workspace is owned by uid 65534 when the bench runs as root, so the backend \
              bind-mounts it as it is and runs the command as that uid, as `docker run` with \
              the same flags does (a root-owned workspace would take the backend's idmapped \

@@ -43,6 +43,9 @@ const SLOW_START: std::time::Duration = std::time::Duration::from_millis(100);
 /// Where the flood program sits in that image.
 const FLOOD_IN_IMAGE: &str = "/usr/local/bin/sandbox-bench-flood";
 
+/// Where the host's curl sits in that image (the egress download row).
+const CURL_IN_IMAGE: &str = "/usr/bin/curl";
+
 /// The uid that owns the docker workspace when the bench runs as root (see [`Host`]).
 const NOBODY: u32 = 65534;
 
@@ -198,6 +201,7 @@ struct Parts {
     direct: Option<Direct>,
     true_program: OsString,
     flood_program: OsString,
+    curl_program: Option<OsString>,
     workspace: PathBuf,
     cli_args: Vec<OsString>,
     fresh: Option<Fresh>,
@@ -217,28 +221,30 @@ impl Parts {
             backend: info.build(&Config::default()).map_err(|e| e.to_string())?,
             true_program: host.true_program.clone().into_os_string(),
             flood_program: host.flood().as_os_str().to_owned(),
+            curl_program: which::which("curl").ok().map(PathBuf::into_os_string),
             workspace: host.workspace().to_path_buf(),
             cli_args: Vec::new(),
             fresh: None,
         })
     }
 
-    /// A backend that runs an image, on [`DOCKER_IMAGE`] built here from `/bin/true` and
-    /// this binary; the baseline of its own tool where the bench has one.
+    /// A backend that runs an image, on [`DOCKER_IMAGE`] built here from `/bin/true`,
+    /// this binary and the host's curl (when it has one); the baseline of its own tool
+    /// where the bench has one.
     async fn image(
         host: &Host,
         info: &'static BackendInfo,
         image: &ImageSupport,
     ) -> Result<Self, String> {
-        (image.build_from_binaries)(
-            DOCKER_IMAGE.to_string(),
-            vec![
-                (host.true_program.clone(), PathBuf::from("/bin/true")),
-                (host.flood().to_path_buf(), PathBuf::from(FLOOD_IN_IMAGE)),
-            ],
-        )
-        .await
-        .map_err(|e| format!("building the image {DOCKER_IMAGE}: {e}"))?;
+        let mut files = vec![
+            (host.true_program.clone(), PathBuf::from("/bin/true")),
+            (host.flood().to_path_buf(), PathBuf::from(FLOOD_IN_IMAGE)),
+        ];
+        let curl = which::which("curl").ok();
+        files.extend(curl.clone().map(|c| (c, PathBuf::from(CURL_IN_IMAGE))));
+        (image.build_from_binaries)(DOCKER_IMAGE.to_string(), files)
+            .await
+            .map_err(|e| format!("building the image {DOCKER_IMAGE}: {e}"))?;
         let backend = info
             .build(&Config::with_image(DOCKER_IMAGE))
             .map_err(|e| e.to_string())?;
@@ -252,6 +258,7 @@ impl Parts {
             direct,
             true_program: "/bin/true".into(),
             flood_program: FLOOD_IN_IMAGE.into(),
+            curl_program: curl.map(|_| CURL_IN_IMAGE.into()),
             workspace: host.docker_workspace.path().to_path_buf(),
             cli_args: vec!["--image".into(), DOCKER_IMAGE.into()],
             fresh: Some(Fresh(Arc::new(move || {
@@ -275,6 +282,8 @@ pub struct Subject {
     pub true_program: OsString,
     /// The flood program as the command sees it.
     pub flood_program: OsString,
+    /// curl as the command sees it, where it has one (the egress download row).
+    pub curl_program: Option<OsString>,
     /// The workspace.
     pub workspace: PathBuf,
     /// Its start-up baseline beyond a bare spawn, if it has one.
@@ -313,6 +322,7 @@ impl Subject {
             lane: Lane::Strict,
             true_program: parts.true_program,
             flood_program: parts.flood_program,
+            curl_program: parts.curl_program,
             workspace: parts.workspace,
             direct: parts.direct,
             cli_args: parts.cli_args,

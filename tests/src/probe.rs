@@ -14,7 +14,7 @@
 //! `rename FROM TO`, `remove PATH`,
 //! `connect HOST:PORT`, `proxy-connect HOST:PORT`, `proxy-connect-loop SUFFIX DISTINCT N`,
 //! `connect-abstract NAME`, `listen-connect`, `dns-udp HOST:PORT`,
-//! `udp-route HOST:PORT`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
+//! `udp-route HOST:PORT`, `bind-any PORT HOST:PORT SECS`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `syscall-loop NAME N`, `see-pid PID`, `open-files N`,
 //! `print TEXT [SECS]`, `barrier DIR N ID`, `kill-self N`, `orphan`, `tree DIR`,
@@ -67,6 +67,7 @@ pub fn main(args: Vec<OsString>) -> ! {
         ("listen-connect", []) => listen_connect(),
         ("dns-udp", [addr]) => dns_udp(addr),
         ("udp-route", [addr]) => udp_route(addr),
+        ("bind-any", [port, addr, s]) => bind_any(num(port) as u16, addr, secs(s)),
         ("env", []) => env(),
         ("fds", []) => fds(),
         ("fork", [n]) => fork_many(num(n)),
@@ -572,9 +573,6 @@ fn connect(addr: &str) -> ! {
     exit(0)
 }
 
-/// Ask the proxy that `HTTPS_PROXY` names (`http://IP:PORT`) for a tunnel to `target` with
-/// HTTP `CONNECT`, without a client library or a shell: exit 0 with the proxy's status and
-/// what the far end sent when it answered 200, 1 with its status when it refused.
 /// The proxy the sandbox names in `HTTPS_PROXY` (`http://IP:PORT`).
 fn proxy_addr() -> SocketAddr {
     std::env::var("HTTPS_PROXY")
@@ -649,6 +647,9 @@ fn proxy_connect_loop(suffix: &str, distinct: u64, n: u64) -> ! {
     exit(if other == 0 { 0 } else { 1 })
 }
 
+/// Ask the proxy that `HTTPS_PROXY` names (`http://IP:PORT`) for a tunnel to `target` with
+/// HTTP `CONNECT`, without a client library or a shell: exit 0 with the proxy's status and
+/// what the far end sent when it answered 200, 1 with its status when it refused.
 fn proxy_connect(target: &str) -> ! {
     let proxy = proxy_addr();
     let (mut s, status) = match proxy_ask(&proxy, target) {
@@ -717,6 +718,56 @@ fn udp_route(addr: &str) -> ! {
         }
         Err(e) => fail("udp-route", &e),
     }
+}
+
+/// Bind TCP and UDP on every address (`0.0.0.0:PORT`) and listen; then, from a socket
+/// bound to every address too, connect to `addr` (a bind must not open a way out); then
+/// keep listening `SECS` seconds, counting who reaches the listener (a bind must not open a
+/// way in). Reports `escaped` and `accepted`; exit 0 when it could bind.
+fn bind_any(port: u16, addr: &str, listen_for: Duration) -> ! {
+    let addr: SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|_| usage(&format!("`{addr}` is not HOST:PORT")));
+    let listener = match TcpListener::bind(("0.0.0.0", port)) {
+        Ok(l) => l,
+        Err(e) => fail("bind tcp 0.0.0.0", &e),
+    };
+    let _udp = match std::net::UdpSocket::bind(("0.0.0.0", port)) {
+        Ok(u) => u,
+        Err(e) => fail("bind udp 0.0.0.0", &e),
+    };
+    // SAFETY: plain socket calls on a descriptor this function owns and closes; the
+    // address is a valid sockaddr_in for its length.
+    let escaped = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        let mut any: libc::sockaddr_in = std::mem::zeroed();
+        any.sin_family = libc::AF_INET as libc::sa_family_t;
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let bound = fd >= 0 && libc::bind(fd, (&any as *const libc::sockaddr_in).cast(), len) == 0;
+        let mut to: libc::sockaddr_in = std::mem::zeroed();
+        to.sin_family = libc::AF_INET as libc::sa_family_t;
+        to.sin_port = addr.port().to_be();
+        if let std::net::IpAddr::V4(v4) = addr.ip() {
+            to.sin_addr.s_addr = u32::from(v4).to_be();
+        }
+        let connected =
+            bound && libc::connect(fd, (&to as *const libc::sockaddr_in).cast(), len) == 0;
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        connected
+    };
+    let _ = listener.set_nonblocking(true);
+    let until = Instant::now() + listen_for;
+    let mut accepted = 0i64;
+    while Instant::now() < until {
+        match listener.accept() {
+            Ok(_) => accepted += 1,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    ok().b("escaped", escaped).n("accepted", accepted).emit();
+    exit(0)
 }
 
 /// Connect to the abstract unix socket `NAME` (no file: only the network namespace, or a

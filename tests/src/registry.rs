@@ -396,6 +396,7 @@ pub fn cases() -> Vec<Case> {
         case!(egress::dns_from_inside_fails, network_proxy, confinement),
         case!(egress::direct_connect_fails, network_proxy, confinement),
         case!(egress::proxy_itself_refused, proxy_tools),
+        case!(egress::bind_opens_no_way, network_proxy, confinement),
         case!(egress::raw_sockets_and_io_uring_refused, network_proxy),
         case!(egress::socks5_works, proxy_tools),
         case!(egress::python_urllib_through_the_proxy, proxy_python),

@@ -565,6 +565,89 @@ pub async fn proxy_itself_refused(ctx: Arc<Context>) -> CaseResult {
     Ok(())
 }
 
+/// A bind opens no way out and no way in: with `proxy` (and `loopback`), a command that
+/// binds TCP and UDP on every address (`0.0.0.0`) and listens is not reached by the host at
+/// that port on its loopback, and a socket bound to every address does not reach a host
+/// listener either.
+pub async fn bind_opens_no_way(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-bind")?;
+    let listener = HostListener::start(&format!("bind-{}", token()))?;
+    let mut f = Forbidden::new(&ctx);
+    let mut modes = vec![NetworkMode::Proxy];
+    if ctx.claimed().network_loopback == sandbox_core::Enforcement::Exact {
+        modes.push(NetworkMode::Loopback);
+    }
+    for mode in modes {
+        // A port free on the host now: the command binds it on every address it has.
+        let port = TcpListener::bind(SocketAddr::new(LO, 0))?
+            .local_addr()?
+            .port();
+        let mut o = probe_proxy_opts(
+            &ctx,
+            ws.path(),
+            &[
+                "bind-any",
+                &port.to_string(),
+                &listener.addr().to_string(),
+                "3",
+            ],
+            &["allowed.test".to_string()],
+        );
+        if mode == NetworkMode::Loopback {
+            o.network = mode;
+            o.allow_hosts.clear();
+            o.resolver = None;
+        }
+        let sb = ctx.sandbox();
+        sb.run(o).await?;
+        // Knock at the port on the host's loopback while the command listens.
+        let knocked = tokio::task::spawn_blocking(move || {
+            let until = std::time::Instant::now() + Duration::from_millis(2500);
+            let mut reached = 0;
+            while std::time::Instant::now() < until {
+                let to = SocketAddr::new(LO, port);
+                if std::net::TcpStream::connect_timeout(&to, Duration::from_millis(200)).is_ok() {
+                    reached += 1;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            reached
+        })
+        .await
+        .unwrap_or(0);
+        let outcome = tokio::time::timeout(Duration::from_secs(120), sb.wait())
+            .await
+            .map_err(|_| Failure::Broken("the binding run did not end".into()))??;
+        let p = crate::context::Probed {
+            report: crate::context::parse_report(&outcome.stdout.bytes),
+            outcome,
+        };
+        p.report()?;
+        ensure!(
+            p.succeeded(),
+            "{mode}: the command could not bind: {}",
+            p.describe()
+        );
+        let accepted = p.int("accepted")?;
+        ensure!(
+            knocked == 0 || accepted > 0,
+            "{mode}: the host reached port {port} on its loopback, but not the command's \
+             listener (another program took the port): run again"
+        );
+        f.check(
+            &format!("{mode}: the host reached the command's listener bound on 0.0.0.0:{port}"),
+            accepted > 0,
+            || p.describe(),
+        );
+        f.check(
+            &format!("{mode}: a socket bound to 0.0.0.0 reached the host's listener"),
+            p.field("escaped") == Some(&serde_json::Value::Bool(true)) || listener.accepted() > 0,
+            || p.describe(),
+        );
+    }
+    f.finish()
+}
+
 /// Raw and packet sockets and io_uring fail inside with a clear error.
 pub async fn raw_sockets_and_io_uring_refused(ctx: Arc<Context>) -> CaseResult {
     let ws = ctx.workspace("egress-raw")?;

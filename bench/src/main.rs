@@ -176,7 +176,7 @@ fn notes(budget: &Budget) -> Vec<String> {
              translated field by field from the backend's own create-container body \
              (`DockerBackend::container_body`); a field the translation does not know fails \
              the row instead of being left out.",
-            subject::DOCKER_IMAGE
+            subject::docker_image()
         ),
         format!(
             "The `sandbox` command: {} + {} runs ({} + {} for container backends), \

@@ -23,9 +23,16 @@ pub fn all() -> Vec<&'static str> {
     sandbox::registry::compiled_in().map(|i| i.name).collect()
 }
 
-/// The image a backend that runs one is measured with, built locally from `/bin/true` and
-/// this binary (no registry is needed).
-pub const DOCKER_IMAGE: &str = "sandbox-bench:latest";
+/// The image a backend that runs one is measured with, built locally from `/bin/true`,
+/// this binary and curl (no registry is needed); tagged for this build tree
+/// (`local_image_tag`), so a bench of another tree on the same engine cannot swap it
+/// mid-run.
+pub fn docker_image() -> String {
+    sandbox_core::registry::local_image_tag(
+        "sandbox-bench",
+        &std::env::current_exe().unwrap_or_default(),
+    )
+}
 
 /// The baselines of a backend's own tool run directly that the bench knows how to build,
 /// by backend: hand-made, since each translates that backend's spec into its tool's
@@ -228,7 +235,7 @@ impl Parts {
         })
     }
 
-    /// A backend that runs an image, on [`DOCKER_IMAGE`] built here from `/bin/true`,
+    /// A backend that runs an image, on [`docker_image`] built here from `/bin/true`,
     /// this binary and the host's curl (when it has one); the baseline of its own tool
     /// where the bench has one.
     async fn image(
@@ -242,14 +249,15 @@ impl Parts {
         ];
         let curl = which::which("curl").ok();
         files.extend(curl.clone().map(|c| (c, PathBuf::from(CURL_IN_IMAGE))));
-        (image.build_from_binaries)(DOCKER_IMAGE.to_string(), files)
+        let tag = docker_image();
+        (image.build_from_binaries)(tag.clone(), files)
             .await
-            .map_err(|e| format!("building the image {DOCKER_IMAGE}: {e}"))?;
+            .map_err(|e| format!("building the image {tag}: {e}"))?;
         let backend = info
-            .build(&Config::with_image(DOCKER_IMAGE))
+            .build(&Config::with_image(&tag))
             .map_err(|e| e.to_string())?;
         let direct = match OWN_TOOL_BASELINES.iter().find(|(n, _)| *n == info.name) {
-            Some((_, baseline)) => baseline(DOCKER_IMAGE, host)?,
+            Some((_, baseline)) => baseline(&tag, host)?,
             None => None,
         };
         Ok(Self {
@@ -260,9 +268,9 @@ impl Parts {
             flood_program: FLOOD_IN_IMAGE.into(),
             curl_program: curl.map(|_| CURL_IN_IMAGE.into()),
             workspace: host.docker_workspace.path().to_path_buf(),
-            cli_args: vec!["--image".into(), DOCKER_IMAGE.into()],
+            cli_args: vec!["--image".into(), tag.clone().into()],
             fresh: Some(Fresh(Arc::new(move || {
-                info.build(&Config::with_image(DOCKER_IMAGE))
+                info.build(&Config::with_image(&tag))
                     .map_err(|e| e.to_string())
             }))),
         })

@@ -114,6 +114,18 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 pub type BuildImageFn =
     fn(tag: String, files: Vec<(PathBuf, PathBuf)>) -> BoxFuture<Result<(), SandboxError>>;
 
+/// A tag for an image that a build tree makes for itself with a [`BuildImageFn`] (the
+/// suite's, the bench's): `REPO:HASH`, the hash of `built_from` (a program of that tree, such
+/// as the probe). Each tree (a worktree, a CI checkout) gets its own tag, so two trees on one
+/// engine never replace each other's image in the middle of a run, while one tree's
+/// unchanged image is kept from run to run.
+pub fn local_image_tag(repo: &str, built_from: &std::path::Path) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    built_from.hash(&mut h);
+    format!("{repo}:{:016x}", h.finish())
+}
+
 /// How a backend that runs every command in a container image gets one.
 #[derive(Clone, Copy)]
 pub struct ImageSupport {

@@ -358,7 +358,7 @@ const CONTENT_LABEL: &str = "sandbox.content";
 /// the new one replaces it and the old one is removed (unless a container still uses it).
 ///
 /// Used by this crate's tests, the bench, and the conformance suite, which builds
-/// `sandbox-conformance:latest` around its probe with python, git and curl from the host.
+/// `sandbox-conformance:HASH` around its probe with python, git and curl from the host.
 pub async fn build_image_from_binaries(
     docker: &Docker,
     tag: &str,

@@ -733,9 +733,10 @@ fn changes_are_asked_applied_or_refused(backend: &str) {
 
 /// `backend`'s flags, with `sh` and `curl` where the command runs: the host's, or, for a
 /// backend that runs an image, one built here from the host's busybox and curl with the
-/// registry's builder (the command's busybox image has no curl; nothing can be pulled).
+/// registry's builder (the command's busybox image has no curl; nothing can be pulled),
+/// tagged for this build tree.
 fn flags_with_curl(backend: &str) -> Vec<String> {
-    const TAG: &str = "sandbox-cli-test:curl";
+    let tag = sandbox_core::registry::local_image_tag("sandbox-cli-test-curl", BIN.as_ref());
     let mut flags = backend_flags(backend);
     let Some(image) = sandbox::select::info(backend).ok().and_then(|i| i.image) else {
         return flags;
@@ -746,10 +747,10 @@ fn flags_with_curl(backend: &str) -> Vec<String> {
         .enable_all()
         .build()
         .unwrap()
-        .block_on((image.build_from_binaries)(TAG.into(), files))
-        .unwrap_or_else(|e| panic!("building {TAG}: {e}"));
+        .block_on((image.build_from_binaries)(tag.clone(), files))
+        .unwrap_or_else(|e| panic!("building {tag}: {e}"));
     let at = flags.iter().position(|f| f == "--image").unwrap() + 1;
-    flags[at] = TAG.into();
+    flags[at] = tag;
     flags
 }
 

@@ -6,7 +6,8 @@
 //!   against the same download by curl on the host straight from the server, per backend,
 //!   each timed by curl itself (`%{time_total}`: connection to last byte), so the
 //!   sandbox's start-up, which the first row measures, is not counted against the
-//!   download (a container's start is a third of a 1 GiB run; a process backend's, 2%).
+//!   download (a container's start and end add 0.2 to 0.35 s to a 1 GiB run of about a
+//!   second; a process backend's, 2 to 5%).
 //! - Connection set-up through the proxy against a direct connection, once (the proxy is
 //!   the same for every backend): connect, `CONNECT`, the first byte of the answer; the
 //!   figure is the median added, not a ratio.

@@ -341,3 +341,88 @@ async fn other_request_forms_are_refused() {
     }
     assert!(f.proxy.finish().await.is_empty());
 }
+
+/// A resolver that never answers: the run ends while a name is being resolved.
+#[derive(Debug)]
+struct Hanging(Arc<tokio::sync::Notify>);
+
+#[async_trait]
+impl Resolver for Hanging {
+    async fn resolve(&self, _: &str, _: u16) -> io::Result<Vec<SocketAddr>> {
+        self.0.notify_one();
+        std::future::pending().await
+    }
+}
+
+/// An attempt the run ends in the middle of (its name still resolving) is in the record
+/// all the same, as not connected.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_cut_short_by_the_end_of_the_run_is_recorded() {
+    let asked = Arc::new(tokio::sync::Notify::new());
+    let l = std::net::TcpListener::bind((LO, 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let proxy = spawn(
+        ProxyConfig::new(
+            Allowlist::parse(&["slow.test"]).unwrap(),
+            Some(Arc::new(Hanging(asked.clone()))),
+        ),
+        Box::pin(async move { Ok(l) }),
+    )
+    .unwrap();
+    let mut s = tokio::net::TcpStream::connect((LO, port)).await.unwrap();
+    s.write_all(b"CONNECT slow.test:443 HTTP/1.1\r\nHost: slow.test:443\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), asked.notified())
+        .await
+        .expect("the proxy never resolved the allowed name");
+    let recs = proxy.finish().await;
+    let [r] = recs.entries.as_slice() else {
+        panic!("{recs:#?}")
+    };
+    assert_eq!((r.host.as_str(), r.port, r.count), ("slow.test", 443, 1));
+    assert_eq!(
+        r.decision,
+        Decision::Denied("the run ended before the connection was made".into())
+    );
+    assert_eq!(r.peer, None);
+}
+
+/// A flood of refused attempts through the proxy itself: the record keeps
+/// `MAX_CONNECTIONS` distinct entries, counts each exactly, and counts the rest.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_flood_is_recorded_within_the_bound_and_counted_exactly() {
+    use sandbox_core::MAX_CONNECTIONS;
+    let l = std::net::TcpListener::bind((LO, 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let proxy = spawn(
+        ProxyConfig::new(Allowlist::parse(&["allowed.test"]).unwrap(), None),
+        Box::pin(async move { Ok(l) }),
+    )
+    .unwrap();
+    let distinct = MAX_CONNECTIONS + 20;
+    let rounds = 2;
+    for _ in 0..rounds {
+        for i in 0..distinct {
+            let mut s = tokio::net::TcpStream::connect((LO, port)).await.unwrap();
+            let ask = format!("CONNECT h{i}.test:1 HTTP/1.1\r\n\r\n");
+            s.write_all(ask.as_bytes()).await.unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.unwrap();
+            assert!(
+                got.starts_with(b"HTTP/1.1 403"),
+                "{:?}",
+                String::from_utf8_lossy(&got)
+            );
+        }
+    }
+    let recs = proxy.finish().await;
+    assert_eq!(recs.entries.len(), MAX_CONNECTIONS);
+    assert!(recs.entries.iter().all(|e| e.count == rounds as u64));
+    assert_eq!(
+        recs.more.attempts,
+        (rounds * (distinct - MAX_CONNECTIONS)) as u64
+    );
+    assert_eq!(recs.more.denied, recs.more.attempts);
+    assert_eq!(recs.attempts(), (rounds * distinct) as u64);
+}

@@ -169,13 +169,14 @@ fn notes(budget: &Budget) -> Vec<String> {
             .into(),
         format!(
             "A backend that runs an image: the image `{}` is built locally FROM scratch from \
-             `/bin/true` and this binary with their shared libraries (its registry entry's \
-             `build_from_binaries`). Its workspace is owned by uid 65534 when the bench runs \
-             as root, so the backend bind-mounts it as it is and runs the command as that \
-             uid, as its engine's command line with the same flags does (a root-owned \
-             workspace would take the backend's idmapped staging, which that command line \
-             has no equivalent of).",
-            subject::IMAGE
+             `/bin/true`, this binary and the host's curl (the egress download) with their \
+             shared libraries (its registry entry's `build_from_binaries`), tagged for this \
+             build tree. Its workspace is owned by uid 65534 when the bench runs as root, so \
+             the backend bind-mounts it as it is and runs the command as that uid, as its \
+             engine's command line with the same flags does (a root-owned workspace would \
+             take the backend's idmapped staging, which that command line has no equivalent \
+             of).",
+            subject::image_tag()
         ),
         format!(
             "The `sandbox` command: {} + {} runs ({} + {} for container backends), \

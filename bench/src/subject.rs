@@ -22,9 +22,16 @@ pub fn all() -> Vec<&'static str> {
     sandbox::registry::compiled_in().map(|i| i.name).collect()
 }
 
-/// The image a backend that runs one is measured with, built locally from `/bin/true` and
-/// this binary (no registry is needed).
-pub const IMAGE: &str = "sandbox-bench:latest";
+/// The image a backend that runs one is measured with, built locally from `/bin/true`,
+/// this binary and curl (no registry is needed); tagged for this build tree
+/// (`local_image_tag`), so a bench of another tree on the same engine cannot swap it
+/// mid-run.
+pub fn image_tag() -> String {
+    sandbox_core::registry::local_image_tag(
+        "sandbox-bench",
+        &std::env::current_exe().unwrap_or_default(),
+    )
+}
 
 /// A first preflight at least this long marks a subject whose runs cost hundreds of
 /// milliseconds.
@@ -32,6 +39,9 @@ const SLOW_START: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Where the flood program sits in that image.
 const FLOOD_IN_IMAGE: &str = "/usr/local/bin/sandbox-bench-flood";
+
+/// Where the host's curl sits in that image (the egress download row).
+const CURL_IN_IMAGE: &str = "/usr/bin/curl";
 
 /// The uid that owns the image backends' workspace when the bench runs as root (see
 /// [`Host`]).
@@ -163,6 +173,7 @@ struct Parts {
     direct: Option<Direct>,
     true_program: OsString,
     flood_program: OsString,
+    curl_program: Option<OsString>,
     workspace: PathBuf,
     cli_args: Vec<OsString>,
     fresh: Option<Fresh>,
@@ -182,33 +193,36 @@ impl Parts {
             backend: info.build(&Config::default()).map_err(|e| e.to_string())?,
             true_program: host.true_program.clone().into_os_string(),
             flood_program: host.flood().as_os_str().to_owned(),
+            curl_program: which::which("curl").ok().map(PathBuf::into_os_string),
             workspace: host.workspace().to_path_buf(),
             cli_args: Vec::new(),
             fresh: None,
         })
     }
 
-    /// A backend that runs an image, on [`IMAGE`] built here from `/bin/true` and this
-    /// binary; the baseline of its own tool where its registry entry has one.
+    /// A backend that runs an image, on [`image_tag`] built here from `/bin/true`, this
+    /// binary and the host's curl (when it has one); the baseline of its own tool where
+    /// its registry entry has one.
     async fn image(
         host: &Host,
         info: &'static BackendInfo,
         image: &ImageSupport,
     ) -> Result<Self, String> {
-        (image.build_from_binaries)(
-            IMAGE.to_string(),
-            vec![
-                (host.true_program.clone(), PathBuf::from("/bin/true")),
-                (host.flood().to_path_buf(), PathBuf::from(FLOOD_IN_IMAGE)),
-            ],
-        )
-        .await
-        .map_err(|e| format!("building the image {IMAGE}: {e}"))?;
+        let mut files = vec![
+            (host.true_program.clone(), PathBuf::from("/bin/true")),
+            (host.flood().to_path_buf(), PathBuf::from(FLOOD_IN_IMAGE)),
+        ];
+        let curl = which::which("curl").ok();
+        files.extend(curl.clone().map(|c| (c, PathBuf::from(CURL_IN_IMAGE))));
+        let tag = image_tag();
+        (image.build_from_binaries)(tag.clone(), files)
+            .await
+            .map_err(|e| format!("building the image {tag}: {e}"))?;
         let backend = info
-            .build(&Config::with_image(IMAGE))
+            .build(&Config::with_image(&tag))
             .map_err(|e| e.to_string())?;
         let direct = match image.direct {
-            Some(make) => make(IMAGE, host.scratch.path())
+            Some(make) => make(&tag, host.scratch.path())
                 .map_err(|e| e.to_string())?
                 .map(Direct::Command),
             None => None,
@@ -219,10 +233,11 @@ impl Parts {
             direct,
             true_program: "/bin/true".into(),
             flood_program: FLOOD_IN_IMAGE.into(),
+            curl_program: curl.map(|_| CURL_IN_IMAGE.into()),
             workspace: host.image_workspace.path().to_path_buf(),
-            cli_args: vec!["--image".into(), IMAGE.into()],
+            cli_args: vec!["--image".into(), tag.clone().into()],
             fresh: Some(Fresh(Arc::new(move || {
-                info.build(&Config::with_image(IMAGE))
+                info.build(&Config::with_image(&tag))
                     .map_err(|e| e.to_string())
             }))),
         })
@@ -242,6 +257,8 @@ pub struct Subject {
     pub true_program: OsString,
     /// The flood program as the command sees it.
     pub flood_program: OsString,
+    /// curl as the command sees it, where it has one (the egress download row).
+    pub curl_program: Option<OsString>,
     /// The workspace.
     pub workspace: PathBuf,
     /// Its start-up baseline beyond a bare spawn, if it has one.
@@ -280,6 +297,7 @@ impl Subject {
             lane: Lane::Strict,
             true_program: parts.true_program,
             flood_program: parts.flood_program,
+            curl_program: parts.curl_program,
             workspace: parts.workspace,
             direct: parts.direct,
             cli_args: parts.cli_args,

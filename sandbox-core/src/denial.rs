@@ -15,7 +15,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::egress::ConnectionRecord;
+use crate::egress::Connections;
 
 /// How many distinct denials an outcome keeps; later distinct ones are only counted.
 pub const MAX_DISTINCT: usize = 100;
@@ -187,6 +187,11 @@ pub struct DenialLog {
 impl DenialLog {
     /// Record one refusal. Allocates only for a new distinct entry while there is room.
     pub fn record(&mut self, kind: DenialKind, target: &str, mechanism: DenialMechanism) {
+        self.record_n(kind, target, mechanism, 1);
+    }
+
+    /// Record `n` alike refusals.
+    fn record_n(&mut self, kind: DenialKind, target: &str, mechanism: DenialMechanism, n: u64) {
         // A scan of at most MAX_DISTINCT entries, without allocating: the common case is
         // a repeat.
         if let Some(d) = self
@@ -195,31 +200,38 @@ impl DenialLog {
             .iter_mut()
             .find(|d| d.kind == kind && d.mechanism == mechanism && d.target == target)
         {
-            d.count += 1;
+            d.count += n;
             return;
         }
         if self.denials.entries.len() >= MAX_DISTINCT {
-            self.denials.more += 1;
+            self.denials.more += n;
             return;
         }
         self.denials.entries.push(Denial {
             kind,
             target: target.to_owned(),
             mechanism,
-            count: 1,
+            count: n,
         });
     }
 
     /// Record each attempt the egress proxy denied (allowed ones are not denials), as a
-    /// network connect to `host:port` refused by the proxy.
-    pub fn record_connections(&mut self, connections: &[ConnectionRecord]) {
-        for c in connections.iter().filter(|c| !c.decision.is_allowed()) {
-            self.record(
+    /// network connect to `host:port` refused by the proxy; the denied attempts the
+    /// connection record only counted are counted here too.
+    pub fn record_connections(&mut self, connections: &Connections) {
+        for c in connections
+            .entries
+            .iter()
+            .filter(|c| !c.decision.is_allowed())
+        {
+            self.record_n(
                 DenialKind::NetworkConnect,
                 &c.target(),
                 DenialMechanism::Proxy,
+                c.count,
             );
         }
+        self.denials.more += connections.more.denied;
     }
 
     /// What was recorded.
@@ -395,32 +407,34 @@ mod tests {
 
     #[test]
     fn connections_the_proxy_denied_are_denials_and_allowed_ones_are_not() {
-        use crate::egress::{ConnectionRecord, ProxyProtocol};
+        use crate::egress::{Attempt, ConnectionLog, ProxyProtocol, MAX_CONNECTIONS};
         use crate::policy::Decision;
-        let record = |host: &str, decision: Decision| ConnectionRecord {
+        let attempt = |host: &str, decision: Decision| Attempt {
             at: std::time::SystemTime::now(),
             protocol: ProxyProtocol::Connect,
             host: host.into(),
             port: 443,
             decision,
             peer: None,
-            bytes_out: 0,
-            bytes_in: 0,
             error: None,
         };
+        let mut connections = ConnectionLog::default();
+        for a in [
+            attempt("crates.io", Decision::Allowed("crates.io".into())),
+            attempt(
+                "pastebin.com",
+                Decision::Denied("not in the allowlist".into()),
+            ),
+            attempt("::1", Decision::Denied("loopback".into())),
+            attempt(
+                "pastebin.com",
+                Decision::Denied("not in the allowlist".into()),
+            ),
+        ] {
+            connections.record(a);
+        }
         let mut log = DenialLog::default();
-        log.record_connections(&[
-            record("crates.io", Decision::Allowed("crates.io".into())),
-            record(
-                "pastebin.com",
-                Decision::Denied("not in the allowlist".into()),
-            ),
-            record("::1", Decision::Denied("loopback".into())),
-            record(
-                "pastebin.com",
-                Decision::Denied("not in the allowlist".into()),
-            ),
-        ]);
+        log.record_connections(connections.connections());
         let d = log.into_denials();
         assert_eq!(
             d.entries,
@@ -439,6 +453,26 @@ mod tests {
                 },
             ]
         );
+        assert_eq!(d.more, 0);
+
+        // What the connection record only counted is counted here too: exactly.
+        let mut connections = ConnectionLog::default();
+        for i in 0..MAX_CONNECTIONS + 30 {
+            let decision = if i % 3 == 0 {
+                Decision::Allowed("*.test".into())
+            } else {
+                Decision::Denied("not in the allowlist".into())
+            };
+            connections.record(attempt(&format!("h{i}.test"), decision));
+        }
+        let folded = connections.connections().more;
+        assert_eq!((folded.attempts, folded.denied), (30, 20));
+        let mut log = DenialLog::default();
+        log.record_connections(connections.connections());
+        let d = log.into_denials();
+        assert_eq!(d.entries.len(), MAX_DISTINCT);
+        let kept_denied = (0..MAX_CONNECTIONS).filter(|i| i % 3 != 0).count() as u64;
+        assert_eq!(d.total(), kept_denied + 20);
     }
 
     #[test]

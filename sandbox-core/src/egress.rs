@@ -5,7 +5,18 @@
 //! [`Launcher::prepare`](crate::process::Launcher::prepare) and hands core an
 //! [`EgressRun`] in the [`Launch`](crate::process::Launch). Core ends it once the command's
 //! tree is dead and puts its record in the outcome, so no proxy task outlives `wait`.
+//!
+//! # Bounded
+//!
+//! A command can loop on a refused connect. The record ([`ConnectionLog`], as
+//! [`DenialLog`](crate::denial::DenialLog) bounds denials) keeps the first
+//! [`MAX_CONNECTIONS`] distinct entries, attempts alike in protocol, host, port, decision
+//! and error folded into one with a count, the first and last time, and the bytes each way
+//! summed; attempts that would make another entry are counted exactly (attempts, denied,
+//! bytes) in [`Connections::more`]. The host's memory stays bounded whatever the command
+//! does.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
@@ -41,8 +52,20 @@ impl Resolver for SystemResolver {
     }
 }
 
+/// How many distinct entries a run's connection record keeps; attempts that would make
+/// another are only counted ([`Connections::more`]). Each entry holds at most
+/// [`MAX_HOST_LEN`] bytes of host and a reason of ours, so the record of a run stays under
+/// about a megabyte whatever the command does, while a thousand distinct destinations is
+/// far more than a build's package fetches make.
+pub const MAX_CONNECTIONS: usize = 1000;
+
+/// The longest host an entry keeps, in bytes; a longer one (only a refused, malformed
+/// request can carry one) is cut at a character boundary, so a command cannot grow the
+/// host's memory through the names it asks for.
+pub const MAX_HOST_LEN: usize = 256;
+
 /// How a command asked the proxy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProxyProtocol {
     /// HTTP `CONNECT` (TLS and anything else passed through untouched).
@@ -55,26 +78,32 @@ pub enum ProxyProtocol {
     HostPort,
 }
 
-/// One connection attempt through the proxy.
+/// Connection attempts through the proxy that were alike: the same protocol, host, port,
+/// decision (with its rule or reason) and error. One entry stands for `count` of them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct ConnectionRecord {
-    /// When the request was read.
+    /// When the first of them was read.
     #[serde(serialize_with = "unix_secs")]
     pub at: SystemTime,
+    /// When the last of them was read (`at` for one attempt).
+    #[serde(serialize_with = "unix_secs")]
+    pub last_at: SystemTime,
+    /// How many attempts this entry stands for.
+    pub count: u64,
     /// How it was asked.
     pub protocol: ProxyProtocol,
-    /// The host as asked (a name, or an IP literal).
+    /// The host as asked (a name, or an IP literal), at most [`MAX_HOST_LEN`] bytes.
     pub host: String,
     /// The port asked.
     pub port: u16,
     /// Allowed (with the pattern) or denied (with the reason).
     #[serde(flatten)]
     pub decision: Decision,
-    /// The address connected to, when allowed and reached.
+    /// The address connected to (the first one reached), when allowed and reached.
     pub peer: Option<SocketAddr>,
-    /// Bytes from the command to the destination.
+    /// Bytes from the command to the destination, over all of its attempts.
     pub bytes_out: u64,
-    /// Bytes from the destination to the command.
+    /// Bytes from the destination to the command, over all of its attempts.
     pub bytes_in: u64,
     /// Why an allowed connection could not be made (the name did not resolve, the
     /// destination refused).
@@ -91,15 +120,174 @@ impl ConnectionRecord {
         }
     }
 
-    /// The line the command-line tool prints for a denied attempt, or `None` when allowed.
+    /// The line the command-line tool prints for denied attempts (` x3` when there were
+    /// three alike), or `None` when allowed.
     pub fn denied_line(&self) -> Option<String> {
         match &self.decision {
             Decision::Denied(why) => Some(format!(
-                "sandbox: denied connect to {} ({why})",
-                self.target()
+                "sandbox: denied connect to {} ({why}){}",
+                self.target(),
+                if self.count > 1 {
+                    format!(" x{}", self.count)
+                } else {
+                    String::new()
+                }
             )),
             Decision::Allowed(_) => None,
         }
+    }
+}
+
+/// The attempts a full record did not keep: counted exactly, not described.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FoldedConnections {
+    /// Attempts in all.
+    pub attempts: u64,
+    /// Of them, denied.
+    pub denied: u64,
+    /// Bytes from the command to their destinations.
+    pub bytes_out: u64,
+    /// Bytes from their destinations to the command.
+    pub bytes_in: u64,
+}
+
+/// A run's connection record, as the outcome carries it: bounded like
+/// [`Denials`](crate::Denials), the first [`MAX_CONNECTIONS`] distinct entries in the
+/// order first seen, each with its count, and the attempts beyond them counted.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Connections {
+    /// The distinct entries, in the order first seen.
+    pub entries: Vec<ConnectionRecord>,
+    /// What did not fit.
+    pub more: FoldedConnections,
+}
+
+impl Connections {
+    /// No attempt was made.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty() && self.more.attempts == 0
+    }
+
+    /// How many attempts were made in all.
+    pub fn attempts(&self) -> u64 {
+        self.entries.iter().map(|c| c.count).sum::<u64>() + self.more.attempts
+    }
+
+    /// The lines the command-line tool prints after a run: one per denied entry, and one
+    /// counting the denied attempts the record did not keep.
+    pub fn denied_lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .entries
+            .iter()
+            .filter_map(ConnectionRecord::denied_line)
+            .collect();
+        if self.more.denied > 0 {
+            lines.push(format!(
+                "sandbox: denied {} more connect{} (the record keeps {MAX_CONNECTIONS} distinct \
+                 entries; the rest are counted)",
+                self.more.denied,
+                if self.more.denied == 1 { "" } else { "s" }
+            ));
+        }
+        lines
+    }
+}
+
+/// One attempt, decided, as the proxy hands it to a [`ConnectionLog`].
+#[derive(Clone, Debug)]
+pub struct Attempt {
+    /// When its request was read.
+    pub at: SystemTime,
+    /// How it was asked.
+    pub protocol: ProxyProtocol,
+    /// The host as asked (cut to [`MAX_HOST_LEN`] when recorded).
+    pub host: String,
+    /// The port asked.
+    pub port: u16,
+    /// The decision.
+    pub decision: Decision,
+    /// The address reached, if any.
+    pub peer: Option<SocketAddr>,
+    /// Why an allowed connection could not be made.
+    pub error: Option<String>,
+}
+
+/// Where an attempt's bytes are counted: its entry, or the folded remainder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Slot(Option<usize>);
+
+/// What makes two attempts alike.
+type Key = (ProxyProtocol, String, u16, Decision, Option<String>);
+
+/// Collects a run's connection attempts within a fixed memory bound ([`MAX_CONNECTIONS`]
+/// entries, each with at most [`MAX_HOST_LEN`] bytes of host).
+#[derive(Debug, Default)]
+pub struct ConnectionLog {
+    connections: Connections,
+    index: HashMap<Key, usize>,
+}
+
+impl ConnectionLog {
+    /// Record one attempt: counted in its entry (made while there is room), or in the
+    /// folded remainder. Its bytes go to the returned slot.
+    pub fn record(&mut self, a: Attempt) -> Slot {
+        let mut host = a.host;
+        if host.len() > MAX_HOST_LEN {
+            let mut cut = MAX_HOST_LEN;
+            while !host.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            host.truncate(cut);
+        }
+        let key: Key = (a.protocol, host, a.port, a.decision, a.error);
+        if let Some(&i) = self.index.get(&key) {
+            let e = &mut self.connections.entries[i];
+            e.count += 1;
+            e.last_at = e.last_at.max(a.at);
+            e.peer = e.peer.or(a.peer);
+            return Slot(Some(i));
+        }
+        if self.connections.entries.len() >= MAX_CONNECTIONS {
+            let more = &mut self.connections.more;
+            more.attempts += 1;
+            more.denied += u64::from(!key.3.is_allowed());
+            return Slot(None);
+        }
+        let i = self.connections.entries.len();
+        let (protocol, host, port, decision, error) = key.clone();
+        self.connections.entries.push(ConnectionRecord {
+            at: a.at,
+            last_at: a.at,
+            count: 1,
+            protocol,
+            host,
+            port,
+            decision,
+            peer: a.peer,
+            bytes_out: 0,
+            bytes_in: 0,
+            error,
+        });
+        self.index.insert(key, i);
+        Slot(Some(i))
+    }
+
+    /// Count bytes relayed for the attempt recorded in `slot`.
+    pub fn add_bytes(&mut self, slot: Slot, out: u64, into: u64) {
+        let (o, i) = match slot.0.and_then(|i| self.connections.entries.get_mut(i)) {
+            Some(e) => (&mut e.bytes_out, &mut e.bytes_in),
+            None => (
+                &mut self.connections.more.bytes_out,
+                &mut self.connections.more.bytes_in,
+            ),
+        };
+        *o += out;
+        *i += into;
+    }
+
+    /// The record so far.
+    pub fn connections(&self) -> &Connections {
+        &self.connections
     }
 }
 
@@ -185,5 +373,141 @@ pub trait EgressRun: Send + Sync + fmt::Debug + 'static {
     /// Stop accepting, end every relay, close the listener, and return the record. Called
     /// once the command's whole tree is dead; returns once every task and descriptor of the
     /// proxy is gone.
-    async fn finish(&self) -> Vec<ConnectionRecord>;
+    async fn finish(&self) -> Connections;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn attempt(host: &str, port: u16, decision: Decision, secs: u64) -> Attempt {
+        Attempt {
+            at: SystemTime::UNIX_EPOCH + Duration::from_secs(secs),
+            protocol: ProxyProtocol::Connect,
+            host: host.into(),
+            port,
+            decision,
+            peer: None,
+            error: None,
+        }
+    }
+
+    fn denied() -> Decision {
+        Decision::Denied("not in the allowlist".into())
+    }
+
+    #[test]
+    fn alike_attempts_are_one_entry_with_a_count_times_and_summed_bytes() {
+        let mut log = ConnectionLog::default();
+        let allowed = Decision::Allowed("crates.io".into());
+        let a = log.record(attempt("crates.io", 443, allowed.clone(), 10));
+        log.add_bytes(a, 100, 1000);
+        let d = log.record(attempt("pastebin.com", 443, denied(), 11));
+        let b = log.record(attempt("crates.io", 443, allowed.clone(), 12));
+        assert_eq!(a, b);
+        log.add_bytes(b, 1, 10);
+        // Another port, another protocol, another error: other entries.
+        log.record(attempt("crates.io", 80, allowed.clone(), 13));
+        log.record(Attempt {
+            protocol: ProxyProtocol::Socks5,
+            ..attempt("crates.io", 443, allowed.clone(), 14)
+        });
+        log.record(Attempt {
+            error: Some("refused".into()),
+            ..attempt("crates.io", 443, allowed.clone(), 15)
+        });
+        assert_ne!(a, d);
+        let c = log.connections();
+        assert_eq!(c.entries.len(), 5);
+        let e = &c.entries[0];
+        assert_eq!((e.count, e.bytes_out, e.bytes_in), (2, 101, 1010));
+        assert_eq!(e.at, SystemTime::UNIX_EPOCH + Duration::from_secs(10));
+        assert_eq!(e.last_at, SystemTime::UNIX_EPOCH + Duration::from_secs(12));
+        assert_eq!(c.attempts(), 6);
+        assert_eq!(c.more, FoldedConnections::default());
+        let json = serde_json::to_value(c).unwrap();
+        assert_eq!(json["entries"][0]["count"], 2);
+        assert_eq!(json["entries"][0]["decision"], "allowed");
+        assert_eq!(json["entries"][0]["rule"], "crates.io");
+        assert_eq!(json["entries"][0]["at"], 10.0);
+        assert_eq!(json["entries"][0]["last_at"], 12.0);
+        assert_eq!(json["more"]["attempts"], 0);
+    }
+
+    #[test]
+    fn past_the_bound_attempts_are_counted_exactly_and_kept_entries_still_count() {
+        let mut log = ConnectionLog::default();
+        for i in 0..MAX_CONNECTIONS {
+            log.record(attempt(&format!("h{i}.test"), 443, denied(), 0));
+        }
+        // Beyond the bound: 50 new distinct attempts (10 allowed), with bytes.
+        for i in 0..50 {
+            let decision = if i < 10 {
+                Decision::Allowed("*.test".into())
+            } else {
+                denied()
+            };
+            let s = log.record(attempt(&format!("new{i}.test"), 443, decision, 0));
+            log.add_bytes(s, 2, 3);
+        }
+        // A repeat of a kept entry is still counted in it.
+        for _ in 0..7 {
+            log.record(attempt("h0.test", 443, denied(), 1));
+        }
+        let c = log.connections();
+        assert_eq!(c.entries.len(), MAX_CONNECTIONS);
+        assert_eq!(c.entries[0].count, 8);
+        assert_eq!(
+            c.more,
+            FoldedConnections {
+                attempts: 50,
+                denied: 40,
+                bytes_out: 100,
+                bytes_in: 150
+            }
+        );
+        assert_eq!(c.attempts(), MAX_CONNECTIONS as u64 + 7 + 50);
+        let lines = c.denied_lines();
+        assert_eq!(lines.len(), MAX_CONNECTIONS + 1);
+        assert_eq!(
+            lines[0],
+            "sandbox: denied connect to h0.test:443 (not in the allowlist) x8"
+        );
+        assert_eq!(
+            lines[1],
+            "sandbox: denied connect to h1.test:443 (not in the allowlist)"
+        );
+        assert!(
+            lines[MAX_CONNECTIONS]
+                .starts_with("sandbox: denied 40 more connects (the record keeps"),
+            "{}",
+            lines[MAX_CONNECTIONS]
+        );
+    }
+
+    #[test]
+    fn a_long_host_is_cut_so_an_entry_stays_small() {
+        let mut log = ConnectionLog::default();
+        let long = format!("{}é{}", "a".repeat(MAX_HOST_LEN - 1), "b".repeat(10_000));
+        log.record(attempt(&long, 1, denied(), 0));
+        // Another long host with the same first MAX_HOST_LEN bytes folds into it.
+        let other = format!("{}é{}", "a".repeat(MAX_HOST_LEN - 1), "c".repeat(10));
+        log.record(attempt(&other, 1, denied(), 0));
+        let c = log.connections();
+        assert_eq!(c.entries.len(), 1);
+        assert_eq!(c.entries[0].host, "a".repeat(MAX_HOST_LEN - 1));
+        assert_eq!(c.entries[0].count, 2);
+    }
+
+    #[test]
+    fn the_target_brackets_an_ipv6_literal() {
+        let mut log = ConnectionLog::default();
+        log.record(attempt("::1", 443, denied(), 0));
+        assert_eq!(log.connections().entries[0].target(), "[::1]:443");
+        assert_eq!(
+            log.connections().denied_lines(),
+            ["sandbox: denied connect to [::1]:443 (not in the allowlist)"]
+        );
+    }
 }

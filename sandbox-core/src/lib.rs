@@ -76,8 +76,8 @@ pub use capability::{Capability, Enforcement};
 pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};
 pub use denial::{Denial, DenialKind, DenialKinds, DenialMechanism, Denials};
 pub use egress::{
-    ConnectionRecord, EgressRun, ProxyProtocol, Publish, PublishSink, Published, Resolver,
-    SystemResolver, PROXY_PORT,
+    ConnectionRecord, Connections, EgressRun, FoldedConnections, ProxyProtocol, Publish,
+    PublishSink, Published, Resolver, SystemResolver, MAX_CONNECTIONS, PROXY_PORT,
 };
 pub use error::{Result, SandboxError};
 pub use options::{

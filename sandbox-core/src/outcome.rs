@@ -7,7 +7,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::capability::Enforcement;
-use crate::egress::ConnectionRecord;
+use crate::egress::Connections;
 use crate::{Allowlist, Lane, NetworkMode};
 
 /// How the command ended. Signals, timeouts, the caller's kill and the OOM killer are
@@ -288,8 +288,10 @@ pub struct SandboxOutcome {
     /// layer over the workspace, to apply or discard (dropping it discards).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changes: Option<crate::ChangeSet>,
-    /// With network mode `proxy`: every connection attempt through the proxy, in order.
-    pub connections: Vec<ConnectionRecord>,
+    /// With network mode `proxy` or host ports: every connection attempt through the
+    /// proxy, alike ones folded into one entry with a count, bounded
+    /// ([`MAX_CONNECTIONS`](crate::MAX_CONNECTIONS) distinct entries, the rest counted).
+    pub connections: Connections,
     /// What was refused while it ran, as far as the backend can see
     /// ([`crate::Capability::reports_denials`]).
     pub denials: crate::Denials,
@@ -316,7 +318,7 @@ impl SandboxOutcome {
             files,
             policy,
             changes: None,
-            connections: Vec::new(),
+            connections: Connections::default(),
             denials: crate::Denials::default(),
         }
     }
@@ -327,13 +329,11 @@ impl SandboxOutcome {
         self
     }
 
-    /// The attempts the proxy denied, one line each (`sandbox: denied connect to
-    /// pastebin.com:443 (not in the allowlist)`).
+    /// The attempts the proxy denied, one line per entry (`sandbox: denied connect to
+    /// pastebin.com:443 (not in the allowlist)`, ` x3` for three alike), and one counting
+    /// those the bounded record did not keep.
     pub fn denied_lines(&self) -> Vec<String> {
-        self.connections
-            .iter()
-            .filter_map(ConnectionRecord::denied_line)
-            .collect()
+        self.connections.denied_lines()
     }
 }
 

@@ -107,15 +107,32 @@ impl CostTargets {
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 
 /// Builds the image `tag` holding host files at paths inside it (`(host, inside)`
-/// pairs), with the shared libraries they need, without a registry.
+/// pairs), without a registry. A host file is copied (read through links) with the shared
+/// libraries it needs; a host directory is copied as the tree it is (directories, regular
+/// files with their modes and times, links as links), with the libraries its ELF files
+/// need: how an interpreter with its library tree (python) or a program with its helper
+/// directory gets into an image built from the host.
 pub type BuildImageFn =
     fn(tag: String, files: Vec<(PathBuf, PathBuf)>) -> BoxFuture<Result<(), SandboxError>>;
+
+/// A tag for an image that a build tree makes for itself with a [`BuildImageFn`] (the
+/// suite's, the bench's): `REPO:HASH`, the hash of `built_from` (a program of that tree, such
+/// as the probe). Each tree (a worktree, a CI checkout) gets its own tag, so two trees on one
+/// engine never replace each other's image in the middle of a run, while one tree's
+/// unchanged image is kept from run to run.
+pub fn local_image_tag(repo: &str, built_from: &std::path::Path) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    built_from.hash(&mut h);
+    format!("{repo}:{:016x}", h.finish())
+}
 
 /// How a backend that runs every command in a container image gets one.
 #[derive(Clone, Copy)]
 pub struct ImageSupport {
-    /// Builds an image from host binaries: how the conformance suite puts its probe, and
-    /// the bench its programs, where such a backend runs them.
+    /// Builds an image from host files and trees: how the conformance suite puts its probe
+    /// and tools (python with its library, git with its helpers), and the bench its
+    /// programs, where such a backend runs them.
     pub build_from_binaries: BuildImageFn,
     /// The backend's own tool run directly for the same request (the engine's command
     /// line starting the same container), which the bench measures start-up against; a

@@ -371,7 +371,7 @@ pub fn ended_before_start(
         files: Default::default(),
         policy: plan.effective_policy(backend),
         changes: None,
-        connections: Vec::new(),
+        connections: crate::Connections::default(),
         denials: Default::default(),
     };
     control.finish(Ok(outcome));
@@ -626,7 +626,7 @@ mod tests {
                 files: Default::default(),
                 policy: self.plan.effective_policy("test"),
                 changes: None,
-                connections: Vec::new(),
+                connections: crate::Connections::default(),
                 denials: Default::default(),
             })
         }

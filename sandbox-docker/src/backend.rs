@@ -76,8 +76,12 @@ pub fn capability_in(mode: WorkspaceMode) -> Capability {
         // `full` is the engine's bridge, not the host's network namespace.
         full_network_is_host: false,
         // The engine refuses silently: its seccomp profile cannot notify anyone, and an
-        // AppArmor or namespace refusal leaves no record the backend can read.
-        reports_denials: sandbox_core::DenialKinds::default(),
+        // AppArmor or namespace refusal leaves no record the backend can read. Only the
+        // proxy's refusals are seen, and only where the proxy runs (root, a local engine).
+        reports_denials: sandbox_core::DenialKinds {
+            network_connect: listeners,
+            ..sandbox_core::DenialKinds::default()
+        },
     }
 }
 

@@ -23,6 +23,7 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::StreamExt;
 use sandbox_core::changes::HostLayer;
+use sandbox_core::denial::DenialLog;
 use sandbox_core::process::tree::is_deadline;
 use sandbox_core::run::{
     ended_before_start, feed_stdin, run_channel, supervise, End, Finished, Job, OutputTap,
@@ -476,11 +477,17 @@ impl Job for Run {
         }
         let connections = match self.egress.take() {
             Some(e) => e.finish().await,
-            None => Vec::new(),
+            None => sandbox_core::Connections::default(),
         };
+        // The proxy decided each refusal itself: a denial seen, not inferred (the engine's
+        // own refusals are silent, see the capability).
+        let mut denials = DenialLog::default();
+        if self.plan.report_denials {
+            denials.record_connections(&connections);
+        }
         let result = self.outcome(end, finished).await.map(|mut o| {
             o.connections = connections;
-            o
+            o.with_denials(denials.into_denials())
         });
         // Removal is part of the run: `wait` returns only once nothing is left.
         let removed = self.resources.remove_all().await;

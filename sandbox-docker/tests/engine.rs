@@ -1113,7 +1113,7 @@ async fn host_ports_reach_exactly_the_hosts_port_fresh_and_pooled_and_nothing_is
         }
         assert_eq!(host.accepted(), i + 1);
         assert!(
-            matches!(o.connections.as_slice(), [c] if c.port == port && c.decision.is_allowed()),
+            matches!(o.connections.entries.as_slice(), [c] if c.port == port && c.decision.is_allowed()),
             "{:?}",
             o.connections
         );

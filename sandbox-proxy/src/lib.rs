@@ -63,7 +63,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use sandbox_core::egress::{ConnectionRecord, EgressRun, ProxyProtocol, Resolver};
+use sandbox_core::egress::{
+    Attempt, ConnectionLog, Connections, EgressRun, ProxyProtocol, Resolver, Slot,
+};
 use sandbox_core::policy::{host_local, Target, NOT_IN_ALLOWLIST};
 use sandbox_core::{Allowlist, Decision, SandboxError, SystemResolver, PROXY_PORT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -119,16 +121,17 @@ pub enum Role {
     HostPort(u16),
 }
 
-/// The record of one attempt, shared with its relay.
+/// Where one attempt's relay counts its bytes: its entry in the run's bounded record.
 #[derive(Debug)]
-struct Entry {
-    record: Mutex<ConnectionRecord>,
+struct Tally<'a> {
+    log: &'a Mutex<ConnectionLog>,
+    slot: Slot,
 }
 
-impl Entry {
-    fn update(&self, f: impl FnOnce(&mut ConnectionRecord)) {
-        if let Ok(mut r) = self.record.lock() {
-            f(&mut r);
+impl Tally<'_> {
+    fn add(&self, out: u64, into: u64) {
+        if let Ok(mut log) = self.log.lock() {
+            log.add_bytes(self.slot, out, into);
         }
     }
 }
@@ -137,39 +140,80 @@ impl Entry {
 struct Shared {
     /// The allowlist proxy's configuration; `None` when only host ports are served.
     config: Option<ProxyConfig>,
-    entries: Mutex<Vec<Arc<Entry>>>,
+    /// The record: bounded, alike attempts folded (see `sandbox_core::egress`).
+    log: Mutex<ConnectionLog>,
     /// Where the proxy listens on the host side (filled in once known).
     local: Mutex<Option<SocketAddr>>,
 }
 
 impl Shared {
-    /// A new attempt in the record, shared with its relay.
-    fn record(
-        &self,
-        protocol: ProxyProtocol,
-        host: &str,
-        port: u16,
-        decision: Decision,
-    ) -> Arc<Entry> {
-        let entry = Arc::new(Entry {
-            record: Mutex::new(ConnectionRecord {
+    /// Record a decided attempt; its relay counts bytes in the tally.
+    fn record(&self, attempt: Attempt) -> Tally<'_> {
+        let slot = match self.log.lock() {
+            Ok(mut log) => log.record(attempt),
+            // Poisoned only by a panic while recording, which the record cannot survive
+            // anyway; the bytes then go nowhere.
+            Err(p) => p.into_inner().record(attempt),
+        };
+        Tally {
+            log: &self.log,
+            slot,
+        }
+    }
+}
+
+/// An attempt being decided: recorded once decided, or, when the run ends first (the task
+/// is dropped), as refused, so every attempt the proxy read is in the record.
+struct Pending<'a> {
+    shared: &'a Shared,
+    attempt: Attempt,
+    settled: bool,
+}
+
+impl<'a> Pending<'a> {
+    fn new(shared: &'a Shared, protocol: ProxyProtocol, host: &str, port: u16) -> Self {
+        Self {
+            shared,
+            attempt: Attempt {
                 at: SystemTime::now(),
                 protocol,
                 host: host.to_string(),
                 port,
-                decision,
+                decision: Decision::Denied(ENDED_UNDECIDED.into()),
                 peer: None,
-                bytes_out: 0,
-                bytes_in: 0,
                 error: None,
-            }),
-        });
-        if let Ok(mut e) = self.entries.lock() {
-            e.push(entry.clone());
+            },
+            settled: false,
         }
-        entry
+    }
+
+    /// Record it as `decision`, with the peer reached or the error.
+    fn settle(
+        mut self,
+        decision: Decision,
+        peer: Option<SocketAddr>,
+        error: Option<String>,
+    ) -> Tally<'a> {
+        self.settled = true;
+        self.shared.record(Attempt {
+            decision,
+            peer,
+            error,
+            ..self.attempt.clone()
+        })
     }
 }
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.shared.record(self.attempt.clone());
+        }
+    }
+}
+
+/// The reason recorded for an attempt the run ended before it was decided or connected.
+const ENDED_UNDECIDED: &str = "the run ended before the connection was made";
 
 /// A running proxy (and host-port forwarders), owned by one run.
 #[derive(Debug)]
@@ -204,7 +248,7 @@ pub fn spawn_roles(
         .map_err(|e| io::Error::other(format!("the proxy needs a tokio runtime: {e}")))?;
     let shared = Arc::new(Shared {
         config,
-        entries: Mutex::new(Vec::new()),
+        log: Mutex::new(ConnectionLog::default()),
         local: Mutex::new(None),
     });
     let (stop, stop_rx) = watch::channel(false);
@@ -389,15 +433,11 @@ impl ProxyRun {
     }
 
     /// The record so far.
-    pub fn records(&self) -> Vec<ConnectionRecord> {
-        let entries = match self.shared.entries.lock() {
-            Ok(e) => e.clone(),
-            Err(_) => return Vec::new(),
-        };
-        entries
-            .iter()
-            .filter_map(|e| e.record.lock().ok().map(|r| r.clone()))
-            .collect()
+    pub fn records(&self) -> Connections {
+        match self.shared.log.lock() {
+            Ok(log) => log.connections().clone(),
+            Err(p) => p.into_inner().connections().clone(),
+        }
     }
 }
 
@@ -407,7 +447,7 @@ impl EgressRun for ProxyRun {
         ProxyRun::published(self).to_vec()
     }
 
-    async fn finish(&self) -> Vec<ConnectionRecord> {
+    async fn finish(&self) -> Connections {
         if let Some(p) = &self.publish {
             p.finish().await;
         }
@@ -509,20 +549,20 @@ async fn accept_loop(
 /// A host port: relay to the host's `127.0.0.1:PORT`, recorded like any connection.
 async fn serve_host_port(shared: Arc<Shared>, client: TcpStream, port: u16) {
     let to = SocketAddr::new(IpAddr::from([127, 0, 0, 1]), port);
-    let entry = shared.record(
-        ProxyProtocol::HostPort,
-        &to.ip().to_string(),
-        port,
-        Decision::Allowed(format!("host port {port}")),
-    );
+    let pending = Pending::new(&shared, ProxyProtocol::HostPort, &to.ip().to_string(), port);
+    let rule = Decision::Allowed(format!("host port {port}"));
     match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(to)).await {
         Ok(Ok(upstream)) => {
             let _ = upstream.set_nodelay(true);
-            entry.update(|r| r.peer = Some(to));
-            relay::run(&entry, client, upstream).await;
+            let tally = pending.settle(rule, Some(to), None);
+            relay::run(&tally, client, upstream).await;
         }
-        Ok(Err(e)) => entry.update(|r| r.error = Some(e.to_string())),
-        Err(_) => entry.update(|r| r.error = Some("timed out".into())),
+        Ok(Err(e)) => {
+            pending.settle(rule, None, Some(e.to_string()));
+        }
+        Err(_) => {
+            pending.settle(rule, None, Some("timed out".into()));
+        }
     }
 }
 
@@ -657,7 +697,7 @@ async fn serve_http(shared: &Shared, mut client: TcpStream) {
         .await;
         return;
     };
-    let (entry, upstream) = match connect(shared, protocol, &host, port).await {
+    let (tally, upstream) = match connect(shared, protocol, &host, port).await {
         Ok(x) => x,
         Err(Refusal { status, text }) => {
             respond(&mut client, status, &format!("{text}\n")).await;
@@ -695,12 +735,12 @@ async fn serve_http(shared: &Shared, mut client: TcpStream) {
         }
     };
     if !preface.is_empty() {
-        entry.update(|r| r.bytes_out += preface.len() as u64);
+        tally.add(preface.len() as u64, 0);
         if upstream.write_all(&preface).await.is_err() {
             return;
         }
     }
-    relay::run(&entry, client, upstream).await;
+    relay::run(&tally, client, upstream).await;
 }
 
 /// Why a request was not connected: the status line for HTTP and the text.
@@ -709,35 +749,33 @@ struct Refusal {
     text: String,
 }
 
-/// Decide, record, resolve and connect. The record is made whatever happens.
-async fn connect(
-    shared: &Shared,
+/// Decide, resolve, connect, and record. The record is made whatever happens (when the
+/// run ends mid-decision too).
+async fn connect<'a>(
+    shared: &'a Shared,
     protocol: ProxyProtocol,
     host: &str,
     port: u16,
-) -> Result<(Arc<Entry>, TcpStream), Refusal> {
-    let entry = shared.record(
-        protocol,
-        host,
-        port,
-        Decision::Denied(NOT_IN_ALLOWLIST.into()),
-    );
-    let deny = |why: String| {
-        entry.update(|r| r.decision = Decision::Denied(why.clone()));
+) -> Result<(Tally<'a>, TcpStream), Refusal> {
+    let pending = Pending::new(shared, protocol, host, port);
+    let deny = |pending: Pending<'_>, why: String| {
+        let text = format!("sandbox: denied connect to {host}:{port} ({why})");
+        pending.settle(Decision::Denied(why), None, None);
         Refusal {
             status: "403 Forbidden",
-            text: format!("sandbox: denied connect to {host}:{port} ({why})"),
+            text,
         }
     };
-    let fail = |why: String| {
-        entry.update(|r| r.error = Some(why.clone()));
+    let fail = |pending: Pending<'_>, rule: &str, why: String| {
+        let text = format!("sandbox: could not connect to {host}:{port} ({why})");
+        pending.settle(Decision::Allowed(rule.to_string()), None, Some(why));
         Refusal {
             status: "502 Bad Gateway",
-            text: format!("sandbox: could not connect to {host}:{port} ({why})"),
+            text,
         }
     };
     let Some(target) = Target::parse(host) else {
-        return Err(deny("not a valid host name or IP address".into()));
+        return Err(deny(pending, "not a valid host name or IP address".into()));
     };
     let own_local = shared.local.lock().ok().and_then(|l| *l);
     let is_self = |a: SocketAddr| {
@@ -747,45 +785,55 @@ async fn connect(
     };
     if let Target::Ip(ip) = target {
         if is_self(SocketAddr::new(ip, port)) {
-            return Err(deny("the proxy's own address".into()));
+            return Err(deny(pending, "the proxy's own address".into()));
         }
     }
     let Some(config) = shared.config.as_ref() else {
-        return Err(deny("no proxy in this run".into()));
+        return Err(deny(pending, "no proxy in this run".into()));
     };
     let Some(rule) = config.allowlist.check(&target, port).cloned() else {
-        return Err(deny(NOT_IN_ALLOWLIST.into()));
+        return Err(deny(pending, NOT_IN_ALLOWLIST.into()));
     };
+    let rule_text = rule.to_string();
     let addrs = match &target {
         Target::Ip(ip) => vec![SocketAddr::new(*ip, port)],
         Target::Name(name) => match config.resolver.resolve(name, port).await {
             Ok(a) if !a.is_empty() => a,
-            Ok(_) => return Err(fail("the name has no address".into())),
-            Err(e) => return Err(fail(format!("the name did not resolve: {e}"))),
+            Ok(_) => return Err(fail(pending, &rule_text, "the name has no address".into())),
+            Err(e) => {
+                return Err(fail(
+                    pending,
+                    &rule_text,
+                    format!("the name did not resolve: {e}"),
+                ))
+            }
         },
     };
     for a in &addrs {
         if is_self(*a) {
-            return Err(deny("resolves to the proxy's own address".into()));
+            return Err(deny(pending, "resolves to the proxy's own address".into()));
         }
         if let Some(why) = Allowlist::check_resolved(&rule, a.ip()) {
-            return Err(deny(why));
+            return Err(deny(pending, why));
         }
     }
-    entry.update(|r| r.decision = Decision::Allowed(rule.to_string()));
     let mut last = None;
     for a in addrs {
         match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
             Ok(Ok(s)) => {
                 let _ = s.set_nodelay(true);
-                entry.update(|r| r.peer = Some(a));
-                return Ok((entry, s));
+                let tally = pending.settle(Decision::Allowed(rule_text), Some(a), None);
+                return Ok((tally, s));
             }
             Ok(Err(e)) => last = Some(e.to_string()),
             Err(_) => last = Some("timed out".into()),
         }
     }
-    Err(fail(last.unwrap_or_else(|| "no address".into())))
+    Err(fail(
+        pending,
+        &rule_text,
+        last.unwrap_or_else(|| "no address".into()),
+    ))
 }
 
 /// An IP for a SOCKS5 reply.

@@ -5,7 +5,7 @@
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::Entry;
+use crate::Tally;
 
 /// Large enough that a bulk download costs few system calls per megabyte.
 const CHUNK: usize = 64 << 10;
@@ -17,7 +17,7 @@ enum Way {
 }
 
 async fn pump(
-    entry: &Entry,
+    tally: &Tally<'_>,
     way: Way,
     mut from: impl AsyncRead + Unpin,
     mut to: impl AsyncWrite + Unpin,
@@ -30,10 +30,10 @@ async fn pump(
         };
         // Counted before it is passed on: once the far side has the bytes, the record has
         // them too (a run that ends right after cannot lose them from the record).
-        entry.update(|r| match way {
-            Way::Out => r.bytes_out += n as u64,
-            Way::In => r.bytes_in += n as u64,
-        });
+        match way {
+            Way::Out => tally.add(n as u64, 0),
+            Way::In => tally.add(0, n as u64),
+        }
         if to.write_all(&buf[..n]).await.is_err() {
             break;
         }
@@ -43,8 +43,8 @@ async fn pump(
 }
 
 /// Relay until both directions are done.
-pub(crate) async fn run(entry: &Entry, client: TcpStream, upstream: TcpStream) {
+pub(crate) async fn run(tally: &Tally<'_>, client: TcpStream, upstream: TcpStream) {
     let (cr, cw) = client.into_split();
     let (ur, uw) = upstream.into_split();
-    tokio::join!(pump(entry, Way::Out, cr, uw), pump(entry, Way::In, ur, cw));
+    tokio::join!(pump(tally, Way::Out, cr, uw), pump(tally, Way::In, ur, cw));
 }

@@ -93,9 +93,9 @@ pub(crate) async fn serve(shared: &Shared, mut client: TcpStream) {
         }
     };
     match connect(shared, ProxyProtocol::Socks5, &host, port).await {
-        Ok((entry, upstream)) => {
+        Ok((tally, upstream)) => {
             if reply(&mut client, OK).await.is_ok() {
-                relay::run(&entry, client, upstream).await;
+                relay::run(&tally, client, upstream).await;
             }
         }
         Err(Refusal { status, .. }) => {

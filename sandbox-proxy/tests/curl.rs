@@ -142,7 +142,7 @@ async fn an_allowed_name_is_reached_over_http_connect_and_socks5_and_recorded() 
         let (ok, out, err) = curl(args).await;
         assert!(ok, "{how:?}: {err}");
         assert_eq!(out, "hello from allowed\n", "{how:?}");
-        let rec = f.proxy.records().into_iter().last().unwrap();
+        let rec = f.proxy.records().entries.into_iter().last().unwrap();
         assert_eq!(rec.protocol, how);
         assert_eq!(rec.host, "allowed.test");
         assert_eq!(rec.port, up);
@@ -150,7 +150,7 @@ async fn an_allowed_name_is_reached_over_http_connect_and_socks5_and_recorded() 
         assert_eq!(rec.peer, Some(SocketAddr::new(LO, up)));
         assert!(rec.bytes_in > 19 && rec.bytes_out > 10, "{rec:?}");
     }
-    assert_eq!(f.proxy.finish().await.len(), 3);
+    assert_eq!(f.proxy.finish().await.entries.len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -177,8 +177,8 @@ async fn a_denied_name_is_refused_recorded_and_never_resolved() {
     .await;
     assert!(!ok);
     let recs = f.proxy.finish().await;
-    assert_eq!(recs.len(), 3, "{recs:#?}");
-    for r in &recs {
+    assert_eq!(recs.entries.len(), 3, "{recs:#?}");
+    for r in &recs.entries {
         assert_eq!(r.decision, Decision::Denied("not in the allowlist".into()));
         assert_eq!((r.bytes_in, r.bytes_out, r.peer), (0, 0, None));
         assert_eq!(
@@ -205,7 +205,7 @@ async fn an_ip_literal_is_refused_unless_a_cidr_covers_it() {
     .await;
     assert!(!out.contains("hello"), "{out}");
     assert!(matches!(
-        &only(&f.proxy.finish().await).decision,
+        &only(&f.proxy.finish().await.entries).decision,
         Decision::Denied(_)
     ));
 
@@ -218,7 +218,7 @@ async fn an_ip_literal_is_refused_unless_a_cidr_covers_it() {
     .await;
     assert!(ok, "{err}");
     assert_eq!(out, "hello from allowed\n");
-    assert!(only(&f.proxy.finish().await).decision.is_allowed());
+    assert!(only(&f.proxy.finish().await.entries).decision.is_allowed());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -242,10 +242,10 @@ async fn a_wildcard_rebound_to_loopback_is_refused_but_an_exact_name_is_not() {
     assert!(ok && out.contains("hello"), "{err}");
     let recs = f.proxy.finish().await;
     assert!(
-        matches!(&recs[0].decision, Decision::Denied(why) if why.contains("loopback")),
+        matches!(&recs.entries[0].decision, Decision::Denied(why) if why.contains("loopback")),
         "{recs:#?}"
     );
-    assert!(recs[1].decision.is_allowed());
+    assert!(recs.entries[1].decision.is_allowed());
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -270,8 +270,8 @@ async fn a_connect_to_the_proxy_itself_is_refused_even_when_a_cidr_covers_it() {
         assert!(!ok && err.contains("403"), "{target}: {err}");
     }
     let recs = proxy.finish().await;
-    assert_eq!(recs.len(), 2, "{recs:#?}");
-    for r in recs {
+    assert_eq!(recs.entries.len(), 2, "{recs:#?}");
+    for r in recs.entries {
         assert!(
             matches!(&r.decision, Decision::Denied(why) if why.contains("proxy's own")),
             "{r:?}"
@@ -340,4 +340,89 @@ async fn other_request_forms_are_refused() {
         assert!(got.starts_with("HTTP/1.1 400"), "{req:?}: {got}");
     }
     assert!(f.proxy.finish().await.is_empty());
+}
+
+/// A resolver that never answers: the run ends while a name is being resolved.
+#[derive(Debug)]
+struct Hanging(Arc<tokio::sync::Notify>);
+
+#[async_trait]
+impl Resolver for Hanging {
+    async fn resolve(&self, _: &str, _: u16) -> io::Result<Vec<SocketAddr>> {
+        self.0.notify_one();
+        std::future::pending().await
+    }
+}
+
+/// An attempt the run ends in the middle of (its name still resolving) is in the record
+/// all the same, as not connected.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_attempt_cut_short_by_the_end_of_the_run_is_recorded() {
+    let asked = Arc::new(tokio::sync::Notify::new());
+    let l = std::net::TcpListener::bind((LO, 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let proxy = spawn(
+        ProxyConfig::new(
+            Allowlist::parse(&["slow.test"]).unwrap(),
+            Some(Arc::new(Hanging(asked.clone()))),
+        ),
+        Box::pin(async move { Ok(l) }),
+    )
+    .unwrap();
+    let mut s = tokio::net::TcpStream::connect((LO, port)).await.unwrap();
+    s.write_all(b"CONNECT slow.test:443 HTTP/1.1\r\nHost: slow.test:443\r\n\r\n")
+        .await
+        .unwrap();
+    tokio::time::timeout(std::time::Duration::from_secs(10), asked.notified())
+        .await
+        .expect("the proxy never resolved the allowed name");
+    let recs = proxy.finish().await;
+    let [r] = recs.entries.as_slice() else {
+        panic!("{recs:#?}")
+    };
+    assert_eq!((r.host.as_str(), r.port, r.count), ("slow.test", 443, 1));
+    assert_eq!(
+        r.decision,
+        Decision::Denied("the run ended before the connection was made".into())
+    );
+    assert_eq!(r.peer, None);
+}
+
+/// A flood of refused attempts through the proxy itself: the record keeps
+/// `MAX_CONNECTIONS` distinct entries, counts each exactly, and counts the rest.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_flood_is_recorded_within_the_bound_and_counted_exactly() {
+    use sandbox_core::MAX_CONNECTIONS;
+    let l = std::net::TcpListener::bind((LO, 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let proxy = spawn(
+        ProxyConfig::new(Allowlist::parse(&["allowed.test"]).unwrap(), None),
+        Box::pin(async move { Ok(l) }),
+    )
+    .unwrap();
+    let distinct = MAX_CONNECTIONS + 20;
+    let rounds = 2;
+    for _ in 0..rounds {
+        for i in 0..distinct {
+            let mut s = tokio::net::TcpStream::connect((LO, port)).await.unwrap();
+            let ask = format!("CONNECT h{i}.test:1 HTTP/1.1\r\n\r\n");
+            s.write_all(ask.as_bytes()).await.unwrap();
+            let mut got = Vec::new();
+            s.read_to_end(&mut got).await.unwrap();
+            assert!(
+                got.starts_with(b"HTTP/1.1 403"),
+                "{:?}",
+                String::from_utf8_lossy(&got)
+            );
+        }
+    }
+    let recs = proxy.finish().await;
+    assert_eq!(recs.entries.len(), MAX_CONNECTIONS);
+    assert!(recs.entries.iter().all(|e| e.count == rounds as u64));
+    assert_eq!(
+        recs.more.attempts,
+        (rounds * (distinct - MAX_CONNECTIONS)) as u64
+    );
+    assert_eq!(recs.more.denied, recs.more.attempts);
+    assert_eq!(recs.attempts(), (rounds * distinct) as u64);
 }

@@ -20,31 +20,125 @@ use serde_json::Value;
 pub const IN_IMAGE_PROBE: &str = "/usr/local/bin/sandbox-probe";
 
 /// The programs the suite puts into the image of a backend that runs one, besides the
-/// probe: `(name, path in the image)`. Each is one executable with the shared libraries
-/// `ldd` lists, which is all an image built from host binaries can carry: `sh` (busybox,
-/// which runs as `sh` by its name) and `curl`. Programs that need a tree of their own
-/// (python3's standard library, git's helper programs and templates, pip) are not here,
-/// and the cases that use them are skipped for such a backend (see
-/// [`require::sandbox_runs`](crate::require::sandbox_runs)).
-pub const IMAGE_TOOLS: &[(&str, &str)] = &[("sh", "/bin/sh"), ("curl", "/usr/bin/curl")];
+/// probe, taken from the host (no registry): `sh` (busybox, which runs as `sh` by its
+/// name), `curl`, `python3` with its standard library and `pip`, and `git` with the helper
+/// an http clone runs. Each is the program the backends that run host programs would run
+/// (found on core's `DEFAULT_PATH`, the command's `PATH`), at the same path in the image,
+/// with the trees it needs; see [`image_tool_sources`].
+pub const IMAGE_TOOLS: &[&str] = &["sh", "curl", "python3", "git"];
 
-/// Where on the host each of [`IMAGE_TOOLS`] comes from: `busybox` for `sh`, the tool of
-/// that name otherwise, found on `PATH`. A tool the host lacks is left out (the cases
-/// that need it then fail, as they would on a backend that runs the host's programs).
-pub fn image_tool_sources() -> Vec<(PathBuf, PathBuf)> {
-    let path = std::env::var_os("PATH").unwrap_or_else(|| sandbox_core::DEFAULT_PATH.into());
+/// What of python's standard library the image leaves out: nothing a command runs (the
+/// test suite, the IDE and Tk, the demos, the build configuration with its static
+/// library, the bundled wheels, 2to3, the docs' topics), and Debian's `sitecustomize`, a
+/// link into `/etc` for a crash reporter. Together over half the tree.
+const PYTHON_LEFT_OUT: &[&str] = &[
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "pydoc_data",
+    "sitecustomize.py",
+];
+
+/// The host files and trees for each of `tools` (names from [`IMAGE_TOOLS`]; others are
+/// ignored), `(host path, path in the image)`; a directory stands for its whole tree (see
+/// [`BuildImageFn`](sandbox_core::registry::BuildImageFn)). A tool the host lacks is left
+/// out: the cases that need it then fail, as they would on a backend that runs the host's
+/// programs.
+pub fn image_tool_sources(tools: &[&str]) -> Vec<(PathBuf, PathBuf)> {
     let find = |name: &str| {
-        std::env::split_paths(&path)
+        std::env::split_paths(sandbox_core::DEFAULT_PATH)
             .map(|d| d.join(name))
             .find(|p| p.is_file())
     };
-    IMAGE_TOOLS
-        .iter()
-        .filter_map(|(name, in_image)| {
-            let host = find(if *name == "sh" { "busybox" } else { name })?;
-            Some((host, PathBuf::from(in_image)))
+    let same = |p: PathBuf| (p.clone(), p);
+    let mut files = Vec::new();
+    for &tool in tools {
+        match tool {
+            "sh" => files.extend(find("busybox").map(|b| (b, PathBuf::from("/bin/sh")))),
+            "python3" => {
+                if let Some(python) = find(tool) {
+                    files.extend(python_trees(&python).into_iter().map(same));
+                    files.push(same(python));
+                }
+            }
+            "git" => {
+                if let Some(git) = find(tool) {
+                    files.extend(git_helpers(&git).into_iter().map(same));
+                    files.push(same(git));
+                }
+            }
+            _ if IMAGE_TOOLS.contains(&tool) => files.extend(find(tool).map(same)),
+            _ => {}
+        }
+    }
+    files
+}
+
+/// What `program` prints with `args`, run with only core's `PATH`; `None` when it fails.
+fn ask(program: &Path, args: &[&str]) -> Option<String> {
+    let o = std::process::Command::new(program)
+        .args(args)
+        .env_clear()
+        .env("PATH", sandbox_core::DEFAULT_PATH)
+        .output()
+        .ok()?;
+    o.status
+        .success()
+        .then(|| String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// The host python's standard library (each entry but [`PYTHON_LEFT_OUT`] and the build
+/// configuration), and pip's package with its metadata, as that python names them.
+fn python_trees(python: &Path) -> Vec<PathBuf> {
+    let script = "import sysconfig, pip, importlib.metadata as m, os\n\
+                  print(sysconfig.get_path('stdlib'))\n\
+                  print(os.path.dirname(pip.__file__))\n\
+                  print(m.distribution('pip')._path)";
+    let Some(out) = ask(python, &["-I", "-c", script]) else {
+        return Vec::new();
+    };
+    let mut lines = out.lines().map(PathBuf::from);
+    let (Some(stdlib), Some(pip), Some(meta)) = (lines.next(), lines.next(), lines.next()) else {
+        return Vec::new();
+    };
+    let mut trees: Vec<PathBuf> = std::fs::read_dir(&stdlib)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            !PYTHON_LEFT_OUT.contains(&name.as_ref()) && !name.starts_with("config-")
         })
-        .collect()
+        .map(|e| e.path())
+        .collect();
+    trees.sort();
+    trees.extend([pip, meta]);
+    trees
+}
+
+/// What an http clone needs of the host git besides the program: the remote helpers
+/// (`git-remote-http`, `-https`) in its exec path, and its templates when it has them
+/// (`PREFIX/share/git-core/templates` beside `PREFIX/libexec/git-core`).
+fn git_helpers(git: &Path) -> Vec<PathBuf> {
+    let Some(exec) = ask(git, &["--exec-path"]).map(|s| PathBuf::from(s.trim())) else {
+        return Vec::new();
+    };
+    let mut helpers: Vec<PathBuf> = ["git-remote-http", "git-remote-https"]
+        .iter()
+        .map(|h| exec.join(h))
+        .filter(|p| p.is_file())
+        .collect();
+    if let Some(prefix) = exec.parent().and_then(Path::parent) {
+        let templates = prefix.join("share/git-core/templates");
+        if templates.is_dir() {
+            helpers.push(templates);
+        }
+    }
+    helpers
 }
 
 /// A variable set on the host that must never reach a sandboxed command.

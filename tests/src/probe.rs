@@ -12,8 +12,9 @@
 //!
 //! Subcommands: `argv`, `argv-hex`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
 //! `rename FROM TO`, `remove PATH`,
-//! `connect HOST:PORT`, `proxy-connect HOST:PORT`, `connect-abstract NAME`, `listen-connect`, `dns-udp HOST:PORT`,
-//! `udp-route HOST:PORT`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
+//! `connect HOST:PORT`, `proxy-connect HOST:PORT`, `proxy-connect-loop SUFFIX DISTINCT N`,
+//! `connect-abstract NAME`, `listen-connect`, `dns-udp HOST:PORT`,
+//! `udp-route HOST:PORT`, `bind-any PORT HOST:PORT SECS`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
 //! `chmod-setuid PATH`, `syscall NAME`, `syscall-loop NAME N`, `see-pid PID`, `open-files N`,
 //! `print TEXT [SECS]`, `barrier DIR N ID`, `kill-self N`, `orphan`, `tree DIR`,
@@ -59,10 +60,14 @@ pub fn main(args: Vec<OsString>) -> ! {
         ("connect", [addr]) => connect(addr),
         ("serve", [port, token, addr]) => serve(num(port) as u16, token, addr),
         ("proxy-connect", [target]) => proxy_connect(target),
+        ("proxy-connect-loop", [suffix, distinct, n]) => {
+            proxy_connect_loop(suffix, num(distinct), num(n))
+        }
         ("connect-abstract", [name]) => connect_abstract(name),
         ("listen-connect", []) => listen_connect(),
         ("dns-udp", [addr]) => dns_udp(addr),
         ("udp-route", [addr]) => udp_route(addr),
+        ("bind-any", [port, addr, s]) => bind_any(num(port) as u16, addr, secs(s)),
         ("env", []) => env(),
         ("fds", []) => fds(),
         ("fork", [n]) => fork_many(num(n)),
@@ -568,43 +573,89 @@ fn connect(addr: &str) -> ! {
     exit(0)
 }
 
-/// Ask the proxy that `HTTPS_PROXY` names (`http://IP:PORT`) for a tunnel to `target` with
-/// HTTP `CONNECT`, without a client library or a shell: exit 0 with the proxy's status and
-/// what the far end sent when it answered 200, 1 with its status when it refused.
-fn proxy_connect(target: &str) -> ! {
-    let Some(proxy) = std::env::var("HTTPS_PROXY").ok().and_then(|v| {
-        v.trim_start_matches("http://")
-            .trim_end_matches('/')
-            .parse::<SocketAddr>()
-            .ok()
-    }) else {
-        usage("HTTPS_PROXY does not name a proxy as http://IP:PORT")
-    };
-    let mut s = match TcpStream::connect_timeout(&proxy, Duration::from_secs(5)) {
-        Ok(s) => s,
-        Err(e) => fail("connect to the proxy", &e),
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+/// The proxy the sandbox names in `HTTPS_PROXY` (`http://IP:PORT`).
+fn proxy_addr() -> SocketAddr {
+    std::env::var("HTTPS_PROXY")
+        .ok()
+        .and_then(|v| {
+            v.trim_start_matches("http://")
+                .trim_end_matches('/')
+                .parse::<SocketAddr>()
+                .ok()
+        })
+        .unwrap_or_else(|| usage("HTTPS_PROXY does not name a proxy as http://IP:PORT"))
+}
+
+/// Ask the proxy for `CONNECT target` and read the response head (a byte at a time, so
+/// nothing of the tunnel is read with it): the stream and the status code (0 when none).
+fn proxy_ask(proxy: &SocketAddr, target: &str) -> io::Result<(TcpStream, i64)> {
+    let mut s = TcpStream::connect_timeout(proxy, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
     let ask = format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n");
-    if let Err(e) = s.write_all(ask.as_bytes()) {
-        fail("write to the proxy", &e);
-    }
-    // The response head, a byte at a time so nothing of the tunnel is read with it.
+    s.write_all(ask.as_bytes())?;
     let mut head = Vec::new();
     let mut byte = [0u8; 1];
     while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
-        match s.read(&mut byte) {
-            Ok(0) => break,
-            Ok(_) => head.push(byte[0]),
-            Err(e) => fail("read from the proxy", &e),
+        match s.read(&mut byte)? {
+            0 => break,
+            _ => head.push(byte[0]),
         }
     }
-    let head = String::from_utf8_lossy(&head);
-    let status = head
+    let status = String::from_utf8_lossy(&head)
         .split_whitespace()
         .nth(1)
         .and_then(|c| c.parse::<i64>().ok())
         .unwrap_or(0);
+    Ok((s, status))
+}
+
+/// `N` CONNECTs through the proxy, the i-th to `h{i mod DISTINCT}.SUFFIX:1`, from four
+/// threads at once: how a command floods the proxy's record. Reports how many were refused
+/// (403) and how many got anything else.
+fn proxy_connect_loop(suffix: &str, distinct: u64, n: u64) -> ! {
+    const THREADS: u64 = 4;
+    let proxy = proxy_addr();
+    let workers: Vec<_> = (0..THREADS)
+        .map(|t| {
+            let suffix = suffix.to_string();
+            std::thread::spawn(move || {
+                let (mut refused, mut other) = (0u64, 0u64);
+                let mut i = t;
+                while i < n {
+                    match proxy_ask(&proxy, &format!("h{}.{suffix}:1", i % distinct.max(1))) {
+                        Ok((_, 403)) => refused += 1,
+                        _ => other += 1,
+                    }
+                    i += THREADS;
+                }
+                (refused, other)
+            })
+        })
+        .collect();
+    let (mut refused, mut other) = (0u64, 0u64);
+    for w in workers {
+        let (r, o) = w.join().unwrap_or((0, n));
+        refused += r;
+        other += o;
+    }
+    Json::new()
+        .b("ok", other == 0)
+        .n("attempts", n as i64)
+        .n("refused", refused as i64)
+        .n("other", other as i64)
+        .emit();
+    exit(if other == 0 { 0 } else { 1 })
+}
+
+/// Ask the proxy that `HTTPS_PROXY` names (`http://IP:PORT`) for a tunnel to `target` with
+/// HTTP `CONNECT`, without a client library or a shell: exit 0 with the proxy's status and
+/// what the far end sent when it answered 200, 1 with its status when it refused.
+fn proxy_connect(target: &str) -> ! {
+    let proxy = proxy_addr();
+    let (mut s, status) = match proxy_ask(&proxy, target) {
+        Ok(x) => x,
+        Err(e) => fail("ask the proxy", &e),
+    };
     if status != 200 {
         Json::new()
             .b("ok", false)
@@ -667,6 +718,56 @@ fn udp_route(addr: &str) -> ! {
         }
         Err(e) => fail("udp-route", &e),
     }
+}
+
+/// Bind TCP and UDP on every address (`0.0.0.0:PORT`) and listen; then, from a socket
+/// bound to every address too, connect to `addr` (a bind must not open a way out); then
+/// keep listening `SECS` seconds, counting who reaches the listener (a bind must not open a
+/// way in). Reports `escaped` and `accepted`; exit 0 when it could bind.
+fn bind_any(port: u16, addr: &str, listen_for: Duration) -> ! {
+    let addr: SocketAddr = addr
+        .parse()
+        .unwrap_or_else(|_| usage(&format!("`{addr}` is not HOST:PORT")));
+    let listener = match TcpListener::bind(("0.0.0.0", port)) {
+        Ok(l) => l,
+        Err(e) => fail("bind tcp 0.0.0.0", &e),
+    };
+    let _udp = match std::net::UdpSocket::bind(("0.0.0.0", port)) {
+        Ok(u) => u,
+        Err(e) => fail("bind udp 0.0.0.0", &e),
+    };
+    // SAFETY: plain socket calls on a descriptor this function owns and closes; the
+    // address is a valid sockaddr_in for its length.
+    let escaped = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        let mut any: libc::sockaddr_in = std::mem::zeroed();
+        any.sin_family = libc::AF_INET as libc::sa_family_t;
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let bound = fd >= 0 && libc::bind(fd, (&any as *const libc::sockaddr_in).cast(), len) == 0;
+        let mut to: libc::sockaddr_in = std::mem::zeroed();
+        to.sin_family = libc::AF_INET as libc::sa_family_t;
+        to.sin_port = addr.port().to_be();
+        if let std::net::IpAddr::V4(v4) = addr.ip() {
+            to.sin_addr.s_addr = u32::from(v4).to_be();
+        }
+        let connected =
+            bound && libc::connect(fd, (&to as *const libc::sockaddr_in).cast(), len) == 0;
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        connected
+    };
+    let _ = listener.set_nonblocking(true);
+    let until = Instant::now() + listen_for;
+    let mut accepted = 0i64;
+    while Instant::now() < until {
+        match listener.accept() {
+            Ok(_) => accepted += 1,
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    ok().b("escaped", escaped).n("accepted", accepted).emit();
+    exit(0)
 }
 
 /// Connect to the abstract unix socket `NAME` (no file: only the network namespace, or a

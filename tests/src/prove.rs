@@ -34,17 +34,23 @@ fn proves(c: &Case) -> bool {
 /// around the probe, from host files (there may be no registry to pull from).
 pub const PROBE_IMAGE: &str = "sandbox-prove:latest";
 
+/// The tools the proving cases run besides the probe (`sh` and `curl`, for the egress
+/// cases that use curl through the proxy): a small image, since proving runs none of the
+/// python or git cases.
+pub const PROVE_TOOLS: &[&str] = &["sh", "curl"];
+
 /// Build image `tag` with `build` (a backend's [`BuildImageFn`]) holding `probe` at
-/// [`IN_IMAGE_PROBE`], where the cases run it in a backend without host programs. An
-/// unchanged image is kept as it is.
+/// [`IN_IMAGE_PROBE`], where the cases run it in a backend without host programs, and
+/// `tools` (names from [`IMAGE_TOOLS`](crate::IMAGE_TOOLS): [`PROVE_TOOLS`] to prove, all
+/// of them for the whole suite). An unchanged image is kept as it is.
 pub async fn build_probe_image(
     build: BuildImageFn,
     tag: &str,
     probe: PathBuf,
+    tools: &[&str],
 ) -> Result<(), SandboxError> {
     let mut files = vec![(probe, PathBuf::from(IN_IMAGE_PROBE))];
-    // `sh` and `curl`, for the egress cases that run real tools through the proxy.
-    files.extend(crate::image_tool_sources());
+    files.extend(crate::image_tool_sources(tools));
     build(tag.to_owned(), files).await
 }
 

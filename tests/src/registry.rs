@@ -159,20 +159,18 @@ pub mod require {
         if c.host_programs {
             return Ok(());
         }
-        let held: Vec<&str> = crate::IMAGE_TOOLS.iter().map(|(n, _)| *n).collect();
         let missing: Vec<&str> = tools
             .iter()
             .copied()
-            .filter(|t| !held.contains(t))
+            .filter(|t| !crate::IMAGE_TOOLS.contains(t))
             .collect();
         if missing.is_empty() {
             return Ok(());
         }
         Err(format!(
             "the backend runs the suite's image (capability.host_programs is false), which \
-             holds only the probe, {}: {} needs more than one binary (a library tree, helper \
-             programs), which an image built from host binaries cannot carry",
-            held.join(", "),
+             holds only the probe, {}: not {}",
+            crate::IMAGE_TOOLS.join(", "),
             missing.join(", ")
         ))
     }
@@ -398,11 +396,13 @@ pub fn cases() -> Vec<Case> {
         case!(egress::dns_from_inside_fails, network_proxy, confinement),
         case!(egress::direct_connect_fails, network_proxy, confinement),
         case!(egress::proxy_itself_refused, proxy_tools),
+        case!(egress::bind_opens_no_way, network_proxy, confinement),
         case!(egress::raw_sockets_and_io_uring_refused, network_proxy),
         case!(egress::socks5_works, proxy_tools),
         case!(egress::python_urllib_through_the_proxy, proxy_python),
         case!(egress::git_clone_over_http, proxy_git),
         case!(egress::pip_install_from_a_local_index, proxy_python),
+        case!(egress::refused_flood_bounded, network_proxy),
         case!(egress::host_port_reaches_exactly_that_port, host_ports),
         case!(egress::publish_serves_the_host, publish),
         case!(proc::no_survivor_after_wait, always),

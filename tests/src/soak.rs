@@ -216,7 +216,9 @@ fn own_mounts(tmp: &Path) -> usize {
         .unwrap_or(0)
 }
 
-fn rss_kib() -> u64 {
+/// The resident set after handing freed heap back to the kernel, in KiB: what the
+/// allocator keeps cached for reuse is not a leak, and would otherwise swamp one.
+pub(crate) fn rss_kib() -> u64 {
     // SAFETY: malloc_trim only releases free memory of the allocator's own arenas.
     unsafe { libc::malloc_trim(0) };
     std::fs::read_to_string("/proc/self/status")

@@ -17,9 +17,16 @@ use sandbox::registry::{self, BackendInfo};
 use sandbox::select::Config;
 use sandbox_core::Backend;
 
-/// The image a backend that runs one gets: built around this build's probe first, from
-/// host binaries (no registry).
-const IMAGE: &str = "sandbox-conformance:latest";
+/// The image a backend that runs one gets: built around this build's probe first, with
+/// every tool the cases run (python, git and the rest: `IMAGE_TOOLS`), from host files (no
+/// registry); tagged for this build tree (`local_image_tag`), so a suite running from
+/// another tree on the same engine cannot swap it mid-run.
+fn image_tag() -> String {
+    sandbox_core::registry::local_image_tag(
+        "sandbox-conformance",
+        env!("CARGO_BIN_EXE_sandbox-probe").as_ref(),
+    )
+}
 
 /// The backend called `name`, from the facade's registry; `None` for a name it does not
 /// know or a backend this build left out.
@@ -28,7 +35,7 @@ fn backend_by_name(name: &str) -> Option<Arc<dyn Backend>> {
     let config = match &info.image {
         Some(image) => {
             build_probe_image(info, image.build_from_binaries);
-            Config::with_image(IMAGE)
+            Config::with_image(image_tag())
         }
         None => Config::default(),
     };
@@ -51,14 +58,18 @@ fn build_probe_image(info: &BackendInfo, build: registry::BuildImageFn) {
         .map_err(|e| e.to_string())
         .and_then(|rt| {
             rt.block_on(sandbox_conformance::prove::build_probe_image(
-                build, IMAGE, probe,
+                build,
+                &image_tag(),
+                probe,
+                sandbox_conformance::IMAGE_TOOLS,
             ))
             .map_err(|e| e.to_string())
         });
     if let Err(e) = built {
         eprintln!(
-            "conformance: could not build the {} image {IMAGE}: {e}",
-            info.name
+            "conformance: could not build the {} image {}: {e}",
+            info.name,
+            image_tag()
         );
     }
 }

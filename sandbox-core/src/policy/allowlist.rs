@@ -276,7 +276,7 @@ impl fmt::Display for Target {
 }
 
 /// The proxy's decision on one attempt.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case", tag = "decision", content = "rule")]
 pub enum Decision {
     /// Allowed by this pattern (as written).

@@ -14,7 +14,7 @@ use super::child::ChildSetup;
 use super::output::drain;
 use super::{files, spawn, HostSupport, Launch};
 use crate::changes::Layer;
-use crate::egress::ConnectionRecord;
+use crate::egress::Connections;
 use crate::outcome::{LimitMechanism, LimitRecord};
 use crate::run::{feed_stdin, run_channel, supervise, End, Finished, Job, RunHandle};
 use crate::{Changes, LayerMechanism, Plan, SandboxError, SandboxOutcome, Status, StreamKind};
@@ -186,7 +186,7 @@ pub(super) fn start(
         policy,
         child,
         exit: None,
-        connections: Vec::new(),
+        connections: Connections::default(),
         watcher,
         denial_log,
     };
@@ -207,7 +207,7 @@ struct Supervised {
     /// The launcher's status once it is reaped.
     exit: Option<std::process::ExitStatus>,
     /// The egress proxy's record, once it is finished in [`Job::stop`].
-    connections: Vec<ConnectionRecord>,
+    connections: Connections,
     watcher: Option<tokio::task::JoinHandle<()>>,
     denial_log: super::notify::SharedLog,
 }

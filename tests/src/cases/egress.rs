@@ -267,7 +267,7 @@ pub async fn allowed_name_reached(ctx: Arc<Context>) -> CaseResult {
         crate::context::describe(&o)
     );
     ensure!(up.hits() == 1, "the upstream served {} requests", up.hits());
-    let [c] = o.connections.as_slice() else {
+    let [c] = o.connections.entries.as_slice() else {
         return Err(Failure::Broken(format!(
             "expected one recorded connection: {:?}",
             o.connections
@@ -275,6 +275,7 @@ pub async fn allowed_name_reached(ctx: Arc<Context>) -> CaseResult {
     };
     ensure!(
         c.host == "allowed.test"
+            && c.count == 1
             && c.port == up.port
             && c.protocol == ProxyProtocol::Http
             && c.decision == Decision::Allowed(rule.clone())
@@ -313,8 +314,8 @@ pub async fn denied_name_refused_and_recorded(ctx: Arc<Context>) -> CaseResult {
     );
     ensure!(up.hits() == 0, "the upstream served {} requests", up.hits());
     ensure!(
-        o.connections.len() == 2
-            && o.connections.iter().all(|c| c.host == "denied.test"
+        o.connections.entries.len() == 2
+            && o.connections.entries.iter().all(|c| c.host == "denied.test"
                 && c.decision == Decision::Denied("not in the allowlist".into())
                 && c.peer.is_none()
                 && c.bytes_in == 0),
@@ -360,9 +361,9 @@ pub async fn ip_literal_refused(ctx: Arc<Context>) -> CaseResult {
     );
     if ctx.mode() == Mode::Conform {
         ensure!(
-            o.connections.len() == 1
-                && o.connections[0].host == "127.0.0.1"
-                && !o.connections[0].decision.is_allowed(),
+            o.connections.entries.len() == 1
+                && o.connections.entries[0].host == "127.0.0.1"
+                && !o.connections.entries[0].decision.is_allowed(),
             "the proxy did not record the refused IP literal: {:?}",
             o.connections
         );
@@ -391,7 +392,7 @@ pub async fn wildcard_rebound_to_loopback_refused(ctx: Arc<Context>) -> CaseResu
         crate::context::describe(&o)
     );
     ensure!(
-        matches!(o.connections.as_slice(),
+        matches!(o.connections.entries.as_slice(),
             [c] if matches!(&c.decision, Decision::Denied(why) if why.contains("loopback"))),
         "the record does not say why: {:?}",
         o.connections
@@ -554,14 +555,97 @@ pub async fn proxy_itself_refused(ctx: Arc<Context>) -> CaseResult {
         crate::context::describe(&o)
     );
     ensure!(
-        o.connections.len() == 2
-            && o.connections.iter().all(
+        o.connections.entries.len() == 2
+            && o.connections.entries.iter().all(
                 |c| matches!(&c.decision, Decision::Denied(why) if why.contains("proxy's own"))
             ),
         "the records are wrong: {:?}",
         o.connections
     );
     Ok(())
+}
+
+/// A bind opens no way out and no way in: with `proxy` (and `loopback`), a command that
+/// binds TCP and UDP on every address (`0.0.0.0`) and listens is not reached by the host at
+/// that port on its loopback, and a socket bound to every address does not reach a host
+/// listener either.
+pub async fn bind_opens_no_way(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-bind")?;
+    let listener = HostListener::start(&format!("bind-{}", token()))?;
+    let mut f = Forbidden::new(&ctx);
+    let mut modes = vec![NetworkMode::Proxy];
+    if ctx.claimed().network_loopback == sandbox_core::Enforcement::Exact {
+        modes.push(NetworkMode::Loopback);
+    }
+    for mode in modes {
+        // A port free on the host now: the command binds it on every address it has.
+        let port = TcpListener::bind(SocketAddr::new(LO, 0))?
+            .local_addr()?
+            .port();
+        let mut o = probe_proxy_opts(
+            &ctx,
+            ws.path(),
+            &[
+                "bind-any",
+                &port.to_string(),
+                &listener.addr().to_string(),
+                "3",
+            ],
+            &["allowed.test".to_string()],
+        );
+        if mode == NetworkMode::Loopback {
+            o.network = mode;
+            o.allow_hosts.clear();
+            o.resolver = None;
+        }
+        let sb = ctx.sandbox();
+        sb.run(o).await?;
+        // Knock at the port on the host's loopback while the command listens.
+        let knocked = tokio::task::spawn_blocking(move || {
+            let until = std::time::Instant::now() + Duration::from_millis(2500);
+            let mut reached = 0;
+            while std::time::Instant::now() < until {
+                let to = SocketAddr::new(LO, port);
+                if std::net::TcpStream::connect_timeout(&to, Duration::from_millis(200)).is_ok() {
+                    reached += 1;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            reached
+        })
+        .await
+        .unwrap_or(0);
+        let outcome = tokio::time::timeout(Duration::from_secs(120), sb.wait())
+            .await
+            .map_err(|_| Failure::Broken("the binding run did not end".into()))??;
+        let p = crate::context::Probed {
+            report: crate::context::parse_report(&outcome.stdout.bytes),
+            outcome,
+        };
+        p.report()?;
+        ensure!(
+            p.succeeded(),
+            "{mode}: the command could not bind: {}",
+            p.describe()
+        );
+        let accepted = p.int("accepted")?;
+        ensure!(
+            knocked == 0 || accepted > 0,
+            "{mode}: the host reached port {port} on its loopback, but not the command's \
+             listener (another program took the port): run again"
+        );
+        f.check(
+            &format!("{mode}: the host reached the command's listener bound on 0.0.0.0:{port}"),
+            accepted > 0,
+            || p.describe(),
+        );
+        f.check(
+            &format!("{mode}: a socket bound to 0.0.0.0 reached the host's listener"),
+            p.field("escaped") == Some(&serde_json::Value::Bool(true)) || listener.accepted() > 0,
+            || p.describe(),
+        );
+    }
+    f.finish()
 }
 
 /// Raw and packet sockets and io_uring fail inside with a clear error.
@@ -615,7 +699,7 @@ pub async fn socks5_works(ctx: Arc<Context>) -> CaseResult {
         crate::context::describe(&o)
     );
     ensure!(
-        matches!(o.connections.as_slice(),
+        matches!(o.connections.entries.as_slice(),
             [c] if c.protocol == ProxyProtocol::Socks5 && c.decision.is_allowed()),
         "the record is wrong: {:?}",
         o.connections
@@ -647,7 +731,7 @@ pub async fn python_urllib_through_the_proxy(ctx: Arc<Context>) -> CaseResult {
         crate::context::describe(&o)
     );
     ensure!(
-        o.connections.len() == 1 && o.connections[0].decision.is_allowed(),
+        o.connections.entries.len() == 1 && o.connections.entries[0].decision.is_allowed(),
         "{:?}",
         o.connections
     );
@@ -724,7 +808,11 @@ pub async fn git_clone_over_http(ctx: Arc<Context>) -> CaseResult {
         "the clone is not in the workspace"
     );
     ensure!(
-        !o.connections.is_empty() && o.connections.iter().all(|c| c.decision.is_allowed()),
+        !o.connections.is_empty()
+            && o.connections
+                .entries
+                .iter()
+                .all(|c| c.decision.is_allowed()),
         "{:?}",
         o.connections
     );
@@ -794,11 +882,101 @@ pub async fn pip_install_from_a_local_index(ctx: Arc<Context>) -> CaseResult {
         "the package is not in the workspace"
     );
     ensure!(
-        up.hits() >= 2 && o.connections.iter().all(|c| c.decision.is_allowed()),
+        up.hits() >= 2
+            && o.connections
+                .entries
+                .iter()
+                .all(|c| c.decision.is_allowed()),
         "hits {}, records {:?}",
         up.hits(),
         o.connections
     );
+    Ok(())
+}
+
+/// Refused attempts in the flood: enough that an unbounded record (a few hundred bytes
+/// per attempt) would grow the host by far more than [`FLOOD_RSS_LIMIT_KIB`].
+const FLOOD_ATTEMPTS: u64 = 200_000;
+
+/// How much the host's resident set may grow over the flood, in KiB, with the outcome
+/// still held: the bounded record grew it by about 1 MiB; a record of one entry per
+/// attempt grew it by 47 MiB (measured with the bound lifted); the rest is room for the
+/// cases that run alongside.
+const FLOOD_RSS_LIMIT_KIB: u64 = 24 << 10;
+
+/// A command looping on refused connects cannot grow the host's memory: the proxy's
+/// record keeps `MAX_CONNECTIONS` distinct entries, each counting its attempts exactly,
+/// and counts the attempts beyond them exactly (so do the denials, where reported); the
+/// host's resident set stays bounded.
+pub async fn refused_flood_bounded(ctx: Arc<Context>) -> CaseResult {
+    use sandbox_core::MAX_CONNECTIONS;
+    let ws = ctx.workspace("egress-flood")?;
+    let distinct = MAX_CONNECTIONS as u64 + 200;
+    let suffix = "flood.test";
+    let mut o = probe_proxy_opts(
+        &ctx,
+        ws.path(),
+        &[
+            "proxy-connect-loop",
+            suffix,
+            &distinct.to_string(),
+            &FLOOD_ATTEMPTS.to_string(),
+        ],
+        &["allowed.test".to_string()],
+    );
+    o.timeout = Some(Duration::from_secs(540));
+    let before = crate::soak::rss_kib();
+    let p = ctx.probe_run(o).await?;
+    let after = crate::soak::rss_kib();
+    ensure!(
+        p.succeeded() && p.int("refused")? == FLOOD_ATTEMPTS as i64,
+        "not every connect was refused by the proxy: {}",
+        p.describe()
+    );
+    let grown = after.saturating_sub(before);
+    forbid!(
+        grown > FLOOD_RSS_LIMIT_KIB,
+        "the host's resident set grew by {grown} KiB over {FLOOD_ATTEMPTS} refused connects \
+         ({before} -> {after} KiB)"
+    );
+    let c = &p.outcome.connections;
+    // Host h{j} was asked this often (the i-th attempt asks for h{i mod distinct}).
+    let asked = |j: u64| FLOOD_ATTEMPTS / distinct + u64::from(j < FLOOD_ATTEMPTS % distinct);
+    let mut kept = 0u64;
+    for e in &c.entries {
+        let j = e
+            .host
+            .strip_prefix('h')
+            .and_then(|h| h.strip_suffix(&format!(".{suffix}")))
+            .and_then(|j| j.parse::<u64>().ok());
+        forbid!(
+            j.is_none_or(|j| e.count != asked(j))
+                || e.decision != Decision::Denied("not in the allowlist".into())
+                || e.port != 1,
+            "an entry does not count its attempts exactly: {e:?}"
+        );
+        kept += e.count;
+    }
+    forbid!(
+        c.entries.len() != MAX_CONNECTIONS
+            || c.more.attempts != FLOOD_ATTEMPTS - kept
+            || c.more.denied != c.more.attempts
+            || c.attempts() != FLOOD_ATTEMPTS,
+        "the record is not {MAX_CONNECTIONS} entries plus an exact count of the rest: {} \
+         entries counting {kept}, more {:?}",
+        c.entries.len(),
+        c.more
+    );
+    if ctx.claimed().reports_denials.network_connect {
+        let d = &p.outcome.denials;
+        forbid!(
+            d.total() != FLOOD_ATTEMPTS || d.entries.len() > sandbox_core::denial::MAX_DISTINCT,
+            "the denials do not count the {FLOOD_ATTEMPTS} refusals exactly within their \
+             bound: {} entries, {} in all",
+            d.entries.len(),
+            d.total()
+        );
+    }
     Ok(())
 }
 
@@ -827,7 +1005,7 @@ pub async fn host_port_reaches_exactly_that_port(ctx: Arc<Context>) -> CaseResul
             reached.describe()
         );
         ensure!(
-            matches!(reached.outcome.connections.as_slice(),
+            matches!(reached.outcome.connections.entries.as_slice(),
                 [c] if c.protocol == ProxyProtocol::HostPort && c.port == given.addr().port()
                     && c.bytes_in >= given.token().len() as u64),
             "{mode}: the host-port connection is not recorded: {:?}",

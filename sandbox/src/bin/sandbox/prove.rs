@@ -71,6 +71,7 @@ async fn prove_one(name: &'static str, lane: Option<Lane>, exe: &Path) -> Backen
                 image.build_from_binaries,
                 PROBE_IMAGE,
                 exe.to_path_buf(),
+                sandbox_conformance::prove::PROVE_TOOLS,
             )
             .await;
             if let Err(e) = built {

@@ -10,7 +10,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    ChangeSet, Changes, ConnectionRecord, Denials, DynSandbox, EffectivePolicy, EnvPolicy, Plan,
+    ChangeSet, Changes, Connections, Denials, DynSandbox, EffectivePolicy, EnvPolicy, Plan,
     SandboxError, SandboxOpts, SandboxOutcome, Status,
 };
 
@@ -331,8 +331,9 @@ struct JsonOutcome<'a> {
     /// With `--changes`: whether they were applied, and why not.
     #[serde(skip_serializing_if = "Option::is_none")]
     changes_settled: Option<&'a changes::Settled>,
-    /// Network `proxy`: every connection attempt, allowed or denied.
-    connections: &'a [ConnectionRecord],
+    /// Network `proxy`: every connection attempt, allowed or denied (alike ones one entry
+    /// with a count; bounded, the rest counted).
+    connections: &'a Connections,
     /// What was refused while it ran, as far as the backend sees (`doctor` shows which
     /// kinds each backend reports).
     denials: &'a Denials,

@@ -120,7 +120,7 @@ pub const INFO: BackendInfo = BackendInfo {
     unconfined: false,
     image: None,
     make: |_| Ok(Arc::new(GvisorBackend::new())),
-    launcher: Some(|| Arc::new(GvisorBackend::new())),
+    launcher: Some(|_| Arc::new(GvisorBackend::new())),
     host_key: || sandbox_core::registry::program_identity("runsc"),
     cost: CostTargets::NONE,
 };

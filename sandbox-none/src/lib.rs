@@ -31,7 +31,7 @@ pub const INFO: BackendInfo = BackendInfo {
     unconfined: true,
     image: None,
     make: |_| Ok(Arc::new(NoneBackend::new())),
-    launcher: Some(|| Arc::new(NoneBackend::new())),
+    launcher: Some(|_| Arc::new(NoneBackend::new())),
     host_key: sandbox_core::registry::no_host_key,
     cost: CostTargets::NONE,
 };

@@ -202,12 +202,13 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     Ok(code)
 }
 
-/// The backend the policy names (or `auto`), and the selection's configuration.
+/// The backend the policy names (or `auto`), and the selection's configuration, with this
+/// user's record of the backends' host facts (so the command forks no host probe).
 pub fn choice_of(spec: &RunSpec) -> (Choice, Config) {
     let choice = Choice::parse(spec.backend.name());
     let mut config = Config::default();
     config.image = spec.image.clone();
-    (choice, config)
+    (choice, startup::with_fact_cache(config))
 }
 
 /// A policy refusal gets the command line's remedy when `--lane trusted` is what it takes

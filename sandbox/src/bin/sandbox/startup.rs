@@ -63,6 +63,9 @@ fn debug(msg: impl AsRef<str>) {
 #[derive(Clone, Debug)]
 pub struct Chosen {
     pub backend: Arc<dyn Backend>,
+    /// The lane check's plan for this backend, where start-up made one (what the run's
+    /// warnings read, so the options are not resolved once more for them).
+    pub plan: Option<Plan>,
     entry: Option<(AutoCache, String)>,
     facts: Option<SharedFactStore>,
 }
@@ -95,19 +98,23 @@ pub async fn choose(
     match choice {
         Choice::Named(name) => {
             let backend = select::backend(name, config)?;
-            if let Err(e) = Plan::new(opts, backend.name(), &backend.capability()) {
-                // As in `select`: a requirement no lane waives is more often than not
-                // missing because of the host, which the preflight names.
-                if matches!(e, SandboxError::NotSupported { .. }) {
-                    backend.sandbox().preflight().await?;
+            let plan = match Plan::new(opts, backend.name(), &backend.capability()) {
+                Ok(plan) => plan,
+                Err(e) => {
+                    // As in `select`: a requirement no lane waives is more often than not
+                    // missing because of the host, which the preflight names.
+                    if matches!(e, SandboxError::NotSupported { .. }) {
+                        backend.sandbox().preflight().await?;
+                    }
+                    return Err(e);
                 }
-                return Err(e);
-            }
+            };
             debug(format!(
                 "backend `{name}` named: launching without a preflight"
             ));
             Ok(Chosen {
                 backend,
+                plan: Some(plan),
                 entry: None,
                 facts: config.facts.clone(),
             })
@@ -117,10 +124,11 @@ pub async fn choose(
             let shape = shape(opts, config, *allow_none);
             if let Some(name) = cache.get(&shape) {
                 match from_entry(&name, opts, config, *allow_none) {
-                    Ok(backend) => {
+                    Ok((backend, plan)) => {
                         debug(format!("auto: `{name}` from the cache, no preflight"));
                         return Ok(Chosen {
                             backend,
+                            plan: Some(plan),
                             entry: Some((cache, shape)),
                             facts: config.facts.clone(),
                         });
@@ -137,6 +145,7 @@ pub async fn choose(
             debug(format!("auto: selected `{name}` with preflights; cached"));
             Ok(Chosen {
                 backend: selected.backend,
+                plan: None,
                 entry: Some((cache, shape)),
                 facts: config.facts.clone(),
             })
@@ -145,20 +154,21 @@ pub async fn choose(
 }
 
 /// The backend a cache entry names, if `auto` could pick it for this request: one of the
-/// candidates on this lane, constructed, and enforcing the request on its lane.
+/// candidates on this lane, constructed, and enforcing the request on its lane (the plan
+/// that says so).
 fn from_entry(
     name: &str,
     opts: &SandboxOpts,
     config: &Config,
     allow_none: bool,
-) -> Result<Arc<dyn Backend>, SandboxError> {
+) -> Result<(Arc<dyn Backend>, Plan), SandboxError> {
     let info = select::candidates(opts.lane, config, allow_none)
         .into_iter()
         .find(|i| i.name == name)
         .ok_or_else(|| SandboxError::invalid_entry(name))?;
     let backend = info.build(config)?;
-    Plan::new(opts, backend.name(), &backend.capability())?;
-    Ok(backend)
+    let plan = Plan::new(opts, backend.name(), &backend.capability())?;
+    Ok((backend, plan))
 }
 
 /// An error of a launch, after the fact: a failure that is the request's (bad options, a

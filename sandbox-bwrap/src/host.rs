@@ -134,9 +134,13 @@ fn run_text(bwrap: &Path, arg: &str) -> Option<String> {
 
 /// The names of the facts this backend records (see `sandbox_core::facts`): bwrap's
 /// version and the optional options it has, learned from `bwrap --version` and
-/// `bwrap --help`. Recorded only for a bwrap with every required option, under the
-/// identity of that very binary: another bwrap (a new file, a file rewritten in place) is
-/// asked again, so a recorded feature list never describes a binary it was not read from.
+/// `bwrap --help`. Recorded under the identity of that very binary: another bwrap (a new
+/// file, a file rewritten in place) is asked again, so a recorded feature list never
+/// describes a binary it was not read from. And only for a bwrap that has every option
+/// the runs use (the required ones and `--disable-userns`): a record can then only add
+/// options to a run, never leave one out, so even a record the user did not write (a
+/// workspace that holds the cache directory) can make bwrap refuse a run, never run it
+/// with less.
 const VERSION: &str = "version";
 const OPTIONAL: &str = "optional options";
 
@@ -163,12 +167,14 @@ pub(crate) fn find_bwrap() -> Result<PathBuf, String> {
 /// `bwrap --version` and `bwrap --help` (and recorded when every required option is
 /// there).
 fn version_and_features(bwrap: &Path, record: &HostRecord) -> (Option<String>, Features) {
-    if let Some(optional) = record.get(OPTIONAL) {
-        let has = |o: &str| optional.split(' ').any(|x| x == o);
+    let recorded = record
+        .get(OPTIONAL)
+        .filter(|o| o.split(' ').any(|x| x == "--disable-userns"));
+    if let Some(optional) = recorded {
         let features = Features {
             missing: Vec::new(),
-            disable_userns: has("--disable-userns"),
-            overlay: has("--overlay-src"),
+            disable_userns: true,
+            overlay: optional.split(' ').any(|x| x == "--overlay-src"),
         };
         return (record.get(VERSION).filter(|v| !v.is_empty()), features);
     }
@@ -181,7 +187,7 @@ fn version_and_features(bwrap: &Path, record: &HostRecord) -> (Option<String>, F
     let features = run_text(bwrap, "--help")
         .map(|h| Features::from_help(&h))
         .unwrap_or_else(|| Features::from_help(""));
-    if features.missing.is_empty() {
+    if features.missing.is_empty() && features.disable_userns {
         let optional: Vec<&str> = [
             ("--disable-userns", features.disable_userns),
             ("--overlay-src", features.overlay),
@@ -258,15 +264,23 @@ mod tests {
         let asked = HostRecord::fresh("bwrap");
         let facts = HostFacts::detect(Ok(bwrap.clone()), &asked);
         assert!(facts.features.missing.is_empty(), "{:?}", facts.features);
+        assert!(facts.features.disable_userns, "bwrap 0.8 or later on test hosts");
         // What was learned is recorded, and a record holding it is taken as it is.
         assert_eq!(asked.get(VERSION), facts.version.or(Some(String::new())));
         let recorded = HostRecord::fresh("bwrap");
         recorded.set(VERSION, "9.9.9");
-        recorded.set(OPTIONAL, "--overlay-src");
-        let taken = HostFacts::detect(Ok(bwrap), &recorded);
+        recorded.set(OPTIONAL, "--overlay-src --disable-userns");
+        let taken = HostFacts::detect(Ok(bwrap.clone()), &recorded);
         assert_eq!(taken.version.as_deref(), Some("9.9.9"));
-        assert!(taken.features.overlay && !taken.features.disable_userns);
+        assert!(taken.features.overlay && taken.features.disable_userns);
         assert!(taken.features.missing.is_empty());
+        // A record that would leave an option out of the runs is not taken: bwrap is asked.
+        let weaker = HostRecord::fresh("bwrap");
+        weaker.set(VERSION, "9.9.9");
+        weaker.set(OPTIONAL, "--overlay-src");
+        let asked = HostFacts::detect(Ok(bwrap), &weaker);
+        assert_ne!(asked.version.as_deref(), Some("9.9.9"));
+        assert_eq!(asked.features, facts.features);
     }
 
     #[test]

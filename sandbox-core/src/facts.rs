@@ -19,6 +19,10 @@
 //!   weaken a run if it were stale must be keyed by something that changes with it (bwrap's
 //!   options, by the identity of the bwrap binary).
 //! - Nothing that decides what the command may read or write: that is found on every run.
+//! - A store may hold what its owner did not write (a workspace that holds the cache
+//!   directory lets a command write there): a backend reads its facts so that a forged
+//!   one, like a stale one, can only make a launch fail. A fact whose absence would leave
+//!   a confinement out of the run (an option bwrap lacks) is never read from a record.
 //!
 //! # Keys
 //!

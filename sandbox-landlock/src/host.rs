@@ -1,6 +1,7 @@
 //! What this host offers, found once when the backend is built: the landlock ABI, seccomp,
 //! whether the command's namespaces (network, mount) can be made, and what the process
-//! itself holds.
+//! itself holds. The namespace answers come from the host record when it has them (see
+//! `Host::detect`); everything else is asked again, a system call or a file read each.
 
 use std::io;
 

@@ -92,7 +92,13 @@
 //! maps and mount paths. Between fork and exec the child only applies them with raw
 //! system calls (see `src/child.rs` for the order and why each call is safe after
 //! a fork in a multi-threaded program). What does not depend on the run is found once: the
-//! ABI, the namespace probe, the filters, the system grants, a root host's read layer.
+//! ABI, the namespace probe, the filters, the system grants, a root host's read layer. The
+//! namespace probes (two forked children that make the namespaces a run would) are the
+//! only part that starts a process: their answers are recorded (`sandbox_core::facts`: once
+//! per process, and in the caller's store across processes, only when they worked) and a
+//! recorded answer is taken without a probe. It only says how the namespaces are made: a
+//! run whose `unshare` fails ends before its command starts, and the preflight probes
+//! afresh and reports the stale record.
 //!
 //! The cost over core's own process machinery is some 30 µs of parent work (a dozen
 //! rules) and, in the child, a few system calls plus the kernel's preparation of two

@@ -264,7 +264,10 @@ mod tests {
         let asked = HostRecord::fresh("bwrap");
         let facts = HostFacts::detect(Ok(bwrap.clone()), &asked);
         assert!(facts.features.missing.is_empty(), "{:?}", facts.features);
-        assert!(facts.features.disable_userns, "bwrap 0.8 or later on test hosts");
+        assert!(
+            facts.features.disable_userns,
+            "bwrap 0.8 or later on test hosts"
+        );
         // What was learned is recorded, and a record holding it is taken as it is.
         assert_eq!(asked.get(VERSION), facts.version.or(Some(String::new())));
         let recorded = HostRecord::fresh("bwrap");

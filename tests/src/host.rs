@@ -339,9 +339,12 @@ pub fn rerun_in_user_namespace(
 ) -> String {
     use std::os::unix::process::CommandExt;
     let (uid, gid) = ids;
-    let uid_map = CString::new(format!("{} {uid} 1", inside.0)).expect("no NUL");
-    let gid_map = CString::new(format!("{} {gid} 1", inside.1)).expect("no NUL");
-    let mut cmd = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    // Digits and spaces: no NUL to refuse.
+    let uid_map = CString::new(format!("{} {uid} 1", inside.0)).unwrap_or_default();
+    let gid_map = CString::new(format!("{} {gid} 1", inside.1)).unwrap_or_default();
+    let exe = std::env::current_exe()
+        .unwrap_or_else(|e| panic!("the running test binary cannot be found: {e}"));
+    let mut cmd = std::process::Command::new(exe);
     cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
         .env(inner_var, "1");
     for (k, v) in env {
@@ -387,7 +390,9 @@ pub fn rerun_in_user_namespace(
             Ok(())
         });
     }
-    let out = cmd.output().expect("the test binary runs again");
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("the test binary cannot run again: {e}"));
     let all = format!(
         "{}\n{}",
         String::from_utf8_lossy(&out.stdout),

@@ -1,9 +1,21 @@
 //! Start-up through the `sandbox` command as a whole process (what a shell script or an
 //! agent that shells out pays): `sandbox run ... -- /bin/true`, against a bare spawn of
 //! `/bin/true` and, for a backend that launches a host process, against the bare mechanism
-//! with the same confinement: the backend's own launch for the same request (bwrap run
-//! directly with the backend's argv; landlock's ruleset, seccomp filter and namespace
-//! steps applied between fork and exec), spawned without the library. All interleaved.
+//! with the same confinement, two ways, all interleaved:
+//!
+//! - as a process of its own: `sandbox-bench-launch` (`src/bin/sandbox-bench-launch.rs`),
+//!   a minimal launcher that builds the same launch for the same request and applies it in
+//!   its own single-threaded process, then execs (issue 12's baseline for a backend whose
+//!   launch is the command itself, landlock);
+//! - from inside the bench: the backend's own launch spawned by this process without the
+//!   library (bwrap run directly with the backend's argv, issue 12's baseline for a
+//!   backend that runs a tool; for the others a stricter figure that leaves out the start
+//!   of any process but the command's).
+//!
+//! Which of the two a backend's target is judged against follows from its launch, not its
+//! name: a launch whose program is the command itself is judged against the launcher
+//! process, one that runs a tool against that tool run directly. The other row is shown,
+//! labelled, for information.
 
 use std::ffi::OsString;
 use std::path::Path;
@@ -12,8 +24,8 @@ use crate::budget::{self, Budget};
 use crate::error::BenchError;
 use crate::measure::{interleaved, Probe};
 use crate::runs;
-use crate::stats::{fmt_duration, fmt_ratio};
-use crate::subject::{Direct, Subject};
+use crate::stats::{fmt_duration, fmt_ratio, Samples};
+use crate::subject::{Direct, Host, Subject};
 use crate::table::{Row, Verdict};
 
 /// The `sandbox run` arguments for `s`: its backend and lane, the bench's workspace.
@@ -33,34 +45,70 @@ pub fn run_args(s: &Subject) -> Vec<OsString> {
     args
 }
 
-/// The rows for `s`, through the command at `bin`.
+/// The launcher baseline's arguments for the same request as [`run_args`].
+fn launcher_args(s: &Subject, facts: &Path) -> Vec<OsString> {
+    vec![
+        s.name.into(),
+        s.lane.as_str().into(),
+        s.workspace.clone().into_os_string(),
+        facts.as_os_str().to_owned(),
+        "--".into(),
+        s.true_program.clone(),
+    ]
+}
+
+/// The rows for `s`, through the command at `bin`, with the launcher baseline at
+/// `launcher` where there is one.
 pub async fn measure(
     s: &Subject,
     bin: &Path,
-    host_true: &Path,
+    launcher: Option<&Path>,
+    host: &Host,
     budget: &Budget,
 ) -> Result<Vec<Row>, BenchError> {
     let rounds = budget.cli_for(s.slow);
     let args = run_args(s);
-    let bare_argv = vec![host_true.as_os_str().to_owned()];
+    let bare_argv = vec![host.true_program.as_os_str().to_owned()];
     // The request the command makes of the library with these flags: the workspace, the
     // lane, the rest the defaults.
     let opts = s.opts(vec![s.true_program.clone()]);
+    // Whether the launch runs the command itself (then the launcher process is the bare
+    // mechanism) or a tool (then that tool run directly is).
+    let runs_the_command = match &s.direct {
+        Some(Direct::Launch { prepare, .. }) => {
+            let launch =
+                prepare(&opts).map_err(|e| BenchError::sandbox("preparing the launch", e))?;
+            Some(launch.program == Path::new(&s.true_program))
+        }
+        _ => None,
+    };
+    let launcher_args = match (launcher, runs_the_command) {
+        (Some(_), Some(_)) => {
+            let facts = host
+                .write_facts()
+                .map_err(|e| BenchError::io("writing the facts for the launcher", e))?;
+            Some(launcher_args(s, &facts))
+        }
+        _ => None,
+    };
     let mut probes: Vec<Probe<'_>> = vec![
         Box::new(|| Box::pin(runs::bare_spawn(&bare_argv))),
         Box::new(|| Box::pin(runs::whole_process(bin, &args))),
     ];
-    let mechanism = match &s.direct {
-        Some(Direct::Launch { prepare, .. }) => {
-            let opts = &opts;
-            probes.push(Box::new(move || {
-                let prepare = prepare.clone();
-                Box::pin(async move { runs::direct_launch(&*prepare, opts).await })
-            }));
-            true
-        }
-        _ => false,
-    };
+    let mut in_process = None;
+    if let Some(Direct::Launch { prepare, .. }) = &s.direct {
+        let opts = &opts;
+        in_process = Some(probes.len());
+        probes.push(Box::new(move || {
+            let prepare = prepare.clone();
+            Box::pin(async move { runs::direct_launch(&*prepare, opts).await })
+        }));
+    }
+    let mut as_process = None;
+    if let (Some(bin), Some(args)) = (launcher, &launcher_args) {
+        as_process = Some(probes.len());
+        probes.push(Box::new(move || Box::pin(runs::whole_process(bin, args))));
+    }
     let samples = interleaved(&probes, rounds).await?;
     let (bare, ours) = (&samples[0], &samples[1]);
     // The temporary workspace's name changes every run; the table shows its role.
@@ -93,24 +141,76 @@ pub async fn measure(
         target: "—".into(),
         verdict: Verdict::NoTarget,
     }];
-    if let (true, Some(direct)) = (mechanism, samples.get(2)) {
-        let r = ours.median().as_secs_f64() / direct.median().as_secs_f64();
+    let judged_is_process = runs_the_command == Some(true);
+    let row = |baseline: &Samples, label: String, judged: bool| {
+        let r = ours.median().as_secs_f64() / baseline.median().as_secs_f64();
         let target = budget::CLI_VS_MECHANISM;
-        rows.push(Row {
+        Row {
             backend: s.name.into(),
-            what: format!("{what}, against the bare mechanism with the same confinement"),
+            what: if judged {
+                format!("{what}, against the bare mechanism with the same confinement")
+            } else {
+                format!(
+                    "{what}, against the same mechanism another way (for information; the \
+                     row above is judged)"
+                )
+            },
             median: fmt_duration(ours.median()),
             p95: fmt_duration(ours.p95()),
             ratio: fmt_ratio(r),
             baseline: format!(
-                "the backend's own launch for the same request, spawned without the library \
-                 or the command: {} (p95 {})",
-                fmt_duration(direct.median()),
-                fmt_duration(direct.p95())
+                "{label}: {} (p95 {})",
+                fmt_duration(baseline.median()),
+                fmt_duration(baseline.p95())
             ),
-            target: target.cell(),
-            verdict: Verdict::judge(target.met(r), budget.quick),
-        });
+            target: if judged { target.cell() } else { "—".into() },
+            verdict: if judged {
+                Verdict::judge(target.met(r), budget.quick)
+            } else {
+                Verdict::NoTarget
+            },
+        }
+    };
+    let process_label = "a minimal launcher as a process of its own (`sandbox-bench-launch`: the \
+                         same launch for the same request applied in its own single-threaded \
+                         process, then exec; no runtime, cgroup or supervisor)";
+    let in_process_label = if judged_is_process {
+        "stricter: the backend's own launch spawned from inside the bench, without the \
+         library (no process start but the command's)"
+    } else {
+        "the backend's own tool run directly with the backend's argv, spawned from inside \
+         the bench without the library or the command"
+    };
+    let mut judged = Vec::new();
+    let mut info = Vec::new();
+    if let Some(i) = as_process {
+        let r = row(&samples[i], process_label.to_string(), judged_is_process);
+        if judged_is_process {
+            judged.push(r);
+        } else {
+            info.push(r);
+        }
     }
+    if let Some(i) = in_process {
+        let r = row(
+            &samples[i],
+            in_process_label.to_string(),
+            !judged_is_process,
+        );
+        if judged_is_process {
+            info.push(r);
+        } else {
+            judged.push(r);
+        }
+    }
+    if judged_is_process && as_process.is_none() {
+        rows.push(Row::not_measured(
+            s.name,
+            &format!("{what}, against the bare mechanism as a process of its own"),
+            "no launcher given (--launcher-bin PATH; built next to sandbox-bench)",
+        ));
+    }
+    rows.extend(judged);
+    rows.extend(info);
     Ok(rows)
 }

@@ -75,6 +75,10 @@ struct Args {
     /// The `sandbox` command to measure as a whole process.
     #[arg(long, value_name = "PATH")]
     sandbox_bin: Option<PathBuf>,
+    /// The launcher baseline for that row (`sandbox-bench-launch`; default: next to this
+    /// program, where cargo builds it).
+    #[arg(long, value_name = "PATH")]
+    launcher_bin: Option<PathBuf>,
     /// Only these measurements (repeatable; default all): for profiling one of them.
     #[arg(long, value_enum, value_name = "WHAT")]
     only: Vec<Only>,
@@ -130,6 +134,16 @@ fn main() -> ExitCode {
     runtime.block_on(bench(args))
 }
 
+/// The launcher baseline: as given, else `sandbox-bench-launch` next to this program.
+fn launcher_bin(args: &Args) -> Option<PathBuf> {
+    let found = args.launcher_bin.clone().or_else(|| {
+        std::env::current_exe()
+            .ok()
+            .and_then(|p| Some(p.parent()?.join("sandbox-bench-launch")))
+    })?;
+    found.is_file().then_some(found)
+}
+
 /// How every figure was taken, under the table.
 fn notes(budget: &Budget) -> Vec<String> {
     vec![
@@ -180,8 +194,14 @@ fn notes(budget: &Budget) -> Vec<String> {
         ),
         format!(
             "The `sandbox` command: {} + {} runs ({} + {} for container backends), \
-             interleaved with a bare spawn; the figure is everything one invocation costs \
-             (start of the process, backend construction, the preflight, the run).",
+             interleaved with a bare spawn and the bare mechanism; the figure is everything \
+             one invocation costs (start of the process, the runtime, backend construction \
+             with its host facts from the command's cache, the run). The bare mechanism for a \
+             backend whose launch is the command itself (landlock) is `sandbox-bench-launch`, \
+             a minimal launcher run as a process of its own that builds the same launch and \
+             applies it in its own single-threaded process (namespaces, landlock, seccomp, \
+             capabilities), then execs; for one that runs a tool (bwrap), that tool spawned \
+             directly with the backend's argv. The other is shown for information.",
             budget.cli.warmup, budget.cli.runs, budget.cli_slow.warmup, budget.cli_slow.runs
         ),
         "Lane: the strictest lane the library accepts for these options on that backend \
@@ -297,7 +317,8 @@ async fn bench(args: Args) -> ExitCode {
         match &args.sandbox_bin {
             Some(bin) if bin.is_file() => {
                 eprintln!("sandbox-bench: {name}: the `sandbox` command");
-                let r = cli::measure(&s, bin, &host.true_program, &budget).await;
+                let launcher = launcher_bin(&args);
+                let r = cli::measure(&s, bin, launcher.as_deref(), &host, &budget).await;
                 failed |= record(&mut report.rows, name, what, r);
             }
             Some(bin) => report.rows.push(Row::not_measured(

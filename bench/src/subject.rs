@@ -2,14 +2,16 @@
 //! programs are called where it runs, and the baseline that is "the same thing without
 //! us" for it.
 
+use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use sandbox::registry::{BackendInfo, DirectRun, ImageSupport};
 use sandbox::select::Config;
+use sandbox_core::facts::{FactStore, Facts};
 use sandbox_core::process::Launcher;
 use sandbox_core::{Backend, Lane, Plan, SandboxOpts};
 use tempfile::TempDir;
@@ -65,6 +67,34 @@ pub struct Host {
     flood: PathBuf,
     /// `/bin/true`, resolved once.
     pub true_program: PathBuf,
+    /// What the backends' host probes found (the bench builds its process backends with
+    /// it): handed to the launcher baseline, which then probes nothing, as `sandbox run`
+    /// probes nothing with its cache.
+    facts: Arc<BenchFacts>,
+}
+
+/// The bench's [`FactStore`]: what the backends recorded, in memory, written out for the
+/// launcher baseline.
+#[derive(Debug, Default)]
+pub struct BenchFacts(Mutex<BTreeMap<String, (String, Facts)>>);
+
+impl FactStore for BenchFacts {
+    fn load(&self, backend: &str, key: &str) -> Option<Facts> {
+        let m = self.0.lock().ok()?;
+        m.get(backend)
+            .filter(|(k, _)| k == key)
+            .map(|(_, f)| f.clone())
+    }
+    fn save(&self, backend: &str, key: &str, facts: &Facts) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(backend.to_string(), (key.to_string(), facts.clone()));
+        }
+    }
+    fn forget(&self, backend: &str) {
+        if let Ok(mut m) = self.0.lock() {
+            m.remove(backend);
+        }
+    }
 }
 
 impl Host {
@@ -91,7 +121,30 @@ impl Host {
             scratch: dir("sandbox-bench-scratch-")?,
             flood,
             true_program: Path::new("/bin/true").canonicalize()?,
+            facts: Arc::default(),
         })
+    }
+
+    /// The configuration the process backends are built with: the bench's fact store.
+    pub fn config(&self) -> Config {
+        Config::default().with_facts(self.facts.clone())
+    }
+
+    /// Write what the backends recorded to a file for the launcher baseline; its path.
+    pub fn write_facts(&self) -> std::io::Result<PathBuf> {
+        let m = self
+            .facts
+            .0
+            .lock()
+            .map_err(|_| std::io::Error::other("the fact store's lock is poisoned"))?;
+        let json: serde_json::Map<String, serde_json::Value> = m
+            .iter()
+            .map(|(b, (key, facts))| (b.clone(), serde_json::json!({"key": key, "facts": facts})))
+            .collect();
+        let path = self.scratch.path().join("facts.json");
+        fs::write(&path, serde_json::Value::Object(json).to_string())?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644))?;
+        Ok(path)
     }
 
     /// The workspace of the process backends.
@@ -185,12 +238,14 @@ impl Parts {
     fn process(
         host: &Host,
         info: &BackendInfo,
-        launcher: Arc<dyn Launcher>,
+        launcher: sandbox_core::registry::LauncherFn,
     ) -> Result<Self, String> {
+        // The backend first: the probes it makes are what the bench's store records.
+        let backend = info.build(&host.config()).map_err(|e| e.to_string())?;
         Ok(Self {
             name: info.name,
-            direct: Some(own_launch(launcher)),
-            backend: info.build(&Config::default()).map_err(|e| e.to_string())?,
+            direct: Some(own_launch(launcher(&host.config()))),
+            backend,
             true_program: host.true_program.clone().into_os_string(),
             flood_program: host.flood().as_os_str().to_owned(),
             curl_program: which::which("curl").ok().map(PathBuf::into_os_string),
@@ -283,7 +338,7 @@ impl Subject {
         let info = sandbox::select::info(name).map_err(|e| e.to_string())?;
         let parts = match (&info.image, info.launcher) {
             (Some(image), _) => Parts::image(host, info, image).await?,
-            (None, Some(launcher)) => Parts::process(host, info, launcher())?,
+            (None, Some(launcher)) => Parts::process(host, info, launcher)?,
             (None, None) => {
                 return Err(format!(
                     "`{name}` neither runs a host process nor an image: the bench cannot \

@@ -73,6 +73,9 @@ pub(crate) struct Fds {
     pub waiter: RawFd,
     /// The write end of the status pipe.
     pub status: RawFd,
+    /// The write end of the ready pipe (the waiter writes a byte once the sandbox is set
+    /// up, before the command starts).
+    pub ready: RawFd,
     /// Network mode `proxy` or host ports: the unix socket the waiter sends the listeners
     /// on (the proxy's, then each host port's).
     pub proxy: Option<RawFd>,
@@ -390,6 +393,7 @@ pub(crate) fn build(
         "--".into(),
         WAITER_PATH.into(),
         fds.status.to_string().into(),
+        fds.ready.to_string().into(),
         flags.into(),
         nproc.into(),
         fds.proxy

@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use sandbox_core::facts::HostRecord;
+
 pub(crate) use sandbox_core::layout::SystemEntry;
 
 /// Entries of `/proc` that stay read-only inside: bwrap covers some of them itself, but
@@ -116,24 +118,82 @@ fn run_text(bwrap: &Path, arg: &str) -> Option<String> {
     Some(text)
 }
 
+/// The names of the facts this backend records (see `sandbox_core::facts`): bwrap's
+/// version and the optional options it has, learned from `bwrap --version` and
+/// `bwrap --help`. Recorded under the identity of that very binary: another bwrap (a new
+/// file, a file rewritten in place) is asked again, so a recorded feature list never
+/// describes a binary it was not read from. And only for a bwrap that has every option
+/// the runs use (the required ones and `--disable-userns`): a record can then only add
+/// options to a run, never leave one out, so even a record the user did not write (a
+/// workspace that holds the cache directory) can make bwrap refuse a run, never run it
+/// with less.
+const VERSION: &str = "version";
+const OPTIONAL: &str = "optional options";
+
+/// This backend's part of the facts' key: the identity of the bwrap found (path, size,
+/// times, inode) and the format of what is recorded.
+pub(crate) fn own_key(bwrap: &Result<PathBuf, String>) -> String {
+    match bwrap {
+        Ok(p) => format!(
+            "bwrap facts v1; {}",
+            sandbox_core::registry::file_identity(p)
+        ),
+        Err(e) => format!("bwrap facts v1; no bwrap: {e}"),
+    }
+}
+
+/// Where bwrap is, canonical, or why it was not found.
+pub(crate) fn find_bwrap() -> Result<PathBuf, String> {
+    which::which("bwrap")
+        .map_err(|e| e.to_string())
+        .and_then(|p| p.canonicalize().map_err(|e| e.to_string()))
+}
+
+/// bwrap's version and features: from `record` where it has them, else by running
+/// `bwrap --version` and `bwrap --help` (and recorded when every required option is
+/// there).
+fn version_and_features(bwrap: &Path, record: &HostRecord) -> (Option<String>, Features) {
+    let recorded = record
+        .get(OPTIONAL)
+        .filter(|o| o.split(' ').any(|x| x == "--disable-userns"));
+    if let Some(optional) = recorded {
+        let features = Features {
+            missing: Vec::new(),
+            disable_userns: true,
+            overlay: optional.split(' ').any(|x| x == "--overlay-src"),
+        };
+        return (record.get(VERSION).filter(|v| !v.is_empty()), features);
+    }
+    let version = run_text(bwrap, "--version").and_then(|t| {
+        t.split_whitespace()
+            .nth(1)
+            .map(str::to_owned)
+            .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
+    });
+    let features = run_text(bwrap, "--help")
+        .map(|h| Features::from_help(&h))
+        .unwrap_or_else(|| Features::from_help(""));
+    if features.missing.is_empty() && features.disable_userns {
+        let optional: Vec<&str> = [
+            ("--disable-userns", features.disable_userns),
+            ("--overlay-src", features.overlay),
+        ]
+        .iter()
+        .filter(|(_, has)| *has)
+        .map(|(o, _)| *o)
+        .collect();
+        record.set(VERSION, version.clone().unwrap_or_default());
+        record.set(OPTIONAL, optional.join(" "));
+    }
+    (version, features)
+}
+
 impl HostFacts {
-    /// Ask this host.
-    pub(crate) fn detect() -> Self {
-        let bwrap = which::which("bwrap")
-            .map_err(|e| e.to_string())
-            .and_then(|p| p.canonicalize().map_err(|e| e.to_string()));
+    /// Ask this host about the bwrap at `bwrap`, taking its version and features from
+    /// `record` where it has them (everything else is read afresh: it is a few `stat`s).
+    pub(crate) fn detect(bwrap: Result<PathBuf, String>, record: &HostRecord) -> Self {
         let (version, features) = match &bwrap {
-            Ok(path) => (
-                run_text(path, "--version").and_then(|t| {
-                    t.split_whitespace()
-                        .nth(1)
-                        .map(str::to_owned)
-                        .filter(|v| v.starts_with(|c: char| c.is_ascii_digit()))
-                }),
-                run_text(path, "--help")
-                    .map(|h| Features::from_help(&h))
-                    .unwrap_or_else(|| Features::from_help("")),
-            ),
+            Ok(path) => version_and_features(path, record),
             Err(_) => (None, Features::from_help("")),
         };
         let resolv_conf = std::fs::canonicalize("/etc/resolv.conf")
@@ -181,6 +241,56 @@ mod tests {
     }
 
     use super::*;
+
+    #[test]
+    fn recorded_features_are_taken_and_a_fresh_bwrap_is_asked() {
+        let Ok(bwrap) = find_bwrap() else {
+            panic!("bwrap is installed on test hosts");
+        };
+        let asked = HostRecord::fresh("bwrap");
+        let facts = HostFacts::detect(Ok(bwrap.clone()), &asked);
+        assert!(facts.features.missing.is_empty(), "{:?}", facts.features);
+        assert!(
+            facts.features.disable_userns,
+            "bwrap 0.8 or later on test hosts"
+        );
+        // What was learned is recorded, and a record holding it is taken as it is.
+        assert_eq!(asked.get(VERSION), facts.version.or(Some(String::new())));
+        let recorded = HostRecord::fresh("bwrap");
+        recorded.set(VERSION, "9.9.9");
+        recorded.set(OPTIONAL, "--overlay-src --disable-userns");
+        let taken = HostFacts::detect(Ok(bwrap.clone()), &recorded);
+        assert_eq!(taken.version.as_deref(), Some("9.9.9"));
+        assert!(taken.features.overlay && taken.features.disable_userns);
+        assert!(taken.features.missing.is_empty());
+        // A record that would leave an option out of the runs is not taken: bwrap is asked.
+        let weaker = HostRecord::fresh("bwrap");
+        weaker.set(VERSION, "9.9.9");
+        weaker.set(OPTIONAL, "--overlay-src");
+        let asked = HostFacts::detect(Ok(bwrap), &weaker);
+        assert_ne!(asked.version.as_deref(), Some("9.9.9"));
+        assert_eq!(asked.features, facts.features);
+    }
+
+    #[test]
+    fn the_key_is_the_binarys_identity() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("bwrap");
+        std::fs::write(&f, "a").unwrap();
+        let before = own_key(&Ok(f.clone()));
+        // Rewritten in place with the same size and modification time: the change time
+        // still moves.
+        let mtime = std::fs::metadata(&f).unwrap().modified().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&f, "b").unwrap();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&f)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        assert_ne!(before, own_key(&Ok(f)));
+    }
 
     #[test]
     fn features_are_read_from_the_help_text() {

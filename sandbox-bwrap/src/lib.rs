@@ -93,10 +93,16 @@
 //! - With the full network the command reaches everything the host does over IP; on
 //!   kernels before 6.12 (no landlock ABI 6) also the host's abstract unix sockets (for a
 //!   root host, an over-grant only the `trusted` lane accepts).
-//! - When bwrap cannot set a sandbox up for one run (a named path removed after the plan
-//!   was made), the outcome is bwrap's exit code 1 with its message on stderr: the command
-//!   did not run. Host-wide failures (user namespaces refused) are caught before the first
-//!   run by a set-up probe (`preflight.rs`).
+//! # When bwrap cannot set the sandbox up
+//!
+//! Host-wide failures (user namespaces refused) are caught before the first run of a
+//! shape by a set-up probe (`preflight.rs`), whose success is recorded (in this process,
+//! and in a caller's fact store: `sandbox_core::facts`), as are bwrap's version and
+//! options, under the identity of the bwrap binary. When bwrap still cannot set a
+//! sandbox up for one run (a named path removed after the plan was made, user namespaces
+//! refused since the probe was recorded), it exits before our waiter runs, the waiter never
+//! says the sandbox is set up (`Launch::ready_pipe`), and `run` is an
+//! [`Unavailable`](SandboxError::Unavailable) error with bwrap's message: nothing ran.
 //!
 //! # What it needs
 //!
@@ -129,10 +135,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use sandbox_core::facts::HostRecord;
 use sandbox_core::handover;
 use sandbox_core::idmap::SPARE_COMMAND_ID;
 use sandbox_core::process::{run_true, HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
+use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{Capability, Enforcement, NetworkMode, Plan, Preflight, SandboxError};
 
 use crate::error::BwrapError;
@@ -156,8 +163,8 @@ pub const INFO: BackendInfo = BackendInfo {
     // Unprivileged user namespaces are all it needs.
     unprivileged: true,
     image: None,
-    make: |_| Ok(Arc::new(BwrapBackend::new())),
-    launcher: Some(|| Arc::new(BwrapBackend::new())),
+    make: |config| Ok(Arc::new(BwrapBackend::with_config(config))),
+    launcher: Some(|config| Arc::new(BwrapBackend::with_config(config))),
     host_key: HostKey::Program("bwrap"),
     leaves: None,
     host_packages: &["bubblewrap"],
@@ -176,6 +183,9 @@ pub type BwrapSandbox = ProcessSandbox<BwrapBackend>;
 pub struct BwrapBackend {
     facts: Arc<HostFacts>,
     capability: Capability,
+    /// bwrap's recorded version and options and its setup probes' successes, under its
+    /// identity (see `sandbox_core::facts`).
+    record: Arc<HostRecord>,
 }
 
 impl BwrapBackend {
@@ -183,11 +193,22 @@ impl BwrapBackend {
     /// kernel's landlock ABI). Never fails: a host without bwrap gets a backend whose
     /// preflight and runs say so, with the remedy.
     pub fn new() -> Self {
-        let facts = HostFacts::detect();
+        Self::with_config(&BackendConfig::default())
+    }
+
+    /// As [`new`](Self::new), with what running bwrap taught (its version and options,
+    /// which setup probes worked) taken from and kept in `config`'s fact store too,
+    /// under the identity of the bwrap binary found: a new process then starts no bwrap
+    /// but the command's.
+    pub fn with_config(config: &BackendConfig) -> Self {
+        let bwrap = host::find_bwrap();
+        let record = HostRecord::open(config, NAME, &host::own_key(&bwrap));
+        let facts = HostFacts::detect(bwrap, &record);
         let capability = capability(&facts);
         Self {
             facts: Arc::new(facts),
             capability,
+            record: Arc::new(record),
         }
     }
 
@@ -308,9 +329,15 @@ impl Launcher for BwrapBackend {
         // Off the executor: the probe spawns bwrap and waits. (No walk of the system trees
         // ahead of the run: a root host's run hands its trees to an unprivileged id and
         // walks nothing, and one that cannot walks what it needs itself.)
-        tokio::task::spawn_blocking(move || preflight::probe(&bwrap, true, None))
-            .await
-            .map_err(|e| SandboxError::io("running the bwrap probe", std::io::Error::other(e)))??;
+        // The setup probes again, whatever was recorded (a recorded success that fails now
+        // drops the record), then the probe of the preflight's own shape.
+        let record = Arc::clone(&self.record);
+        tokio::task::spawn_blocking(move || {
+            preflight::recheck(&bwrap, &record)?;
+            preflight::probe(&bwrap, true, None)
+        })
+        .await
+        .map_err(|e| SandboxError::io("running the bwrap probe", std::io::Error::other(e)))??;
         // The whole backend on a real command: seccomp, the waiter, the filesystem.
         let ran = run_true(self, "bwrap-preflight", NetworkMode::Loopback).await?;
         if let Err(how) = ran {
@@ -343,14 +370,14 @@ impl Launcher for BwrapBackend {
         // A root host: bwrap runs as an unprivileged id with the writable trees handed to
         // it, where that can be had; else as root, with the root-only entries hidden.
         let handover = if self.facts.is_root {
-            preflight::probe_once(bwrap, own_network, Some(SPARE_COMMAND_ID))
+            preflight::probe_once(bwrap, own_network, Some(SPARE_COMMAND_ID), &self.record)
                 .map_err(|e| format!("bwrap cannot run as uid {SPARE_COMMAND_ID}: {e}"))
                 .and_then(|()| handover::hand_over(plan, &handover::writable_trees(plan)))
         } else {
             Err(String::new())
         };
         if handover.is_err() {
-            preflight::probe_once(bwrap, own_network, None)?;
+            preflight::probe_once(bwrap, own_network, None, &self.record)?;
         }
         let facts = &self.facts;
         let layout = argv::Layout {
@@ -408,11 +435,13 @@ mod tests {
     use sandbox_core::{Sandbox, SandboxOpts};
 
     fn with_facts(edit: impl FnOnce(&mut HostFacts)) -> BwrapBackend {
-        let mut facts = HostFacts::detect();
+        let record = HostRecord::fresh(NAME);
+        let mut facts = HostFacts::detect(host::find_bwrap(), &record);
         edit(&mut facts);
         BwrapBackend {
             capability: capability(&facts),
             facts: Arc::new(facts),
+            record: Arc::new(record),
         }
     }
 

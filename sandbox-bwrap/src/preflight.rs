@@ -4,20 +4,22 @@
 //!   uts, cgroup, a network namespace with its loopback) with a fresh `/proc` and `/dev`,
 //!   then tries to execute a path that does not exist. Reaching that `execvp` error proves
 //!   the set-up works, and nothing at all runs. Synchronous and quick (a few milliseconds),
-//!   so `prepare` runs it once per process before the first command: a host that forbids
-//!   user namespaces is an error with a remedy, not an "exit 1" outcome.
+//!   so `prepare` runs it before the first command of a shape, and records a success
+//!   (`sandbox_core::facts`): a host that forbids user namespaces is an error with a
+//!   remedy, not an "exit 1" outcome. Where a recorded success no longer holds, the run's
+//!   own bwrap fails the same way before the command starts, and the run says so as an
+//!   error (the waiter never reported the sandbox set up).
 //! - the **preflight**: a real `true` through the whole backend (seccomp, the waiter, the
 //!   filesystem), reporting the bwrap version.
 //!
 //! Failures are classified from bwrap's message into a cause and a remedy a person can act
 //! on; the classification is a pure function, unit-tested on bwrap's actual messages.
 
+use sandbox_core::facts::HostRecord;
+use sandbox_core::SandboxError;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::OnceLock;
-
-use sandbox_core::SandboxError;
 
 use crate::NAME;
 
@@ -144,21 +146,53 @@ pub(crate) fn probe(
     }
 }
 
-/// The probe, once per process, network shape and identity: a success is remembered, a
-/// failure is not (the host may be fixed while the process runs). A host that cannot set
-/// up a loopback still runs commands that share its network.
+/// The name of the recorded fact that the setup probe of this shape worked.
+fn probe_fact(own_network: bool, as_id: Option<u32>) -> String {
+    format!(
+        "setup probe: {} network, {}",
+        if own_network { "own" } else { "host" },
+        match as_id {
+            Some(id) => format!("as uid {id}"),
+            None => "as the caller".to_string(),
+        }
+    )
+}
+
+/// The probe, once per network shape and identity for as long as `record` holds its
+/// success (this process, and a caller's fact store): a success is recorded, a failure is
+/// not (the host may be fixed). A recorded success that no longer holds costs nothing
+/// unsafe: bwrap then cannot set the run's sandbox up either, runs nothing, and the run
+/// is an error (see `Launch::ready_pipe`). A host that cannot set up a loopback still
+/// runs commands that share its network.
 pub(crate) fn probe_once(
     bwrap: &Path,
     own_network: bool,
     as_id: Option<u32>,
+    record: &HostRecord,
 ) -> Result<(), SandboxError> {
-    static VERIFIED: [OnceLock<()>; 4] = [const { OnceLock::new() }; 4];
-    let verified = &VERIFIED[usize::from(own_network) + 2 * usize::from(as_id.is_some())];
-    if verified.get().is_some() {
+    let fact = probe_fact(own_network, as_id);
+    if record.get(&fact).as_deref() == Some("ok") {
         return Ok(());
     }
     probe(bwrap, own_network, as_id)?;
-    let _ = verified.set(());
+    record.set(&fact, "ok");
+    Ok(())
+}
+
+/// Every setup probe `record` holds a success of, run again: the preflight's real trial.
+/// One that fails now drops the record and is the error.
+pub(crate) fn recheck(bwrap: &Path, record: &HostRecord) -> Result<(), SandboxError> {
+    for own_network in [true, false] {
+        for as_id in [None, Some(sandbox_core::idmap::SPARE_COMMAND_ID)] {
+            if record.get(&probe_fact(own_network, as_id)).as_deref() != Some("ok") {
+                continue;
+            }
+            if let Err(e) = probe(bwrap, own_network, as_id) {
+                record.forget();
+                return Err(e);
+            }
+        }
+    }
     Ok(())
 }
 

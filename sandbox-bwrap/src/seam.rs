@@ -1,5 +1,6 @@
 //! The thin seam between the pure policy and the host: the descriptors bwrap reads (the
-//! seccomp program, the waiter, the options), the status pipe, and the `Launch`.
+//! seccomp program, the waiter, the options), the status and ready pipes, and the
+//! `Launch`.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -64,6 +65,7 @@ pub(crate) fn launch(
     let seccomp = memfd("sandbox-seccomp", program.as_bytes()).map_err(io_err("seccomp"))?;
     let waiter = memfd("sandbox-waiter", WAITER).map_err(io_err("the waiter"))?;
     let (status_r, status_w) = pipe().map_err(io_err("the status pipe"))?;
+    let (ready_r, ready_w) = pipe().map_err(io_err("the ready pipe"))?;
     // Network mode `proxy`: the waiter makes the listener inside bwrap's network namespace
     // and sends it here, to the proxy this run owns.
     let handover = sandbox_proxy::start_for_plan(plan)?;
@@ -75,6 +77,7 @@ pub(crate) fn launch(
             seccomp: seccomp.as_raw_fd(),
             waiter: waiter.as_raw_fd(),
             status: status_w.as_raw_fd(),
+            ready: ready_w.as_raw_fd(),
             proxy: handover.as_ref().map(|h| h.child_end.as_raw_fd()),
         },
     )?;
@@ -85,13 +88,16 @@ pub(crate) fn launch(
     args.extend(command);
     // bwrap itself needs no environment: the command's is set with --clearenv/--setenv.
     let mut launch = Launch::wrapped(bwrap.to_path_buf(), args, Vec::new(), plan);
-    launch.pass_fds = vec![opts_fd, seccomp, waiter, status_w];
+    launch.pass_fds = vec![opts_fd, seccomp, waiter, status_w, ready_w];
     if let Some(h) = handover {
         launch.pass_fds.push(h.child_end);
         launch.egress = Some(Box::new(h.run));
         notes.push(sandbox_proxy::note(plan));
     }
     launch.exit_status_pipe = Some(status_r);
+    // bwrap that cannot set the sandbox up (user namespaces refused since the set-up
+    // probe was recorded) exits 1 before the waiter runs: an error, not the command's 1.
+    launch.ready_pipe = Some(ready_r);
     launch.process_rlimit_inside = true;
     launch.tree_kill = Some(TreeKill::PidNamespace);
     launch.notes = notes;

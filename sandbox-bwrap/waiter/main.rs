@@ -10,10 +10,14 @@
 //! library, and handed to bwrap on a descriptor (`--ro-bind-data`), so it exists only inside
 //! the sandbox and needs nothing installed on the host.
 //!
-//! Usage: `waiter STATUS_FD FLAGS NPROC PROXY PROGRAM ARGV0 [ARGS...]`
+//! Usage: `waiter STATUS_FD READY_FD FLAGS NPROC PROXY PROGRAM ARGV0 [ARGS...]`
 //!
 //! - `STATUS_FD`: where to write the status (4 bytes, native endian); closed on exec so the
 //!   command never holds it.
+//! - `READY_FD`: where to write one byte once everything below is set up, just before the
+//!   command is started, then closed. The host reads it to tell "the sandbox was set up
+//!   and the command started" from "bwrap (or this waiter) failed before": in the second
+//!   case nothing ran, and the host reports an error instead of bwrap's exit status.
 //! - `FLAGS`: `-`, or letters: `a` confines abstract unix sockets with landlock (so a command
 //!   sharing the host's network namespace cannot reach the host's abstract sockets); `p`
 //!   removes `PWD` from the environment (bwrap always sets it; the command gets only the
@@ -210,23 +214,33 @@ fn reap_until(pid: i32) -> std::io::Result<i32> {
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().collect();
-    if args.len() < 7 {
-        return fail("usage: waiter STATUS_FD FLAGS NPROC PROXY PROGRAM ARGV0 [ARGS...]");
+    if args.len() < 8 {
+        return fail(
+            "usage: waiter STATUS_FD READY_FD FLAGS NPROC PROXY PROGRAM ARGV0 [ARGS...]",
+        );
     }
-    let Some(status_fd) = std::str::from_utf8(args[1].as_bytes())
-        .ok()
-        .and_then(|s| s.parse::<i32>().ok())
-        .filter(|fd| *fd > 2)
-    else {
+    let fd_arg = |i: usize| {
+        std::str::from_utf8(args[i].as_bytes())
+            .ok()
+            .and_then(|s| s.parse::<i32>().ok())
+            .filter(|fd| *fd > 2)
+    };
+    let Some(status_fd) = fd_arg(1) else {
         return fail("STATUS_FD is not a descriptor number above 2");
     };
-    let flags = args[2].as_bytes();
-    // SAFETY: plain system calls on a descriptor number and a constant. Not dumpable: the
+    let Some(ready_fd) = fd_arg(2).filter(|fd| *fd != status_fd) else {
+        return fail("READY_FD is not another descriptor number above 2");
+    };
+    let flags = args[3].as_bytes();
+    // SAFETY: plain system calls on descriptor numbers and a constant. Not dumpable: the
     // command (same uid) cannot open /proc/<waiter>/fd to reach the status pipe; closed on
-    // exec: the command never inherits it.
+    // exec: the command never inherits either pipe.
     unsafe {
         if fcntl(status_fd, F_SETFD, FD_CLOEXEC) != 0 {
             return fail("STATUS_FD is not open");
+        }
+        if fcntl(ready_fd, F_SETFD, FD_CLOEXEC) != 0 {
+            return fail("READY_FD is not open");
         }
         if prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 {
             return fail("cannot make the waiter non-dumpable");
@@ -237,8 +251,8 @@ fn main() -> ExitCode {
             return fail(&format!("cannot confine abstract unix sockets: {e}"));
         }
     }
-    if args[3] != "-" {
-        let Some(n) = std::str::from_utf8(args[3].as_bytes())
+    if args[4] != "-" {
+        let Some(n) = std::str::from_utf8(args[4].as_bytes())
             .ok()
             .and_then(|s| s.parse::<u64>().ok())
         else {
@@ -253,8 +267,8 @@ fn main() -> ExitCode {
             ));
         }
     }
-    if args[4] != "-" {
-        let parsed = std::str::from_utf8(args[4].as_bytes())
+    if args[5] != "-" {
+        let parsed = std::str::from_utf8(args[5].as_bytes())
             .ok()
             .and_then(|s| s.split_once(':'))
             .and_then(|(fd, ports)| {
@@ -264,7 +278,9 @@ fn main() -> ExitCode {
                     .collect::<Option<Vec<_>>>()?;
                 Some((fd.parse::<i32>().ok()?, ports))
             })
-            .filter(|(fd, ports)| *fd > 2 && *fd != status_fd && !ports.is_empty());
+            .filter(|(fd, ports)| {
+                *fd > 2 && *fd != status_fd && *fd != ready_fd && !ports.is_empty()
+            });
         let Some((fd, ports)) = parsed else {
             return fail("PROXY is not FD:PORT[,PORT...]");
         };
@@ -272,16 +288,24 @@ fn main() -> ExitCode {
             return fail(&format!("cannot hand the host its listeners: {e}"));
         }
     }
-    // SAFETY: the descriptor was checked open above and is owned here alone.
+    // SAFETY: the descriptors were checked open above and are owned here alone.
     let mut status_out = unsafe { File::from_raw_fd(status_fd) };
+    // SAFETY: as above.
+    let mut ready_out = unsafe { File::from_raw_fd(ready_fd) };
 
-    let mut cmd = Command::new(&args[5]);
+    let mut cmd = Command::new(&args[6]);
     if flags.contains(&b'p') {
         cmd.env_remove("PWD");
     }
     // Its own process group: a command that signals its group (`kill 0`) does not take the
     // waiter, and so its report, down with it.
-    cmd.arg0(&args[6]).args(&args[7..]).process_group(0);
+    cmd.arg0(&args[7]).args(&args[8..]).process_group(0);
+    // Everything is set up: from here the command runs (or fails to execute, which is its
+    // own outcome, 126/127). A host that gets no byte reports that nothing ran.
+    if ready_out.write_all(b"r").is_err() {
+        return fail("cannot tell the host the sandbox is set up");
+    }
+    drop(ready_out);
     let raw = match cmd.spawn() {
         Ok(child) => match reap_until(child.id() as i32) {
             Ok(status) => status,
@@ -290,7 +314,7 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!(
                 "sandbox: cannot execute {}: {e}",
-                std::path::Path::new(&args[5]).display()
+                std::path::Path::new(&args[6]).display()
             );
             // As shells report it: 127 not found, 126 found but not executable.
             let code = if e.kind() == std::io::ErrorKind::NotFound {

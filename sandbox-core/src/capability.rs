@@ -102,10 +102,13 @@ pub struct Capability {
     /// something that fills them (docker's engine); there a file is charged at its whole
     /// length against the copy's cap instead.
     pub sparse_snapshot: bool,
-    /// The best copy-on-write layer this backend can put over the workspace for
+    /// The best copy-on-write layer this backend tries to put over the workspace for
     /// [`Changes::Review`](crate::Changes::Review) (and `Discard`); `None` refuses a
     /// review. A run falls back from overlay to a reflink copy, then to a copy, where the
-    /// workspace's filesystem needs it; the outcome says which was used.
+    /// workspace's filesystem or the host needs it (asked when a layer is first made over
+    /// that filesystem, not before); the outcome says which was used, and `sandbox doctor`
+    /// whether an overlay can be mounted here at all
+    /// ([`overlay_supported`](crate::changes::overlay_supported)).
     pub change_layer: Option<crate::LayerMechanism>,
     /// The command sees the host's programs at their host paths, so `argv[0]` is resolved
     /// on the host's `PATH` before anything runs. False for a container with its own root

@@ -37,6 +37,8 @@
 //!   (`seccomp`, behind the feature of that name) and to container profiles.
 //! - [`registry`]: what each backend crate says about itself ([`registry::BackendInfo`]),
 //!   the data the facade's one list of backends is made of.
+//! - [`facts`]: what backends learned about the host by probing it, kept per process and
+//!   in a caller's store, so that a new backend value need not probe again.
 //!
 //! # Dependencies
 //!
@@ -54,6 +56,7 @@ pub mod changes;
 pub mod denial;
 pub mod egress;
 mod error;
+pub mod facts;
 mod grants;
 pub mod handover;
 pub mod idmap;

@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
+use crate::facts::SharedFactStore;
 use crate::process::Launcher;
 use crate::{Backend, Lane, SandboxError, SandboxOpts};
 
@@ -27,6 +28,9 @@ pub struct BackendConfig {
     /// The container image, for a backend whose [`BackendInfo::image`] is set; an error
     /// with any other backend.
     pub image: Option<String>,
+    /// Where the backend keeps what its host probes found, between processes (see
+    /// [`crate::facts`]); `None`: only in this process's memory.
+    pub facts: Option<SharedFactStore>,
 }
 
 impl BackendConfig {
@@ -34,6 +38,15 @@ impl BackendConfig {
     pub fn with_image(image: impl Into<String>) -> Self {
         Self {
             image: Some(image.into()),
+            ..Self::default()
+        }
+    }
+
+    /// These settings, with `store` keeping the backends' host facts.
+    pub fn with_facts(self, store: Arc<dyn crate::facts::FactStore>) -> Self {
+        Self {
+            facts: Some(SharedFactStore(store)),
+            ..self
         }
     }
 }
@@ -102,6 +115,9 @@ impl CostTargets {
         first_vs_direct: None,
     };
 }
+
+/// Builds a backend's launcher with the given settings ([`BackendInfo::launcher`]).
+pub type LauncherFn = fn(&BackendConfig) -> Arc<dyn Launcher>;
 
 /// A boxed future, as the `fn` pointers in [`BackendInfo`] return it.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -266,9 +282,10 @@ pub struct BackendInfo {
     /// [`SandboxError::Unavailable`]. The host is checked by the backend's preflight, not
     /// here.
     pub make: fn(&BackendConfig) -> Result<Arc<dyn Backend>, SandboxError>,
-    /// For a backend that runs a host process: its launcher, whose launch the bench
-    /// spawns without the library as a baseline.
-    pub launcher: Option<fn() -> Arc<dyn Launcher>>,
+    /// For a backend that runs a host process: its launcher, built with the same settings
+    /// as [`make`](Self::make) builds the backend, whose launch the bench spawns without
+    /// the library (and applies in a process of its own) as a baseline.
+    pub launcher: Option<LauncherFn>,
     /// The host facts whether this backend works here depends on (the identity of the
     /// host program it runs, a kernel ABI), cheap to read: no process is started. The
     /// command line keys its on-disk record of what `auto` picked on it, so that a changed
@@ -294,20 +311,30 @@ pub fn find_program(name: &str) -> Option<PathBuf> {
     })
 }
 
-/// The identity of the program `name` as found on `PATH`: its path, size, modification
-/// time and inode, or `missing` (for [`HostKey::Program`]). Only metadata is read.
+/// The identity of the program `name` as found on `PATH` (see [`file_identity`]), or
+/// `missing` (for [`HostKey::Program`]). Only metadata is read.
 pub fn program_identity(name: &str) -> String {
-    use std::os::unix::fs::MetadataExt;
     let Some(path) = find_program(name) else {
         return format!("{name}: missing");
     };
-    match std::fs::metadata(&path) {
+    file_identity(&path)
+}
+
+/// The identity of the file at `path` (followed if a link): its path, size, modification
+/// and change times, device and inode. The change time is the kernel's own (no call sets
+/// it), so a file rewritten in place and given back its old modification time still
+/// changes identity.
+pub fn file_identity(path: &std::path::Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    match std::fs::metadata(path) {
         Ok(m) => format!(
-            "{}: {} bytes, mtime {}.{:09}, dev {} ino {}",
+            "{}: {} bytes, mtime {}.{:09}, ctime {}.{:09}, dev {} ino {}",
             path.display(),
             m.size(),
             m.mtime(),
             m.mtime_nsec(),
+            m.ctime(),
+            m.ctime_nsec(),
             m.dev(),
             m.ino()
         ),

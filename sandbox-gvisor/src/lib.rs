@@ -121,7 +121,7 @@ pub const INFO: BackendInfo = BackendInfo {
     unprivileged: true,
     image: None,
     make: |_| Ok(Arc::new(GvisorBackend::new())),
-    launcher: Some(|| Arc::new(GvisorBackend::new())),
+    launcher: Some(|_| Arc::new(GvisorBackend::new())),
     host_key: HostKey::Program("runsc"),
     leaves: None,
     host_packages: &["runsc"],

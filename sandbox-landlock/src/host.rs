@@ -1,6 +1,7 @@
 //! What this host offers, found once when the backend is built: the landlock ABI, seccomp,
 //! whether the command's namespaces (network, mount) can be made, and what the process
-//! itself holds.
+//! itself holds. The namespace answers come from the host record when it has them (see
+//! `Host::detect`); everything else is asked again, a system call or a file read each.
 
 use std::io;
 
@@ -12,6 +13,7 @@ use std::path::Path;
 
 use crate::child::{ArgArea, IdMaps, MountPlan, Namespaces, ProcMask};
 use crate::error::Error;
+use sandbox_core::facts::HostRecord;
 use sandbox_core::handover::Handover;
 use sandbox_core::process::PreExec;
 
@@ -209,8 +211,22 @@ fn holds_capabilities() -> bool {
             .any(|x| x.effective | x.permitted | x.inheritable != 0)
 }
 
+/// The names of the facts this backend records (see `sandbox_core::facts`): how the
+/// namespaces were made (`plain` or `userns`), and that a pid namespace with its own
+/// `/proc` could be made that way (`ok`). Only successes are recorded.
+const NAMESPACES: &str = "namespaces";
+const PID_NAMESPACE: &str = "pid_namespace";
+
+/// This backend's part of the facts' key: the landlock ABI (the kernel release, ids,
+/// namespaces and sysctls are the common part) and the format of what is recorded.
+pub(crate) fn own_key() -> String {
+    format!("landlock facts v1; {:?}", Landlock::detect())
+}
+
 impl Host {
-    pub fn detect() -> Self {
+    /// Ask this host, taking the namespace probes' answers from `record` where it has
+    /// them, and recording the ones that worked.
+    pub fn detect(record: &HostRecord) -> Self {
         // SAFETY: plain queries.
         let (euid, uid, gid) = unsafe { (libc::geteuid(), libc::getuid(), libc::getgid()) };
         let is_root = euid == 0;
@@ -222,9 +238,69 @@ impl Host {
             // CAP_CHECKPOINT_RESTORE, the last one as of Linux 6.x; unknown numbers are
             // skipped by the drop step anyway.
             .unwrap_or(40);
-        // The probe does what a run would: a network namespace with its loopback, and a
-        // read-only mount namespace with a scratch directory bound back read-write and a
-        // read-only carve-out inside it.
+        let userns = NsMode::UserNs(IdMaps::identity(uid, gid));
+        // A recorded way is taken only where it could be this host's: `plain` needs root.
+        // The ids of the user namespace's maps are this process's own, never recorded.
+        let recorded_ns = match record.get(NAMESPACES).as_deref() {
+            Some("plain") if is_root => Some(NsMode::Plain),
+            Some("userns") => Some(userns.clone()),
+            _ => None,
+        };
+        let recorded_pid =
+            recorded_ns.is_some() && record.get(PID_NAMESPACE).as_deref() == Some("ok");
+        let (ns, pid_ns) = match recorded_ns {
+            Some(mode) if recorded_pid => (Ok(mode), Ok(())),
+            recorded => {
+                let probes = Probes::new();
+                let ns = match recorded {
+                    Some(mode) => Ok(mode),
+                    None => probes.namespaces(is_root, &userns),
+                };
+                // Separately: a host may allow the others but refuse a new /proc (a
+                // container whose own /proc has masked files).
+                let pid_ns = match &ns {
+                    Ok(mode) => probes.pid_namespace(mode),
+                    Err(e) => Err(e.clone()),
+                };
+                if let Ok(mode) = &ns {
+                    record.set(
+                        NAMESPACES,
+                        match mode {
+                            NsMode::Plain => "plain",
+                            NsMode::UserNs(_) => "userns",
+                        },
+                    );
+                }
+                if pid_ns.is_ok() {
+                    record.set(PID_NAMESPACE, "ok");
+                }
+                (ns, pid_ns)
+            }
+        };
+        Self {
+            landlock: Landlock::detect(),
+            seccomp,
+            is_root,
+            has_caps: !is_root && holds_capabilities(),
+            last_cap,
+            ns,
+            pid_ns,
+        }
+    }
+}
+
+/// The namespace probes: each does in a forked child what a run would, a network
+/// namespace with its loopback and a read-only mount namespace with a scratch directory
+/// bound back read-write and a read-only carve-out inside it.
+struct Probes {
+    /// Removed with the probes.
+    _scratch: Option<tempfile::TempDir>,
+    dirs: Option<std::path::PathBuf>,
+    spec: crate::ruleset::Spec,
+}
+
+impl Probes {
+    fn new() -> Self {
         // Not only `TMPDIR`: an unwritable one is the run's problem, reported by the run
         // that needs it (naming it); it must not make this probe claim less of the host.
         let scratch = [std::env::temp_dir(), "/tmp".into(), "/dev/shm".into()]
@@ -240,49 +316,52 @@ impl Host {
             std::fs::create_dir(root.join("ro")).ok()?;
             Some(root)
         });
-        let probe_spec = crate::ruleset::Spec {
+        let spec = crate::ruleset::Spec {
             writable_mounts: dirs.iter().cloned().collect(),
             readonly_mounts: dirs.iter().map(|d| d.join("ro")).collect(),
             ..crate::ruleset::Spec::empty()
         };
-        let probe = |mode: &NsMode| match dirs.as_deref() {
-            Some(cwd) => try_in_child(&mode.probe_step(false, &probe_spec, cwd)),
+        Self {
+            _scratch: scratch,
+            dirs,
+            spec,
+        }
+    }
+
+    fn try_step(&self, mode: &NsMode, pid: bool) -> Result<(), String> {
+        match self.dirs.as_deref() {
+            Some(cwd) => try_in_child(&mode.probe_step(pid, &self.spec, cwd)),
             // Claim nothing that was not tried.
             None => Err("no scratch directory in $TMPDIR to try the mounts in".to_string()),
-        };
-        let userns = NsMode::UserNs(IdMaps::identity(uid, gid));
-        let ns = if is_root {
-            probe(&NsMode::Plain)
+        }
+    }
+
+    /// How the namespaces can be made: without a user namespace as root, else in one.
+    fn namespaces(&self, is_root: bool, userns: &NsMode) -> Result<NsMode, String> {
+        if is_root {
+            self.try_step(&NsMode::Plain, false)
                 .map(|()| NsMode::Plain)
                 .or_else(|plain| {
-                    probe(&userns).map(|()| userns.clone()).map_err(|u| {
-                        format!(
-                        "unshare(CLONE_NEWNET | CLONE_NEWNS): {plain}; with a user namespace: {u}"
-                    )
-                    })
+                    self.try_step(userns, false)
+                        .map(|()| userns.clone())
+                        .map_err(|u| {
+                            format!(
+                                "unshare(CLONE_NEWNET | CLONE_NEWNS): {plain}; with a user \
+                                 namespace: {u}"
+                            )
+                        })
                 })
         } else {
-            probe(&userns)
+            self.try_step(userns, false)
                 .map(|()| userns.clone())
                 .map_err(|e| format!("unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWNS): {e}"))
-        };
-        // Separately: a host may allow the others but refuse a new /proc (a container
-        // whose own /proc has masked files).
-        let pid_ns = match (&ns, dirs.as_deref()) {
-            (Ok(mode), Some(cwd)) => try_in_child(&mode.probe_step(true, &probe_spec, cwd))
-                .map_err(|e| format!("a pid namespace with its own /proc: {e}")),
-            (Err(e), _) => Err(e.clone()),
-            (Ok(_), None) => Err("no scratch directory in $TMPDIR to try the mounts in".into()),
-        };
-        Self {
-            landlock: Landlock::detect(),
-            seccomp,
-            is_root,
-            has_caps: !is_root && holds_capabilities(),
-            last_cap,
-            ns,
-            pid_ns,
         }
+    }
+
+    /// Whether a pid namespace with its own `/proc` can be made in the way `mode` says.
+    fn pid_namespace(&self, mode: &NsMode) -> Result<(), String> {
+        self.try_step(mode, true)
+            .map_err(|e| format!("a pid namespace with its own /proc: {e}"))
     }
 }
 
@@ -294,7 +373,7 @@ mod tests {
     fn this_host_has_landlock_abi_3_or_newer_and_seccomp() {
         // The brief's host: Linux 6.x with landlock ABI 7. A host without it fails here,
         // loudly, rather than skipping.
-        let h = Host::detect();
+        let h = Host::detect(&HostRecord::fresh("landlock"));
         let abi = h.landlock.abi().unwrap();
         assert!(abi >= ABI::V3, "{abi:?}");
         assert!(h.seccomp);
@@ -303,7 +382,7 @@ mod tests {
 
     #[test]
     fn namespace_probe_matches_the_host() {
-        let h = Host::detect();
+        let h = Host::detect(&HostRecord::fresh("landlock"));
         // Unprivileged user namespaces work on this host (root or not).
         let n = h.ns.unwrap();
         assert_eq!(matches!(n, NsMode::Plain), h.is_root);

@@ -92,7 +92,13 @@
 //! maps and mount paths. Between fork and exec the child only applies them with raw
 //! system calls (see `src/child.rs` for the order and why each call is safe after
 //! a fork in a multi-threaded program). What does not depend on the run is found once: the
-//! ABI, the namespace probe, the filters, the system grants, a root host's read layer.
+//! ABI, the namespace probe, the filters, the system grants, a root host's read layer. The
+//! namespace probes (two forked children that make the namespaces a run would) are the
+//! only part that starts a process: their answers are recorded (`sandbox_core::facts`: once
+//! per process, and in the caller's store across processes, only when they worked) and a
+//! recorded answer is taken without a probe. It only says how the namespaces are made: a
+//! run whose `unshare` fails ends before its command starts, and the preflight probes
+//! afresh and reports the stale record.
 //!
 //! The cost over core's own process machinery is some 30 µs of parent work (a dozen
 //! rules) and, in the child, a few system calls plus the kernel's preparation of two
@@ -129,8 +135,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sandbox_core::facts::HostRecord;
 use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
+use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{
     Capability, Changes, DenialKinds, Enforcement, Lane, NetworkMode, Plan, Preflight,
     SandboxError, SandboxExt, SandboxOpts, Status, TreeKill,
@@ -166,8 +173,8 @@ pub const INFO: BackendInfo = BackendInfo {
     unconfined: false,
     unprivileged: true,
     image: None,
-    make: |_| Ok(Arc::new(LandlockBackend::new())),
-    launcher: Some(|| Arc::new(LandlockBackend::new())),
+    make: |config| Ok(Arc::new(LandlockBackend::with_config(config))),
+    launcher: Some(|config| Arc::new(LandlockBackend::with_config(config))),
     // Whether the backend works here is the kernel's landlock ABI; seccomp and namespaces
     // come with the kernel release, which the command line's key holds already.
     host_key: HostKey::Fact(|| format!("landlock {:?}", host::Landlock::detect())),
@@ -189,17 +196,60 @@ pub type LandlockSandbox = ProcessSandbox<LandlockBackend>;
 pub struct LandlockBackend {
     host: Arc<Host>,
     capability: Capability,
+    /// Where the namespace probes' answers were taken from and are kept.
+    record: Arc<HostRecord>,
 }
 
 impl LandlockBackend {
-    /// Probe the host (landlock ABI, seccomp, namespaces) and state the capability.
+    /// Ask the host (landlock ABI, seccomp, namespaces) and state the capability; the
+    /// namespace probes run once per process (see `sandbox_core::facts`).
     pub fn new() -> Self {
-        let host = Host::detect();
+        Self::with_config(&BackendConfig::default())
+    }
+
+    /// As [`new`](Self::new), with the namespace probes' answers taken from and kept in
+    /// `config`'s fact store too, so that a new process need not fork them again. A
+    /// recorded answer only says which way the namespaces are made: every run still makes
+    /// them, and a run whose namespaces cannot be made fails before the command starts.
+    pub fn with_config(config: &BackendConfig) -> Self {
+        let record = HostRecord::open(config, NAME, &host::own_key());
+        let host = Host::detect(&record);
         let capability = capability(&host);
         Self {
             host: Arc::new(host),
             capability,
+            record: Arc::new(record),
         }
+    }
+
+    /// The preflight's own look at the namespaces, probed afresh: an error when this value
+    /// claims namespaces (from a recorded answer) that can no longer be made, or made the
+    /// way it would make them; the record is then dropped. A host that offers more than
+    /// this value claims is not an error: the value confines by what it claims.
+    fn recheck(&self) -> Result<(), SandboxError> {
+        let fresh = Host::detect(&HostRecord::fresh(NAME));
+        let mode = |r: &Result<NsMode, String>| r.as_ref().ok().map(std::mem::discriminant);
+        let stale = match (&self.host.ns, &fresh.ns) {
+            (Ok(_), Err(_)) => true,
+            (Ok(_), Ok(_)) => mode(&self.host.ns) != mode(&fresh.ns),
+            (Err(_), _) => false,
+        } || (self.host.pid_ns.is_ok() && fresh.pid_ns.is_err());
+        if !stale {
+            return Ok(());
+        }
+        self.record.forget();
+        let found = match (&fresh.ns, &fresh.pid_ns) {
+            (Err(e), _) | (Ok(_), Err(e)) => e.clone(),
+            (Ok(_), Ok(())) => "they are made another way now".to_string(),
+        };
+        Err(SandboxError::unavailable(
+            NAME,
+            format!(
+                "this backend was built on recorded host facts that no longer hold: the \
+                 namespaces it would make fail ({found}); the record is dropped"
+            ),
+            format!("{PID_NS_REMEDY}; then run again, which probes the host afresh"),
+        ))
     }
 }
 
@@ -313,6 +363,8 @@ impl Launcher for LandlockBackend {
 
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
         let abi = self.kernel_abi(self.host.is_root)?;
+        // The real trial: the namespace probes again, whatever was recorded.
+        self.recheck()?;
         let dir = sandbox_core::owner::temp_dir("landlock-preflight")?;
         let mut opts = SandboxOpts::new(dir.path(), ["true"]);
         // The strictest path this host claims: with the pid namespace where there is one.
@@ -609,13 +661,14 @@ mod tests {
 
     /// This host's backend as it would be where no namespace can be made.
     fn without_namespaces() -> LandlockBackend {
-        let mut host = Host::detect();
+        let mut host = Host::detect(&HostRecord::fresh(NAME));
         host.ns = Err("disabled for the test".into());
         host.pid_ns = Err("disabled for the test".into());
         let capability = capability(&host);
         LandlockBackend {
             host: Arc::new(host),
             capability,
+            record: Arc::new(HostRecord::fresh(NAME)),
         }
     }
 

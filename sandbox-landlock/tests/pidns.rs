@@ -9,7 +9,6 @@
 mod common;
 
 use std::fs;
-use std::os::unix::process::CommandExt;
 use std::time::Duration;
 
 use common::*;
@@ -191,71 +190,25 @@ async fn without_user_namespaces_strict_is_refused_and_fast_runs() {
     } else {
         unsafe { libc::getgid() }
     };
-    let uid_map = std::ffi::CString::new(format!("{uid} {uid} 1")).unwrap();
-    let gid_map = std::ffi::CString::new(format!("{gid} {gid} 1")).unwrap();
     let tmp = tempdir();
     std::fs::set_permissions(
         tmp.path(),
         std::os::unix::fs::PermissionsExt::from_mode(0o777),
     )
     .unwrap();
-    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
-    cmd.args([
-        "--exact",
-        "without_user_namespaces_strict_is_refused_and_fast_runs",
-        "--nocapture",
-        "--test-threads=1",
-    ])
-    .env(INNER, "1")
-    .env("TMPDIR", tmp.path());
-    // SAFETY: raw system calls on data prepared before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            let write = |path: &std::ffi::CStr, data: &[u8]| -> std::io::Result<()> {
-                let fd = libc::open(path.as_ptr(), libc::O_WRONLY);
-                if fd < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                let n = libc::write(fd, data.as_ptr().cast(), data.len());
-                let e = std::io::Error::last_os_error();
-                libc::close(fd);
-                if n != data.len() as isize {
-                    return Err(e);
-                }
-                Ok(())
-            };
-            // The ids first (a process may map only its own uid into a namespace it made).
-            if libc::getuid() != uid
-                && (libc::setgroups(0, std::ptr::null()) != 0
-                    || libc::setresgid(gid, gid, gid) != 0
-                    || libc::setresuid(uid, uid, uid) != 0)
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            // A changed uid leaves the process undumpable, its /proc/self root's.
-            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
-            // Full capabilities in the new namespace, until the exec (uid 65534 there).
-            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            write(c"/proc/self/setgroups", b"deny")?;
-            write(c"/proc/self/uid_map", uid_map.as_bytes())?;
-            write(c"/proc/self/gid_map", gid_map.as_bytes())?;
-            write(c"/proc/sys/user/max_user_namespaces", b"0")?;
-            Ok(())
-        });
-    }
-    let out = tokio::task::spawn_blocking(move || cmd.output())
-        .await
-        .unwrap()
-        .unwrap();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
-    assert!(text.contains("inner checks passed"), "{text}");
+    let tmp_path = tmp.path().as_os_str().to_owned();
+    tokio::task::spawn_blocking(move || {
+        sandbox_conformance::host::rerun_in_user_namespace(
+            "without_user_namespaces_strict_is_refused_and_fast_runs",
+            INNER,
+            (uid, gid),
+            (uid, gid),
+            &[(c"/proc/sys/user/max_user_namespaces", b"0")],
+            &[("TMPDIR", &tmp_path)],
+        )
+    })
+    .await
+    .unwrap();
 }
 
 async fn inner() {

@@ -32,7 +32,7 @@ pub const INFO: BackendInfo = BackendInfo {
     unprivileged: true,
     image: None,
     make: |_| Ok(Arc::new(NoneBackend::new())),
-    launcher: Some(|| Arc::new(NoneBackend::new())),
+    launcher: Some(|_| Arc::new(NoneBackend::new())),
     host_key: HostKey::Nothing,
     leaves: None,
     host_packages: &[],

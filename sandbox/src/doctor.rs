@@ -40,6 +40,10 @@ pub struct HostFacts {
     pub root: bool,
     /// The backends compiled into this build.
     pub compiled_in: Vec<&'static str>,
+    /// An overlay can be mounted here as this user (tried on a scratch directory): a
+    /// process backend's copy-on-write layer (`change_layer: overlay`) is then an overlay
+    /// on a workspace whose filesystem allows it, and a copy otherwise.
+    pub overlay: bool,
 }
 
 /// One backend on this host.
@@ -160,6 +164,9 @@ pub async fn doctor(config: &Config) -> DoctorReport {
             }
         })
         .collect();
+    // The real trial, as for the backends (a forked child mounts one, about a
+    // millisecond): no run asks this before it needs a layer.
+    let overlay = sandbox_core::changes::overlay_supported();
     DoctorReport {
         host: HostFacts {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -167,6 +174,7 @@ pub async fn doctor(config: &Config) -> DoctorReport {
                 .map(|s| s.trim().to_string()),
             root: is_root,
             compiled_in: registry::compiled_in().map(|i| i.name).collect(),
+            overlay,
         },
         backends,
         auto,
@@ -334,10 +342,17 @@ impl fmt::Display for DoctorReport {
         let h = &self.host;
         writeln!(
             f,
-            "host: kernel {}, running as {}, backends compiled in: {}",
+            "host: kernel {}, running as {}, backends compiled in: {}; an overlay can{} be \
+             mounted here (a change layer `overlay` is {})",
             h.kernel.as_deref().unwrap_or("unknown"),
             if h.root { "root" } else { "an ordinary user" },
             h.compiled_in.join(", "),
+            if h.overlay { "" } else { "not" },
+            if h.overlay {
+                "an overlay where the workspace's filesystem allows one, else a copy"
+            } else {
+                "a copy"
+            },
         )?;
         for b in &self.backends {
             writeln!(f)?;

@@ -54,6 +54,21 @@ fn cache_file(cache: &Path) -> PathBuf {
     cache.join("sandbox").join("auto-v1.json")
 }
 
+fn facts_file(cache: &Path) -> PathBuf {
+    cache.join("sandbox").join("facts-v1.json")
+}
+
+fn read_facts(cache: &Path) -> Value {
+    serde_json::from_str(&fs::read_to_string(facts_file(cache)).unwrap()).unwrap()
+}
+
+/// The recorded host facts of `backend` (its key and facts), if any.
+fn fact_entry(cache: &Path, backend: &str) -> Option<Value> {
+    let v: Value = serde_json::from_str(&fs::read_to_string(facts_file(cache)).ok()?).ok()?;
+    let e = v["backends"][backend].clone();
+    (!e.is_null()).then_some(e)
+}
+
 fn read_cache(cache: &Path) -> Value {
     serde_json::from_str(&fs::read_to_string(cache_file(cache)).unwrap()).unwrap()
 }
@@ -272,49 +287,33 @@ fn on_path(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// A program in `dir`, named as the real one it runs; then, same size, same inode and same
-/// modification time (so its identity in the cache key does not change), one that fails.
+/// A program in `dir`, named as the real one it runs, until it is broken: then it fails at
+/// once, as a bwrap whose user namespaces the host has just refused would. Its identity
+/// (path, size, times, inode) never changes: the break is a flag file next to it, a change
+/// of the host that no cache key can see.
 struct FakeProgram {
-    file: PathBuf,
-    len: usize,
+    flag: PathBuf,
 }
 
 impl FakeProgram {
     fn working(dir: &Path, real: &Path) -> Self {
-        let script = format!("#!/bin/sh\nexec {} \"$@\"\n", real.display());
+        let flag = dir.join(format!(
+            "{}.broken",
+            real.file_name().unwrap().to_string_lossy()
+        ));
+        let script = format!(
+            "#!/bin/sh\n[ -e {} ] && exit 1\nexec {} \"$@\"\n",
+            flag.display(),
+            real.display()
+        );
         let file = dir.join(real.file_name().unwrap());
         fs::write(&file, &script).unwrap();
         fs::set_permissions(&file, fs::Permissions::from_mode(0o755)).unwrap();
-        Self::set_time(&file);
-        Self {
-            file,
-            len: script.len(),
-        }
-    }
-
-    fn set_time(file: &Path) {
-        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000);
-        fs::OpenOptions::new()
-            .write(true)
-            .open(file)
-            .unwrap()
-            .set_modified(t)
-            .unwrap();
+        Self { flag }
     }
 
     fn break_it(&self) {
-        let mut script = "#!/bin/sh\nexit 1\n".to_string();
-        assert!(script.len() <= self.len);
-        while script.len() < self.len - 1 {
-            script.push('#');
-        }
-        script.push('\n');
-        let ino = fs::metadata(&self.file).unwrap().ino();
-        fs::write(&self.file, script).unwrap(); // truncates in place: same inode
-        Self::set_time(&self.file);
-        let m = fs::metadata(&self.file).unwrap();
-        assert_eq!(m.ino(), ino);
-        assert_eq!(m.len() as usize, self.len);
+        fs::write(&self.flag, "").unwrap();
     }
 }
 
@@ -346,6 +345,9 @@ fn a_backend_that_cannot_launch_is_diagnosed_125_and_nothing_runs() {
         return;
     };
     let key_before = read_cache(cache.path())["host"].clone();
+    // What the working program taught is recorded (bwrap: its options, a set-up that
+    // worked) and still matches: the next runs start no probe that would catch the break.
+    assert!(fact_entry(cache.path(), &picked).is_some());
     fake.break_it();
 
     let marker = ws.path().join("ran");
@@ -360,9 +362,17 @@ fn a_backend_that_cannot_launch_is_diagnosed_125_and_nothing_runs() {
         err.contains(&format!("auto: `{picked}` from the cache")),
         "{err}"
     );
+    assert!(
+        err.contains(&format!("facts: `{picked}`: recorded facts taken")),
+        "{err}"
+    );
     assert_eq!(o.status.code(), Some(125), "{err}");
     assert!(err.contains("running its preflight"), "{err}");
     let cannot = format!("backend `{picked}` cannot run here");
+    assert!(
+        err.contains(&format!("facts: `{picked}`: recorded facts dropped")),
+        "{err}"
+    );
     assert!(
         err.contains(&cannot) && err.contains("remedy:"),
         "the preflight's cause and remedy: {err}"
@@ -371,6 +381,14 @@ fn a_backend_that_cannot_launch_is_diagnosed_125_and_nothing_runs() {
     let after = read_cache(cache.path());
     assert_eq!(after["host"], key_before);
     assert_eq!(entry_for(&after, "trusted"), None, "the entry is dropped");
+    assert!(
+        fact_entry(cache.path(), &picked).is_none_or(|e| !e["facts"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .any(|k| k.starts_with("setup probe"))),
+        "no recorded set-up survives the failure"
+    );
 
     // Named, the same: 125, the cause and remedy, nothing run.
     let mut args = vec!["--backend", picked.as_str()];
@@ -439,10 +457,511 @@ fn a_file_made_root_only_after_the_cache_was_written_stays_unreadable() {
         if backend.is_none() {
             assert!(err.contains("from the cache"), "{lane}: {err}");
         }
+        // Everything start-up may keep was kept and taken (no probe ran): still refused.
+        assert!(
+            err.contains("recorded facts taken, no probe"),
+            "{lane}/{backend:?}: {err}"
+        );
+        assert!(!err.contains("probing"), "{lane}/{backend:?}: {err}");
         assert_ne!(second.status.code(), Some(0), "{lane}/{backend:?}: {err}");
         assert!(
             !text(&second.stdout).contains("s3cret"),
             "{lane}/{backend:?}: read a root-only file"
         );
     }
+}
+
+/// A `bwrap` in `dir` that logs each invocation (one line to `log`) and runs the real one:
+/// how many bwrap processes a run started, seen from the host.
+fn counting_bwrap(dir: &Path, real: &Path) -> PathBuf {
+    let log = dir.join("log");
+    fs::write(&log, "").unwrap();
+    // Whatever uid bwrap runs as (a root host's runs use an id no account has) may log.
+    fs::set_permissions(&log, fs::Permissions::from_mode(0o666)).unwrap();
+    fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let script = format!(
+        "#!/bin/sh\necho \"$1\" >> {}\nexec {} \"$@\"\n",
+        log.display(),
+        real.display()
+    );
+    let file = dir.join("bwrap");
+    fs::write(&file, script).unwrap();
+    fs::set_permissions(&file, fs::Permissions::from_mode(0o755)).unwrap();
+    log
+}
+
+fn invocations(log: &Path) -> usize {
+    fs::read_to_string(log).unwrap().lines().count()
+}
+
+/// A named backend's host probes run in the first command only: their answers are
+/// recorded (the user's own private file) and the next command takes them, starting no
+/// probe. For bwrap that is counted from the host: the second command starts exactly one
+/// bwrap, its own.
+#[test]
+fn host_facts_are_probed_once_and_then_taken() {
+    let ws = workspace();
+    let cache = tempfile::tempdir().unwrap();
+    if available("landlock") {
+        let args = ["--backend", "landlock", "--", "true"];
+        let first = run(ws.path(), cache.path(), None, &args);
+        let err = text(&first.stderr);
+        assert_eq!(first.status.code(), Some(0), "{err}");
+        assert!(
+            err.contains("facts: `landlock`: nothing recorded; probing"),
+            "{err}"
+        );
+        assert!(
+            err.contains("facts: `landlock`: recorded (namespaces"),
+            "{err}"
+        );
+        let second = run(ws.path(), cache.path(), None, &args);
+        let err = text(&second.stderr);
+        assert_eq!(second.status.code(), Some(0), "{err}");
+        assert!(
+            err.contains("facts: `landlock`: recorded facts taken, no probe (namespaces"),
+            "{err}"
+        );
+        assert!(
+            !err.contains("probing") && !err.contains("recorded ("),
+            "{err}"
+        );
+        let meta = fs::symlink_metadata(facts_file(cache.path())).unwrap();
+        assert!(meta.file_type().is_file());
+        assert_eq!(meta.uid(), euid());
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        let dir = fs::metadata(cache.path().join("sandbox")).unwrap();
+        assert_eq!(dir.mode() & 0o777, 0o700);
+    } else {
+        eprintln!("skipped landlock: not available here");
+    }
+    let (Some(real), true) = (on_path("bwrap"), available("bwrap")) else {
+        eprintln!("skipped bwrap: not available here");
+        return;
+    };
+    let bin = tempfile::tempdir().unwrap();
+    let log = counting_bwrap(bin.path(), &real);
+    let path_env = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let args = ["--backend", "bwrap", "--", "true"];
+    let first = run(ws.path(), cache.path(), Some(&path_env), &args);
+    let err = text(&first.stderr);
+    assert_eq!(first.status.code(), Some(0), "{err}");
+    // --version, --help, a set-up probe, the command's.
+    let n = invocations(&log);
+    assert!(n >= 4, "{n} bwrap processes: {err}");
+    assert!(
+        err.contains("facts: `bwrap`: nothing recorded; probing"),
+        "{err}"
+    );
+    let facts = fact_entry(cache.path(), "bwrap").expect("bwrap's facts recorded");
+    assert!(
+        facts["key"]
+            .as_str()
+            .unwrap()
+            .contains(&bin.path().join("bwrap").display().to_string()),
+        "keyed by the binary: {facts}"
+    );
+    let second = run(ws.path(), cache.path(), Some(&path_env), &args);
+    let err = text(&second.stderr);
+    assert_eq!(second.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("facts: `bwrap`: recorded facts taken, no probe"),
+        "{err}"
+    );
+    assert_eq!(invocations(&log) - n, 1, "only the command's bwrap: {err}");
+}
+
+/// Each part of the key, changed, makes the command probe again: another bwrap binary
+/// (here the same file rewritten in place, same size and modification time), another
+/// build of `sandbox`; and a file that is not the user's own private one is not read.
+/// The host's own part (kernel, ids, namespaces, sysctls) is changed in
+/// [`a_changed_sysctl_makes_the_next_command_probe_again`].
+#[test]
+fn a_changed_bwrap_or_another_build_is_probed_again() {
+    let (Some(real), true) = (on_path("bwrap"), available("bwrap")) else {
+        eprintln!("skipped: bwrap not available here");
+        return;
+    };
+    let ws = workspace();
+    let cache = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let log = counting_bwrap(bin.path(), &real);
+    let path_env = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let bwrap_args = ["--backend", "bwrap", "--", "true"];
+    let o = run(ws.path(), cache.path(), Some(&path_env), &bwrap_args);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    let landlock = available("landlock");
+    let landlock_args = ["--backend", "landlock", "--", "true"];
+    if landlock {
+        let o = run(ws.path(), cache.path(), None, &landlock_args);
+        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    }
+
+    // The same script, rewritten in place: same inode, size and modification time.
+    let file = bin.path().join("bwrap");
+    let before = fs::metadata(&file).unwrap();
+    let script = fs::read(&file).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(&file, &script).unwrap();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(before.modified().unwrap())
+        .unwrap();
+    let after = fs::metadata(&file).unwrap();
+    assert_eq!(
+        (after.ino(), after.len(), after.mtime(), after.mtime_nsec()),
+        (
+            before.ino(),
+            before.len(),
+            before.mtime(),
+            before.mtime_nsec()
+        )
+    );
+    let n = invocations(&log);
+    let o = run(ws.path(), cache.path(), Some(&path_env), &bwrap_args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("facts: `bwrap`: recorded under another host key; probing again"),
+        "{err}"
+    );
+    assert!(invocations(&log) - n >= 3, "bwrap asked again: {err}");
+    if landlock {
+        // Landlock's facts do not depend on bwrap.
+        let o = run(ws.path(), cache.path(), None, &landlock_args);
+        let err = text(&o.stderr);
+        assert!(
+            err.contains("facts: `landlock`: recorded facts taken"),
+            "{err}"
+        );
+    }
+
+    // Another build of the command: nothing of the file is taken.
+    let mut v = read_facts(cache.path());
+    v["program"] = Value::from("/elsewhere/sandbox 1 2.3 4.5 6");
+    fs::write(facts_file(cache.path()), v.to_string()).unwrap();
+    let o = run(ws.path(), cache.path(), Some(&path_env), &bwrap_args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("written by another build of sandbox; ignored"),
+        "{err}"
+    );
+    assert!(
+        err.contains("facts: `bwrap`: nothing recorded; probing"),
+        "{err}"
+    );
+
+    // A file others may write is not read, and is replaced by a private one.
+    fs::set_permissions(facts_file(cache.path()), fs::Permissions::from_mode(0o666)).unwrap();
+    let o = run(ws.path(), cache.path(), Some(&path_env), &bwrap_args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("facts: the cache file is not this user's own private file; ignored"),
+        "{err}"
+    );
+    assert!(
+        err.contains("facts: `bwrap`: nothing recorded; probing"),
+        "{err}"
+    );
+    let meta = fs::metadata(facts_file(cache.path())).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o600, "rewritten private");
+}
+
+/// Set for the copy of a test that runs inside a user namespace of its own.
+const INNER: &str = "SANDBOX_STARTUP_TEST_INNER";
+
+/// The cache directory the outer part of such a test recorded facts in.
+const CACHE: &str = "SANDBOX_STARTUP_TEST_CACHE";
+
+/// Non-empty when bwrap works outside the namespace.
+const BWRAP_WORKS: &str = "SANDBOX_STARTUP_TEST_BWRAP";
+
+/// The ordinary ids a test uses: 65534 when run as root, else its own.
+fn ordinary_ids() -> (u32, u32) {
+    // SAFETY: plain queries.
+    unsafe {
+        if libc::geteuid() == 0 {
+            (65534, 65534)
+        } else {
+            (libc::getuid(), libc::getgid())
+        }
+    }
+}
+
+/// Run the test `name` again in a user namespace of its own, as the ordinary ids there too
+/// (no capability once it runs), with `sysctls` written there and a temp dir of its own.
+fn rerun_in_user_namespace(
+    name: &str,
+    sysctls: &[(&'static std::ffi::CStr, &'static [u8])],
+    env: &[(&str, &Path)],
+) {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::set_permissions(tmp.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let mut all: Vec<(&str, &std::ffi::OsStr)> = vec![("TMPDIR", tmp.path().as_os_str())];
+    all.extend(env.iter().map(|(k, v)| (*k, v.as_os_str())));
+    let ids = ordinary_ids();
+    sandbox_conformance::host::rerun_in_user_namespace(name, INNER, ids, ids, sysctls, &all);
+}
+
+/// The host's part of the key changed between two commands (here the command runs in a
+/// user namespace of the test's own, whose `user.max_mnt_namespaces` is lowered: another
+/// namespace and another sysctl than where the facts were recorded): the next command
+/// probes again, and the one after takes what that one recorded. (That a sysctl alone
+/// changes the key is `sandbox_core::facts`' own test.)
+#[test]
+fn a_changed_host_key_makes_the_next_command_probe_again() {
+    const NAME: &str = "a_changed_host_key_makes_the_next_command_probe_again";
+    if std::env::var_os(INNER).is_none() {
+        if !available("landlock") {
+            eprintln!("skipped: landlock not available here");
+            return;
+        }
+        let cache = record_as_ordinary_ids();
+        return rerun_in_user_namespace(
+            NAME,
+            &[(c"/proc/sys/user/max_mnt_namespaces", b"1000")],
+            &[(CACHE, cache.path())],
+        );
+    }
+    let cache = PathBuf::from(std::env::var_os(CACHE).unwrap());
+    let ws = workspace();
+    let args = ["--backend", "landlock", "--lane", "strict", "--", "true"];
+    let o = run(ws.path(), &cache, None, &args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("facts: `landlock`: recorded under another host key; probing again"),
+        "{err}"
+    );
+    assert!(err.contains("user.max_mnt_namespaces=1000;"), "{err}");
+    assert!(
+        err.contains("facts: `landlock`: recorded (namespaces"),
+        "{err}"
+    );
+    let o = run(ws.path(), &cache, None, &args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("facts: `landlock`: recorded facts taken, no probe"),
+        "{err}"
+    );
+    println!("inner checks passed");
+}
+
+/// A cache directory others may enter, holding what one landlock command on `strict`
+/// recorded, run as the ordinary ids (namespaces work there).
+fn record_as_ordinary_ids() -> tempfile::TempDir {
+    use std::os::unix::process::CommandExt;
+    let (uid, gid) = ordinary_ids();
+    let cache = tempfile::tempdir().unwrap();
+    fs::set_permissions(cache.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let ws = workspace();
+    fs::set_permissions(ws.path(), fs::Permissions::from_mode(0o777)).unwrap();
+    let o = Command::new(BIN)
+        .current_dir(ws.path())
+        .args([
+            "run",
+            "--backend",
+            "landlock",
+            "--lane",
+            "strict",
+            "--",
+            "true",
+        ])
+        .env("XDG_CACHE_HOME", cache.path())
+        .env("SANDBOX_DEBUG_STARTUP", "1")
+        .uid(uid)
+        .gid(gid)
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("facts: `landlock`: recorded (namespaces"),
+        "{err}"
+    );
+    cache
+}
+
+/// The record in this test's cache, with `facts` set for `backend` under `key`.
+fn plant(cache: &Path, backend: &str, key: &str, facts: &[(&str, &str)]) {
+    let mut v = read_facts(cache);
+    let facts: serde_json::Map<String, Value> = facts
+        .iter()
+        .map(|(k, f)| (k.to_string(), Value::from(*f)))
+        .collect();
+    v["backends"][backend] = serde_json::json!({"key": key, "facts": facts});
+    fs::write(facts_file(cache), v.to_string()).unwrap();
+}
+
+/// The key a command looked its facts up under, from its debug lines.
+fn looked_up_key(err: &str, backend: &str) -> String {
+    err.lines()
+        .find(|l| l.contains(&format!("facts: `{backend}`: ")) && l.contains("(key: "))
+        .and_then(|l| l.split("(key: ").nth(1))
+        .and_then(|k| k.strip_suffix(')'))
+        .unwrap_or_else(|| panic!("no key looked up for {backend}: {err}"))
+        .to_string()
+}
+
+/// Where namespaces cannot be made (an ordinary uid in a user namespace whose
+/// `user.max_user_namespaces` is 0): facts recorded where they could are not taken (the
+/// host key differs: the command probes, and `strict` refuses landlock with the remedy);
+/// and a record that claims them under this very key (planted: no run records a failed
+/// probe) fails closed, for landlock and for bwrap: the launch fails before the command
+/// starts, the preflight probes afresh and says why, the exit status is 125, nothing ran,
+/// and the record is dropped.
+#[test]
+fn a_record_that_claims_namespaces_where_they_fail_fails_closed() {
+    const NAME: &str = "a_record_that_claims_namespaces_where_they_fail_fails_closed";
+    if std::env::var_os(INNER).is_none() {
+        if !available("landlock") {
+            eprintln!("skipped: landlock not available here");
+            return;
+        }
+        // Recorded as the ordinary ids, outside: namespaces work there.
+        let cache = record_as_ordinary_ids();
+        // Whether bwrap works is asked here: inside it cannot.
+        let bwrap = if available("bwrap") { "1" } else { "" };
+        return rerun_in_user_namespace(
+            NAME,
+            &[(c"/proc/sys/user/max_user_namespaces", b"0")],
+            &[(CACHE, cache.path()), (BWRAP_WORKS, Path::new(bwrap))],
+        );
+    }
+    let cache = PathBuf::from(std::env::var_os(CACHE).unwrap());
+    let ws = workspace();
+    let marker = ws.path().join("ran");
+    let touch = marker.to_str().unwrap();
+
+    // Recorded elsewhere: not taken here; probed, and strict refuses.
+    let o = run(
+        ws.path(),
+        &cache,
+        None,
+        &[
+            "--backend",
+            "landlock",
+            "--lane",
+            "strict",
+            "--",
+            "touch",
+            touch,
+        ],
+    );
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("facts: `landlock`: recorded under another host key; probing again"),
+        "{err}"
+    );
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("lane `strict` refuses backend `landlock`"),
+        "{err}"
+    );
+    assert!(!marker.exists(), "nothing ran");
+    let landlock_key = looked_up_key(&err, "landlock");
+
+    // Planted under this host's key: landlock's namespaces, said to work.
+    plant(
+        &cache,
+        "landlock",
+        &landlock_key,
+        &[("namespaces", "userns"), ("pid_namespace", "ok")],
+    );
+    let o = run(
+        ws.path(),
+        &cache,
+        None,
+        &[
+            "--backend",
+            "landlock",
+            "--lane",
+            "strict",
+            "--",
+            "touch",
+            touch,
+        ],
+    );
+    let err = text(&o.stderr);
+    eprintln!("the planted landlock record's run said:\n{err}");
+    assert!(
+        err.contains("facts: `landlock`: recorded facts taken, no probe"),
+        "{err}"
+    );
+    assert!(err.contains("running its preflight"), "{err}");
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("recorded host facts that no longer hold") && err.contains("remedy:"),
+        "the cause and remedy: {err}"
+    );
+    assert!(err.contains("max_user_namespaces"), "{err}");
+    assert!(!marker.exists(), "nothing ran");
+    assert!(
+        fact_entry(&cache, "landlock").is_none(),
+        "the record is dropped"
+    );
+
+    // bwrap: its set-up, said to work.
+    if std::env::var_os(BWRAP_WORKS).is_none_or(|v| v.is_empty()) {
+        eprintln!("bwrap part skipped: not available outside the namespace");
+        println!("inner checks passed");
+        return;
+    };
+    let o = run(
+        ws.path(),
+        &cache,
+        None,
+        &["--backend", "bwrap", "--", "touch", touch],
+    );
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(125), "bwrap cannot work here: {err}");
+    assert!(!marker.exists(), "nothing ran");
+    let bwrap_key = looked_up_key(&err, "bwrap");
+    plant(
+        &cache,
+        "bwrap",
+        &bwrap_key,
+        &[
+            ("version", ""),
+            ("optional options", "--disable-userns"),
+            ("setup probe: own network, as the caller", "ok"),
+        ],
+    );
+    let o = run(
+        ws.path(),
+        &cache,
+        None,
+        &["--backend", "bwrap", "--", "touch", touch],
+    );
+    let err = text(&o.stderr);
+    eprintln!("the planted bwrap record's run said:\n{err}");
+    assert!(
+        err.contains("facts: `bwrap`: recorded facts taken, no probe"),
+        "{err}"
+    );
+    assert!(err.contains("running its preflight"), "{err}");
+    assert_eq!(o.status.code(), Some(125), "{err}");
+    assert!(
+        err.contains("cannot create user namespaces") && err.contains("remedy:"),
+        "the preflight's cause and remedy: {err}"
+    );
+    assert!(!marker.exists(), "nothing ran");
+    assert!(
+        fact_entry(&cache, "bwrap").is_none(),
+        "the record is dropped"
+    );
+    println!("inner checks passed");
 }

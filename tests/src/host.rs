@@ -345,3 +345,86 @@ impl Drop for Ramfs {
         }
     }
 }
+
+/// Run the test `name` of the running test binary again, as a fresh process, in a user
+/// namespace of its own: the way a test puts itself where namespaces are limited (a
+/// sysctl of that namespace set) without changing the host. The copy runs as `ids` outside
+/// (this process changes to them first when it is root) and as `inside` in the namespace
+/// (`(0, 0)`: root there, with its capabilities there), with `inner_var=1` and `env` set;
+/// each of `sysctls` is written in the namespace before the exec (the `user.max_*` limits
+/// are a namespace's own, and checked for every ancestor). The copy must succeed and print
+/// `inner checks passed`; its output is returned (and shown with `--nocapture`).
+pub fn rerun_in_user_namespace(
+    name: &str,
+    inner_var: &str,
+    ids: (u32, u32),
+    inside: (u32, u32),
+    sysctls: &[(&'static std::ffi::CStr, &'static [u8])],
+    env: &[(&str, &std::ffi::OsStr)],
+) -> String {
+    use std::os::unix::process::CommandExt;
+    let (uid, gid) = ids;
+    // Digits and spaces: no NUL to refuse.
+    let uid_map = CString::new(format!("{} {uid} 1", inside.0)).unwrap_or_default();
+    let gid_map = CString::new(format!("{} {gid} 1", inside.1)).unwrap_or_default();
+    let exe = std::env::current_exe()
+        .unwrap_or_else(|e| panic!("the running test binary cannot be found: {e}"));
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(inner_var, "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let sysctls = sysctls.to_vec();
+    // SAFETY: only raw system calls on data prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let write = |path: &std::ffi::CStr, data: &[u8]| -> io::Result<()> {
+                let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let n = libc::write(fd, data.as_ptr().cast(), data.len());
+                let e = io::Error::last_os_error();
+                libc::close(fd);
+                if n != data.len() as isize {
+                    return Err(e);
+                }
+                Ok(())
+            };
+            // The ids first (a process may map only its own uid into a namespace it made).
+            if libc::getuid() != uid
+                && (libc::setgroups(0, std::ptr::null()) != 0
+                    || libc::setresgid(gid, gid, gid) != 0
+                    || libc::setresuid(uid, uid, uid) != 0)
+            {
+                return Err(io::Error::last_os_error());
+            }
+            // A changed uid leaves the process undumpable, its /proc/self root's.
+            libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
+            // Full capabilities in the new namespace, until the exec.
+            if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            write(c"/proc/self/setgroups", b"deny")?;
+            write(c"/proc/self/uid_map", uid_map.as_bytes())?;
+            write(c"/proc/self/gid_map", gid_map.as_bytes())?;
+            for (path, value) in &sysctls {
+                write(path, value)?;
+            }
+            Ok(())
+        });
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("the test binary cannot run again: {e}"));
+    let all = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("inner checks passed"), "{all}");
+    eprintln!("{all}");
+    all
+}

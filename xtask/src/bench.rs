@@ -120,18 +120,22 @@ pub fn run(args: &[String]) -> Result<()> {
         .clone();
 
     let sandbox = find(&exes, "sandbox").cloned();
+    let launcher = find(&exes, "sandbox-bench-launch").cloned();
     // As another uid: copies of the binaries in a directory that uid owns (ours may sit
     // where it cannot read), its own TMPDIR for the bench's workspace.
     let user_dir = match opts.as_user {
         Some(uid) => Some(UserDir::new(uid)?),
         None => None,
     };
-    let (bench, sandbox) = match &user_dir {
+    let (bench, sandbox, launcher) = match &user_dir {
         Some(d) => (
             d.copy(&bench, "sandbox-bench")?,
             sandbox.map(|s| d.copy(&s, "sandbox")).transpose()?,
+            launcher
+                .map(|l| d.copy(&l, "sandbox-bench-launch"))
+                .transpose()?,
         ),
-        None => (bench, sandbox),
+        None => (bench, sandbox, launcher),
     };
     let mut cmd = match &user_dir {
         Some(d) => {
@@ -155,6 +159,10 @@ pub fn run(args: &[String]) -> Result<()> {
     // Without the command (a facade built without its binary) the bench says so in a row.
     if let Some(sandbox) = &sandbox {
         cmd.arg("--sandbox-bin").arg(sandbox);
+    }
+    // The bare mechanism of that row, as a process of its own.
+    if let Some(launcher) = &launcher {
+        cmd.arg("--launcher-bin").arg(launcher);
     }
     let out = cmd
         .stderr(Stdio::inherit())

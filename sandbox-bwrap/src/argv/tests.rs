@@ -61,6 +61,7 @@ const FDS: Fds = Fds {
     seccomp: 10,
     waiter: 11,
     status: 12,
+    ready: 14,
     proxy: None,
 };
 
@@ -558,6 +559,7 @@ fn the_waiter_runs_the_canonical_program_with_the_argv_as_given() {
             "--",
             WAITER_PATH,
             "12",
+            "14",
             "p",
             "512",
             "-",
@@ -592,9 +594,9 @@ fn proxy_mode_unshares_the_network_and_names_the_handover_socket_to_the_waiter()
         ..FDS
     };
     let args = build(&p, &layout(&merged()), &[], fds).unwrap();
-    assert_eq!(args.command[5], "13:3128");
+    assert_eq!(args.command[6], "13:3128");
     assert!(has(&parse(&args), "--unshare-net", &[]));
-    assert_eq!(args_of(&plan(&ws.opts()), &merged()).command[5], "-");
+    assert_eq!(args_of(&plan(&ws.opts()), &merged()).command[6], "-");
 }
 
 #[test]
@@ -602,9 +604,9 @@ fn the_process_cap_goes_to_the_waiter() {
     let ws = Ws::new();
     let mut o = ws.opts();
     o.limits.max_processes = Some(32);
-    assert_eq!(args_of(&plan(&o), &merged()).command[4], "32");
+    assert_eq!(args_of(&plan(&o), &merged()).command[5], "32");
     o.limits.max_processes = None;
-    assert_eq!(args_of(&plan(&o), &merged()).command[4], "-");
+    assert_eq!(args_of(&plan(&o), &merged()).command[5], "-");
 }
 
 #[test]
@@ -613,7 +615,7 @@ fn pwd_is_kept_only_when_named() {
     let mut o = ws.opts();
     o.env.set.push(("PWD".into(), "/somewhere".into()));
     let args = args_of(&plan(&o), &merged());
-    assert_eq!(args.command[3], "-");
+    assert_eq!(args.command[4], "-");
 }
 
 #[test]
@@ -627,14 +629,14 @@ fn full_network_as_root_needs_abstract_socket_scoping_or_the_trusted_lane() {
     let mut l = layout(&sys);
     // Scoped: runs, and the waiter is told to scope.
     let args = build(&p, &l, &[], FDS).unwrap();
-    assert_eq!(args.command[3], "ap");
+    assert_eq!(args.command[4], "ap");
     // Not scopable: refused on strict, run on trusted.
     l.scope_abstract_unix = false;
     let e = SandboxError::from(build(&p, &l, &[], FDS).unwrap_err());
     assert!(matches!(e, SandboxError::PolicyRefused { .. }), "{e}");
     p.lane = Lane::Trusted;
     let args = build(&p, &l, &[], FDS).unwrap();
-    assert_eq!(args.command[3], "p");
+    assert_eq!(args.command[4], "p");
     // Not root: the full network as asked.
     p.lane = Lane::Strict;
     p.host_is_root = false;

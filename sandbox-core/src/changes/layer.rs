@@ -362,8 +362,9 @@ fn overlay_works(workspace: &Path) -> bool {
 }
 
 /// Whether overlayfs can be mounted in a command's namespace on this host, as this user
-/// (over a scratch lower directory); computed once. Backends claim
-/// [`LayerMechanism::Overlay`] from it.
+/// (over a scratch lower directory); computed once, by a forked child. Not on any run's
+/// path (a run that asks for a layer probes its own workspace's filesystem): for
+/// `sandbox doctor`, which says what a layer will be here.
 pub fn overlay_supported() -> bool {
     static ONCE: OnceLock<bool> = OnceLock::new();
     *ONCE.get_or_init(|| {

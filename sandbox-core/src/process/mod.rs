@@ -80,6 +80,13 @@ pub struct Launch {
     /// this keeps the two apart. No report (the helper was itself killed) means the
     /// launcher's own status is used.
     pub exit_status_pipe: Option<OwnedFd>,
+    /// The read end of a pipe on which the backend's own helper inside the sandbox writes
+    /// one byte once the sandbox is set up, just before it starts the command. For
+    /// launchers such as bwrap that exit with a status of their own when they cannot set
+    /// the sandbox up: a launcher that ends without that byte ran nothing, and `run`
+    /// returns [`SandboxError::Unavailable`] with what it printed instead of an outcome
+    /// that would look like the command's. `run` returns once the byte is there.
+    pub ready_pipe: Option<OwnedFd>,
     /// The backend sets `RLIMIT_NPROC` itself, inside its own user namespace, where it
     /// counts the sandbox's processes alone (on the launcher it would count every process
     /// of the user on the host, and refuse the launcher's own namespace set-up). Core then
@@ -118,6 +125,7 @@ impl fmt::Debug for Launch {
             .field("tree_kill", &self.tree_kill)
             .field("notes", &self.notes)
             .field("exit_status_pipe", &self.exit_status_pipe)
+            .field("ready_pipe", &self.ready_pipe)
             .field("process_rlimit_inside", &self.process_rlimit_inside)
             .field("limits_inside", &self.limits_inside)
             .field("egress", &self.egress)
@@ -142,6 +150,7 @@ impl Launch {
             keep_alive: Vec::new(),
             notes: Vec::new(),
             exit_status_pipe: None,
+            ready_pipe: None,
             process_rlimit_inside: false,
             limits_inside: false,
             egress: None,
@@ -169,6 +178,7 @@ impl Launch {
             keep_alive: Vec::new(),
             notes: Vec::new(),
             exit_status_pipe: None,
+            ready_pipe: None,
             process_rlimit_inside: false,
             limits_inside: false,
             egress: None,
@@ -236,11 +246,12 @@ impl HostSupport {
         );
         cap.snapshot = true;
         cap.sparse_snapshot = true;
-        cap.change_layer = Some(if crate::changes::overlay_supported() {
-            crate::LayerMechanism::Overlay
-        } else {
-            crate::LayerMechanism::Reflink
-        });
+        // Overlay is tried first, and only when a run asks for a layer: once per
+        // filesystem of a workspace, a forked child mounts one there (`Layer::prepare`);
+        // where that is refused the run takes a copy and its outcome says so. No probe
+        // here: a run that asks for no layer (nearly all) should not pay one, and the lane
+        // check needs only that some layer can be made, which the copy guarantees.
+        cap.change_layer = Some(crate::LayerMechanism::Overlay);
     }
 }
 
@@ -350,7 +361,57 @@ impl<L: Launcher> Starter for L {
                 .notes
                 .push(crate::changes::layer_note(l.mechanism(), plan.changes));
         }
-        supervise::start(name, plan, launch, layer)
+        let ready = launch.ready_pipe.take();
+        let handle = supervise::start(name, plan, launch, layer)?;
+        match ready {
+            Some(pipe) => set_up_or_nothing_ran(name, handle, pipe).await,
+            None => Ok(handle),
+        }
+    }
+}
+
+/// Wait until the backend's helper says the sandbox is set up ([`Launch::ready_pipe`]).
+/// A launcher that ended without saying so ran nothing: its run is over (everything
+/// released) and is an error naming what the launcher printed. A run killed or timed out
+/// during the set-up keeps its outcome.
+async fn set_up_or_nothing_ran(
+    name: &'static str,
+    handle: RunHandle,
+    pipe: OwnedFd,
+) -> Result<RunHandle, SandboxError> {
+    use tokio::io::AsyncReadExt;
+    let io = |e| SandboxError::io("reading the sandbox's ready pipe", e);
+    let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(pipe).map_err(io)?;
+    let mut byte = [0u8; 1];
+    tokio::select! {
+        // Only the helper writes it; the host's own copy of the write end is released
+        // with the run, so end-of-file comes no earlier than the outcome.
+        r = rx.read(&mut byte) => if matches!(r, Ok(1)) {
+            return Ok(handle);
+        },
+        _ = handle.wait() => {}
+        // A kill asked for during the set-up: `run` passes it on to the handle.
+        () = crate::run::start_cancelled() => return Ok(handle),
+    }
+    let outcome = handle.wait().await?;
+    // The byte may have come with the end (a command that was over at once).
+    if matches!(rx.try_read(&mut byte), Ok(1)) {
+        return Ok(handle);
+    }
+    match outcome.status {
+        crate::Status::Exited { code } => Err(SandboxError::unavailable(
+            name,
+            format!(
+                "the sandbox could not be set up and nothing ran: the launcher exited with \
+                 {code} before the command started{}",
+                match outcome.stderr.text().trim() {
+                    "" => String::new(),
+                    said => format!(" ({said})"),
+                }
+            ),
+            "run `sandbox doctor` to see what the host refuses",
+        )),
+        _ => Ok(handle),
     }
 }
 

@@ -51,19 +51,35 @@ fn main() {
             );
             0
         }
-        Command::Run(args) => with_runtime(run::run(*args)),
-        Command::Doctor(args) => with_runtime(doctor(args)),
+        // One command: its pumps, its supervisor and its signals take turns on one thread
+        // (each waits on the kernel nearly all the time), and the process starts no
+        // worker threads it would not use. Blocking work still goes to tokio's blocking
+        // threads.
+        Command::Run(args) => with_runtime(Flavor::OneThread, run::run(*args)),
+        Command::Doctor(args) => with_runtime(Flavor::Workers, doctor(args)),
+        // Calls run concurrently, each with its own pumps.
         #[cfg(feature = "mcp")]
-        Command::Mcp(args) => with_runtime(mcp::serve(*args)),
+        Command::Mcp(args) => with_runtime(Flavor::Workers, mcp::serve(*args)),
     };
     std::process::exit(code);
 }
 
-fn with_runtime(fut: impl std::future::Future<Output = i32>) -> i32 {
-    match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+/// Which tokio runtime a subcommand runs on.
+#[derive(Clone, Copy, Debug)]
+enum Flavor {
+    /// `current_thread`: cheaper to start (no worker threads, no cross-thread wake-ups);
+    /// `bench/PROFILE.md` §6 has the figures.
+    OneThread,
+    /// `multi_thread`, a worker per core.
+    Workers,
+}
+
+fn with_runtime(flavor: Flavor, fut: impl std::future::Future<Output = i32>) -> i32 {
+    let mut builder = match flavor {
+        Flavor::OneThread => tokio::runtime::Builder::new_current_thread(),
+        Flavor::Workers => tokio::runtime::Builder::new_multi_thread(),
+    };
+    match builder.enable_all().build() {
         Ok(rt) => {
             let code = rt.block_on(fut);
             // Not a blocking wait: `sandbox mcp` may still have a read of stdin parked on

@@ -139,7 +139,14 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     };
     let backend = Arc::clone(&chosen.backend);
     if !json {
-        warn_over_grants(&opts, backend.name(), &backend.capability());
+        match &chosen.plan {
+            Some(plan) => warn_over_grants(plan, backend.name()),
+            None => {
+                if let Ok(plan) = Plan::new(&opts, backend.name(), &backend.capability()) {
+                    warn_over_grants(&plan, backend.name());
+                }
+            }
+        }
     }
 
     let sandbox: Arc<DynSandbox> = Arc::from(backend.sandbox());
@@ -202,12 +209,13 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     Ok(code)
 }
 
-/// The backend the policy names (or `auto`), and the selection's configuration.
+/// The backend the policy names (or `auto`), and the selection's configuration, with this
+/// user's record of the backends' host facts (so the command forks no host probe).
 pub fn choice_of(spec: &RunSpec) -> (Choice, Config) {
     let choice = Choice::parse(spec.backend.name());
     let mut config = Config::default();
     config.image = spec.image.clone();
-    (choice, config)
+    (choice, startup::with_fact_cache(config))
 }
 
 /// A policy refusal gets the command line's remedy when `--lane trusted` is what it takes
@@ -222,16 +230,14 @@ pub fn with_hint(e: SandboxError, opts: &SandboxOpts, config: &Config) -> CliErr
     CliError::Sandbox { source: e, hint }
 }
 
-/// On a lane that accepts over-grants, say on stderr what is not enforced, before the run.
-fn warn_over_grants(opts: &SandboxOpts, backend: &'static str, cap: &sandbox::Capability) {
-    let Ok(plan) = Plan::new(opts, backend, cap) else {
-        return;
-    };
+/// On a lane that accepts over-grants, say on stderr what `plan` does not enforce, before
+/// the run.
+fn warn_over_grants(plan: &Plan, backend: &str) {
     let over = over_grants(&plan.grants);
     if !over.is_empty() {
         eprintln!(
             "sandbox: warning: on lane `{}` backend `{backend}` does not enforce: {}",
-            opts.lane,
+            plan.lane,
             over.join(", ")
         );
     }

@@ -33,7 +33,7 @@ use sandbox_core::layout::{self, MountTable, Origin};
 use sandbox_core::{Lane, NetworkMode, Plan};
 
 use crate::error::BwrapError;
-use crate::host::{PROC_HIDDEN, PROC_READ_ONLY};
+use crate::host::PROC_READ_ONLY;
 use crate::rootview::Hidden;
 use sandbox_core::layout::SystemEntry;
 
@@ -56,8 +56,9 @@ pub(crate) struct Layout<'a> {
     pub system: &'a [(PathBuf, SystemEntry)],
     /// `/etc/resolv.conf`'s target when it lives outside `/etc`.
     pub resolv_conf: Option<&'a Path>,
-    /// The `/proc` entries this kernel has.
-    pub proc_entries: &'a [&'static str],
+    /// The `/proc` entries this kernel has: those of `PROC_READ_ONLY` are bound
+    /// read-only, every other one is hidden.
+    pub proc_entries: &'a [String],
     /// bwrap has `--disable-userns`.
     pub disable_userns: bool,
     /// Abstract unix sockets can be confined (landlock ABI 6).
@@ -205,10 +206,10 @@ pub(crate) fn build(
     }
     t.system("/proc", Op::Proc);
     for entry in layout.proc_entries {
-        if PROC_READ_ONLY.contains(entry) {
-            t.system(*entry, Op::RoBindTry);
-        } else if PROC_HIDDEN.contains(entry) {
-            t.system(*entry, Op::HideFile);
+        if PROC_READ_ONLY.contains(&entry.as_str()) {
+            t.system(entry, Op::RoBindTry);
+        } else {
+            t.system(entry, Op::HideFile);
         }
     }
     t.system("/dev", Op::Dev);

@@ -27,10 +27,11 @@ pub(crate) const PROC_READ_ONLY: &[&str] = &[
 /// Entries of `/proc` hidden inside (as Docker does): they describe the whole host (every
 /// task, every timer with its process name, the keyring list), not the sandbox's namespace.
 ///
-/// And every top-level file the kernel makes readable by root alone (mode 0400): a command
-/// that keeps host uid 0 with its capabilities dropped still owns them, and they are
-/// kernel-exploitation aids (slab and vmalloc layouts, physical page flags). A test checks
-/// that this list covers every such file of the running kernel.
+/// And the top-level files a kernel makes readable by root alone (mode 0400) that are known
+/// here; [`root_only_proc_files`] adds, on every host, whatever else of that kind the
+/// running kernel or one of its modules has (a command that keeps host uid 0 with its
+/// capabilities dropped still owns them, and they are kernel-exploitation aids: slab and
+/// vmalloc layouts, physical page flags).
 pub(crate) const PROC_HIDDEN: &[&str] = &[
     "/proc/kcore",
     "/proc/keys",
@@ -103,8 +104,9 @@ pub(crate) struct HostFacts {
     /// Where `/etc/resolv.conf` leads when that is outside `/etc` (systemd-resolved's stub
     /// in `/run`): bound with the full network so name resolution works.
     pub resolv_conf: Option<PathBuf>,
-    /// The entries of [`PROC_READ_ONLY`] and [`PROC_HIDDEN`] this kernel has.
-    pub proc_entries: Vec<&'static str>,
+    /// The entries of [`PROC_READ_ONLY`] and [`PROC_HIDDEN`] this kernel has, and its
+    /// other root-only top-level files ([`root_only_proc_files`]), each once.
+    pub proc_entries: Vec<String>,
     /// The kernel's landlock ABI (0: none); 6 and up can confine abstract unix sockets.
     pub landlock_abi: u32,
     /// The host process runs as root.
@@ -188,6 +190,48 @@ fn version_and_features(bwrap: &Path, record: &HostRecord) -> (Option<String>, F
     (version, features)
 }
 
+/// Every top-level regular file of this host's `/proc` that only its owner (root) may read:
+/// a list no release of this crate can keep complete (a new kernel, a module such as a
+/// hypervisor's accounting file adds its own), so it is read on the host, on every
+/// construction and never from a record. A few dozen `lstat`s.
+pub(crate) fn root_only_proc_files() -> Vec<String> {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut found: Vec<String> = dir
+        .filter_map(Result::ok)
+        .filter(|e| {
+            !e.file_name()
+                .as_encoded_bytes()
+                .iter()
+                .all(u8::is_ascii_digit)
+        })
+        .filter(|e| {
+            std::fs::symlink_metadata(e.path()).is_ok_and(|m| m.is_file() && m.mode() & 0o004 == 0)
+        })
+        .filter_map(|e| e.path().to_str().map(str::to_owned))
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+/// The `/proc` entries the policy binds read-only or hides, as this host has them.
+fn proc_entries() -> Vec<String> {
+    let mut entries: Vec<String> = PROC_READ_ONLY
+        .iter()
+        .chain(PROC_HIDDEN)
+        .filter(|p| std::fs::symlink_metadata(p).is_ok())
+        .map(|p| (*p).to_owned())
+        .collect();
+    for f in root_only_proc_files() {
+        if !entries.contains(&f) {
+            entries.push(f);
+        }
+    }
+    entries
+}
+
 impl HostFacts {
     /// Ask this host about the bwrap at `bwrap`, taking its version and features from
     /// `record` where it has them (everything else is read afresh: it is a few `stat`s).
@@ -205,12 +249,7 @@ impl HostFacts {
             features,
             system: sandbox_core::layout::system_layout(),
             resolv_conf,
-            proc_entries: PROC_READ_ONLY
-                .iter()
-                .chain(PROC_HIDDEN)
-                .copied()
-                .filter(|p| std::fs::symlink_metadata(p).is_ok())
-                .collect(),
+            proc_entries: proc_entries(),
             landlock_abi: sandbox_core::kernel::landlock_abi().unwrap_or(0),
             is_root: nix::unistd::geteuid().is_root(),
         }
@@ -225,19 +264,34 @@ impl HostFacts {
 #[cfg(test)]
 mod tests {
 
+    /// Every root-only top-level file of this kernel's `/proc` (walked here independently)
+    /// is among the entries the policy handles, and none of them is one it binds
+    /// read-only: the argv hides each (`crate::argv`'s tests check what a hidden entry
+    /// becomes).
     #[test]
     fn every_root_only_proc_file_of_this_kernel_is_hidden() {
         use std::os::unix::fs::MetadataExt;
+        let entries = proc_entries();
         let mut missed = Vec::new();
         for e in std::fs::read_dir("/proc").unwrap() {
             let e = e.unwrap();
-            let m = std::fs::symlink_metadata(e.path()).unwrap();
+            let Ok(m) = std::fs::symlink_metadata(e.path()) else {
+                continue; // a process that exited meanwhile
+            };
             let path = e.path().display().to_string();
-            if m.is_file() && m.mode() & 0o004 == 0 && !PROC_HIDDEN.contains(&path.as_str()) {
+            let root_only = m.is_file() && m.mode() & 0o004 == 0;
+            if root_only && (!entries.contains(&path) || PROC_READ_ONLY.contains(&path.as_str())) {
                 missed.push(path);
             }
         }
         assert!(missed.is_empty(), "not hidden: {missed:?}");
+        // The known ones this kernel has are there too.
+        for p in PROC_HIDDEN
+            .iter()
+            .filter(|p| std::path::Path::new(p).exists())
+        {
+            assert!(entries.iter().any(|e| e == p), "{p}");
+        }
     }
 
     use super::*;

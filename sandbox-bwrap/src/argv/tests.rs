@@ -45,13 +45,27 @@ fn unmerged() -> Vec<(PathBuf, SystemEntry)> {
     ]
 }
 
-const PROC: &[&str] = &["/proc/sys", "/proc/sysrq-trigger", "/proc/keys"];
+fn proc_entries() -> &'static [String] {
+    static PROC: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    PROC.get_or_init(|| {
+        // The last: a root-only file no list names, as a module may add one (the host
+        // walk finds such files; see `host::root_only_proc_files`).
+        [
+            "/proc/sys",
+            "/proc/sysrq-trigger",
+            "/proc/keys",
+            "/proc/added_by_a_module",
+        ]
+        .map(String::from)
+        .to_vec()
+    })
+}
 
 fn layout(system: &[(PathBuf, SystemEntry)]) -> Layout<'_> {
     Layout {
         system,
         resolv_conf: None,
-        proc_entries: PROC,
+        proc_entries: proc_entries(),
         disable_userns: true,
         scope_abstract_unix: true,
     }
@@ -307,6 +321,11 @@ fn fresh_proc_dev_and_private_tmpfs() {
         &["/proc/sysrq-trigger", "/proc/sysrq-trigger"]
     ));
     assert!(has(&ops, "--ro-bind", &["/dev/null", "/proc/keys"]));
+    assert!(has(
+        &ops,
+        "--ro-bind",
+        &["/dev/null", "/proc/added_by_a_module"]
+    ));
 }
 
 #[test]

@@ -534,6 +534,14 @@ fn fact_count(cache: &Path, backend: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// [`run`], which must succeed (`what` names it in the failure); its debug lines.
+fn run_ok(dir: &Path, cache: &Path, path_env: Option<&str>, args: &[&str], what: &str) -> String {
+    let o = run(dir, cache, path_env, args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{what}: {err}");
+    err
+}
+
 /// The host backends (see [`strict_host_backends`]) that record what their probes found:
 /// those whose first command in a fresh cache says `facts: `NAME`: recorded (`. Found
 /// once per test process; a backend that records nothing is named on stderr.
@@ -545,14 +553,13 @@ fn recording_backends() -> &'static [&'static str] {
             .into_iter()
             .filter(|b| {
                 let cache = tempfile::tempdir().unwrap();
-                let o = run(
+                let err = run_ok(
                     ws.path(),
                     cache.path(),
                     None,
                     &["--backend", b, "--", "true"],
+                    b,
                 );
-                let err = text(&o.stderr);
-                assert_eq!(o.status.code(), Some(0), "{b}: {err}");
                 let records = recorded_list(&err, b).is_some();
                 if !records {
                     eprintln!("{b} records no host facts: the record's cases do not cover it");
@@ -579,9 +586,7 @@ fn host_facts_are_probed_once_and_then_taken() {
             .map(|(program, real)| (program, counting_program(bin.path(), &real)));
         let path_env = path_with(bin.path());
         let args = ["--backend", backend, "--", "true"];
-        let first = run(ws.path(), cache.path(), Some(&path_env), &args);
-        let err = text(&first.stderr);
-        assert_eq!(first.status.code(), Some(0), "{backend}: {err}");
+        let err = run_ok(ws.path(), cache.path(), Some(&path_env), &args, backend);
         let Some(recorded) = recorded_list(&err, backend) else {
             eprintln!("skipped {backend}: it records no host facts");
             continue;
@@ -591,9 +596,7 @@ fn host_facts_are_probed_once_and_then_taken() {
             "{err}"
         );
         let first_count = counted.as_ref().map(|(_, log)| invocations(log));
-        let second = run(ws.path(), cache.path(), Some(&path_env), &args);
-        let err = text(&second.stderr);
-        assert_eq!(second.status.code(), Some(0), "{backend}: {err}");
+        let err = run_ok(ws.path(), cache.path(), Some(&path_env), &args, backend);
         assert!(
             err.contains(&format!(
                 "facts: `{backend}`: recorded facts taken, no probe ({recorded})"
@@ -658,8 +661,7 @@ fn a_changed_host_program_or_another_build_is_probed_again() {
         let log = counting_program(bin.path(), &real);
         let path_env = path_with(bin.path());
         let args = ["--backend", backend, "--", "true"];
-        let o = run(ws.path(), cache.path(), Some(&path_env), &args);
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+        run_ok(ws.path(), cache.path(), Some(&path_env), &args, backend);
         let facts = fact_count(cache.path(), backend);
         assert!(facts > 0, "{backend} recorded nothing");
         // The other recording backends, whose facts do not depend on this program.
@@ -668,14 +670,9 @@ fn a_changed_host_program_or_another_build_is_probed_again() {
             .copied()
             .filter(|b| *b != backend)
             .collect();
+        let other_args = |other| ["--backend", other, "--", "true"];
         for other in &others {
-            let o = run(
-                ws.path(),
-                cache.path(),
-                None,
-                &["--backend", other, "--", "true"],
-            );
-            assert_eq!(o.status.code(), Some(0), "{other}: {}", text(&o.stderr));
+            run_ok(ws.path(), cache.path(), None, &other_args(other), other);
         }
 
         // The same script, rewritten in place: same inode, size and modification time.
@@ -701,9 +698,7 @@ fn a_changed_host_program_or_another_build_is_probed_again() {
             )
         );
         let n = invocations(&log);
-        let o = run(ws.path(), cache.path(), Some(&path_env), &args);
-        let err = text(&o.stderr);
-        assert_eq!(o.status.code(), Some(0), "{err}");
+        let err = run_ok(ws.path(), cache.path(), Some(&path_env), &args, "");
         assert!(
             err.contains(&format!(
                 "facts: `{backend}`: recorded under another host key; probing again"
@@ -716,48 +711,32 @@ fn a_changed_host_program_or_another_build_is_probed_again() {
             "{program} asked again, once per fact: {err}"
         );
         for other in &others {
-            let o = run(
-                ws.path(),
-                cache.path(),
-                None,
-                &["--backend", other, "--", "true"],
-            );
-            let err = text(&o.stderr);
+            let err = run_ok(ws.path(), cache.path(), None, &other_args(other), other);
             assert!(
                 err.contains(&format!("facts: `{other}`: recorded facts taken")),
                 "{err}"
             );
         }
 
+        // The file not taken (`said`): the next command probes afresh.
+        let ignored = |said: &str| {
+            let err = run_ok(ws.path(), cache.path(), Some(&path_env), &args, said);
+            assert!(err.contains(said), "{err}");
+            assert!(
+                err.contains(&format!("facts: `{backend}`: nothing recorded; probing")),
+                "{err}"
+            );
+        };
+
         // Another build of the command: nothing of the file is taken.
         let mut v = read_facts(cache.path());
         v["program"] = Value::from("/elsewhere/sandbox 1 2.3 4.5 6");
         fs::write(facts_file(cache.path()), v.to_string()).unwrap();
-        let o = run(ws.path(), cache.path(), Some(&path_env), &args);
-        let err = text(&o.stderr);
-        assert_eq!(o.status.code(), Some(0), "{err}");
-        assert!(
-            err.contains("written by another build of sandbox; ignored"),
-            "{err}"
-        );
-        assert!(
-            err.contains(&format!("facts: `{backend}`: nothing recorded; probing")),
-            "{err}"
-        );
+        ignored("written by another build of sandbox; ignored");
 
         // A file others may write is not read, and is replaced by a private one.
         fs::set_permissions(facts_file(cache.path()), fs::Permissions::from_mode(0o666)).unwrap();
-        let o = run(ws.path(), cache.path(), Some(&path_env), &args);
-        let err = text(&o.stderr);
-        assert_eq!(o.status.code(), Some(0), "{err}");
-        assert!(
-            err.contains("facts: the cache file is not this user's own private file; ignored"),
-            "{err}"
-        );
-        assert!(
-            err.contains(&format!("facts: `{backend}`: nothing recorded; probing")),
-            "{err}"
-        );
+        ignored("facts: the cache file is not this user's own private file; ignored");
         let meta = fs::metadata(facts_file(cache.path())).unwrap();
         assert_eq!(meta.mode() & 0o777, 0o600, "rewritten private");
     }
@@ -846,9 +825,7 @@ fn a_changed_host_key_makes_the_next_command_probe_again() {
     let ws = workspace();
     for backend in &backends {
         let args = ["--backend", backend, "--lane", "strict", "--", "true"];
-        let o = run(ws.path(), &cache, None, &args);
-        let err = text(&o.stderr);
-        assert_eq!(o.status.code(), Some(0), "{err}");
+        let err = run_ok(ws.path(), &cache, None, &args, "");
         assert!(
             err.contains(&format!(
                 "facts: `{backend}`: recorded under another host key; probing again"
@@ -858,9 +835,7 @@ fn a_changed_host_key_makes_the_next_command_probe_again() {
         assert!(err.contains("user.max_mnt_namespaces=1000;"), "{err}");
         let recorded = recorded_list(&err, backend)
             .unwrap_or_else(|| panic!("{backend} recorded nothing: {err}"));
-        let o = run(ws.path(), &cache, None, &args);
-        let err = text(&o.stderr);
-        assert_eq!(o.status.code(), Some(0), "{err}");
+        let err = run_ok(ws.path(), &cache, None, &args, "");
         assert!(
             err.contains(&format!(
                 "facts: `{backend}`: recorded facts taken, no probe ({recorded})"

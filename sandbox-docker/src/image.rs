@@ -8,6 +8,7 @@ use bollard::models::ImageInspect;
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use bollard::Docker;
 use futures_util::StreamExt;
+use sandbox_core::process::tree::{self, Budget, Meta, Source, Visit};
 use sandbox_core::SandboxError;
 
 use crate::config::DockerConfig;
@@ -105,8 +106,11 @@ fn is_elf(path: &Path) -> bool {
     std::fs::File::open(path)
         .and_then(|mut f| f.read_exact(&mut magic))
         .is_ok()
-        && magic == *b"\x7fELF"
+        && magic == *ELF_MAGIC
 }
+
+/// The first bytes of an ELF file.
+const ELF_MAGIC: &[u8; 4] = b"\x7fELF";
 
 /// The minimal files every image we build has: users for `root` and `nobody`.
 const PASSWD: &str = "root:x:0:0:root:/root:/sbin/nologin\n\
@@ -162,43 +166,16 @@ impl Layout {
 
     /// The tree under host directory `host` at `inside`, as it is: directories, regular
     /// files (mode and time kept), and links (as links). Anything else (a FIFO, a socket, a
-    /// device) is left out.
+    /// device) is left out. Walked with core's [`tree::walk`], which never follows a link
+    /// below `host`.
     fn tree(&mut self, host: &Path, inside: &Path) -> Result<(), DockerError> {
-        use std::os::unix::fs::MetadataExt;
-        let io = |e: std::io::Error| DockerError::io(format!("reading {}", host.display()), e);
-        let meta = std::fs::metadata(host).map_err(io)?;
-        self.entries
-            .insert(inside.to_path_buf(), Entry::Dir(meta.mode() & 0o7777));
-        let mut todo = vec![(host.to_path_buf(), inside.to_path_buf())];
-        while let Some((dir, at)) = todo.pop() {
-            for item in std::fs::read_dir(&dir).map_err(io)? {
-                let item = item.map_err(io)?;
-                let (from, to) = (item.path(), at.join(item.file_name()));
-                let m = std::fs::symlink_metadata(&from).map_err(io)?;
-                let kind = m.file_type();
-                if kind.is_dir() {
-                    self.entries
-                        .insert(to.clone(), Entry::Dir(m.mode() & 0o7777));
-                    todo.push((from, to));
-                } else if kind.is_symlink() {
-                    let target = std::fs::read_link(&from).map_err(io)?;
-                    self.entries.insert(to, Entry::Link(target));
-                } else if kind.is_file() {
-                    if is_elf(&from) {
-                        self.elves.push(from.clone());
-                    }
-                    self.entries.insert(
-                        to,
-                        Entry::File {
-                            host: from,
-                            mode: m.mode() & 0o7777,
-                            mtime: u64::try_from(m.mtime()).unwrap_or(0),
-                        },
-                    );
-                }
-            }
-        }
-        Ok(())
+        let mut at = TreeAt {
+            layout: self,
+            host,
+            inside,
+        };
+        tree::walk(host, &Budget::default(), &mut at)
+            .map_err(|e| DockerError::io(format!("reading {}", host.display()), e))
     }
 
     /// The shared libraries of every ELF file, each at its own path (where it is not
@@ -225,6 +202,53 @@ impl Layout {
         }
         self.entries.insert("/etc".into(), Entry::Dir(0o755));
         self.entries.insert("/tmp".into(), Entry::Dir(0o1777));
+        Ok(())
+    }
+}
+
+/// Adds what [`tree::walk`] meets in the host tree `host` to a layout, at `inside`.
+struct TreeAt<'a> {
+    layout: &'a mut Layout,
+    host: &'a Path,
+    inside: &'a Path,
+}
+
+impl TreeAt<'_> {
+    /// Put `entry` at `rel`'s path in the image (the empty path is the tree's root).
+    fn put(&mut self, rel: &Path, entry: Entry) {
+        let at = if rel.as_os_str().is_empty() {
+            self.inside.to_path_buf()
+        } else {
+            self.inside.join(rel)
+        };
+        self.layout.entries.insert(at, entry);
+    }
+}
+
+impl Visit for TreeAt<'_> {
+    fn enter_dir(&mut self, rel: &Path, meta: &Meta) -> std::io::Result<bool> {
+        self.put(rel, Entry::Dir(meta.mode & 0o7777));
+        Ok(true)
+    }
+
+    fn leave_dir(&mut self, _: &Path, _: &Meta) -> std::io::Result<()> {
+        Ok(())
+    }
+
+    fn file(&mut self, rel: &Path, meta: &Meta, src: &mut Source<'_>) -> std::io::Result<()> {
+        let host = self.host.join(rel);
+        let mut magic = [0u8; 4];
+        if src.read_at(&mut magic, 0)? == magic.len() && magic == *ELF_MAGIC {
+            self.layout.elves.push(host.clone());
+        }
+        let mtime = u64::try_from(meta.mtime).unwrap_or(0);
+        let mode = meta.mode & 0o7777;
+        self.put(rel, Entry::File { host, mode, mtime });
+        Ok(())
+    }
+
+    fn symlink(&mut self, rel: &Path, _: &Meta, target: &Path) -> std::io::Result<()> {
+        self.put(rel, Entry::Link(target.to_path_buf()));
         Ok(())
     }
 }

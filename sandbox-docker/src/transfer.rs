@@ -21,7 +21,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -53,10 +53,6 @@ pub(crate) struct Upload {
     pub read_only_group: u32,
     /// Relative paths left out, with everything under them (nested handovers).
     pub skip: Vec<PathBuf>,
-}
-
-fn plain(mode: u32) -> u32 {
-    tree::plain(mode)
 }
 
 /// The owner's read and execute bits, given to the group and kept for others: readable
@@ -99,7 +95,7 @@ impl<W: Write> Archiver<'_, W> {
             (0, up.read_only_group, read_only_mode(meta.mode))
         } else {
             let (u, g) = up.owner.unwrap_or((meta.uid, meta.gid));
-            (u, g, plain(meta.mode))
+            (u, g, tree::plain(meta.mode))
         };
         let mut h = tar::Header::new_gnu();
         h.set_uid(uid.into());
@@ -218,73 +214,17 @@ fn parent_of<'r>(root: &OwnedFd, rel: &'r Path) -> io::Result<(OwnedFd, &'r OsSt
 }
 
 fn stat_at(dir: &OwnedFd, name: &OsStr) -> Option<rustix::fs::Stat> {
-    rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW).ok()
+    tree::stat_at(dir, name).ok().flatten()
 }
 
 fn is(st: &rustix::fs::Stat, ty: FileType) -> bool {
     FileType::from_raw_mode(st.st_mode) == ty
 }
 
-/// Open `name` in `dir` without following a link or blocking: for reading, or only to
-/// change its mode.
-fn open_at(dir: &OwnedFd, name: &OsStr, extra: OFlags) -> io::Result<OwnedFd> {
-    Ok(rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC | extra,
-        Mode::empty(),
-    )?)
-}
-
 fn chmod_at(dir: &OwnedFd, name: &OsStr, mode: u32) -> io::Result<()> {
-    let fd = open_at(dir, name, OFlags::empty())?;
+    let fd = tree::open_nofollow(dir, name)?;
     rustix::fs::fchmod(&fd, Mode::from_raw_mode(mode))?;
     Ok(())
-}
-
-fn temp_name(name: &OsStr) -> std::ffi::OsString {
-    let mut t = std::ffi::OsString::from(".");
-    t.push(name);
-    t.push(format!(".sandbox-{}", std::process::id()));
-    t
-}
-
-/// A new temp file next to `name` in `dir`, for writing.
-fn create_temp(dir: &OwnedFd, tmp: &OsStr) -> io::Result<File> {
-    tree::remove_at(dir, tmp)?;
-    let fd = rustix::fs::openat(
-        dir,
-        tmp,
-        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    )?;
-    Ok(File::from(fd))
-}
-
-/// Whether `a` and `b` in `dir` are regular files with the same bytes.
-fn same_content(dir: &OwnedFd, a: &OsStr, b: &OsStr) -> io::Result<bool> {
-    let (Some(ma), Some(mb)) = (stat_at(dir, a), stat_at(dir, b)) else {
-        return Ok(false);
-    };
-    if !is(&ma, FileType::RegularFile)
-        || !is(&mb, FileType::RegularFile)
-        || ma.st_size != mb.st_size
-    {
-        return Ok(false);
-    }
-    let mut fa = File::from(open_at(dir, a, OFlags::empty())?);
-    let mut fb = File::from(open_at(dir, b, OFlags::empty())?);
-    let (mut ba, mut bb) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
-    loop {
-        let n = fa.read(&mut ba)?;
-        if n == 0 {
-            return Ok(true);
-        }
-        fb.read_exact(&mut bb[..n])?;
-        if ba[..n] != bb[..n] {
-            return Ok(false);
-        }
-    }
 }
 
 /// Copy `from` into `to` keeping blocks of zeros as holes; returns the length.
@@ -301,6 +241,37 @@ fn copy_sparse_from(mut from: impl Read, to: &File) -> io::Result<u64> {
     }
     rustix::fs::ftruncate(to, off)?;
     Ok(off)
+}
+
+/// Put a regular file at `name` in `dir` (where `old` was): filled from `from`, with
+/// `mode` and `mtime`, beside it and renamed over it. A file already there with the same
+/// bytes is kept (its inode too), given `mode`; `false` then.
+fn put_file(
+    dir: &OwnedFd,
+    name: &OsStr,
+    old: Option<&rustix::fs::Stat>,
+    mode: u32,
+    mtime: Option<u64>,
+    from: impl Read,
+) -> io::Result<bool> {
+    let new = tree::Beside::create(dir.as_fd())?;
+    copy_sparse_from(from, new.file())?;
+    rustix::fs::fchmod(new.file(), Mode::from_raw_mode(mode))?;
+    if let Some(mtime) = mtime {
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime);
+        new.file().set_modified(t)?;
+    }
+    if new.same_as(name)? {
+        if old.is_some_and(|m| tree::plain(m.st_mode) != mode) {
+            chmod_at(dir, name, mode)?;
+        }
+        return Ok(false);
+    }
+    if old.is_some_and(|m| is(m, FileType::Directory)) {
+        tree::remove_at(dir, name)?;
+    }
+    new.rename_over(name)?;
+    Ok(true)
 }
 
 /// Apply the archive the engine returned for a tree to the host tree (see the module docs).
@@ -323,7 +294,7 @@ pub(crate) fn apply_archive<R: Read>(archive: R, to: &WriteBack<'_>) -> io::Resu
             continue;
         }
         let ty = entry.header().entry_type();
-        let mode = plain(entry.header().mode()?);
+        let mode = tree::plain(entry.header().mode()?);
         let (dir, name) = parent_of(&root, &rel)?;
         let old = stat_at(&dir, name);
         let owner = old.as_ref().map(|m| (m.st_uid, m.st_gid)).or(to.chown_new);
@@ -332,7 +303,7 @@ pub(crate) fn apply_archive<R: Read>(archive: R, to: &WriteBack<'_>) -> io::Resu
                 present.insert(rel.clone());
                 match &old {
                     Some(m) if is(m, FileType::Directory) => {
-                        if plain(m.st_mode) != mode {
+                        if tree::plain(m.st_mode) != mode {
                             chmod_at(&dir, name, mode)?;
                         }
                         continue;
@@ -345,27 +316,10 @@ pub(crate) fn apply_archive<R: Read>(archive: R, to: &WriteBack<'_>) -> io::Resu
             }
             tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
                 present.insert(rel.clone());
-                let tmp = temp_name(name);
-                {
-                    let f = create_temp(&dir, &tmp)?;
-                    copy_sparse_from(&mut entry, &f)?;
-                    rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))?;
-                    if let Ok(mtime) = entry.header().mtime() {
-                        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime);
-                        f.set_modified(t)?;
-                    }
-                }
-                if same_content(&dir, &tmp, name)? {
-                    rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty())?;
-                    if old.as_ref().is_some_and(|m| plain(m.st_mode) != mode) {
-                        chmod_at(&dir, name, mode)?;
-                    }
+                let mtime = entry.header().mtime().ok();
+                if !put_file(&dir, name, old.as_ref(), mode, mtime, &mut entry)? {
                     continue;
                 }
-                if old.as_ref().is_some_and(|m| is(m, FileType::Directory)) {
-                    tree::remove_at(&dir, name)?;
-                }
-                rustix::fs::renameat(&dir, &tmp, &dir, name)?;
             }
             tar::EntryType::Symlink => {
                 present.insert(rel.clone());
@@ -397,24 +351,14 @@ pub(crate) fn apply_archive<R: Read>(archive: R, to: &WriteBack<'_>) -> io::Resu
                 if !stat_at(&src_dir, src_name).is_some_and(|m| is(&m, FileType::RegularFile)) {
                     continue;
                 }
-                let src = File::from(open_at(&src_dir, src_name, OFlags::empty())?);
+                let src = File::from(tree::open_nofollow(&src_dir, src_name)?);
                 if !is(&rustix::fs::fstat(&src)?, FileType::RegularFile) {
                     continue;
                 }
-                let tmp = temp_name(name);
-                {
-                    let f = create_temp(&dir, &tmp)?;
-                    copy_sparse_from(&src, &f)?;
-                    rustix::fs::fchmod(&f, Mode::from_raw_mode(mode))?;
-                }
-                if same_content(&dir, &tmp, name)? {
-                    rustix::fs::unlinkat(&dir, &tmp, AtFlags::empty())?;
+                let mtime = entry.header().mtime().ok();
+                if !put_file(&dir, name, old.as_ref(), mode, mtime, &src)? {
                     continue;
                 }
-                if old.is_some() {
-                    tree::remove_at(&dir, name)?;
-                }
-                rustix::fs::renameat(&dir, &tmp, &dir, name)?;
             }
             // Devices, fifos and anything else do not come back.
             _ => continue,

@@ -474,12 +474,32 @@ fn a_file_made_root_only_after_the_cache_was_written_stays_unreadable() {
     }
 }
 
-/// A `bwrap` in `dir` that logs each invocation (one line to `log`) and runs the real one:
-/// how many bwrap processes a run started, seen from the host.
-fn counting_bwrap(dir: &Path, real: &Path) -> PathBuf {
+/// The host program a backend's registry entry keys it by (`HostKey::Program`), resolved
+/// on `PATH`: where a test can stand in for it without the backend knowing.
+fn program_of(backend: &str) -> Option<(&'static str, PathBuf)> {
+    let program = sandbox::registry::known(backend)?
+        .info?
+        .host_key
+        .program()?;
+    Some((program, on_path(program)?))
+}
+
+/// `PATH` with `dir` first.
+fn path_with(dir: &Path) -> String {
+    format!(
+        "{}:{}",
+        dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+/// A program in `dir`, named as the real one at `real`, that logs each invocation (one
+/// line to `log`) and runs the real one: how many of its processes a run started, seen
+/// from the host.
+fn counting_program(dir: &Path, real: &Path) -> PathBuf {
     let log = dir.join("log");
     fs::write(&log, "").unwrap();
-    // Whatever uid bwrap runs as (a root host's runs use an id no account has) may log.
+    // Whatever uid the program runs as (a root host's runs use an id no account has) may log.
     fs::set_permissions(&log, fs::Permissions::from_mode(0o666)).unwrap();
     fs::set_permissions(dir, fs::Permissions::from_mode(0o755)).unwrap();
     let script = format!(
@@ -487,7 +507,7 @@ fn counting_bwrap(dir: &Path, real: &Path) -> PathBuf {
         log.display(),
         real.display()
     );
-    let file = dir.join("bwrap");
+    let file = dir.join(real.file_name().unwrap());
     fs::write(&file, script).unwrap();
     fs::set_permissions(&file, fs::Permissions::from_mode(0o755)).unwrap();
     log
@@ -497,32 +517,90 @@ fn invocations(log: &Path) -> usize {
     fs::read_to_string(log).unwrap().lines().count()
 }
 
+/// What the last `facts: `BACKEND`: recorded (LIST)` line of `err` lists: everything the
+/// command recorded (each such line repeats the ones before it and adds to them).
+fn recorded_list(err: &str, backend: &str) -> Option<String> {
+    let line = format!("facts: `{backend}`: recorded (");
+    err.lines().rev().find_map(|l| {
+        let (_, list) = l.split_once(&line)?;
+        Some(list.strip_suffix(')').unwrap_or(list).to_string())
+    })
+}
+
+/// The number of facts recorded for `backend` in `cache`.
+fn fact_count(cache: &Path, backend: &str) -> usize {
+    fact_entry(cache, backend)
+        .and_then(|e| e["facts"].as_object().map(serde_json::Map::len))
+        .unwrap_or(0)
+}
+
+/// [`run`], which must succeed (`what` names it in the failure); its debug lines.
+fn run_ok(dir: &Path, cache: &Path, path_env: Option<&str>, args: &[&str], what: &str) -> String {
+    let o = run(dir, cache, path_env, args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(0), "{what}: {err}");
+    err
+}
+
+/// The host backends (see [`strict_host_backends`]) that record what their probes found:
+/// those whose first command in a fresh cache says `facts: `NAME`: recorded (`. Found
+/// once per test process; a backend that records nothing is named on stderr.
+fn recording_backends() -> &'static [&'static str] {
+    static FOUND: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    FOUND.get_or_init(|| {
+        let ws = workspace();
+        strict_host_backends()
+            .into_iter()
+            .filter(|b| {
+                let cache = tempfile::tempdir().unwrap();
+                let err = run_ok(
+                    ws.path(),
+                    cache.path(),
+                    None,
+                    &["--backend", b, "--", "true"],
+                    b,
+                );
+                let records = recorded_list(&err, b).is_some();
+                if !records {
+                    eprintln!("{b} records no host facts: the record's cases do not cover it");
+                }
+                records
+            })
+            .collect()
+    })
+}
+
 /// A named backend's host probes run in the first command only: their answers are
 /// recorded (the user's own private file) and the next command takes them, starting no
-/// probe. For bwrap that is counted from the host: the second command starts exactly one
-/// bwrap, its own.
+/// probe. For a backend whose registry entry keys it by a host program, that is counted
+/// from the host: each recorded fact is an answer of that program (bwrap: `--version`,
+/// `--help`, a set-up probe), so the first command starts it at least once per fact and
+/// once for itself, and the second exactly once, its own.
 #[test]
 fn host_facts_are_probed_once_and_then_taken() {
     let ws = workspace();
-    let cache = tempfile::tempdir().unwrap();
-    if available("landlock") {
-        let args = ["--backend", "landlock", "--", "true"];
-        let first = run(ws.path(), cache.path(), None, &args);
-        let err = text(&first.stderr);
-        assert_eq!(first.status.code(), Some(0), "{err}");
+    for backend in strict_host_backends() {
+        let cache = tempfile::tempdir().unwrap();
+        let bin = tempfile::tempdir().unwrap();
+        let counted = program_of(backend)
+            .map(|(program, real)| (program, counting_program(bin.path(), &real)));
+        let path_env = path_with(bin.path());
+        let args = ["--backend", backend, "--", "true"];
+        let err = run_ok(ws.path(), cache.path(), Some(&path_env), &args, backend);
+        let Some(recorded) = recorded_list(&err, backend) else {
+            eprintln!("skipped {backend}: it records no host facts");
+            continue;
+        };
         assert!(
-            err.contains("facts: `landlock`: nothing recorded; probing"),
+            err.contains(&format!("facts: `{backend}`: nothing recorded; probing")),
             "{err}"
         );
+        let first_count = counted.as_ref().map(|(_, log)| invocations(log));
+        let err = run_ok(ws.path(), cache.path(), Some(&path_env), &args, backend);
         assert!(
-            err.contains("facts: `landlock`: recorded (namespaces"),
-            "{err}"
-        );
-        let second = run(ws.path(), cache.path(), None, &args);
-        let err = text(&second.stderr);
-        assert_eq!(second.status.code(), Some(0), "{err}");
-        assert!(
-            err.contains("facts: `landlock`: recorded facts taken, no probe (namespaces"),
+            err.contains(&format!(
+                "facts: `{backend}`: recorded facts taken, no probe ({recorded})"
+            )),
             "{err}"
         );
         assert!(
@@ -535,151 +613,133 @@ fn host_facts_are_probed_once_and_then_taken() {
         assert_eq!(meta.mode() & 0o777, 0o600);
         let dir = fs::metadata(cache.path().join("sandbox")).unwrap();
         assert_eq!(dir.mode() & 0o777, 0o700);
-    } else {
-        eprintln!("skipped landlock: not available here");
-    }
-    let (Some(real), true) = (on_path("bwrap"), available("bwrap")) else {
-        eprintln!("skipped bwrap: not available here");
-        return;
-    };
-    let bin = tempfile::tempdir().unwrap();
-    let log = counting_bwrap(bin.path(), &real);
-    let path_env = format!(
-        "{}:{}",
-        bin.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let args = ["--backend", "bwrap", "--", "true"];
-    let first = run(ws.path(), cache.path(), Some(&path_env), &args);
-    let err = text(&first.stderr);
-    assert_eq!(first.status.code(), Some(0), "{err}");
-    // --version, --help, a set-up probe, the command's.
-    let n = invocations(&log);
-    assert!(n >= 4, "{n} bwrap processes: {err}");
-    assert!(
-        err.contains("facts: `bwrap`: nothing recorded; probing"),
-        "{err}"
-    );
-    let facts = fact_entry(cache.path(), "bwrap").expect("bwrap's facts recorded");
-    assert!(
-        facts["key"]
-            .as_str()
-            .unwrap()
-            .contains(&bin.path().join("bwrap").display().to_string()),
-        "keyed by the binary: {facts}"
-    );
-    let second = run(ws.path(), cache.path(), Some(&path_env), &args);
-    let err = text(&second.stderr);
-    assert_eq!(second.status.code(), Some(0), "{err}");
-    assert!(
-        err.contains("facts: `bwrap`: recorded facts taken, no probe"),
-        "{err}"
-    );
-    assert_eq!(invocations(&log) - n, 1, "only the command's bwrap: {err}");
-}
 
-/// Each part of the key, changed, makes the command probe again: another bwrap binary
-/// (here the same file rewritten in place, same size and modification time), another
-/// build of `sandbox`; and a file that is not the user's own private one is not read.
-/// The host's own part (kernel, ids, namespaces, sysctls) is changed in
-/// [`a_changed_sysctl_makes_the_next_command_probe_again`].
-#[test]
-fn a_changed_bwrap_or_another_build_is_probed_again() {
-    let (Some(real), true) = (on_path("bwrap"), available("bwrap")) else {
-        eprintln!("skipped: bwrap not available here");
-        return;
-    };
-    let ws = workspace();
-    let cache = tempfile::tempdir().unwrap();
-    let bin = tempfile::tempdir().unwrap();
-    let log = counting_bwrap(bin.path(), &real);
-    let path_env = format!(
-        "{}:{}",
-        bin.path().display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let bwrap_args = ["--backend", "bwrap", "--", "true"];
-    let o = run(ws.path(), cache.path(), Some(&path_env), &bwrap_args);
-    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    let landlock = available("landlock");
-    let landlock_args = ["--backend", "landlock", "--", "true"];
-    if landlock {
-        let o = run(ws.path(), cache.path(), None, &landlock_args);
-        assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
-    }
-
-    // The same script, rewritten in place: same inode, size and modification time.
-    let file = bin.path().join("bwrap");
-    let before = fs::metadata(&file).unwrap();
-    let script = fs::read(&file).unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(20));
-    fs::write(&file, &script).unwrap();
-    fs::OpenOptions::new()
-        .write(true)
-        .open(&file)
-        .unwrap()
-        .set_modified(before.modified().unwrap())
-        .unwrap();
-    let after = fs::metadata(&file).unwrap();
-    assert_eq!(
-        (after.ino(), after.len(), after.mtime(), after.mtime_nsec()),
-        (
-            before.ino(),
-            before.len(),
-            before.mtime(),
-            before.mtime_nsec()
-        )
-    );
-    let n = invocations(&log);
-    let o = run(ws.path(), cache.path(), Some(&path_env), &bwrap_args);
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(
-        err.contains("facts: `bwrap`: recorded under another host key; probing again"),
-        "{err}"
-    );
-    assert!(invocations(&log) - n >= 3, "bwrap asked again: {err}");
-    if landlock {
-        // Landlock's facts do not depend on bwrap.
-        let o = run(ws.path(), cache.path(), None, &landlock_args);
-        let err = text(&o.stderr);
+        let (Some((program, log)), Some(n)) = (counted, first_count) else {
+            continue;
+        };
+        let facts = fact_count(cache.path(), backend);
+        assert!(facts > 0, "{backend}: {err}");
         assert!(
-            err.contains("facts: `landlock`: recorded facts taken"),
-            "{err}"
+            n > facts,
+            "{n} {program} processes for {facts} facts and the command: {err}"
+        );
+        let entry = fact_entry(cache.path(), backend).unwrap();
+        assert!(
+            entry["key"]
+                .as_str()
+                .unwrap()
+                .contains(&bin.path().join(program).display().to_string()),
+            "keyed by the program: {entry}"
+        );
+        assert_eq!(
+            invocations(&log) - n,
+            1,
+            "only the command's {program}: {err}"
         );
     }
+}
 
-    // Another build of the command: nothing of the file is taken.
-    let mut v = read_facts(cache.path());
-    v["program"] = Value::from("/elsewhere/sandbox 1 2.3 4.5 6");
-    fs::write(facts_file(cache.path()), v.to_string()).unwrap();
-    let o = run(ws.path(), cache.path(), Some(&path_env), &bwrap_args);
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(
-        err.contains("written by another build of sandbox; ignored"),
-        "{err}"
-    );
-    assert!(
-        err.contains("facts: `bwrap`: nothing recorded; probing"),
-        "{err}"
-    );
+/// Each part of the key, changed, makes the command probe again: another binary of the
+/// host program a recording backend is keyed by (here the same file rewritten in place,
+/// same size and modification time), another build of `sandbox`; and a file that is not
+/// the user's own private one is not read. The host's own part (kernel, ids, namespaces,
+/// sysctls) is changed in [`a_changed_host_key_makes_the_next_command_probe_again`].
+#[test]
+fn a_changed_host_program_or_another_build_is_probed_again() {
+    let keyed: Vec<_> = recording_backends()
+        .iter()
+        .filter_map(|b| Some((*b, program_of(b)?)))
+        .collect();
+    if keyed.is_empty() {
+        eprintln!("skipped: no backend here records facts keyed by a host program");
+        return;
+    }
+    for (backend, (program, real)) in keyed {
+        let ws = workspace();
+        let cache = tempfile::tempdir().unwrap();
+        let bin = tempfile::tempdir().unwrap();
+        let log = counting_program(bin.path(), &real);
+        let path_env = path_with(bin.path());
+        let args = ["--backend", backend, "--", "true"];
+        run_ok(ws.path(), cache.path(), Some(&path_env), &args, backend);
+        let facts = fact_count(cache.path(), backend);
+        assert!(facts > 0, "{backend} recorded nothing");
+        // The other recording backends, whose facts do not depend on this program.
+        let others: Vec<&str> = recording_backends()
+            .iter()
+            .copied()
+            .filter(|b| *b != backend)
+            .collect();
+        let other_args = |other| ["--backend", other, "--", "true"];
+        for other in &others {
+            run_ok(ws.path(), cache.path(), None, &other_args(other), other);
+        }
 
-    // A file others may write is not read, and is replaced by a private one.
-    fs::set_permissions(facts_file(cache.path()), fs::Permissions::from_mode(0o666)).unwrap();
-    let o = run(ws.path(), cache.path(), Some(&path_env), &bwrap_args);
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(
-        err.contains("facts: the cache file is not this user's own private file; ignored"),
-        "{err}"
-    );
-    assert!(
-        err.contains("facts: `bwrap`: nothing recorded; probing"),
-        "{err}"
-    );
-    let meta = fs::metadata(facts_file(cache.path())).unwrap();
-    assert_eq!(meta.mode() & 0o777, 0o600, "rewritten private");
+        // The same script, rewritten in place: same inode, size and modification time.
+        let file = bin.path().join(program);
+        let before = fs::metadata(&file).unwrap();
+        let script = fs::read(&file).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        fs::write(&file, &script).unwrap();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_modified(before.modified().unwrap())
+            .unwrap();
+        let after = fs::metadata(&file).unwrap();
+        assert_eq!(
+            (after.ino(), after.len(), after.mtime(), after.mtime_nsec()),
+            (
+                before.ino(),
+                before.len(),
+                before.mtime(),
+                before.mtime_nsec()
+            )
+        );
+        let n = invocations(&log);
+        let err = run_ok(ws.path(), cache.path(), Some(&path_env), &args, "");
+        assert!(
+            err.contains(&format!(
+                "facts: `{backend}`: recorded under another host key; probing again"
+            )),
+            "{err}"
+        );
+        // Each fact is an answer of the program (see the test above).
+        assert!(
+            invocations(&log) - n >= facts,
+            "{program} asked again, once per fact: {err}"
+        );
+        for other in &others {
+            let err = run_ok(ws.path(), cache.path(), None, &other_args(other), other);
+            assert!(
+                err.contains(&format!("facts: `{other}`: recorded facts taken")),
+                "{err}"
+            );
+        }
+
+        // The file not taken (`said`): the next command probes afresh.
+        let ignored = |said: &str| {
+            let err = run_ok(ws.path(), cache.path(), Some(&path_env), &args, said);
+            assert!(err.contains(said), "{err}");
+            assert!(
+                err.contains(&format!("facts: `{backend}`: nothing recorded; probing")),
+                "{err}"
+            );
+        };
+
+        // Another build of the command: nothing of the file is taken.
+        let mut v = read_facts(cache.path());
+        v["program"] = Value::from("/elsewhere/sandbox 1 2.3 4.5 6");
+        fs::write(facts_file(cache.path()), v.to_string()).unwrap();
+        ignored("written by another build of sandbox; ignored");
+
+        // A file others may write is not read, and is replaced by a private one.
+        fs::set_permissions(facts_file(cache.path()), fs::Permissions::from_mode(0o666)).unwrap();
+        ignored("facts: the cache file is not this user's own private file; ignored");
+        let meta = fs::metadata(facts_file(cache.path())).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o600, "rewritten private");
+    }
 }
 
 /// Set for the copy of a test that runs inside a user namespace of its own.
@@ -688,8 +748,9 @@ const INNER: &str = "SANDBOX_STARTUP_TEST_INNER";
 /// The cache directory the outer part of such a test recorded facts in.
 const CACHE: &str = "SANDBOX_STARTUP_TEST_CACHE";
 
-/// Non-empty when bwrap works outside the namespace.
-const BWRAP_WORKS: &str = "SANDBOX_STARTUP_TEST_BWRAP";
+/// The backends the outer part recorded facts of (comma-separated): the recording ones
+/// that work outside the namespace.
+const RECORDED: &str = "SANDBOX_STARTUP_TEST_RECORDED";
 
 /// The ordinary ids a test uses: 65534 when run as root, else its own.
 fn ordinary_ids() -> (u32, u32) {
@@ -718,93 +779,113 @@ fn rerun_in_user_namespace(
     sandbox_conformance::host::rerun_in_user_namespace(name, INNER, ids, ids, sysctls, &all);
 }
 
+/// The outer part of a test that reruns in a user namespace: what every recording backend
+/// records on `strict` as the ordinary ids, then the rerun with `sysctls`. `false` (the
+/// reason printed) where no backend records facts here.
+fn record_and_rerun(name: &str, sysctls: &[(&'static std::ffi::CStr, &'static [u8])]) -> bool {
+    let backends = recording_backends();
+    if backends.is_empty() {
+        eprintln!("skipped: no backend here records host facts");
+        return false;
+    }
+    let cache = record_as_ordinary_ids(backends);
+    let recorded = backends.join(",");
+    rerun_in_user_namespace(
+        name,
+        sysctls,
+        &[(CACHE, cache.path()), (RECORDED, Path::new(&recorded))],
+    );
+    true
+}
+
+/// In the inner part: the cache the outer part recorded in, and the backends it recorded.
+fn recorded_outside() -> (PathBuf, Vec<String>) {
+    let cache = PathBuf::from(std::env::var_os(CACHE).unwrap());
+    let backends = std::env::var(RECORDED)
+        .unwrap()
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    (cache, backends)
+}
+
 /// The host's part of the key changed between two commands (here the command runs in a
 /// user namespace of the test's own, whose `user.max_mnt_namespaces` is lowered: another
-/// namespace and another sysctl than where the facts were recorded): the next command
-/// probes again, and the one after takes what that one recorded. (That a sysctl alone
-/// changes the key is `sandbox_core::facts`' own test.)
+/// namespace and another sysctl than where the facts were recorded): the next command of
+/// each recording backend probes again, and the one after takes what that one recorded.
+/// (That a sysctl alone changes the key is `sandbox_core::facts`' own test.)
 #[test]
 fn a_changed_host_key_makes_the_next_command_probe_again() {
     const NAME: &str = "a_changed_host_key_makes_the_next_command_probe_again";
     if std::env::var_os(INNER).is_none() {
-        if !available("landlock") {
-            eprintln!("skipped: landlock not available here");
-            return;
-        }
-        let cache = record_as_ordinary_ids();
-        return rerun_in_user_namespace(
-            NAME,
-            &[(c"/proc/sys/user/max_mnt_namespaces", b"1000")],
-            &[(CACHE, cache.path())],
+        record_and_rerun(NAME, &[(c"/proc/sys/user/max_mnt_namespaces", b"1000")]);
+        return;
+    }
+    let (cache, backends) = recorded_outside();
+    let ws = workspace();
+    for backend in &backends {
+        let args = ["--backend", backend, "--lane", "strict", "--", "true"];
+        let err = run_ok(ws.path(), &cache, None, &args, "");
+        assert!(
+            err.contains(&format!(
+                "facts: `{backend}`: recorded under another host key; probing again"
+            )),
+            "{err}"
+        );
+        assert!(err.contains("user.max_mnt_namespaces=1000;"), "{err}");
+        let recorded = recorded_list(&err, backend)
+            .unwrap_or_else(|| panic!("{backend} recorded nothing: {err}"));
+        let err = run_ok(ws.path(), &cache, None, &args, "");
+        assert!(
+            err.contains(&format!(
+                "facts: `{backend}`: recorded facts taken, no probe ({recorded})"
+            )),
+            "{err}"
         );
     }
-    let cache = PathBuf::from(std::env::var_os(CACHE).unwrap());
-    let ws = workspace();
-    let args = ["--backend", "landlock", "--lane", "strict", "--", "true"];
-    let o = run(ws.path(), &cache, None, &args);
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(
-        err.contains("facts: `landlock`: recorded under another host key; probing again"),
-        "{err}"
-    );
-    assert!(err.contains("user.max_mnt_namespaces=1000;"), "{err}");
-    assert!(
-        err.contains("facts: `landlock`: recorded (namespaces"),
-        "{err}"
-    );
-    let o = run(ws.path(), &cache, None, &args);
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(
-        err.contains("facts: `landlock`: recorded facts taken, no probe"),
-        "{err}"
-    );
-    println!("inner checks passed");
+    println!("inner checks passed for: {}", backends.join(", "));
 }
 
-/// A cache directory others may enter, holding what one landlock command on `strict`
-/// recorded, run as the ordinary ids (namespaces work there).
-fn record_as_ordinary_ids() -> tempfile::TempDir {
+/// A cache directory others may enter, holding what one command on `strict` of each of
+/// `backends` recorded, run as the ordinary ids (namespaces work there).
+fn record_as_ordinary_ids(backends: &[&str]) -> tempfile::TempDir {
     use std::os::unix::process::CommandExt;
     let (uid, gid) = ordinary_ids();
     let cache = tempfile::tempdir().unwrap();
     fs::set_permissions(cache.path(), fs::Permissions::from_mode(0o777)).unwrap();
     let ws = workspace();
     fs::set_permissions(ws.path(), fs::Permissions::from_mode(0o777)).unwrap();
-    let o = Command::new(BIN)
-        .current_dir(ws.path())
-        .args([
-            "run",
-            "--backend",
-            "landlock",
-            "--lane",
-            "strict",
-            "--",
-            "true",
-        ])
-        .env("XDG_CACHE_HOME", cache.path())
-        .env("SANDBOX_DEBUG_STARTUP", "1")
-        .uid(uid)
-        .gid(gid)
-        .output()
-        .unwrap();
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(0), "{err}");
-    assert!(
-        err.contains("facts: `landlock`: recorded (namespaces"),
-        "{err}"
-    );
+    for backend in backends {
+        let o = Command::new(BIN)
+            .current_dir(ws.path())
+            .args([
+                "run",
+                "--backend",
+                backend,
+                "--lane",
+                "strict",
+                "--",
+                "true",
+            ])
+            .env("XDG_CACHE_HOME", cache.path())
+            .env("SANDBOX_DEBUG_STARTUP", "1")
+            .uid(uid)
+            .gid(gid)
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(0), "{err}");
+        assert!(
+            err.contains(&format!("facts: `{backend}`: recorded (")),
+            "{err}"
+        );
+    }
     cache
 }
 
 /// The record in this test's cache, with `facts` set for `backend` under `key`.
-fn plant(cache: &Path, backend: &str, key: &str, facts: &[(&str, &str)]) {
+fn plant(cache: &Path, backend: &str, key: &str, facts: &Value) {
     let mut v = read_facts(cache);
-    let facts: serde_json::Map<String, Value> = facts
-        .iter()
-        .map(|(k, f)| (k.to_string(), Value::from(*f)))
-        .collect();
     v["backends"][backend] = serde_json::json!({"key": key, "facts": facts});
     fs::write(facts_file(cache), v.to_string()).unwrap();
 }
@@ -820,151 +901,97 @@ fn looked_up_key(err: &str, backend: &str) -> String {
 }
 
 /// Where namespaces cannot be made (an ordinary uid in a user namespace whose
-/// `user.max_user_namespaces` is 0): facts recorded where they could are not taken (the
-/// host key differs: the command probes, and `strict` refuses landlock with the remedy);
-/// and a record that claims them under this very key (planted: no run records a failed
-/// probe) fails closed, for landlock and for bwrap: the launch fails before the command
-/// starts, the preflight probes afresh and says why, the exit status is 125, nothing ran,
-/// and the record is dropped.
+/// `user.max_user_namespaces` is 0), for each recording backend: facts recorded where they
+/// could are not taken (the host key differs: the command probes and is refused, as
+/// `doctor` says of the backend here: by `strict` where it still runs elsewhere, else as
+/// unable to run); and the same record under this very key (planted: no run records a
+/// failed probe) fails closed: the launch fails before the command starts, the preflight
+/// probes afresh and names the sysctl, the exit status is 125, nothing ran, and the
+/// record is dropped.
 #[test]
 fn a_record_that_claims_namespaces_where_they_fail_fails_closed() {
     const NAME: &str = "a_record_that_claims_namespaces_where_they_fail_fails_closed";
     if std::env::var_os(INNER).is_none() {
-        if !available("landlock") {
-            eprintln!("skipped: landlock not available here");
-            return;
-        }
-        // Recorded as the ordinary ids, outside: namespaces work there.
-        let cache = record_as_ordinary_ids();
-        // Whether bwrap works is asked here: inside it cannot.
-        let bwrap = if available("bwrap") { "1" } else { "" };
-        return rerun_in_user_namespace(
-            NAME,
-            &[(c"/proc/sys/user/max_user_namespaces", b"0")],
-            &[(CACHE, cache.path()), (BWRAP_WORKS, Path::new(bwrap))],
-        );
+        record_and_rerun(NAME, &[(c"/proc/sys/user/max_user_namespaces", b"0")]);
+        return;
     }
-    let cache = PathBuf::from(std::env::var_os(CACHE).unwrap());
+    let (cache, backends) = recorded_outside();
     let ws = workspace();
     let marker = ws.path().join("ran");
     let touch = marker.to_str().unwrap();
-
-    // Recorded elsewhere: not taken here; probed, and strict refuses.
-    let o = run(
-        ws.path(),
-        &cache,
-        None,
-        &[
+    let mut checked = Vec::new();
+    for backend in &backends {
+        let args = [
             "--backend",
-            "landlock",
+            backend,
             "--lane",
             "strict",
             "--",
             "touch",
             touch,
-        ],
-    );
-    let err = text(&o.stderr);
-    assert!(
-        err.contains("facts: `landlock`: recorded under another host key; probing again"),
-        "{err}"
-    );
-    assert_eq!(o.status.code(), Some(125), "{err}");
-    assert!(
-        err.contains("lane `strict` refuses backend `landlock`"),
-        "{err}"
-    );
-    assert!(!marker.exists(), "nothing ran");
-    let landlock_key = looked_up_key(&err, "landlock");
+        ];
+        // What worked outside, the claim planted below.
+        let outside = fact_entry(&cache, backend)
+            .unwrap_or_else(|| panic!("{backend}: nothing recorded outside"))["facts"]
+            .clone();
+        let here = report(backend);
+        let refusal = if here["works"] != true {
+            format!("backend `{backend}` cannot run here")
+        } else if here["lanes"]
+            .as_array()
+            .is_some_and(|l| !l.iter().any(|x| x == "strict"))
+        {
+            format!("lane `strict` refuses backend `{backend}`")
+        } else {
+            eprintln!("skipped {backend}: it runs strict without namespaces here (doctor)");
+            continue;
+        };
 
-    // Planted under this host's key: landlock's namespaces, said to work.
-    plant(
-        &cache,
-        "landlock",
-        &landlock_key,
-        &[("namespaces", "userns"), ("pid_namespace", "ok")],
-    );
-    let o = run(
-        ws.path(),
-        &cache,
-        None,
-        &[
-            "--backend",
-            "landlock",
-            "--lane",
-            "strict",
-            "--",
-            "touch",
-            touch,
-        ],
-    );
-    let err = text(&o.stderr);
-    eprintln!("the planted landlock record's run said:\n{err}");
-    assert!(
-        err.contains("facts: `landlock`: recorded facts taken, no probe"),
-        "{err}"
-    );
-    assert!(err.contains("running its preflight"), "{err}");
-    assert_eq!(o.status.code(), Some(125), "{err}");
-    assert!(
-        err.contains("recorded host facts that no longer hold") && err.contains("remedy:"),
-        "the cause and remedy: {err}"
-    );
-    assert!(err.contains("max_user_namespaces"), "{err}");
-    assert!(!marker.exists(), "nothing ran");
-    assert!(
-        fact_entry(&cache, "landlock").is_none(),
-        "the record is dropped"
-    );
+        // Recorded elsewhere: not taken here; probed, and refused.
+        let o = run(ws.path(), &cache, None, &args);
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(&format!(
+                "facts: `{backend}`: recorded under another host key; probing again"
+            )),
+            "{err}"
+        );
+        assert_eq!(o.status.code(), Some(125), "{err}");
+        assert!(
+            err.contains(&refusal) && err.contains("remedy:"),
+            "{refusal}: {err}"
+        );
+        assert!(!marker.exists(), "nothing ran");
+        let key = looked_up_key(&err, backend);
 
-    // bwrap: its set-up, said to work.
-    if std::env::var_os(BWRAP_WORKS).is_none_or(|v| v.is_empty()) {
-        eprintln!("bwrap part skipped: not available outside the namespace");
-        println!("inner checks passed");
-        return;
-    };
-    let o = run(
-        ws.path(),
-        &cache,
-        None,
-        &["--backend", "bwrap", "--", "touch", touch],
-    );
-    let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(125), "bwrap cannot work here: {err}");
-    assert!(!marker.exists(), "nothing ran");
-    let bwrap_key = looked_up_key(&err, "bwrap");
-    plant(
-        &cache,
-        "bwrap",
-        &bwrap_key,
-        &[
-            ("version", ""),
-            ("optional options", "--disable-userns"),
-            ("setup probe: own network, as the caller", "ok"),
-        ],
-    );
-    let o = run(
-        ws.path(),
-        &cache,
-        None,
-        &["--backend", "bwrap", "--", "touch", touch],
-    );
-    let err = text(&o.stderr);
-    eprintln!("the planted bwrap record's run said:\n{err}");
-    assert!(
-        err.contains("facts: `bwrap`: recorded facts taken, no probe"),
-        "{err}"
-    );
-    assert!(err.contains("running its preflight"), "{err}");
-    assert_eq!(o.status.code(), Some(125), "{err}");
-    assert!(
-        err.contains("cannot create user namespaces") && err.contains("remedy:"),
-        "the preflight's cause and remedy: {err}"
-    );
-    assert!(!marker.exists(), "nothing ran");
-    assert!(
-        fact_entry(&cache, "bwrap").is_none(),
-        "the record is dropped"
-    );
-    println!("inner checks passed");
+        // Planted under this host's key: what worked outside, said to work here.
+        plant(&cache, backend, &key, &outside);
+        let o = run(ws.path(), &cache, None, &args);
+        let err = text(&o.stderr);
+        eprintln!("the planted {backend} record's run said:\n{err}");
+        assert!(
+            err.contains(&format!(
+                "facts: `{backend}`: recorded facts taken, no probe"
+            )),
+            "{err}"
+        );
+        assert!(err.contains("running its preflight"), "{err}");
+        assert_eq!(o.status.code(), Some(125), "{err}");
+        let diagnosis = err
+            .split_once("running its preflight")
+            .map_or("", |(_, after)| after);
+        assert!(
+            diagnosis.contains(&format!("backend `{backend}` cannot run here"))
+                && diagnosis.contains("max_user_namespaces")
+                && diagnosis.contains("remedy:"),
+            "the preflight's cause and remedy: {err}"
+        );
+        assert!(!marker.exists(), "nothing ran");
+        assert!(
+            fact_entry(&cache, backend).is_none(),
+            "the record is dropped"
+        );
+        checked.push(backend.as_str());
+    }
+    println!("inner checks passed for: {}", checked.join(", "));
 }

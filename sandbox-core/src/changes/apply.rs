@@ -7,9 +7,8 @@ use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use nix::fcntl::{openat, renameat, OFlag};
+use nix::fcntl::renameat;
 use nix::sys::stat::{fchmod, mkdirat, Mode};
 use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
 use serde::Serialize;
@@ -17,6 +16,7 @@ use serde::Serialize;
 use super::fsx::{self, Kind};
 use super::layer::Layer;
 use super::{Change, ChangeKind, Stamp};
+use crate::process::tree;
 
 /// Why a change cannot be applied at all, forced or not: it would reach out of the
 /// workspace or plant something the host might trip over.
@@ -375,14 +375,14 @@ pub(crate) fn apply(
                     .map_err(io_err(&c.path))?
                     .ok_or_else(|| io_err(&c.path)(io::Error::from_raw_os_error(libc::ENOENT)))?;
                 let mut from = fsx::open_file_at(from.as_fd(), name).map_err(io_err(&c.path))?;
-                write_beside(parent.as_fd(), name, c.mode.unwrap_or(0o644), |out| {
-                    io::copy(&mut from, out).map(|_| ())
+                write_beside(parent.as_fd(), name, c.mode.unwrap_or(0o644), |mut out| {
+                    io::copy(&mut from, &mut out).map(|_| ())
                 })
                 .map_err(io_err(&c.path))?;
                 report.written += 1;
             }
             ChangeKind::Symlink { target } => {
-                let tmp = temp_name();
+                let tmp = tree::temp_name();
                 symlinkat(target.as_path(), parent.as_fd(), tmp.as_os_str())
                     .map_err(nix_err(&c.path))?;
                 if let Err(e) = renameat(parent.as_fd(), tmp.as_os_str(), parent.as_fd(), name) {
@@ -455,39 +455,18 @@ fn room(real: BorrowedFd<'_>, ws: &Path, changes: &[Change]) -> Result<(), Apply
     Ok(())
 }
 
-fn temp_name() -> PathBuf {
-    static N: AtomicU64 = AtomicU64::new(0);
-    PathBuf::from(format!(
-        ".sandbox-apply-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ))
-}
-
 /// Create a new file beside `name` in `dir`, fill it, give it `mode`, and rename it over
 /// `name`: a reader sees the old file or the new one, never half of it.
 fn write_beside(
     dir: BorrowedFd<'_>,
     name: &OsStr,
     mode: u32,
-    fill: impl FnOnce(&mut std::fs::File) -> io::Result<()>,
+    fill: impl FnOnce(&std::fs::File) -> io::Result<()>,
 ) -> io::Result<()> {
-    let tmp = temp_name();
-    let fd = openat(
-        dir,
-        tmp.as_os_str(),
-        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_WRONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-        Mode::from_bits_truncate(0o600),
-    )
-    .map_err(fsx::nix_io)?;
-    let mut f = std::fs::File::from(fd);
-    let done = fill(&mut f)
-        .and_then(|()| fchmod(f.as_fd(), mode_bits(mode)).map_err(fsx::nix_io))
-        .and_then(|()| renameat(dir, tmp.as_os_str(), dir, name).map_err(fsx::nix_io));
-    if done.is_err() {
-        let _ = unlinkat(dir, tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
-    }
-    done
+    let new = tree::Beside::create(dir)?;
+    fill(new.file())?;
+    fchmod(new.file().as_fd(), mode_bits(mode)).map_err(fsx::nix_io)?;
+    new.rename_over(name)
 }
 
 #[cfg(test)]

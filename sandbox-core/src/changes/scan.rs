@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::ffi::OsString;
-use std::io::{self, Read};
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::path::{Path, PathBuf};
 
@@ -16,6 +16,7 @@ use nix::sys::stat::FileStat;
 use super::fsx::{self, Kind};
 use super::layer::{is_opaque, Layer, LayerMechanism};
 use super::{Change, ChangeKind, Stamp};
+use crate::process::tree;
 
 fn mode(st: &FileStat) -> u32 {
     st.st_mode & 0o7777
@@ -60,22 +61,6 @@ fn change(path: PathBuf, kind: ChangeKind, st: &FileStat, real: Option<&FileStat
         mode: Some(mode(st)),
         real: real.map(Stamp::of),
         links: (1, 1),
-    }
-}
-
-fn same_contents(a: std::fs::File, b: std::fs::File) -> io::Result<bool> {
-    let (mut a, mut b) = (io::BufReader::new(a), io::BufReader::new(b));
-    let (mut x, mut y) = ([0u8; 8192], [0u8; 8192]);
-    loop {
-        let n = a.read(&mut x)?;
-        if n == 0 {
-            return Ok(b.read(&mut y[..1])? == 0);
-        }
-        b.read_exact(&mut y[..n])
-            .map_err(|_| io::Error::other("shorter"))?;
-        if x[..n] != y[..n] {
-            return Ok(false);
-        }
     }
 }
 
@@ -165,9 +150,9 @@ impl Scan {
                 let kind = match pair.map(|(rd, r)| (rd, fsx::kind(&r), r)) {
                     Some((rd, Kind::File, r)) => {
                         let same = r.st_size == s.st_size
-                            && same_contents(
-                                fsx::open_file_at(src, name)?,
-                                fsx::open_file_at(rd, name)?,
+                            && tree::same_contents(
+                                &fsx::open_file_at(src, name)?,
+                                &fsx::open_file_at(rd, name)?,
                             )?;
                         if !same {
                             Some(ChangeKind::Modified)

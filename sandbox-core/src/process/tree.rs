@@ -28,7 +28,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -374,15 +374,31 @@ fn walk_dir(
     Ok(())
 }
 
-/// Open `name` in `dir` for reading, without following a link and without blocking, and
-/// only if it is still the regular file `st` describes.
-fn open_same_file(dir: &OwnedFd, name: &OsStr, st: &rustix::fs::Stat) -> io::Result<Option<File>> {
-    let fd = match rustix::fs::openat(
+/// Open `name` in `dir` for reading (or only to change its mode), without following a
+/// link and without blocking: a fifo swapped in is opened without waiting for a writer,
+/// a symlink fails with `ELOOP`.
+pub fn open_nofollow(dir: impl AsFd, name: &OsStr) -> rustix::io::Result<OwnedFd> {
+    rustix::fs::openat(
         dir,
         name,
         OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC,
         Mode::empty(),
-    ) {
+    )
+}
+
+/// `name` in `dir`, not followed if it is a link; `None` when there is nothing there.
+pub fn stat_at(dir: impl AsFd, name: &OsStr) -> io::Result<Option<rustix::fs::Stat>> {
+    match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
+        Ok(st) => Ok(Some(st)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Open `name` in `dir` for reading, without following a link and without blocking, and
+/// only if it is still the regular file `st` describes.
+fn open_same_file(dir: &OwnedFd, name: &OsStr, st: &rustix::fs::Stat) -> io::Result<Option<File>> {
+    let fd = match open_nofollow(dir, name) {
         Ok(fd) => fd,
         Err(Errno::NOENT | Errno::LOOP | Errno::NXIO) => return Ok(None),
         Err(e) => return Err(e.into()),
@@ -488,13 +504,128 @@ pub fn write_sparse(dst: &File, data: &[u8], off: u64) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether `a` and `b` hold the same bytes, read from the start whatever their offsets (a
+/// file just written is compared as it is). A file that turns out shorter than the other
+/// is not the same, even if it shrank while being read.
+pub fn same_contents(a: &File, b: &File) -> io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let (mut x, mut y) = (vec![0u8; 64 * 1024], vec![0u8; 64 * 1024]);
+    let mut off = 0u64;
+    loop {
+        let n = a.read_at(&mut x, off)?;
+        if n == 0 {
+            return Ok(b.read_at(&mut y[..1], off)? == 0);
+        }
+        let mut got = 0;
+        while got < n {
+            match b.read_at(&mut y[got..n], off + got as u64)? {
+                0 => return Ok(false),
+                m => got += m,
+            }
+        }
+        if x[..n] != y[..n] {
+            return Ok(false);
+        }
+        off += n as u64;
+    }
+}
+
+/// A name for a temp file or link in a directory of the host tree, unique in this process
+/// and hidden from a plain `ls`.
+pub(crate) fn temp_name() -> std::ffi::OsString {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        ".sandbox-tmp-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+    .into()
+}
+
+/// A new file beside the entry it will replace, in a directory of a host tree: filled,
+/// then renamed over the entry, so that a reader sees the old file or the new one, never
+/// half of one, and a symlink in its place is replaced rather than followed. Dropped
+/// without [`Beside::rename_over`] (an error on the way, or the old file was kept), it is
+/// removed, so nothing is left behind.
+#[derive(Debug)]
+pub struct Beside<'d> {
+    dir: BorrowedFd<'d>,
+    tmp: std::ffi::OsString,
+    file: File,
+    placed: bool,
+}
+
+impl<'d> Beside<'d> {
+    /// An empty file in `dir`, mode 0600, open for reading and writing, under a name of
+    /// its own ([`O_EXCL`](OFlags::EXCL), never through a link).
+    pub fn create(dir: BorrowedFd<'d>) -> io::Result<Self> {
+        let mut tries = 0;
+        loop {
+            let tmp = temp_name();
+            match rustix::fs::openat(
+                dir,
+                tmp.as_os_str(),
+                OFlags::RDWR | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            ) {
+                Ok(fd) => {
+                    return Ok(Self {
+                        dir,
+                        tmp,
+                        file: File::from(fd),
+                        placed: false,
+                    })
+                }
+                // A name left by an earlier process with this pid, or planted.
+                Err(Errno::EXIST) if tries < 8 => tries += 1,
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+
+    /// The new file.
+    pub fn file(&self) -> &File {
+        &self.file
+    }
+
+    /// Whether `name` beside it is a regular file with the same bytes: then it need not be
+    /// replaced (and keeps its inode).
+    pub fn same_as(&self, name: &OsStr) -> io::Result<bool> {
+        let Some(st) = stat_at(self.dir, name)? else {
+            return Ok(false);
+        };
+        let len = self.file.metadata()?.len();
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile
+            || u64::try_from(st.st_size).ok() != Some(len)
+        {
+            return Ok(false);
+        }
+        same_contents(&self.file, &File::from(open_nofollow(self.dir, name)?))
+    }
+
+    /// Rename it over `name` (a file or a link there is replaced; a directory must be
+    /// removed first).
+    pub fn rename_over(mut self, name: &OsStr) -> io::Result<()> {
+        rustix::fs::renameat(self.dir, self.tmp.as_os_str(), self.dir, name)?;
+        self.placed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Beside<'_> {
+    fn drop(&mut self) {
+        if !self.placed {
+            let _ =
+                rustix::fs::unlinkat(self.dir, self.tmp.as_os_str(), rustix::fs::AtFlags::empty());
+        }
+    }
+}
+
 /// Remove `name` in `dir` and everything under it, never following a symlink.
 pub fn remove_at(dir: impl AsFd, name: &OsStr) -> io::Result<()> {
     let dir = dir.as_fd();
-    let st = match rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW) {
-        Ok(st) => st,
-        Err(Errno::NOENT) => return Ok(()),
-        Err(e) => return Err(e.into()),
+    let Some(st) = stat_at(dir, name)? else {
+        return Ok(());
     };
     if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
         let sub = rustix::fs::openat(
@@ -621,6 +752,55 @@ mod tests {
         assert_eq!(m.len(), 64 << 20);
         assert!(m.blocks() * 512 < 1 << 20, "{} blocks", m.blocks());
         assert!(used < 1 << 20, "holes are not charged: {used}");
+    }
+
+    #[test]
+    fn a_file_beside_replaces_a_link_without_following_it_and_leaves_nothing_when_dropped() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("target"), b"host").unwrap();
+        std::os::unix::fs::symlink(outside.path().join("target"), d.path().join("f")).unwrap();
+        fs::write(d.path().join("same"), b"new").unwrap();
+        let dir = File::open(d.path()).unwrap();
+        let entries = || {
+            let mut v: Vec<_> = fs::read_dir(d.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            v.sort();
+            v
+        };
+
+        let new = Beside::create(dir.as_fd()).unwrap();
+        io::Write::write_all(&mut new.file(), b"new").unwrap();
+        assert!(
+            !new.same_as(OsStr::new("f")).unwrap(),
+            "a link is never the same"
+        );
+        assert!(new.same_as(OsStr::new("same")).unwrap());
+        assert!(!new.same_as(OsStr::new("missing")).unwrap());
+        new.rename_over(OsStr::new("f")).unwrap();
+        assert!(fs::symlink_metadata(d.path().join("f")).unwrap().is_file());
+        assert_eq!(fs::read(d.path().join("f")).unwrap(), b"new");
+        assert_eq!(fs::read(outside.path().join("target")).unwrap(), b"host");
+
+        let before = entries();
+        let dropped = Beside::create(dir.as_fd()).unwrap();
+        assert_eq!(entries().len(), before.len() + 1);
+        drop(dropped);
+        assert_eq!(entries(), before, "the temp file is gone");
+    }
+
+    #[test]
+    fn contents_differ_when_one_file_is_a_prefix_of_the_other() {
+        let d = tempfile::tempdir().unwrap();
+        fs::write(d.path().join("a"), b"abc").unwrap();
+        fs::write(d.path().join("b"), b"abcd").unwrap();
+        fs::write(d.path().join("c"), b"abc").unwrap();
+        let open = |n: &str| File::open(d.path().join(n)).unwrap();
+        assert!(!same_contents(&open("a"), &open("b")).unwrap());
+        assert!(!same_contents(&open("b"), &open("a")).unwrap());
+        assert!(same_contents(&open("a"), &open("c")).unwrap());
     }
 
     #[test]

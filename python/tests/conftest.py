@@ -3,7 +3,7 @@
 A backend that does not work here is skipped with doctor's reason, unless
 `SANDBOX_TEST_REQUIRE` names it (a comma-separated list, `all`, or `unprivileged` for every
 confining backend an ordinary user runs), as CI does: then it is a failure. A backend that
-runs an image uses `SANDBOX_TEST_DOCKER_IMAGE`, or an image imported from the host's static
+runs an image uses `SANDBOX_TEST_IMAGE`, or an image imported from the host's static
 busybox by `sandbox/tests/busybox-image.sh` (as the Rust tests do)."""
 
 import os
@@ -37,7 +37,7 @@ def image_for_tests():
     """The image for a backend that runs one, built here once where none is named."""
     global _IMAGE
     if _IMAGE is None:
-        _IMAGE = os.environ.get("SANDBOX_TEST_DOCKER_IMAGE") or TEST_IMAGE_TAG
+        _IMAGE = os.environ.get("SANDBOX_TEST_IMAGE") or TEST_IMAGE_TAG
         if _IMAGE == TEST_IMAGE_TAG:
             # Fails (and is left to doctor to report) where no engine runs.
             subprocess.run(["sh", BUSYBOX_IMAGE, TEST_IMAGE_TAG], check=False,

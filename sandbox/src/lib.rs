@@ -69,9 +69,10 @@
 //! file, `doctor` and completions. The cases that run a program run once per compiled-in
 //! backend; a backend whose preflight fails here is skipped with its reason printed,
 //! unless `SANDBOX_TEST_REQUIRE` names it (`all`, or a comma-separated list), as CI does.
-//! The docker cases use `SANDBOX_TEST_DOCKER_IMAGE`, or an image imported from the host's
-//! static busybox. `tests/feature_isolation.rs` checks with `cargo tree` that each backend
-//! feature pulls in only its own dependencies and the library alone no command line.
+//! The cases of a backend that runs an image use `SANDBOX_TEST_IMAGE`, or an image
+//! imported from the host's static busybox. `tests/feature_isolation.rs` checks with
+//! `cargo tree` that each backend feature pulls in only its own dependencies and the
+//! library alone no command line.
 //!
 //! # Dependencies
 //!

@@ -133,7 +133,7 @@ fn a_missing_workspace_is_125_before_anything_runs() {
 }
 
 #[test]
-fn image_with_a_backend_other_than_docker_is_125_before_anything_runs() {
+fn image_with_a_backend_that_runs_no_image_is_125_before_anything_runs() {
     let host_program_backends = sandbox::registry::compiled_in()
         .filter(|i| !i.needs_image())
         .map(|i| i.name);

@@ -35,14 +35,14 @@ pub fn doctor() -> &'static Value {
     })
 }
 
-/// The image the cases of a backend that runs one use: `SANDBOX_TEST_DOCKER_IMAGE`, else
+/// The image the cases of a backend that runs one use: `SANDBOX_TEST_IMAGE`, else
 /// one imported here from the host's static busybox by `tests/busybox-image.sh` (nothing
 /// can be pulled on the test machines).
 pub fn test_image() -> String {
     static IMAGE: OnceLock<String> = OnceLock::new();
     IMAGE
         .get_or_init(|| {
-            if let Ok(image) = std::env::var("SANDBOX_TEST_DOCKER_IMAGE") {
+            if let Ok(image) = std::env::var("SANDBOX_TEST_IMAGE") {
                 return image;
             }
             let tag = "sandbox-cli-test:busybox";

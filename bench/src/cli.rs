@@ -74,16 +74,21 @@ pub async fn measure(
     let opts = s.opts(vec![s.true_program.clone()]);
     // Whether the launch runs the command itself (then the launcher process is the bare
     // mechanism) or a tool (then that tool run directly is).
-    let runs_the_command = match &s.direct {
+    // A launch that keeps something of the host alive while the command runs (an OCI
+    // bundle, a proxy) has no stand-in in a process that becomes the command by exec.
+    let (runs_the_command, needs_host_alive) = match &s.direct {
         Some(Direct::Launch { prepare, .. }) => {
             let launch =
                 prepare(&opts).map_err(|e| BenchError::sandbox("preparing the launch", e))?;
-            Some(launch.program == Path::new(&s.true_program))
+            (
+                Some(launch.program == Path::new(&s.true_program)),
+                launch.needs_host_alive(),
+            )
         }
-        _ => None,
+        _ => (None, false),
     };
     let launcher_args = match (launcher, runs_the_command) {
-        (Some(_), Some(_)) => {
+        (Some(_), Some(_)) if !needs_host_alive => {
             let facts = host
                 .write_facts()
                 .map_err(|e| BenchError::io("writing the facts for the launcher", e))?;
@@ -204,10 +209,16 @@ pub async fn measure(
         }
     }
     if judged_is_process && as_process.is_none() {
+        let why = if needs_host_alive {
+            "the launch keeps host state alive while the command runs (a bundle, a proxy), \
+             which a launcher that execs the command cannot"
+        } else {
+            "no launcher given (--launcher-bin PATH; built next to sandbox-bench)"
+        };
         rows.push(Row::not_measured(
             s.name,
             &format!("{what}, against the bare mechanism as a process of its own"),
-            "no launcher given (--launcher-bin PATH; built next to sandbox-bench)",
+            why,
         ));
     }
     rows.extend(judged);

@@ -104,7 +104,7 @@ fn main() {
     let launch = launcher
         .prepare(&plan)
         .unwrap_or_else(|e| fail(&e.to_string()));
-    if !launch.keep_alive.is_empty() || launch.egress.is_some() {
+    if launch.needs_host_alive() {
         fail("the launch needs its host alive while the command runs (a proxy, a temp dir)");
     }
 

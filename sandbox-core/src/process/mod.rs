@@ -135,6 +135,14 @@ impl fmt::Debug for Launch {
 }
 
 impl Launch {
+    /// Whether something on the host must stay alive while the command runs (a temp dir
+    /// such as an OCI bundle, the run's proxy). A process that becomes the command by exec,
+    /// as the bench's minimal launcher does, cannot keep them, so it cannot stand for such a
+    /// launch.
+    pub fn needs_host_alive(&self) -> bool {
+        !self.keep_alive.is_empty() || self.egress.is_some()
+    }
+
     /// Run the plan's program itself, with the plan's argv, environment and cwd.
     pub fn direct(plan: &Plan) -> Self {
         Self {

@@ -4,56 +4,127 @@
 //! ([`crate::seccomp::SeccompProgram::build_with`]) gets, for the table's denied calls only,
 //! `SECCOMP_RET_USER_NOTIF` instead of `EPERM`: the calling thread waits while the kernel
 //! queues a notification on the filter's listener. The child sends that listener over a
-//! socket pair made before the fork ([`crate::seccomp::InstallNotifying`]); [`watch`]
+//! socket pair made before the fork ([`crate::seccomp::InstallNotifying`]); [`Watcher`]
 //! receives it, then for each notification records the call by its name in
 //! [`crate::syscalls::TABLE`] and answers `-EPERM`, exactly what the plain filter would
 //! have returned. Allowed calls never leave the kernel.
 //!
-//! The task ends with the run: the supervisor aborts it once the tree is dead, which drops
-//! the listener (a call still waiting then fails with `ENOSYS`, never succeeds).
+//! The listener is served on a thread of its own, in blocking calls: a denied call waits
+//! in the kernel until it is answered, so each one costs a round trip through this
+//! supervisor, and a command that loops over one (a million times, say) is paced by it.
+//! Served by a task of the runtime, each round trip was a trip through the runtime's
+//! reactor and scheduler as well; a thread blocked in `poll` answers as soon as the kernel
+//! queues the call. The thread ends with the run: [`Watcher::finish`] closes its stop pipe
+//! and waits until it has dropped the listener (a call still waiting then fails with
+//! `ENOSYS`, never succeeds); so does dropping the [`Watcher`], without the wait.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
-
-use tokio::io::unix::AsyncFd;
-use tokio::io::Interest;
 
 use crate::denial::{kind_of_call, DenialLog, DenialMechanism};
 
 /// Where a run's denials are collected while it runs.
 pub(crate) type SharedLog = Arc<Mutex<DenialLog>>;
 
-/// Receive the listener on `sock`, then serve it until the task is aborted or every
-/// process under the filter is gone.
-pub(crate) async fn watch(sock: OwnedFd, log: SharedLog) {
-    let Some(listener) = receive_listener(sock).await else {
-        return;
-    };
-    // SAFETY: an OwnedFd, owned by the AsyncFd until it drops: open and the same throughout.
-    let Ok(listener) = (unsafe { AsyncFd::register_with_interest(listener, Interest::READABLE) })
-    else {
-        return;
-    };
+/// The thread serving one run's listener.
+pub(crate) struct Watcher {
+    /// The write end of the stop pipe: closing it ends the thread.
+    stop: OwnedFd,
+    /// Completed (by being dropped) when the thread has dropped the listener.
+    done: tokio::sync::oneshot::Receiver<()>,
+}
+
+impl Watcher {
+    /// Serve the listener the child sends on `sock`: receive it, then answer each
+    /// notification until [`Watcher::finish`], or until every process under the filter is
+    /// gone.
+    pub(crate) fn start(sock: OwnedFd, log: SharedLog) -> std::io::Result<Self> {
+        let (stop_read, stop) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
+        let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+        std::thread::Builder::new()
+            .name("sandbox-seccomp".into())
+            .spawn(move || {
+                if let Some(listener) = receive_listener(&sock, &stop_read) {
+                    drop(sock);
+                    serve(&listener, &stop_read, &log);
+                }
+                // The listener is closed (it was dropped above) before `done` completes.
+                drop(done_tx);
+            })?;
+        Ok(Self { stop, done })
+    }
+
+    /// End the thread and wait until the listener is closed. The tree is dead by now: no
+    /// call is waiting, and every answered call was recorded before its answer.
+    pub(crate) async fn finish(self) {
+        let Self { stop, done } = self;
+        drop(stop);
+        let _ = done.await;
+    }
+}
+
+/// What a blocking wait on the listener and the stop pipe found.
+enum Woken {
+    /// The listener is readable.
+    Ready,
+    /// The stop pipe closed, or the listener hung up (every process under it is gone).
+    Stop,
+}
+
+/// Block until `fd` is readable or the run is over.
+fn wait(fd: BorrowedFd<'_>, stop: &OwnedFd) -> Woken {
+    use rustix::event::{poll, PollFd, PollFlags};
     loop {
-        let Ok(mut ready) = listener.readable().await else {
-            return;
-        };
+        let mut fds = [
+            PollFd::new(&fd, PollFlags::IN),
+            PollFd::new(stop, PollFlags::IN),
+        ];
+        match poll(&mut fds, None) {
+            Ok(_) => {}
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return Woken::Stop,
+        }
+        let (me, st) = (fds[0].revents(), fds[1].revents());
+        if !st.is_empty() {
+            return Woken::Stop;
+        }
+        if me.contains(PollFlags::IN) {
+            return Woken::Ready;
+        }
+        if me.intersects(PollFlags::HUP | PollFlags::ERR | PollFlags::NVAL) {
+            return Woken::Stop;
+        }
+    }
+}
+
+/// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (linux/seccomp.h, kernel 6.6): the kernel wakes the
+/// caller and this thread as a pair on one CPU, as a synchronous hand-off, instead of
+/// through the scheduler's ordinary wake-up; libc names the ioctl but not the flag.
+const SYNC_WAKE_UP: u64 = 1;
+
+/// Answer each notification on `listener` `EPERM`, recording it first.
+fn serve(listener: &OwnedFd, stop: &OwnedFd, log: &SharedLog) {
+    // Speed only: an older kernel refuses the flag and answers as fast as it can anyway.
+    // SAFETY: the ioctl takes a flags word by value; the descriptor is live.
+    unsafe {
+        libc::ioctl(
+            listener.as_raw_fd(),
+            libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+            SYNC_WAKE_UP,
+        );
+    }
+    loop {
         // `NOTIF_RECV` blocks whatever the descriptor's flags, so it is only called when a
-        // poll now says a notification is pending (tokio's readiness may be stale).
-        match pending(listener.get_ref()) {
-            Pending::Yes => {}
-            Pending::No => {
-                ready.clear_ready();
-                continue;
-            }
-            Pending::Gone => return,
+        // poll says a notification is pending.
+        if let Woken::Stop = wait(listener.as_fd(), stop) {
+            return;
         }
         // SAFETY: `seccomp_notif` is plain data; the kernel requires it zeroed.
         let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
         // SAFETY: the ioctl fills the live, correctly sized struct.
         let r = unsafe {
             libc::ioctl(
-                listener.get_ref().as_raw_fd(),
+                listener.as_raw_fd(),
                 libc::SECCOMP_IOCTL_NOTIF_RECV,
                 &mut req,
             )
@@ -65,7 +136,6 @@ pub(crate) async fn watch(sock: OwnedFd, log: SharedLog) {
                 _ => return,
             }
         }
-        drop(ready);
         let name = call_name(req.data.nr);
         if let Ok(mut l) = log.lock() {
             l.record(kind_of_call(name), name, DenialMechanism::Seccomp);
@@ -80,38 +150,11 @@ pub(crate) async fn watch(sock: OwnedFd, log: SharedLog) {
         // when the caller died meanwhile: nothing to answer then.
         unsafe {
             libc::ioctl(
-                listener.get_ref().as_raw_fd(),
+                listener.as_raw_fd(),
                 libc::SECCOMP_IOCTL_NOTIF_SEND,
                 &mut resp,
             );
         }
-    }
-}
-
-enum Pending {
-    Yes,
-    No,
-    /// Every process under the filter is gone, and nothing is left to read.
-    Gone,
-}
-
-fn pending(fd: &OwnedFd) -> Pending {
-    let mut p = libc::pollfd {
-        fd: fd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one live pollfd, a zero timeout.
-    let r = unsafe { libc::poll(&mut p, 1, 0) };
-    if r < 0 {
-        return Pending::No;
-    }
-    if p.revents & libc::POLLIN != 0 {
-        Pending::Yes
-    } else if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
-        Pending::Gone
-    } else {
-        Pending::No
     }
 }
 
@@ -124,15 +167,18 @@ fn call_name(nr: libc::c_int) -> &'static str {
         .map_or("unknown system call", |d| d.name)
 }
 
-/// The one descriptor the child sends on `sock`, or `None` when it closed without sending.
-async fn receive_listener(sock: OwnedFd) -> Option<OwnedFd> {
-    // SAFETY: an OwnedFd, owned by the AsyncFd until it drops: open and the same throughout.
-    let sock = unsafe { AsyncFd::register_with_interest(sock, Interest::READABLE) }.ok()?;
+/// The one descriptor the child sends on `sock`, or `None` when it closed without sending
+/// or the run ended first.
+fn receive_listener(sock: &OwnedFd, stop: &OwnedFd) -> Option<OwnedFd> {
     loop {
-        let mut ready = sock.readable().await.ok()?;
-        match recv_fd(sock.get_ref()) {
+        match wait(sock.as_fd(), stop) {
+            Woken::Ready => {}
+            // A hang-up with the descriptor still queued reads as readable.
+            Woken::Stop => return None,
+        }
+        match recv_fd(sock) {
             Ok(fd) => return fd,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => ready.clear_ready(),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(_) => return None,
         }
     }
@@ -169,6 +215,35 @@ fn recv_fd(sock: &OwnedFd) -> std::io::Result<Option<OwnedFd>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn seccomp_threads() -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter(|t| {
+                let comm = t.as_ref().unwrap().path().join("comm");
+                std::fs::read_to_string(comm).is_ok_and(|c| c.trim() == "sandbox-seccomp")
+            })
+            .count()
+    }
+
+    /// A watcher whose child never sends a listener (its socket stays open) still ends
+    /// when the run does: its thread is gone once `finish` has returned.
+    #[tokio::test]
+    async fn a_finished_watcher_leaves_no_thread() {
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
+        let w = Watcher::start(OwnedFd::from(ours), SharedLog::default()).unwrap();
+        assert_eq!(seccomp_threads(), 1, "the watcher's thread runs");
+        tokio::time::timeout(std::time::Duration::from_secs(10), w.finish())
+            .await
+            .expect("finish returned");
+        // `done` completes just before the thread returns: give it the moment to exit.
+        let gone = (0..1000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            seccomp_threads() == 0
+        });
+        assert!(gone, "the watcher's thread outlived finish");
+        drop(theirs);
+    }
 
     #[test]
     fn call_names_come_from_the_table() {

@@ -133,6 +133,27 @@ pub(super) fn start(
         steps: std::mem::take(&mut launch.pre_exec),
     };
 
+    // The seccomp supervisor, for a backend whose filter notifies: started before the
+    // spawn, so a host that cannot give it a thread refuses the run before anything runs.
+    // It waits on the socket for the listener the child sends before exec.
+    let denial_log = super::notify::SharedLog::default();
+    let watcher = match launch.seccomp_listener.take() {
+        Some(sock) => Some(
+            super::notify::Watcher::start(sock, denial_log.clone()).map_err(|e| {
+                SandboxError::unavailable(
+                    backend,
+                    format!(
+                        "cannot start the thread that answers the seccomp filter's \
+                         notifications: {e}"
+                    ),
+                    "the host may be out of threads: check `ulimit -u` and \
+                     /proc/sys/kernel/threads-max",
+                )
+            })?,
+        ),
+        None => None,
+    };
+
     let started = Instant::now();
     let spawned = spawn::spawn(
         &launch,
@@ -156,14 +177,6 @@ pub(super) fn start(
     } = spawned;
     policy.notes.extend(fallback);
     let pgid = child.id().map(|p| Pid::from_raw(p as i32));
-
-    // The seccomp supervisor, for a backend whose filter notifies: the child has sent the
-    // listener before exec, so it is waiting on the socket already.
-    let denial_log = super::notify::SharedLog::default();
-    let watcher = launch
-        .seccomp_listener
-        .take()
-        .map(|sock| tokio::spawn(super::notify::watch(sock, denial_log.clone())));
 
     let (handle, control) = run_channel(plan.output_limit);
     let tap = control.tap(plan.output_sink.clone());
@@ -208,7 +221,7 @@ struct Supervised {
     exit: Option<std::process::ExitStatus>,
     /// The egress proxy's record, once it is finished in [`Job::stop`].
     connections: Connections,
-    watcher: Option<tokio::task::JoinHandle<()>>,
+    watcher: Option<super::notify::Watcher>,
     denial_log: super::notify::SharedLog,
 }
 
@@ -247,7 +260,7 @@ impl Job for Supervised {
     }
 
     async fn finish(
-        self,
+        mut self,
         end: End<Self::Exit>,
         finished: Finished,
     ) -> Result<SandboxOutcome, SandboxError> {
@@ -268,9 +281,10 @@ impl Job for Supervised {
             End::Exited(Some(_)) => decode(reported.or(self.exit), oom),
         };
         // The tree is dead: no call is waiting on the listener any more, and every call that
-        // was answered was recorded before its answer. The watcher goes with the run.
-        if let Some(w) = &self.watcher {
-            w.abort();
+        // was answered was recorded before its answer. The watcher goes with the run, and
+        // its listener is closed when `wait` returns.
+        if let Some(w) = self.watcher.take() {
+            w.finish().await;
         }
         // The proxy's refusals join the filter's: the proxy decided each one itself, so
         // each is a denial seen, not inferred.
@@ -307,13 +321,8 @@ impl Job for Supervised {
             plan,
             policy,
             connections,
-            watcher,
             ..
         } = self;
-        // Wait for the aborted watcher, so its listener is closed when `wait` returns.
-        if let Some(w) = watcher {
-            let _ = w.await;
-        }
         // The tree is dead: the layer holds exactly what the command left.
         let changes = match layer {
             Some(l) if plan.changes == Changes::Review => match crate::changes::change_set(l).await

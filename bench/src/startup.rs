@@ -61,6 +61,16 @@ pub async fn measure(
         o
     };
 
+    // `fast` on a backend value of its own where the backend keeps state across runs
+    // (docker's warm pool: one container kept warm per container body, which both lanes
+    // share): on one value each lane's run would take the container the other's had left
+    // warming, and the figures would be the interleaving's, not repeated commands'.
+    let fast_backend = match &s.fresh {
+        Some(fresh) => {
+            Some((fresh.0)().map_err(|e| BenchError::wrong("a backend value for `fast`", e))?)
+        }
+        None => None,
+    };
     // Built once: the same arguments (a container's flags) for every run.
     let direct_args = match &s.direct {
         Some(Direct::Command(run)) => (run.args)(&opts).map_err(|e| {
@@ -121,9 +131,10 @@ pub async fn measure(
     let fast_index = (s.lane == sandbox_core::Lane::Strict && s.accepts(sandbox_core::Lane::Fast))
         .then(|| {
             let fast_opts = &fast_opts;
+            let backend = fast_backend.as_ref().unwrap_or(&s.backend);
             probes.push(Box::new(move || {
                 let opts = fast_opts.clone();
-                Box::pin(async move { runs::library_run(&s.backend, opts).await.map(|(d, _)| d) })
+                Box::pin(async move { runs::library_run(backend, opts).await.map(|(d, _)| d) })
             }));
             probes.len() - 1
         });

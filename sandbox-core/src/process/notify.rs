@@ -232,7 +232,12 @@ mod tests {
     async fn a_finished_watcher_leaves_no_thread() {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
         let w = Watcher::start(OwnedFd::from(ours), SharedLog::default()).unwrap();
-        assert_eq!(seccomp_threads(), 1, "the watcher's thread runs");
+        // The thread names itself once it runs: wait for it, so the check below can fail.
+        let running = (0..10_000).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            seccomp_threads() == 1
+        });
+        assert!(running, "the watcher's thread never ran");
         tokio::time::timeout(std::time::Duration::from_secs(10), w.finish())
             .await
             .expect("finish returned");

@@ -65,11 +65,12 @@ pub async fn measure(
     // (docker's warm pool: one container kept warm per container body, which both lanes
     // share): on one value each lane's run would take the container the other's had left
     // warming, and the figures would be the interleaving's, not repeated commands'.
+    let runs_fast = s.lane == sandbox_core::Lane::Strict && s.accepts(sandbox_core::Lane::Fast);
     let fast_backend = match &s.fresh {
-        Some(fresh) => {
+        Some(fresh) if runs_fast => {
             Some((fresh.0)().map_err(|e| BenchError::wrong("a backend value for `fast`", e))?)
         }
-        None => None,
+        _ => None,
     };
     // Built once: the same arguments (a container's flags) for every run.
     let direct_args = match &s.direct {
@@ -128,16 +129,15 @@ pub async fn measure(
             })
         }));
     }
-    let fast_index = (s.lane == sandbox_core::Lane::Strict && s.accepts(sandbox_core::Lane::Fast))
-        .then(|| {
-            let fast_opts = &fast_opts;
-            let backend = fast_backend.as_ref().unwrap_or(&s.backend);
-            probes.push(Box::new(move || {
-                let opts = fast_opts.clone();
-                Box::pin(async move { runs::library_run(backend, opts).await.map(|(d, _)| d) })
-            }));
-            probes.len() - 1
-        });
+    let fast_index = runs_fast.then(|| {
+        let fast_opts = &fast_opts;
+        let backend = fast_backend.as_ref().unwrap_or(&s.backend);
+        probes.push(Box::new(move || {
+            let opts = fast_opts.clone();
+            Box::pin(async move { runs::library_run(backend, opts).await.map(|(d, _)| d) })
+        }));
+        probes.len() - 1
+    });
     // What reporting sets up at start (a seccomp supervisor). The proxy's refusals are not
     // among them: core reads them from its record after the run, and this run has no proxy.
     let startup_kinds = sandbox_core::DenialKinds {

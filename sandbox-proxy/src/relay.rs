@@ -5,10 +5,10 @@
 //! Bytes move by `splice(2)` through a pipe of each direction's own: from one socket into
 //! the pipe, from the pipe into the other socket, without being copied through this
 //! process. A relay that copies costs two more copies per byte than the direct connection
-//! it stands in for; on two cores shared with the client and the server that made a
-//! download through the proxy a quarter of the direct speed (`cargo xtask bench`'s egress
-//! row). Where a pipe or `splice` is refused before the first byte (an old kernel, a
-//! seccomp policy on the host), the relay copies instead.
+//! it stands in for: on two cores shared with the client and the server, the bench's 1 GiB
+//! download through the proxy went from 0.24× to 0.37× of the direct speed with `splice`
+//! (`bench/PROFILE.md` §9). Where a pipe or `splice` is refused before the first byte (an
+//! old kernel, a seccomp policy on the host), the relay copies instead.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -50,7 +50,7 @@ enum Spliced {
 }
 
 /// One step of `splice` on a tokio socket: waits until `on` is ready for `interest`, then
-/// moves what it can without blocking.
+/// moves what it can without blocking (a would-block clears `on`'s readiness and waits again).
 async fn splice_ready(
     on: &TcpStream,
     interest: Interest,
@@ -58,9 +58,8 @@ async fn splice_ready(
     to: impl AsFd,
     len: usize,
 ) -> io::Result<usize> {
-    loop {
-        on.ready(interest).await?;
-        match on.try_io(interest, || {
+    ready_io(on, interest, || {
+        on.try_io(interest, || {
             splice(
                 &from,
                 None,
@@ -70,11 +69,9 @@ async fn splice_ready(
                 SpliceFlags::MOVE | SpliceFlags::NONBLOCK,
             )
             .map_err(io::Error::from)
-        }) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-            other => return other,
-        }
-    }
+        })
+    })
+    .await
 }
 
 async fn pump_splice(tally: &Tally<'_>, way: Way, from: &TcpStream, to: &TcpStream) -> Spliced {

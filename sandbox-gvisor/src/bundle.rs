@@ -53,6 +53,28 @@ impl Written {
         self.path.join("state")
     }
 
+    /// A FIFO for runsc's `--pid-file`, and the host's end of it: runsc writes the
+    /// sandbox's pid there once the sandbox is created, before the command starts, and a
+    /// runsc that could not create it (user namespaces refused, say) exits 128 without
+    /// writing, a status the command could have had too. Core's ready pipe
+    /// (`Launch::ready_pipe`) tells the two apart. Opened for reading and writing, so
+    /// that the open waits for no writer and a read waits for runsc's bytes, never sees
+    /// an end of file before them.
+    pub(crate) fn ready(&self) -> Result<(PathBuf, std::os::fd::OwnedFd), SandboxError> {
+        let at = self.path.join("ready");
+        nix::unistd::mkfifo(
+            &at,
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .map_err(|e| io("making the FIFO", &at, e.into()))?;
+        let end = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&at)
+            .map_err(|e| io("opening", &at, e))?;
+        Ok((at, end.into()))
+    }
+
     /// Show `source` (owned `from` on disk) as owned by `to` at a new staging path; the
     /// path, for the bind's source.
     ///

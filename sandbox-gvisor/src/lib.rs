@@ -50,6 +50,15 @@
 //!   holds for that moment, inside the tree's own (root-owned) directory. Where idmapped
 //!   mounts cannot be made, such a run is refused with the remedy.
 //!
+//! # A run that never started
+//!
+//! runsc exits 128 when it cannot make the sandbox (user namespaces refused, a broken
+//! install), a status the command could have exited with too. Its `--pid-file` is a FIFO
+//! in the bundle whose reader is core's ready pipe (`Launch::ready_pipe`): runsc writes
+//! the sandbox's pid there once the sandbox exists, before the command starts, so a runsc
+//! that ends without writing ran nothing, and the run is an error with what runsc said,
+//! not an outcome of 128.
+//!
 //! # What it cannot do
 //!
 //! - Tell "killed by signal N" from "exited with 128+N": runsc reports both the same
@@ -92,7 +101,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use sandbox_core::process::{run_true, HostSupport, Launch, Launcher, ProcessSandbox};
-use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
+use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{
     Capability, Enforcement, LimitMechanism, NetworkMode, Plan, Preflight, SandboxError, TreeKill,
     DEFAULT_PATH,
@@ -120,8 +129,8 @@ pub const INFO: BackendInfo = BackendInfo {
     // `runsc --rootless`.
     unprivileged: true,
     image: None,
-    make: |_| Ok(Arc::new(GvisorBackend::new())),
-    launcher: Some(|_| Arc::new(GvisorBackend::new())),
+    make: |config| Ok(Arc::new(GvisorBackend::with_config(config))),
+    launcher: Some(|config| Arc::new(GvisorBackend::with_config(config))),
     host_key: HostKey::Program("runsc"),
     leaves: None,
     host_packages: &["runsc"],
@@ -142,7 +151,14 @@ impl GvisorBackend {
     /// Find runsc and learn the host. Never fails: a host without runsc gets a backend
     /// whose preflight and runs say so, with the remedy.
     pub fn new() -> Self {
-        Self::with_facts(HostFacts::detect())
+        Self::with_config(&BackendConfig::default())
+    }
+
+    /// As [`new`](Self::new), with runsc's version taken from and kept in `config`'s fact
+    /// store, under the identity of the runsc found: a new process then starts no runsc
+    /// but the command's.
+    pub fn with_config(config: &BackendConfig) -> Self {
+        Self::with_facts(HostFacts::detect(config))
     }
 
     fn with_facts(facts: HostFacts) -> Self {
@@ -238,7 +254,15 @@ impl Launcher for GvisorBackend {
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
         let runsc = self.runsc()?.to_path_buf();
         // The whole backend on a real command: the bundle, runsc, the filter, the uid.
-        let ran = run_true(self, "gvisor-preflight", NetworkMode::None).await?;
+        let ran = match run_true(self, "gvisor-preflight", NetworkMode::None).await {
+            Ok(ran) => ran,
+            // runsc ended before the sandbox was made (core's ready pipe): what it said,
+            // with this backend's remedy rather than core's general one.
+            Err(SandboxError::Unavailable { reason, .. }) => {
+                Err(format!("did not start: {reason}"))
+            }
+            Err(e) => return Err(e),
+        };
         if let Err(how) = ran {
             return Err(SandboxError::unavailable(
                 NAME,
@@ -246,8 +270,10 @@ impl Launcher for GvisorBackend {
                 if self.facts.is_root {
                     "check that runsc works: `runsc --network=none do true`"
                 } else {
-                    "runsc --rootless needs unprivileged user namespaces \
-                     (`sysctl kernel.unprivileged_userns_clone=1`); check with \
+                    "runsc --rootless needs unprivileged user namespaces: \
+                     `user.max_user_namespaces` above 0 (`sysctl user.max_user_namespaces=15000`), \
+                     on Debian also `kernel.unprivileged_userns_clone=1`, on Ubuntu \
+                     `kernel.apparmor_restrict_unprivileged_userns=0`; check with \
                      `runsc --rootless --network=none do true`"
                 },
             ));
@@ -323,9 +349,11 @@ impl Launcher for GvisorBackend {
         };
         let b = spec::bundle(plan, layout, who, limits, &|p: &Path| p.is_dir())?;
         written.write(&b)?;
+        let (pid_file, ready) = written.ready()?;
         let args = spec::runsc_args(
             &written.state(),
             written.path(),
+            &pid_file,
             &container_id(),
             plan.network,
             rootless,
@@ -333,6 +361,16 @@ impl Launcher for GvisorBackend {
         let env = vec![("PATH".into(), DEFAULT_PATH.into())];
         let mut launch = Launch::wrapped(runsc.to_path_buf(), args, env, plan);
         launch.limits_inside = true;
+        // A runsc that cannot set the sandbox up exits 128 before the command runs: an
+        // error, not the command's 128.
+        // runsc opens its pid file once; a reader held for the whole run keeps any later
+        // open from waiting for one.
+        launch
+            .keep_alive
+            .push(Box::new(ready.try_clone().map_err(|e| {
+                SandboxError::io("duplicating the gVisor ready FIFO's reader", e)
+            })?));
+        launch.ready_pipe = Some(ready);
         // Without a cgroup: the command's processes live only in the Sentry, which is the
         // init of a pid namespace of its own, and runsc's processes die with `runsc run`
         // (parent-death signals), which core kills with its process group.
@@ -371,7 +409,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_runsc_fails_preflight_and_runs_with_the_install_remedy() {
-        let mut facts = HostFacts::detect();
+        let mut facts = HostFacts::detect(&BackendConfig::default());
         facts.runsc = Err("cannot find binary path".into());
         let b = GvisorBackend::with_facts(facts);
         let e = ProcessSandbox::new(b.clone())
@@ -396,7 +434,7 @@ mod tests {
 
     #[test]
     fn full_network_is_claimed_only_for_a_root_host() {
-        let mut facts = HostFacts::detect();
+        let mut facts = HostFacts::detect(&BackendConfig::default());
         facts.is_root = false;
         let cap = capability(&facts);
         assert_eq!(cap.network_full, Enforcement::Unsupported);

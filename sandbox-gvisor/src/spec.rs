@@ -354,10 +354,12 @@ pub(crate) fn bundle(
 }
 
 /// runsc's arguments: global options, then `run` of the bundle. `rootless` for a host
-/// that is not root.
+/// that is not root. runsc writes the sandbox's pid to `pid_file` once the sandbox is
+/// created, before the command starts (the run's ready signal, see `Written::ready`).
 pub(crate) fn runsc_args(
     state: &Path,
     bundle: &Path,
+    pid_file: &Path,
     id: &str,
     network: NetworkMode,
     rootless: bool,
@@ -390,6 +392,9 @@ pub(crate) fn runsc_args(
     let mut b = OsString::from("--bundle=");
     b.push(bundle);
     a.push(b);
+    let mut p = OsString::from("--pid-file=");
+    p.push(pid_file);
+    a.push(p);
     a.push(id.into());
     a
 }
@@ -401,7 +406,8 @@ mod tests {
 
     /// The backend's own capability, as on a root host (every network mode).
     fn cap() -> Capability {
-        let mut facts = crate::host::HostFacts::detect();
+        let mut facts =
+            crate::host::HostFacts::detect(&sandbox_core::registry::BackendConfig::default());
         facts.is_root = true;
         crate::capability(&facts)
     }
@@ -742,10 +748,17 @@ mod tests {
     #[test]
     fn network_modes_map_to_runsc() {
         let a = |n, rootless| {
-            runsc_args(Path::new("/s"), Path::new("/b"), "id", n, rootless)
-                .into_iter()
-                .map(|s| s.into_string().unwrap())
-                .collect::<Vec<_>>()
+            runsc_args(
+                Path::new("/s"),
+                Path::new("/b"),
+                Path::new("/b/ready"),
+                "id",
+                n,
+                rootless,
+            )
+            .into_iter()
+            .map(|s| s.into_string().unwrap())
+            .collect::<Vec<_>>()
         };
         assert!(a(NetworkMode::None, false).contains(&"--network=none".into()));
         assert!(a(NetworkMode::Loopback, false).contains(&"--network=none".into()));
@@ -753,7 +766,10 @@ mod tests {
         assert!(a(NetworkMode::None, true).contains(&"--rootless".into()));
         assert!(!a(NetworkMode::None, false).contains(&"--rootless".into()));
         let v = a(NetworkMode::None, false);
-        assert_eq!(&v[v.len() - 3..], ["run", "--bundle=/b", "id"]);
+        assert_eq!(
+            &v[v.len() - 4..],
+            ["run", "--bundle=/b", "--pid-file=/b/ready", "id"]
+        );
         assert_eq!(v[0], "--root=/s");
     }
 

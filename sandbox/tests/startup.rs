@@ -288,23 +288,29 @@ fn on_path(name: &str) -> Option<PathBuf> {
 }
 
 /// A program in `dir`, named as the real one it runs, until it is broken: then it fails at
-/// once, as a bwrap whose user namespaces the host has just refused would. Its identity
-/// (path, size, times, inode) never changes: the break is a flag file next to it, a change
-/// of the host that no cache key can see.
+/// once with `status`, as a bwrap whose user namespaces the host has just refused would
+/// (1), or a runsc that cannot create its sandbox (128). Its identity (path, size, times,
+/// inode) never changes: the break is a flag file next to it, a change of the host that
+/// no cache key can see.
 struct FakeProgram {
     flag: PathBuf,
 }
 
 impl FakeProgram {
     fn working(dir: &Path, real: &Path) -> Self {
+        Self::failing_with(dir, real, 1)
+    }
+
+    fn failing_with(dir: &Path, real: &Path, status: u8) -> Self {
         let flag = dir.join(format!(
             "{}.broken",
             real.file_name().unwrap().to_string_lossy()
         ));
         let script = format!(
-            "#!/bin/sh\n[ -e {} ] && exit 1\nexec {} \"$@\"\n",
-            flag.display(),
-            real.display()
+            "#!/bin/sh\n[ -e {flag} ] && {{ echo 'fake: cannot set up' >&2; exit {status}; }}\n\
+             exec {real} \"$@\"\n",
+            flag = flag.display(),
+            real = real.display()
         );
         let file = dir.join(real.file_name().unwrap());
         fs::write(&file, &script).unwrap();
@@ -408,6 +414,69 @@ fn a_backend_that_cannot_launch_is_diagnosed_125_and_nothing_runs() {
     assert!(!err.contains(&format!("selected `{picked}`")), "{err}");
     if o.status.code() == Some(0) {
         assert!(marker.exists());
+    }
+}
+
+/// Every backend that runs a host program, named (no preflight before the launch), with
+/// that program broken so that it fails at once with 128: the status a runsc that cannot
+/// create its sandbox exits with, and one the command could have exited with too. The
+/// run is 125 with the preflight's cause and remedy, never an outcome of 128, and
+/// nothing ran.
+#[test]
+fn a_named_backend_whose_program_fails_before_the_command_is_diagnosed_125() {
+    let ws = workspace();
+    let cache = tempfile::tempdir().unwrap();
+    let bin = tempfile::tempdir().unwrap();
+    let path_env = format!(
+        "{}:{}",
+        bin.path().display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let marker = ws.path().join("ran");
+    let mut checked = 0;
+    for backend in strict_host_backends() {
+        let info = sandbox::registry::compiled_in()
+            .find(|i| i.name == backend)
+            .unwrap();
+        let Some(real) = info.host_key.program().and_then(on_path) else {
+            eprintln!("skipped {backend}: it runs no host program of its own");
+            continue;
+        };
+        let fake = FakeProgram::failing_with(bin.path(), &real, 128);
+        let args = [
+            "--backend",
+            backend,
+            "--",
+            "touch",
+            marker.to_str().unwrap(),
+        ];
+        // Working, through the stand-in: the command runs.
+        let o = run(ws.path(), cache.path(), Some(&path_env), &args);
+        assert_eq!(o.status.code(), Some(0), "{backend}: {}", text(&o.stderr));
+        assert!(marker.exists(), "{backend}: the command ran");
+        fs::remove_file(&marker).unwrap();
+
+        fake.break_it();
+        let o = run(ws.path(), cache.path(), Some(&path_env), &args);
+        let err = text(&o.stderr);
+        assert!(
+            err.contains(&format!(
+                "backend `{backend}` named: launching without a preflight"
+            )),
+            "{err}"
+        );
+        assert_eq!(o.status.code(), Some(125), "{backend}: {err}");
+        assert!(err.contains("running its preflight"), "{backend}: {err}");
+        assert!(
+            err.contains(&format!("backend `{backend}` cannot run here"))
+                && err.contains("remedy:"),
+            "{backend}: the preflight's cause and remedy: {err}"
+        );
+        assert!(!marker.exists(), "{backend}: nothing ran");
+        checked += 1;
+    }
+    if checked == 0 {
+        eprintln!("skipped: no backend runs a host program on strict here");
     }
 }
 

@@ -81,7 +81,8 @@ pub struct Launch {
     /// launcher's own status is used.
     pub exit_status_pipe: Option<OwnedFd>,
     /// The read end of a pipe on which the backend's own helper inside the sandbox writes
-    /// one byte once the sandbox is set up, just before it starts the command. For
+    /// one byte once the sandbox is set up, just before it starts the command (or the
+    /// launcher itself, once the sandbox exists: runsc's pid file, a FIFO). For
     /// launchers such as bwrap that exit with a status of their own when they cannot set
     /// the sandbox up: a launcher that ends without that byte ran nothing, and `run`
     /// returns [`SandboxError::Unavailable`] with what it printed instead of an outcome

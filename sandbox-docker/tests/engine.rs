@@ -510,14 +510,16 @@ async fn network_modes_give_the_interfaces_asked_and_never_the_hosts_loopback() 
         assert_eq!(host.accepted(), 0, "{mode}: the host saw a connection");
         assert!(!o.policy.can_reach_network());
     }
-    // Loopback: the command serves and connects on its own 127.0.0.1 (retried: the server
-    // may not listen yet under load).
+    // Loopback: the command serves and connects on its own 127.0.0.1. Each attempt is a
+    // server (bounded by `timeout`) and a client, retried until the server has the line:
+    // under load the server may not listen yet when the client connects.
     let mut opts = SandboxOpts::new(
         &ws,
-        sh("busybox nc -l -p 9123 > /tmp/got & \
-            for i in 1 2 3 4 5 6 7 8 9 10; do \
-              echo ping | busybox nc -w 3 127.0.0.1 9123 && break; busybox sleep 0.5; \
-            done; wait; busybox cat /tmp/got"),
+        sh("for i in 1 2 3 4 5 6 7 8 9 10; do \
+              busybox timeout 5 busybox nc -l -p 9123 >> /tmp/got & srv=$!; \
+              busybox sleep 0.3; echo ping | busybox nc -w 3 127.0.0.1 9123; \
+              wait $srv; busybox grep -q ping /tmp/got && break; \
+            done; busybox cat /tmp/got"),
     );
     opts.network = NetworkMode::Loopback;
     let o = run(&b, opts).await;

@@ -24,9 +24,39 @@ pub fn landlock_abi() -> io::Result<u32> {
     }
 }
 
+/// Whether the running kernel's release is at least `major.minor`, from
+/// `/proc/sys/kernel/osrelease` (a release it cannot read or parse is not). For a feature
+/// every kernel from a release on has unconditionally, so that asking needs no probe.
+pub fn release_at_least(major: u32, minor: u32) -> bool {
+    std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .ok()
+        .and_then(|r| parse_release(&r))
+        .is_some_and(|v| v >= (major, minor))
+}
+
+/// `6.18.44-fc-v1045` → `(6, 18)`.
+fn parse_release(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.trim().split(['.', '-', '+']);
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn releases_parse_to_major_and_minor() {
+        assert_eq!(parse_release("6.18.44-fc-v1045\n"), Some((6, 18)));
+        assert_eq!(parse_release("5.14.0-362.el9.x86_64"), Some((5, 14)));
+        assert_eq!(parse_release("6.1-rc3"), Some((6, 1)));
+        assert_eq!(parse_release("6"), None);
+        assert_eq!(parse_release("x.y"), None);
+        // The running kernel is the one this was built for, well past 3.0.
+        assert!(release_at_least(3, 0));
+        assert!(!release_at_least(u32::MAX, 0));
+    }
 
     #[test]
     fn the_abi_is_positive_or_the_kernel_says_why_not() {

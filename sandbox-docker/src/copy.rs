@@ -11,12 +11,13 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::StreamExt;
 use sandbox_core::{Plan, SandboxError};
+use tokio_util::io::{StreamReader, SyncIoBridge};
 
 use crate::error::DockerError;
 use crate::handover::{nested_in, Handover, Identity, Via};
 use crate::prepare::owner_of;
 use crate::spec;
-use crate::transfer::{self, ChannelReader, ChannelWriter, Upload, WriteBack};
+use crate::transfer::{self, ChannelWriter, Upload, WriteBack};
 
 /// Uploads and downloads of a large workspace take longer than the client's default
 /// request timeout.
@@ -131,9 +132,14 @@ pub(crate) async fn write_back(
     let uploaded = uploaded.clone();
     // New files belong to the tree's owner, as they would after a bind-mounted run.
     let chown_new = owner_of(&h.path);
+    // The chunks as one blocking `Read`, for the archive's reader on its own thread.
+    let chunks = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    });
+    let archive = SyncIoBridge::new(StreamReader::new(Box::pin(chunks)));
     let apply = tokio::task::spawn_blocking(move || {
         transfer::apply_archive(
-            ChannelReader::new(rx),
+            archive,
             &WriteBack {
                 root: &root,
                 uploaded: &uploaded,

@@ -135,7 +135,8 @@
 //! # Dependencies
 //!
 //! `bollard` (the Engine API over the unix socket or TCP), `tar` (archives for images and
-//! copy mode), `tokio`, `futures-util` and `bytes` (streams of the API), `serde_json`
+//! copy mode), `tokio`, `futures-util` and `bytes` (streams of the API), `tokio-util`
+//! (the engine's archive stream read as a blocking `Read` by the write-back), `serde_json`
 //! (the seccomp profile, and the container body read field by field for the `docker run`
 //! baseline), `nix` and `libc` (uids, random run names, the idmapped mount's
 //! system calls), `thiserror` (the backend's error), `tempfile` (the preflight's scratch

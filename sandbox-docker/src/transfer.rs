@@ -452,39 +452,6 @@ impl Write for ChannelWriter {
     }
 }
 
-/// A `Read` over chunks an async producer sends: the engine's archive is applied on a
-/// blocking thread while it streams in.
-#[derive(Debug)]
-pub(crate) struct ChannelReader {
-    rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, io::Error>>,
-    cur: bytes::Bytes,
-}
-
-impl ChannelReader {
-    /// A reader over `rx`.
-    pub(crate) fn new(rx: tokio::sync::mpsc::Receiver<Result<bytes::Bytes, io::Error>>) -> Self {
-        Self {
-            rx,
-            cur: bytes::Bytes::new(),
-        }
-    }
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        while self.cur.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(Ok(b)) => self.cur = b,
-                Some(Err(e)) => return Err(e),
-                None => return Ok(0),
-            }
-        }
-        let n = out.len().min(self.cur.len());
-        out[..n].copy_from_slice(&self.cur.split_to(n));
-        Ok(n)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,7 +86,7 @@
 //! `sandbox-core` (everything shared: the process machinery, the mount table, idmapped
 //! mounts), `async-trait` (the launcher trait), `serde_json` (the OCI spec), `tempfile`
 //! (the bundle and runsc's state, per run), `thiserror` (the backend's error), `which`
-//! (finding runsc), `nix` (the host's uid), `libc` (mode and open-flag constants for the
+//! (finding runsc), `nix` (the host's uid, the ready FIFO), `libc` (mode and open-flag constants for the
 //! filter), `tokio` (the preflight's run), `tracing` (a staging mount that would not go).
 
 mod bundle;

@@ -22,6 +22,9 @@ pub struct Budget {
     pub startup_idle: Rounds,
     /// The same for container backends.
     pub startup_idle_slow: Rounds,
+    /// Start-up back to back with the bench holding a large written buffer (process
+    /// backends only).
+    pub large_host: Rounds,
     /// Start-up through the `sandbox` command, and for container backends: a whole
     /// process per run costs far more than a library call, so fewer runs.
     pub cli: Rounds,
@@ -104,6 +107,11 @@ impl Budget {
                 runs: 10,
                 idle: IDLE,
             },
+            large_host: Rounds {
+                warmup: 5,
+                runs: 60,
+                idle: Duration::ZERO,
+            },
             cli: Rounds {
                 warmup: 3,
                 runs: 50,
@@ -155,6 +163,11 @@ impl Budget {
                 warmup: 0,
                 runs: 2,
                 idle: IDLE,
+            },
+            large_host: Rounds {
+                warmup: 0,
+                runs: 3,
+                idle: Duration::ZERO,
             },
             cli: Rounds {
                 warmup: 0,

@@ -157,7 +157,9 @@ fn notes(budget: &Budget) -> Vec<String> {
              (untimed), \
              because a command that follows a quiet spell can pay costs back-to-back runs \
              hide. Bare spawn = `tokio::process::Command` of `/bin/true` with its outputs \
-             piped and read.",
+             piped and read. Then, for process backends, {} + {} back to back with this \
+             process holding 256 MiB it has written (a large host), against the bare spawn \
+             in the same state: a spawn that copies the host pays for its size.",
             budget.startup.warmup,
             budget.startup.runs,
             budget.startup_slow.warmup,
@@ -166,7 +168,9 @@ fn notes(budget: &Budget) -> Vec<String> {
             budget.startup_idle.runs,
             budget.startup_idle_slow.warmup,
             budget.startup_idle_slow.runs,
-            budget.startup_idle.idle.as_millis()
+            budget.startup_idle.idle.as_millis(),
+            budget.large_host.warmup,
+            budget.large_host.runs,
         ),
         "Direct, for a process backend = the exact launch the backend prepares for the same \
          options (its program, argv, environment, working directory, the descriptors it \

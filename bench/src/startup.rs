@@ -228,5 +228,59 @@ pub async fn measure(
             }
         }
     }
+    if !s.slow {
+        rows.extend(large_host(s, &probes, fast_index, budget).await?);
+    }
     Ok(rows)
 }
+
+/// What the host process's own size costs at start-up: an agent embedding the library
+/// holds hundreds of MiB, and a spawn that copies the host (a fork: page tables, then a
+/// fault on every page either side writes) pays for all of it on every command, where a
+/// bare spawn (vfork-like) pays nothing. The same probes, back to back, with this process
+/// holding [`LARGE_HOST`] it has written; the ratio is against the bare spawn in that
+/// state, to read beside the back-to-back row's.
+async fn large_host(
+    s: &Subject,
+    probes: &[Probe<'_>],
+    fast_index: Option<usize>,
+    budget: &Budget,
+) -> Result<Vec<Row>, BenchError> {
+    let rounds = budget.large_host;
+    // Written, so every page is resident and mapped: what a fork would copy.
+    let ballast = vec![1u8; LARGE_HOST];
+    let samples = interleaved(probes, rounds).await;
+    drop(std::hint::black_box(ballast));
+    let samples = samples?;
+    let (bare, ours) = (&samples[0], &samples[1]);
+    let mb = LARGE_HOST >> 20;
+    let mut rows = vec![row(
+        s,
+        format!(
+            "start-up of `/bin/true` to outcome (lane {}) with this process holding {mb} MiB \
+             it has written (a large host, as an agent is), back to back, {} runs",
+            s.lane,
+            ours.len()
+        ),
+        ours,
+        bare,
+        "bare spawn (tokio::process) from the same process",
+        None,
+        budget.quick,
+    )];
+    if let Some(fast) = fast_index.and_then(|i| samples.get(i)) {
+        rows.push(row(
+            s,
+            format!("the same on `fast`, with this process holding {mb} MiB"),
+            fast,
+            bare,
+            "bare spawn (tokio::process) from the same process",
+            None,
+            budget.quick,
+        ));
+    }
+    Ok(rows)
+}
+
+/// The large host's written memory.
+const LARGE_HOST: usize = 256 << 20;

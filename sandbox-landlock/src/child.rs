@@ -30,6 +30,13 @@
 //! - `landlock_restrict_self` (through `syscall`);
 //! - `seccomp` (through `syscall`, in [`crate::filter`] and core's shared filter).
 //!
+//! Core may also make the child without copying the host (`CLONE_VM | CLONE_VFORK`): it
+//! then runs in the host's memory until its exec, beside the host's other threads. The
+//! steps are fit for that too: they write nothing but locals on their own stack, and none
+//! waits for the host. The one exception is [`PidInit`]'s waiter, which stays behind as the
+//! spawned process for the whole run: [`Namespaces`] says so
+//! (`PreExec::waits_for_the_command`), and core forks instead for a pid namespace.
+//!
 //! Errors are built with [`io::Error::last_os_error`] or [`io::Error::from_raw_os_error`],
 //! which store the number inline: no allocation. Nothing allocated is dropped in the child.
 //!
@@ -375,6 +382,11 @@ unsafe impl PreExec for Namespaces {
             }
         }
         Ok(())
+    }
+
+    /// The pid namespace's waiter is the spawned process itself (see [`PidInit`]).
+    fn waits_for_the_command(&self) -> bool {
+        self.pid.is_some()
     }
 }
 

@@ -28,12 +28,28 @@ use super::sys;
 /// lock (or any other) at the moment of the fork, and the child would deadlock on it. An
 /// implementation must therefore make only system calls on data prepared before the fork:
 /// no allocation (no `format!`, no `io::Error::other`; `last_os_error` and
-/// `from_raw_os_error` do not allocate), no locks, no `Drop` of anything that frees. The
-/// trait is `unsafe` to implement so that every implementation says, in a `SAFETY`
+/// `from_raw_os_error` do not allocate), no locks, no `Drop` of anything that frees.
+///
+/// The child may also share the host's memory until it execs (core's vfork-like spawn,
+/// `sys::clone3_vm`), with the host's other threads running: a step writes no memory but
+/// locals on its own stack, and it returns (or fails) without waiting for the thread that
+/// spawned it, which is suspended until the exec. A step that instead keeps the spawned
+/// process alive as a waiter says so in [`PreExec::waits_for_the_command`].
+///
+/// The trait is `unsafe` to implement so that every implementation says, in a `SAFETY`
 /// comment, why it keeps to this.
 pub unsafe trait PreExec: Send + Sync + 'static {
     /// Run in the child. An error aborts the spawn; the command never runs.
     fn pre_exec(&self) -> io::Result<()>;
+
+    /// Whether the process core spawned stays behind, never reaching `execve` itself, while
+    /// the command runs in a process this step forks (a pid namespace's waiter and init).
+    /// Core then spawns by a copy of the host's memory (a fork) rather than sharing it, so
+    /// that the host's spawning thread is not held for the whole run and the waiter has a
+    /// memory of its own to live in.
+    fn waits_for_the_command(&self) -> bool {
+        false
+    }
 }
 
 /// `write(2)` the whole of `data` to `path` (opened write-only, not created), then close it:

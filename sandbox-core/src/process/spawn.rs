@@ -1,5 +1,14 @@
 //! Core's own spawn for process backends: the child is born into the run's cgroup v2
-//! (`clone3` with `CLONE_INTO_CGROUP`), with a pidfd that core waits on and kills through.
+//! (`clone3` with `CLONE_INTO_CGROUP`), with a pidfd that core waits on and kills through,
+//! and it shares the host's memory until its exec (`CLONE_VM | CLONE_VFORK`, as glibc's
+//! `posix_spawn`) unless a backend's step keeps the spawned process as a waiter.
+//!
+//! Why share the memory: a fork copies the page tables of the whole host and then both
+//! sides fault on every page either one writes. For a host holding a few hundred MiB that
+//! costs more than the sandboxed start itself (about 10 ms for 200 MiB on the development
+//! machine, against 0.1 ms for a small process), and an agent is such a host. Sharing costs
+//! the same whatever the host's size; the price is the child's rule (`sys::clone3_vm`):
+//! it writes nothing but its own stack.
 //!
 //! Why not `std::process::Command`: moving a process into a cgroup after the fork (a write
 //! to `cgroup.procs`) takes the cgroup core's threadgroup lock for writing, which waits for
@@ -160,11 +169,8 @@ fn cloned(
     ];
     let report = report_w.as_raw_fd();
 
-    // SAFETY: the child runs `exec_child` only, which keeps to `sys`'s rule on data made
-    // above, and never returns.
-    let (pid, pidfd) = match unsafe { sys::clone3(cgroup.map(|c| c.as_fd())) } {
-        Ok(sys::Cloned::Child) => unsafe { exec_child(stdio, exec, setup, report) },
-        Ok(sys::Cloned::Parent { pid, pidfd }) => (pid, pidfd),
+    let (pid, pidfd) = match clone_child(stdio, exec, setup, report, cgroup.map(|c| c.as_fd())) {
+        Ok(child) => child,
         Err(e) if refused(&e) => return Ok(Err(e)),
         Err(e) => return Err(e),
     };
@@ -201,6 +207,69 @@ fn cloned(
         stderr,
         fallback: None,
     }))
+}
+
+/// What a vfork-like child reads, on the stack of the thread that spawns it.
+#[cfg(target_arch = "x86_64")]
+struct VmChild<'a> {
+    stdio: [libc::c_int; 3],
+    exec: &'a Exec,
+    setup: &'a ChildSetup,
+    report: libc::c_int,
+}
+
+/// The first Rust code of a vfork-like child (see [`sys::clone3_vm`]).
+///
+/// # Safety
+///
+/// Only as `clone3_vm`'s entry, with `arg` a [`VmChild`] that outlives the child's time in
+/// the host's memory.
+#[cfg(target_arch = "x86_64")]
+unsafe extern "C" fn vm_child(arg: *mut libc::c_void) -> ! {
+    // SAFETY: `arg` is the `VmChild` on the stack of the thread `clone3_vm` holds until
+    // this process execs or exits; it is only read.
+    let c = unsafe { &*arg.cast::<VmChild<'_>>() };
+    // SAFETY: `exec_child` writes only its own stack and ends in `execve` or `_exit`; the
+    // backend's steps promise the same (`PreExec`'s contract), and none of them waits for
+    // the command here (checked by the caller).
+    unsafe { exec_child(c.stdio, c.exec, c.setup, c.report) }
+}
+
+/// Make the child: sharing the host's memory until its exec where every step allows it
+/// (nothing copied, so the cost does not grow with the host's size), else a copy of it.
+/// A refusal of the shared kind falls back to the copy before anything else.
+fn clone_child(
+    stdio: [libc::c_int; 3],
+    exec: &Exec,
+    setup: &ChildSetup,
+    report: libc::c_int,
+    cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+) -> io::Result<(libc::pid_t, OwnedFd)> {
+    #[cfg(target_arch = "x86_64")]
+    if !setup.steps.iter().any(|s| s.waits_for_the_command()) {
+        let stack = sys::ChildStack::new()?;
+        let mut arg = VmChild {
+            stdio,
+            exec,
+            setup,
+            report,
+        };
+        // SAFETY: `vm_child` keeps to `clone3_vm`'s contract (its doc), and `arg` lives on
+        // this frame, which stays put while the child runs in this memory.
+        let r =
+            unsafe { sys::clone3_vm(cgroup, &stack, vm_child, std::ptr::addr_of_mut!(arg).cast()) };
+        match r {
+            Err(e) if refused(&e) => {}
+            r => return r,
+        }
+    }
+    // SAFETY: the child runs `exec_child` only, which keeps to `sys`'s rule on data made
+    // above, and never returns.
+    match unsafe { sys::clone3(cgroup) } {
+        Ok(sys::Cloned::Child) => unsafe { exec_child(stdio, exec, setup, report) },
+        Ok(sys::Cloned::Parent { pid, pidfd }) => Ok((pid, pidfd)),
+        Err(e) => Err(e),
+    }
 }
 
 /// Whether `clone3` failing with `e` means "not here" rather than "cannot now": resource
@@ -437,6 +506,33 @@ mod tests {
             if let Some(p) = &self.program {
                 l.program = p.clone();
             }
+            Ok(l)
+        }
+    }
+
+    /// [`Direct`] with one step between fork and exec, made by the function.
+    struct Stepped<F>(F);
+
+    impl<F> std::fmt::Debug for Stepped<F> {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Stepped")
+        }
+    }
+
+    #[async_trait]
+    impl<F: Fn() -> Box<dyn PreExec> + Send + Sync + 'static> Launcher for Stepped<F> {
+        fn name(&self) -> &'static str {
+            "spawn-test"
+        }
+        fn capability(&self) -> Capability {
+            Direct::default().capability()
+        }
+        async fn preflight(&self) -> Result<Preflight, SandboxError> {
+            Ok(Preflight::new("spawn-test", None, Vec::new()))
+        }
+        fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
+            let mut l = Launch::direct(plan);
+            l.pre_exec.push((self.0)());
             Ok(l)
         }
     }
@@ -691,6 +787,63 @@ mod tests {
 
     /// A step that fails between clone and exec fails the spawn with its errno, and the
     /// command does not run.
+    /// The spawn shares the host's memory with the child until its exec (nothing copied),
+    /// unless a step keeps the spawned process as a waiter: seen from the host, a write the
+    /// child makes to a static lands in the host's memory only in the first case. The
+    /// write breaks `PreExec`'s contract on purpose, to observe which kind of child ran.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_child_shares_the_hosts_memory_until_exec_unless_a_step_waits() {
+        use std::sync::atomic::{AtomicI32, Ordering};
+        static SEEN: [AtomicI32; 2] = [AtomicI32::new(0), AtomicI32::new(0)];
+        struct Mark(usize);
+        // SAFETY: `getpid` and an atomic store; the store is the test's observation.
+        unsafe impl PreExec for Mark {
+            fn pre_exec(&self) -> io::Result<()> {
+                // SAFETY: a system call with no arguments.
+                SEEN[self.0].store(unsafe { libc::getpid() }, Ordering::SeqCst);
+                Ok(())
+            }
+            fn waits_for_the_command(&self) -> bool {
+                self.0 == 1
+            }
+        }
+        if !Direct::default().capability().tree_kill {
+            eprintln!("skipped: no cgroup here, so no run starts at all");
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        for which in [0, 1] {
+            let sb = ProcessSandbox::new(Stepped(move || -> Box<dyn PreExec> {
+                Box::new(Mark(which))
+            }));
+            sb.run(opts(ws.path(), &["/bin/true"])).await.unwrap();
+            let out = sb.wait().await.unwrap();
+            assert!(out.status.success(), "{out:?}");
+            assert_eq!(
+                out.policy
+                    .notes
+                    .iter()
+                    .filter(|n| n.contains("fork"))
+                    .count(),
+                0
+            );
+        }
+        let shared = SEEN[0].load(Ordering::SeqCst);
+        if cfg!(target_arch = "x86_64") {
+            assert!(
+                shared > 0 && shared != std::process::id() as i32,
+                "the child's write did not reach the host: {shared}"
+            );
+        } else {
+            assert_eq!(shared, 0, "no shared spawn on this architecture");
+        }
+        assert_eq!(
+            SEEN[1].load(Ordering::SeqCst),
+            0,
+            "a waiting step's child wrote into the host's memory"
+        );
+    }
+
     #[tokio::test]
     async fn a_failing_step_fails_the_spawn_with_its_errno() {
         struct Refuse;
@@ -700,25 +853,6 @@ mod tests {
                 Err(io::Error::from_raw_os_error(libc::EXDEV))
             }
         }
-        #[derive(Debug)]
-        struct Refusing;
-        #[async_trait]
-        impl Launcher for Refusing {
-            fn name(&self) -> &'static str {
-                "spawn-test"
-            }
-            fn capability(&self) -> Capability {
-                Direct::default().capability()
-            }
-            async fn preflight(&self) -> Result<Preflight, SandboxError> {
-                Ok(Preflight::new("spawn-test", None, Vec::new()))
-            }
-            fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
-                let mut l = Launch::direct(plan);
-                l.pre_exec.push(Box::new(Refuse));
-                Ok(l)
-            }
-        }
         if !Direct::default().capability().tree_kill {
             eprintln!("skipped: no cgroup here, so no run starts at all");
             return;
@@ -726,7 +860,7 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         let marker = ws.path().join("ran");
         for fork in [false, true] {
-            let sb = ProcessSandbox::new(Refusing);
+            let sb = ProcessSandbox::new(Stepped(|| -> Box<dyn PreExec> { Box::new(Refuse) }));
             let cmd = format!("touch {}", marker.display());
             let r = with(fork, sb.run(opts(ws.path(), &["/bin/sh", "-c", &cmd]))).await;
             match r {

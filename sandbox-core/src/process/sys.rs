@@ -13,6 +13,10 @@
 //! atfork handlers and the allocator's locks) nor its `setuid` family (use [`become`]:
 //! glibc signals every thread it knows of to change credentials, waiting on the thread
 //! list's lock). std's own `clone3` path (`CommandExt::create_pidfd`) has the same rule.
+//!
+//! A child of [`clone3_vm`] is not even a copy: it runs in the host's memory, beside the
+//! host's other threads, until it execs. On top of the rule above it writes nothing but
+//! its own stack (everything else it would write, the host would see).
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -74,6 +78,131 @@ pub(super) unsafe fn clone3(cgroup: Option<BorrowedFd<'_>>) -> io::Result<Cloned
             pidfd: unsafe { OwnedFd::from_raw_fd(pidfd) },
         }),
     }
+}
+
+/// The stack a child of [`clone3_vm`] runs on until its exec: the child shares the
+/// caller's memory, so it cannot use the caller's stack. Mapped for each spawn (only the
+/// pages the child touches are ever made), with an unmapped guard page below it so that
+/// an overflow kills the child instead of writing into the host's memory.
+pub(super) struct ChildStack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+impl ChildStack {
+    /// 1 MiB: a debug build's steps between clone and exec use a few tens of KiB.
+    const SIZE: usize = 1 << 20;
+    const GUARD: usize = 4096;
+
+    pub(super) fn new() -> io::Result<Self> {
+        let len = Self::SIZE + Self::GUARD;
+        // SAFETY: a fresh private anonymous mapping, not aliased by anything; the guard
+        // page is inside it.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
+                -1,
+                0,
+            );
+            if base == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            let stack = Self { base, len };
+            if libc::mprotect(base, Self::GUARD, libc::PROT_NONE) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(stack)
+        }
+    }
+}
+
+impl Drop for ChildStack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`; by the time it drops, the child that ran on it
+        // has exec'd or exited (`CLONE_VFORK` held the caller until then).
+        unsafe { libc::munmap(self.base, self.len) };
+    }
+}
+
+/// `clone3` like glibc's `posix_spawn`: the child shares this process's memory
+/// (`CLONE_VM`) and the calling thread is suspended until the child execs or exits
+/// (`CLONE_VFORK`), so nothing is copied: a fork copies the page tables of the whole host
+/// and both sides then fault on every page either writes, which for a host holding a few
+/// hundred MiB costs more than the whole sandboxed start. Otherwise as [`clone3`]: a pidfd,
+/// `SIGCHLD` at exit, handlers cleared, born into `cgroup`. The child runs `entry(arg)` on
+/// `stack` and never returns; the caller returns only once the child has left this memory.
+///
+/// Only on x86_64, where the child's first instructions are written here: it must call
+/// `entry` on the new stack before touching any memory, which no Rust function returning
+/// from the system call in two processes at once can promise. Elsewhere, [`clone3`].
+///
+/// # Safety
+///
+/// `entry` keeps to the module's rule and more: until its `execve` or `_exit` it writes
+/// no memory but its own stack's, since every write lands in the host (the other threads
+/// of the host keep running); it must reach `execve` or `_exit` without waiting for the
+/// caller, which is suspended. `arg` stays valid for that whole time (it may point into
+/// the caller's stack: the caller is suspended). It must not panic either: the child runs
+/// with the spawning thread's thread-local storage, so std's panic count would stay raised
+/// in that thread after the child `_exit`s (and its next `MutexGuard` drop would poison).
+#[cfg(target_arch = "x86_64")]
+pub(super) unsafe fn clone3_vm(
+    cgroup: Option<BorrowedFd<'_>>,
+    stack: &ChildStack,
+    entry: unsafe extern "C" fn(*mut libc::c_void) -> !,
+    arg: *mut libc::c_void,
+) -> io::Result<(libc::pid_t, OwnedFd)> {
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: `clone_args` is plain integers; all zero is "no such field".
+    let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
+    args.flags =
+        (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64 | CLONE_CLEAR_SIGHAND;
+    args.pidfd = std::ptr::addr_of_mut!(pidfd) as u64;
+    args.exit_signal = libc::SIGCHLD as u64;
+    // The kernel starts the child with its stack pointer at `stack + stack_size`, 16-byte
+    // aligned since the mapping is page-aligned and its length a multiple of pages.
+    // SAFETY: inside the mapping.
+    args.stack = unsafe { stack.base.add(ChildStack::GUARD) } as u64;
+    args.stack_size = ChildStack::SIZE as u64;
+    if let Some(fd) = cgroup {
+        args.flags |= CLONE_INTO_CGROUP;
+        args.cgroup = fd.as_raw_fd() as u64;
+    }
+    let ret: isize;
+    // SAFETY: a valid `clone_args` of the size passed. In the caller, `syscall` changes
+    // only `rax` (the result), `rcx` and `r11`, all declared. The child starts after the
+    // `syscall` with `rax` 0, every other register as the caller had it and `rsp` at the top
+    // of `stack`: it clears the frame pointer (no frame above it to walk into) and calls
+    // `entry(arg)` from `r12`/`r13`, which a system call preserves, touching nothing on the
+    // caller's stack; `entry` never returns (`ud2` if it did).
+    unsafe {
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "xor ebp, ebp",
+            "mov rdi, r13",
+            "call r12",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 as isize => ret,
+            in("rdi") std::ptr::addr_of_mut!(args),
+            in("rsi") std::mem::size_of::<libc::clone_args>(),
+            in("r12") entry,
+            in("r13") arg,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+    }
+    if ret < 0 {
+        return Err(io::Error::from_raw_os_error(-ret as i32));
+    }
+    // SAFETY: the kernel stored a new descriptor (close-on-exec, ours) there.
+    Ok((ret as libc::pid_t, unsafe { OwnedFd::from_raw_fd(pidfd) }))
 }
 
 /// `fork` for a step between core's `clone3` and `execve` (a pid namespace's init, a

@@ -785,8 +785,6 @@ mod tests {
             .is_not_found());
     }
 
-    /// A step that fails between clone and exec fails the spawn with its errno, and the
-    /// command does not run.
     /// The spawn shares the host's memory with the child until its exec (nothing copied),
     /// unless a step keeps the spawned process as a waiter: seen from the host, a write the
     /// child makes to a static lands in the host's memory only in the first case. The
@@ -844,6 +842,8 @@ mod tests {
         );
     }
 
+    /// A step that fails between clone and exec fails the spawn with its errno, and the
+    /// command does not run.
     #[tokio::test]
     async fn a_failing_step_fails_the_spawn_with_its_errno() {
         struct Refuse;

@@ -84,11 +84,13 @@ pub(super) unsafe fn clone3(cgroup: Option<BorrowedFd<'_>>) -> io::Result<Cloned
 /// caller's memory, so it cannot use the caller's stack. Mapped for each spawn (only the
 /// pages the child touches are ever made), with an unmapped guard page below it so that
 /// an overflow kills the child instead of writing into the host's memory.
+#[cfg(target_arch = "x86_64")]
 pub(super) struct ChildStack {
     base: *mut libc::c_void,
     len: usize,
 }
 
+#[cfg(target_arch = "x86_64")]
 impl ChildStack {
     /// 1 MiB: a debug build's steps between clone and exec use a few tens of KiB.
     const SIZE: usize = 1 << 20;
@@ -119,6 +121,7 @@ impl ChildStack {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 impl Drop for ChildStack {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `new`; by the time it drops, the child that ran on it

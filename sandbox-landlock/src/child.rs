@@ -15,13 +15,13 @@
 //!   `open_tree`, `mount_setattr`, `move_mount`, `chdir` (read-only carve-outs), `socket`,
 //!   `ioctl` (the loopback);
 //! - `fsopen`, `fsconfig`, `fsmount`, `openat` (the tmpfs behind [`ProcMask`]);
-//! - `sigaction`, `sigprocmask`, `pipe2`, `fork` (the raw call,
-//!   [`sandbox_core::process::fork_raw`]: core may have made this process by a raw `clone3`
-//!   that glibc knows nothing of, and glibc's `fork` would take the allocator's locks),
-//!   `poll`, `read`, `waitpid`, `dup2`,
-//!   `close_range`, `kill`, `setrlimit`, `_exit` (the pid namespace's init and waiter,
-//!   [`PidInit`]: both are forks that never exec and never return into the caller's
-//!   code, so they too make nothing but these calls);
+//! - `sigaction`, `sigprocmask`, `pipe2`, `clone` (the raw call,
+//!   [`sandbox_core::process::clone_stepping_aside`]: core may have made this process by a
+//!   raw `clone3` that glibc knows nothing of, and glibc's `fork` would take the
+//!   allocator's locks), `poll`, `read`, `waitpid`, `close_range`, `kill`, `setrlimit`,
+//!   `_exit` (the pid namespace's init and waiter, [`PidInit`]: both never exec, and once
+//!   they step aside never return into the caller's code, so they too make nothing but
+//!   these calls);
 //! - `landlock_add_rule` (the private `/proc`, [`RestrictSelf`]);
 //! - `prctl` (bounding set, ambient set, securebits, `no_new_privs`), `capset`, `capget`,
 //!   `setgroups`, `setresgid`, `setresuid` (a root host's command leaving uid 0; the raw
@@ -35,7 +35,8 @@
 //! steps are fit for that too: they write nothing but locals on their own stack, and none
 //! waits for the host. The one exception is [`PidInit`]'s waiter, which stays behind as the
 //! spawned process for the whole run: [`Namespaces`] says so
-//! (`PreExec::waits_for_the_command`), and core forks instead for a pid namespace.
+//! (`PreExec::waits_for_the_command`), and core copies the host once for a pid namespace;
+//! the init and the command then share the waiter's copy.
 //!
 //! Errors are built with [`io::Error::last_os_error`] or [`io::Error::from_raw_os_error`],
 //! which store the number inline: no allocation. Nothing allocated is dropped in the child.
@@ -60,10 +61,10 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::sync::Arc;
 
-use sandbox_core::process::{raw_write_file, PreExec};
+use sandbox_core::process::{raw_write_file, Aside, AsideArgs, AsideStack, PreExec};
 
 fn check(r: libc::c_int) -> io::Result<()> {
     if r < 0 {
@@ -656,18 +657,17 @@ impl ArgArea {
 
 /// What the init of a pid namespace tells the waiter, over a pipe: 8 bytes, a tag and a
 /// value (a write this small to a pipe is atomic).
-const MSG_FAILED: i32 = 1; // the init's set-up failed; value: errno
-const MSG_STARTED: i32 = 2; // the command's process exists; value: 0
+const MSG_STARTED: i32 = 2; // the command has exec'd (or failed, and said so to core)
 const MSG_STATUS: i32 = 3; // the command ended; value: its raw wait status
 
-/// The command's own pid namespace, made without a helper binary.
+/// The command's own pid namespace, made without a helper binary and without a copy of
+/// the host's memory per process.
 ///
 /// `unshare(CLONE_NEWPID)` (in [`Namespaces`]) puts the *children* of the caller in the
 /// new namespace, and its first child is the namespace's pid 1. Pid 1 is special: the
 /// kernel drops every signal it sends itself (or any process of its namespace sends it)
 /// that it has no handler for, SIGKILL included, so a command that was pid 1 would
-/// survive `kill -TERM $$` and report nothing. So three processes, all forks of the one
-/// core spawned:
+/// survive `kill -TERM $$` and report nothing. So three processes:
 ///
 /// - the **waiter**, in the host's pid namespace (the process core spawned and waits
 ///   for): it waits for the init and then ends exactly as the command did: `_exit` with
@@ -676,7 +676,7 @@ const MSG_STATUS: i32 = 3; // the command ended; value: its raw wait status
 ///   before, so nothing in core changes. Chosen over a status pipe read by core because
 ///   the spawned process's own status stays the truth for every reader.
 /// - the **init**, pid 1: mounts the private `/proc` (only a process inside the
-///   namespace can: proc shows the pid namespace of whoever mounts it), forks the
+///   namespace can: proc shows the pid namespace of whoever mounts it), makes the
 ///   command, reaps every orphan that the command leaves behind, and reports the
 ///   command's exact wait status to the waiter the moment it ends. Then it exits, and
 ///   the kernel kills whatever is left in the namespace. It is never confined (it
@@ -685,29 +685,44 @@ const MSG_STATUS: i32 = 3; // the command ended; value: its raw wait status
 /// - the **command**, pid 2: returns from this step into the rest of the set-up
 ///   (capabilities, landlock, seccomp) and execs.
 ///
+/// Core copies the host once, for the waiter (it lives for the whole run); the init and
+/// the command share the waiter's memory
+/// ([`sandbox_core::process::clone_stepping_aside`]). Each process that stays behind
+/// steps onto a stack of its own and leaves the one holding the caller's frames to the
+/// process it made: the waiter to the init, the init (suspended until the command's exec)
+/// to the command. Three forks of a host holding 256 MiB cost about 60 ms a command.
+/// Because the memory is shared, what stays behind (the waiter's and the init's code once
+/// they have stepped aside) makes rustix's raw calls only, which write neither `errno`
+/// nor glibc's cancellation state in the thread-local storage they share with whichever
+/// process is running glibc's code, and the command does not touch the memory's
+/// `dumpable` flag (which would make the init and the waiter dumpable too); its exec sets
+/// that for the command.
+///
 /// The waiter and the init close every descriptor but stdio and their pipe once the
-/// command exists, so the host's spawn sees the exec (its close-on-exec error pipe is
-/// then held by the command alone). A set-up failure of the init is returned by the
-/// waiter, so the spawn fails with it and nothing runs.
+/// command has exec'd, so the host's spawn sees the exec (its close-on-exec error pipe is
+/// then held by the command alone). A set-up failure of the init is returned into core's
+/// code by the init itself (it holds the caller's frames), so the spawn fails with it and
+/// nothing runs.
 pub(crate) struct PidInit;
 
-/// Read one 8-byte message, retrying on `EINTR`; `None` at end of file or on error.
-///
-/// # Safety
-///
-/// Only system calls; callable between fork and exec.
-unsafe fn read_msg(fd: libc::c_int) -> Option<(i32, i32)> {
+/// The waiter's stack once it has stepped aside, and the init's: each in the waiter's own
+/// copy of the host, never used in the host.
+static WAITER_STACK: AsideStack = AsideStack::new();
+static INIT_STACK: AsideStack = AsideStack::new();
+
+/// Read one 8-byte message, retrying on `EINTR`; `None` at end of file or on error. Raw
+/// calls only (see [`PidInit`]).
+fn read_msg(fd: libc::c_int) -> Option<(i32, i32)> {
+    // SAFETY: a descriptor this process holds for as long as the call.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
     let mut buf = [0u8; 8];
     let mut len = 0;
     while len < buf.len() {
-        // SAFETY: reading into the rest of a live stack buffer.
-        let n = unsafe { libc::read(fd, buf[len..].as_mut_ptr().cast(), buf.len() - len) };
-        if n > 0 {
-            len += n as usize;
-        } else if n < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-            continue;
-        } else {
-            return None;
+        match rustix::io::read(fd, &mut buf[len..]) {
+            Ok(0) => return None,
+            Ok(n) => len += n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return None,
         }
     }
     let [a, b, c, d, e, f, g, h] = buf;
@@ -717,57 +732,66 @@ unsafe fn read_msg(fd: libc::c_int) -> Option<(i32, i32)> {
     ))
 }
 
-/// Write one 8-byte message (atomic on a pipe).
-///
-/// # Safety
-///
-/// Only system calls; callable between fork and exec.
-unsafe fn write_msg(fd: libc::c_int, tag: i32, value: i32) {
+/// Write one 8-byte message (atomic on a pipe). Raw calls only (see [`PidInit`]). A
+/// failure leaves the waiter at end of file, which it reads as "killed".
+fn write_msg(fd: libc::c_int, tag: i32, value: i32) {
+    // SAFETY: a descriptor this process holds for as long as the call.
+    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
     let mut buf = [0u8; 8];
     buf[..4].copy_from_slice(&tag.to_ne_bytes());
     buf[4..].copy_from_slice(&value.to_ne_bytes());
-    // SAFETY: writing a live stack buffer. A failure leaves the waiter at end of file,
-    // which it reads as "killed".
-    unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+    let _ = rustix::io::write(fd, &buf);
 }
 
-/// Close every descriptor above stdio but `keep`, which becomes descriptor 3.
+/// Close every descriptor above stdio but `keep`.
 ///
 /// # Safety
 ///
-/// Only system calls; callable between fork and exec. Only for a process that will never
-/// exec or return into the caller's code (the waiter and the init).
-unsafe fn keep_only(keep: libc::c_int) -> libc::c_int {
+/// Only for a process that will never exec or return into the caller's code (the waiter
+/// and the init), since it closes descriptors others own.
+unsafe fn keep_only(keep: libc::c_int) {
+    // `close_range` fails only for a first above the last, which these never are, so
+    // glibc's `syscall` writes no `errno` here (see [`PidInit`]).
     // SAFETY: descriptor calls; nothing in this process uses the others again.
     unsafe {
-        if keep != 3 {
-            libc::dup2(keep, 3);
+        if keep > 3 {
+            libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                (keep - 1) as libc::c_uint,
+                0,
+            );
         }
         libc::syscall(
             libc::SYS_close_range,
-            4 as libc::c_uint,
+            (keep.max(2) + 1) as libc::c_uint,
             libc::c_uint::MAX,
             0,
         );
     }
-    3
 }
 
-/// The most recent `errno`.
-fn errno() -> i32 {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
+/// Wait for `pid` (any child for `None`), retrying on `EINTR`: its raw wait status.
+fn wait_raw(pid: Option<rustix::process::Pid>) -> Option<(i32, i32)> {
+    loop {
+        match rustix::process::waitpid(pid, rustix::process::WaitOptions::empty()) {
+            Ok(Some((p, st))) => return Some((p.as_raw_pid(), st.as_raw())),
+            Ok(None) => return None,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(_) => return None,
+        }
+    }
 }
 
 impl PidInit {
-    /// In the waiter, right after `unshare(CLONE_NEWPID)`: fork the init. Returns `Ok`
-    /// only in the command's process; an `Err` in the waiter when the init could not
-    /// start the command.
+    /// In the waiter, right after `unshare(CLONE_NEWPID)`: make the init, step aside into
+    /// [`PidInit::wait`], and go on as the init. Returns `Ok` only in the command's
+    /// process, an `Err` in the init (or, before the init exists, the waiter) when the
+    /// command could not be started.
     ///
     /// # Safety
     ///
-    /// Only system calls; callable between fork and exec.
+    /// Only system calls; callable between fork and exec, in a process core copied.
     unsafe fn start(args: ArgArea, mask: Option<&ProcMask>) -> io::Result<()> {
         // SAFETY: system calls on stack values (module docs).
         unsafe {
@@ -790,54 +814,55 @@ impl PidInit {
             // before the init could ask for SIGKILL on that.
             let mut lifeline = [-1 as libc::c_int; 2];
             check(libc::pipe2(lifeline.as_mut_ptr(), libc::O_CLOEXEC))?;
-            // Not glibc's `fork`: this process may be a raw `clone3` copy of the host
-            // (`sandbox_core::process::fork_raw`).
-            let init = sandbox_core::process::fork_raw()?;
-            if init == 0 {
-                libc::close(report[0]);
-                libc::close(lifeline[1]);
-                return Self::init(report[1], lifeline[0], args, mask);
-            }
-            libc::close(report[1]);
-            libc::close(lifeline[0]);
-            Self::wait(init, report[0])
+            // Not glibc's `fork` (this process may be a raw `clone3` copy of the host), and
+            // no copy at all: the waiter steps aside, the init goes on here.
+            sandbox_core::process::clone_stepping_aside(
+                Aside::Beside,
+                &WAITER_STACK,
+                Self::wait,
+                [report[0], report[1], lifeline[0], lifeline[1]],
+            )?;
+            libc::close(report[0]);
+            libc::close(lifeline[1]);
+            Self::init(report[1], lifeline[0], args, mask)
         }
     }
 
-    /// The waiter: see [`PidInit`]. Returns only an error, before the command exists.
+    /// The waiter, stepped aside: see [`PidInit`]. Raw calls only until the init is gone.
     ///
     /// # Safety
     ///
-    /// Only system calls; callable between fork and exec.
-    unsafe fn wait(init: libc::pid_t, report: libc::c_int) -> io::Result<()> {
-        // SAFETY: system calls on stack values.
+    /// Only as `clone_stepping_aside`'s entry, with the descriptors `start` passes.
+    unsafe extern "C" fn wait(fds: *const AsideArgs, init: libc::pid_t) -> ! {
+        // SAFETY: the words `clone_stepping_aside` keeps on this stack.
+        let [report, report_init, lifeline_init, _] = unsafe { *fds };
+        // SAFETY: the init's ends, not used in this process.
         unsafe {
-            let reap = || {
-                let mut st = 0;
-                while libc::waitpid(init, &mut st, 0) < 0 && errno() == libc::EINTR {}
-            };
+            rustix::io::close(report_init);
+            rustix::io::close(lifeline_init);
+        }
+        let init = rustix::process::Pid::from_raw(init);
+        let started = matches!(read_msg(report), Some((MSG_STARTED, _)));
+        let status = if started {
+            // SAFETY: this process never execs nor returns into the caller's code.
+            unsafe { keep_only(report) };
             match read_msg(report) {
-                Some((MSG_STARTED, _)) => {}
-                Some((MSG_FAILED, e)) => {
-                    reap();
-                    return Err(io::Error::from_raw_os_error(e));
-                }
-                _ => {
-                    reap();
-                    return Err(io::Error::from_raw_os_error(libc::ECHILD));
-                }
-            }
-            let report = keep_only(report);
-            let status = match read_msg(report) {
                 Some((MSG_STATUS, st)) => Some(st),
                 _ => None,
-            };
-            reap();
+            }
+        } else {
+            // The init failed and told core (or was killed): nothing ran.
+            None
+        };
+        wait_raw(init);
+        // The init is gone, and the command has exec'd: this memory is the waiter's alone.
+        // SAFETY: system calls on stack values, ending the process.
+        unsafe {
             match status {
                 Some(st) if libc::WIFEXITED(st) => libc::_exit(libc::WEXITSTATUS(st)),
                 Some(st) if libc::WIFSIGNALED(st) => Self::die_of(libc::WTERMSIG(st)),
                 // No report: the init was killed (a tree kill, the OOM killer), and the
-                // command with it.
+                // command with it, or it failed before the command's exec.
                 _ => Self::die_of(libc::SIGKILL),
             }
         }
@@ -871,7 +896,8 @@ impl PidInit {
         }
     }
 
-    /// The init, pid 1: see [`PidInit`]. Returns `Ok` only in the command's process.
+    /// The init, pid 1, until the command exists: see [`PidInit`]. Returns `Ok` only in
+    /// the command's process, an `Err` (into core, which reports it) in the init.
     ///
     /// # Safety
     ///
@@ -882,15 +908,11 @@ impl PidInit {
         args: ArgArea,
         mask: Option<&ProcMask>,
     ) -> io::Result<()> {
+        // The waiter is blocked in a raw `read` and touches no thread-local storage, so
+        // glibc's wrappers are sound here until the init steps aside.
         // SAFETY: system calls on stack values and static C strings.
         unsafe {
-            let fail = |e: i32| -> ! {
-                write_msg(report, MSG_FAILED, e);
-                libc::_exit(1)
-            };
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
-                fail(errno());
-            }
+            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
             // The waiter may have died before that: its end of the lifeline is gone.
             let mut pfd = libc::pollfd {
                 fd: lifeline,
@@ -905,46 +927,53 @@ impl PidInit {
             // and its command line (the host program's, inherited) reads as empty.
             libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
             args.wipe();
-            if libc::mount(
+            check(libc::mount(
                 c"proc".as_ptr(),
                 c"/proc".as_ptr(),
                 c"proc".as_ptr(),
                 libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
                 std::ptr::null(),
-            ) != 0
-            {
-                fail(errno());
-            }
+            ))?;
             if let Some(mask) = mask {
-                if let Err(e) = mask.apply() {
-                    fail(e.raw_os_error().unwrap_or(libc::EIO));
-                }
+                mask.apply()?;
             }
-            let command = match sandbox_core::process::fork_raw() {
-                Ok(pid) => pid,
-                Err(e) => fail(e.raw_os_error().unwrap_or(libc::EIO)),
-            };
-            if command == 0 {
-                libc::close(report);
-                // Dumpable again: the command's own /proc/self belongs to it.
-                libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0);
-                return Ok(());
-            }
-            write_msg(report, MSG_STARTED, 0);
-            let report = keep_only(report);
-            loop {
-                let mut st = 0;
-                let r = libc::waitpid(-1, &mut st, 0);
-                if r == command {
+            // The init steps aside until the command's exec; the command goes on here.
+            sandbox_core::process::clone_stepping_aside(
+                Aside::UntilExec,
+                &INIT_STACK,
+                Self::reap,
+                [report, -1, -1, -1],
+            )?;
+            libc::close(report);
+            Ok(())
+        }
+    }
+
+    /// The init, stepped aside once the command has exec'd (or failed): tell the waiter,
+    /// reap every orphan, and report the command's status. Raw calls only.
+    ///
+    /// # Safety
+    ///
+    /// Only as `clone_stepping_aside`'s entry, with the report pipe `init` passes.
+    unsafe extern "C" fn reap(fds: *const AsideArgs, command: libc::pid_t) -> ! {
+        // SAFETY: the words `clone_stepping_aside` keeps on this stack.
+        let [report, ..] = unsafe { *fds };
+        write_msg(report, MSG_STARTED, 0);
+        // SAFETY: this process never execs nor returns into the caller's code.
+        unsafe { keep_only(report) };
+        loop {
+            match wait_raw(None) {
+                Some((pid, st)) if pid == command => {
                     write_msg(report, MSG_STATUS, st);
-                    // Our exit kills everything left in the namespace.
-                    libc::_exit(0);
+                    break;
                 }
-                if r < 0 && errno() != libc::EINTR {
-                    libc::_exit(1);
-                }
+                Some(_) => {}
+                None => break,
             }
         }
+        // Our exit kills everything left in the namespace.
+        // SAFETY: the end of this process (`exit_group`; nothing runs after it).
+        unsafe { libc::_exit(0) }
     }
 }
 

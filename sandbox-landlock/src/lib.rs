@@ -117,7 +117,9 @@
 //! `sandbox-core` (the contract and the process machinery), `sandbox-proxy` (the egress
 //! proxy and host ports of network mode `proxy`), `landlock` (rulesets, ABI
 //! vocabulary, hard-requirement mode), `seccompiler` (this backend's own small filter),
-//! `libc` (the raw calls between fork and exec), `thiserror` (the private error type),
+//! `libc` (the raw calls between fork and exec), `rustix` (the calls of the pid
+//! namespace's waiter and init once they share memory with a running process: rustix's
+//! raw system calls write no `errno`, glibc's wrappers do), `thiserror` (the private error type),
 //! `tempfile` (the preflight's throwaway workspace), `async-trait` (the launcher trait).
 
 mod child;

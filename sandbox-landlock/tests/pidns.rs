@@ -164,6 +164,80 @@ async fn kill_and_exit_leave_nothing_of_the_namespace() {
     assert!(host_processes_with(&format!("sleep {mark}")).is_empty());
 }
 
+/// The parent pid of `pid`, from its status file.
+fn ppid(pid: u32) -> u32 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("PPid:")).unwrap();
+    line["PPid:".len()..].trim().parse().unwrap()
+}
+
+/// `kcmp(KCMP_VM)`: whether two processes run in one memory (0), or not (1 or 2).
+fn same_memory(a: u32, b: u32) -> bool {
+    const KCMP_VM: libc::c_long = 1;
+    // SAFETY: `kcmp` reads only its integer arguments.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_kcmp,
+            a as libc::pid_t,
+            b as libc::pid_t,
+            KCMP_VM,
+            0,
+            0,
+        )
+    };
+    assert!(r >= 0, "kcmp: {}", std::io::Error::last_os_error());
+    r == 0
+}
+
+/// The init (and the command until its exec) share the waiter's memory instead of each
+/// copying it: one copy of the host per command, not three. Seen from the host with
+/// `kcmp(KCMP_VM)` on the live processes: the waiter and the init share one memory, the
+/// exec'd command has its own. As root only: the init is not dumpable, and comparing it
+/// takes `CAP_SYS_PTRACE` over the memory's (the host's) user namespace.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_init_shares_the_waiters_memory_instead_of_copying_it() {
+    // SAFETY: `geteuid` has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: kcmp on the non-dumpable init needs CAP_SYS_PTRACE (root)");
+        return;
+    }
+    let ws = tempdir();
+    let mark = format!("{}.5", 8_000_000 + std::process::id() % 1_000_000);
+    let sb = backend().sandbox();
+    let mut o = strict(ws.path(), &["sleep", mark.as_str()]);
+    o.timeout = Some(Duration::from_secs(60));
+    sb.run(o).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let command = loop {
+        if let Some(pid) = host_processes_with(&format!("sleep {mark}")).first() {
+            break *pid;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the command never started"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let init = ppid(command);
+    let waiter = ppid(init);
+    assert_eq!(
+        ppid(waiter),
+        std::process::id(),
+        "the waiter is the spawned process"
+    );
+    assert!(
+        same_memory(waiter, init),
+        "the init copied the waiter's memory"
+    );
+    assert!(
+        !same_memory(init, command),
+        "the command kept the init's memory past exec"
+    );
+    sb.kill().await.unwrap();
+    assert_eq!(sb.wait().await.unwrap().status, Status::Killed);
+    assert!(host_processes_with(&format!("sleep {mark}")).is_empty());
+}
+
 /// The probe run as a fresh process, in a user namespace whose `max_user_namespaces` is 0
 /// (see [`without_user_namespaces_strict_is_refused_and_fast_runs`]).
 const INNER: &str = "SANDBOX_LANDLOCK_NO_USERNS_INNER";

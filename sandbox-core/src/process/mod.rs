@@ -36,7 +36,7 @@ use async_trait::async_trait;
 
 pub use child::{raw_write_file, PreExec};
 pub use preflight::run_true;
-pub use sys::{become_ids, fork_raw};
+pub use sys::{become_ids, clone_stepping_aside, fork_raw, Aside, AsideArgs, AsideStack};
 
 use crate::changes::Layer;
 use crate::egress::EgressRun;

@@ -296,15 +296,14 @@ impl Default for AsideStack {
 /// The module's rule for both processes. No other process running in this memory uses
 /// `stack`, now or later: the caller is a copy of the program that declares it (core's fork
 /// for a step that `waits_for_the_command`, or a process made by this call), or a program
-/// that uses it this once and then only execs or exits.
-/// Both processes run in the same memory with the same
-/// thread-local storage: until one of them execs or exits, each writes nothing but its own
-/// stack, and `entry` makes its system calls without touching thread-local storage (not
-/// through glibc's wrappers, which may write `errno` or, being cancellation points, the
-/// thread's cancellation state: rustix's raw calls do neither), since with [`Aside::Beside`]
-/// the new process runs glibc's code at the same time. Neither may panic (the panic count
-/// is thread-local). With [`Aside::UntilExec`] the new process must not wait for the caller,
-/// which is suspended.
+/// that uses it this once and then only execs or exits. Both processes run in the same
+/// memory with the same thread-local storage: until one of them execs or exits, each
+/// writes nothing but its own stack, and `entry` makes its system calls without touching
+/// thread-local storage (not through glibc's wrappers, which may write `errno` or, being
+/// cancellation points, the thread's cancellation state: rustix's raw calls do neither),
+/// since with [`Aside::Beside`] the new process runs glibc's code at the same time.
+/// Neither may panic (the panic count is thread-local). With [`Aside::UntilExec`] the new
+/// process must not wait for the caller, which is suspended.
 pub unsafe fn clone_stepping_aside(
     aside: Aside,
     stack: &'static AsideStack,
@@ -337,8 +336,8 @@ pub unsafe fn clone_stepping_aside(
         // SAFETY: legacy `clone(flags, 0, 0, 0, 0)`: no new stack for the new process, which
         // returns from the `syscall` with `rax` 0 on this stack, as after `vfork`, and leaves
         // this asm like any call; `rcx` and `r11` are the only registers a system call
-        // changes besides `rax`. The caller, `rax` the pid, switches to `sp` in the fresh
-        // mapping before anything touches memory, clears the frame pointer and calls
+        // changes besides `rax`. The caller, `rax` the pid, switches to `sp` at the top of
+        // `stack` before anything touches memory, clears the frame pointer and calls
         // `entry(at, pid)` from registers a system call preserves; `entry` never returns
         // (`ud2` if it did). On an error (`rax` negative) nothing was made and the caller
         // leaves the asm.

@@ -1039,32 +1039,39 @@ async fn a_pooled_run_is_killed_timed_out_and_cleaned_like_a_fresh_one() {
     assert_clean();
 }
 
-/// The inodes of this process's sockets that belong to no socket table of its own network
-/// namespace: sockets of another namespace (a container's), which must not outlive a run.
+/// The inodes of this process's sockets whose network namespace is not this process's
+/// own (a container's), which must not outlive a run.
+///
+/// Each socket is asked for its namespace (`SIOCGSKNS`) rather than looked up in this
+/// namespace's socket tables: a table read races with the engine client's own
+/// connections opening and closing meanwhile (one opened between the two reads looked
+/// like another namespace's), and a socket that is created but not yet bound is in no
+/// table at all.
 fn sockets_of_other_namespaces() -> BTreeSet<u64> {
-    let mut ours = BTreeSet::new();
-    for table in [
-        "tcp", "tcp6", "udp", "udp6", "unix", "raw", "raw6", "netlink", "packet",
-    ] {
-        let text = std::fs::read_to_string(format!("/proc/self/net/{table}")).unwrap_or_default();
-        for line in text.lines().skip(1) {
-            // The inode column: 10th for inet tables, 7th for unix, last for netlink.
-            let cols: Vec<&str> = line.split_whitespace().collect();
-            for c in cols {
-                if let Ok(n) = c.parse::<u64>() {
-                    ours.insert(n);
-                }
-            }
-        }
-    }
+    use std::os::fd::FromRawFd;
+    let ours = std::fs::metadata("/proc/self/ns/net").unwrap().ino();
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
-        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-        .filter_map(|l| {
-            let l = l.to_string_lossy().into_owned();
-            l.strip_prefix("socket:[")?.strip_suffix(']')?.parse().ok()
+        .filter_map(|e| {
+            let e = e.ok()?;
+            let fd: libc::c_int = e.file_name().to_str()?.parse().ok()?;
+            let link = std::fs::read_link(e.path()).ok()?;
+            let link = link.to_string_lossy();
+            let ino: u64 = link
+                .strip_prefix("socket:[")?
+                .strip_suffix(']')?
+                .parse()
+                .ok()?;
+            // SAFETY: an ioctl that only makes a new descriptor; on a descriptor closed (or
+            // reused) since the listing it fails or answers for that one, both harmless.
+            let ns = unsafe { libc::ioctl(fd, libc::SIOCGSKNS as _) };
+            if ns < 0 {
+                return None;
+            }
+            // SAFETY: `ns` was just made for this process and is owned here alone.
+            let ns = std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(ns) });
+            (ns.metadata().ok()?.ino() != ours).then_some(ino)
         })
-        .filter(|ino| !ours.contains(ino))
         .collect()
 }
 

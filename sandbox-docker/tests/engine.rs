@@ -1049,7 +1049,9 @@ async fn a_pooled_run_is_killed_timed_out_and_cleaned_like_a_fresh_one() {
 /// table at all.
 fn sockets_of_other_namespaces() -> BTreeSet<u64> {
     use std::os::fd::FromRawFd;
-    let ours = std::fs::metadata("/proc/self/ns/net").unwrap().ino();
+    // A namespace is named by its device and inode together.
+    let id = |m: std::fs::Metadata| (m.dev(), m.ino());
+    let ours = id(std::fs::metadata("/proc/self/ns/net").unwrap());
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
         .filter_map(|e| {
@@ -1070,7 +1072,7 @@ fn sockets_of_other_namespaces() -> BTreeSet<u64> {
             }
             // SAFETY: `ns` was just made for this process and is owned here alone.
             let ns = std::fs::File::from(unsafe { std::os::fd::OwnedFd::from_raw_fd(ns) });
-            (ns.metadata().ok()?.ino() != ours).then_some(ino)
+            (id(ns.metadata().ok()?) != ours).then_some(ino)
         })
         .collect()
 }

@@ -313,69 +313,81 @@ impl<L: Launcher> Starter for L {
         Launcher::preflight(self).await
     }
 
-    async fn start(&self, mut plan: Plan) -> Result<RunHandle, SandboxError> {
-        let name = Launcher::name(self);
-        let cap = Launcher::capability(self);
+    async fn start(&self, plan: Plan) -> Result<RunHandle, SandboxError> {
         // The first run of this process removes what crashed hosts left (their cgroups,
-        // layers, bundles): named by owner, so a live host's are never touched.
-        if !crate::owner::dead_leftovers_removed() {
-            let _ = tokio::task::spawn_blocking(crate::owner::remove_dead_leftovers_once).await;
+        // layers, bundles), on a blocking thread beside this start rather than before it:
+        // each is named by its owner, so neither touches what the other makes, and a
+        // `sandbox` command (a first run every time) no longer waits for the sweep before
+        // it prepares. It is awaited on every path, so `run` still returns with it done.
+        let sweep = (!crate::owner::dead_leftovers_removed())
+            .then(|| tokio::task::spawn_blocking(crate::owner::remove_dead_leftovers_once));
+        let started = start_launch(self, plan).await;
+        if let Some(sweep) = sweep {
+            let _ = sweep.await;
         }
-        // The run's clock starts before the layer is made: a workspace made slow to copy
-        // (huge, or raced by another run) must not hold the timeout off.
-        let started = std::time::Instant::now();
-        let deadline = plan.timeout.map(|t| started + t);
-        // The layer over the workspace: overlay is mounted in the child over the
-        // workspace's own path; a copy (the race-free walk, under the run's deadline)
-        // moves the plan onto it.
-        let layer = match plan.changes {
-            Changes::Direct => None,
-            Changes::Discard | Changes::Review => {
-                let best = cap.change_layer.unwrap_or(crate::LayerMechanism::Copy);
-                match layer_within(&plan.workspace, best, deadline).await {
-                    Ok(l) => Some(l),
-                    Err(SandboxError::Io { source, .. }) if tree::is_deadline(&source) => {
-                        // The copy took the whole timeout: the run timed out before its
-                        // command started, and nothing was changed.
-                        return Ok(crate::run::ended_before_start(
-                            name,
-                            &plan,
-                            crate::Status::TimedOut,
-                            started.elapsed(),
-                        ));
-                    }
-                    Err(e) => return Err(e),
+        started
+    }
+}
+
+/// [`Starter::start`] for a launcher, once the sweep is under way.
+async fn start_launch<L: Launcher>(
+    launcher: &L,
+    mut plan: Plan,
+) -> Result<RunHandle, SandboxError> {
+    let name = Launcher::name(launcher);
+    let cap = Launcher::capability(launcher);
+    // The run's clock starts before the layer is made: a workspace made slow to copy
+    // (huge, or raced by another run) must not hold the timeout off.
+    let started = std::time::Instant::now();
+    let deadline = plan.timeout.map(|t| started + t);
+    // The layer over the workspace: overlay is mounted in the child over the
+    // workspace's own path; a copy (the race-free walk, under the run's deadline)
+    // moves the plan onto it.
+    let layer = match plan.changes {
+        Changes::Direct => None,
+        Changes::Discard | Changes::Review => {
+            let best = cap.change_layer.unwrap_or(crate::LayerMechanism::Copy);
+            match layer_within(&plan.workspace, best, deadline).await {
+                Ok(l) => Some(l),
+                Err(SandboxError::Io { source, .. }) if tree::is_deadline(&source) => {
+                    // The copy took the whole timeout: the run timed out before its
+                    // command started, and nothing was changed.
+                    return Ok(crate::run::ended_before_start(
+                        name,
+                        &plan,
+                        crate::Status::TimedOut,
+                        started.elapsed(),
+                    ));
                 }
+                Err(e) => return Err(e),
             }
-        };
-        let mount = match &layer {
-            Some(l) if l.mechanism() == crate::LayerMechanism::Overlay => {
-                l.mount_step(&plan.cwd)?
-            }
-            Some(l) => {
-                plan.rebase_workspace(l.source());
-                None
-            }
-            None => None,
-        };
-        if let Some(d) = deadline {
-            plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
         }
-        let mut launch = self.prepare(&plan)?;
-        if let Some(step) = mount {
-            launch.pre_exec.insert(0, Box::new(step));
+    };
+    let mount = match &layer {
+        Some(l) if l.mechanism() == crate::LayerMechanism::Overlay => l.mount_step(&plan.cwd)?,
+        Some(l) => {
+            plan.rebase_workspace(l.source());
+            None
         }
-        if let Some(l) = &layer {
-            launch
-                .notes
-                .push(crate::changes::layer_note(l.mechanism(), plan.changes));
-        }
-        let ready = launch.ready_pipe.take();
-        let handle = supervise::start(name, plan, launch, layer)?;
-        match ready {
-            Some(pipe) => set_up_or_nothing_ran(name, handle, pipe).await,
-            None => Ok(handle),
-        }
+        None => None,
+    };
+    if let Some(d) = deadline {
+        plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
+    }
+    let mut launch = launcher.prepare(&plan)?;
+    if let Some(step) = mount {
+        launch.pre_exec.insert(0, Box::new(step));
+    }
+    if let Some(l) = &layer {
+        launch
+            .notes
+            .push(crate::changes::layer_note(l.mechanism(), plan.changes));
+    }
+    let ready = launch.ready_pipe.take();
+    let handle = supervise::start(name, plan, launch, layer)?;
+    match ready {
+        Some(pipe) => set_up_or_nothing_ran(name, handle, pipe).await,
+        None => Ok(handle),
     }
 }
 

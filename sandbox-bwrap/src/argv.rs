@@ -30,6 +30,7 @@ use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
 use sandbox_core::layout::{self, MountTable, Origin};
+use sandbox_core::process::waiter::WaiterArgs;
 use sandbox_core::{Lane, NetworkMode, Plan};
 
 use crate::error::BwrapError;
@@ -381,37 +382,21 @@ pub(crate) fn build(
     if plan.env_var("PWD").is_none() {
         flags.push('p');
     }
-    if flags.is_empty() {
-        flags.push('-');
-    }
     // The process cap is set by the waiter inside the user namespace, where it counts this
     // sandbox's processes only (see `Launch::process_rlimit_inside`).
-    let nproc = plan
-        .limits
-        .max_processes
-        .map_or_else(|| "-".to_string(), |n| n.to_string());
-    let mut command: Vec<OsString> = vec![
-        "--".into(),
-        WAITER_PATH.into(),
-        fds.status.to_string().into(),
-        fds.ready.to_string().into(),
-        flags.into(),
-        nproc.into(),
-        fds.proxy
-            .map_or_else(
-                || "-".to_string(),
-                |fd| {
-                    let ports: Vec<String> = sandbox_proxy::handover_ports(plan)
-                        .iter()
-                        .map(u16::to_string)
-                        .collect();
-                    format!("{fd}:{}", ports.join(","))
-                },
-            )
-            .into(),
-        plan.program.clone().into(),
-    ];
-    command.extend(plan.argv.iter().cloned());
+    let waiter = WaiterArgs {
+        status: fds.status,
+        ready: fds.ready,
+        flags,
+        nproc: plan.limits.max_processes,
+        proxy: fds
+            .proxy
+            .map(|fd| (fd, sandbox_proxy::handover_ports(plan))),
+        program: plan.program.clone(),
+        argv: plan.argv.clone(),
+    };
+    let mut command: Vec<OsString> = vec!["--".into(), WAITER_PATH.into()];
+    command.extend(waiter.to_args());
     if o.len() > MAX_OPTIONS {
         return Err(BwrapError::TooManyMounts {
             options: o.len(),

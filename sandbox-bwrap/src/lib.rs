@@ -73,8 +73,8 @@
 //!
 //! # Exit status
 //!
-//! bwrap folds "killed by signal N" into exit code 128+N. A small waiter of ours
-//! (`waiter/main.rs`, built by `build.rs`, embedded and handed to bwrap on a descriptor)
+//! bwrap folds "killed by signal N" into exit code 128+N. Core's small waiter
+//! (`sandbox_core::process::waiter`, embedded, handed to bwrap on a descriptor)
 //! runs the command inside, waits for it and writes its real wait status on a pipe that
 //! core reads, so `exit 137` and SIGKILL stay apart ([`Capability::signal_status`]). It
 //! also gives the command the `argv[0]` it was called by.

@@ -16,8 +16,8 @@ use sandbox_core::{Plan, SandboxError, TreeKill};
 use crate::argv::{self, BwrapArgs, Fds, Layout};
 use crate::rootview::Hidden;
 
-/// The waiter, compiled for this target by the build script.
-pub(crate) const WAITER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/waiter"));
+/// Core's waiter (`sandbox_core::process::waiter`), which bwrap runs as its init.
+pub(crate) use sandbox_core::process::waiter::WAITER;
 
 /// An anonymous in-memory file holding `data`, positioned at its start (bwrap reads it from
 /// the shared offset). Close-on-exec here; core hands it to bwrap alone.

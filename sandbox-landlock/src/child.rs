@@ -15,13 +15,6 @@
 //!   `open_tree`, `mount_setattr`, `move_mount`, `chdir` (read-only carve-outs), `socket`,
 //!   `ioctl` (the loopback);
 //! - `fsopen`, `fsconfig`, `fsmount`, `openat` (the tmpfs behind [`ProcMask`]);
-//! - `sigaction`, `sigprocmask`, `pipe2`, `clone` (the raw call,
-//!   [`sandbox_core::process::clone_stepping_aside`]: core may have made this process by a
-//!   raw `clone3` that glibc knows nothing of, and glibc's `fork` would take the
-//!   allocator's locks), `poll`, `read`, `waitpid`, `close_range`, `kill`, `setrlimit`,
-//!   `_exit` (the pid namespace's init and waiter, [`PidInit`]: both never exec, and once
-//!   they step aside never return into the caller's code, so they too make nothing but
-//!   these calls);
 //! - `landlock_add_rule` (the private `/proc`, [`RestrictSelf`]);
 //! - `prctl` (bounding set, ambient set, securebits, `no_new_privs`), `capset`, `capget`,
 //!   `setgroups`, `setresgid`, `setresuid` (a root host's command leaving uid 0; the raw
@@ -30,13 +23,13 @@
 //! - `landlock_restrict_self` (through `syscall`);
 //! - `seccomp` (through `syscall`, in [`crate::filter`] and core's shared filter).
 //!
-//! Core may also make the child without copying the host (`CLONE_VM | CLONE_VFORK`): it
-//! then runs in the host's memory until its exec, beside the host's other threads. The
-//! steps are fit for that too: they write nothing but locals on their own stack, and none
-//! waits for the host. The one exception is [`PidInit`]'s waiter, which stays behind as the
-//! spawned process for the whole run: [`Namespaces`] says so
-//! (`PreExec::waits_for_the_command`), and core copies the host once for a pid namespace;
-//! the init and the command then share the waiter's copy.
+//! Core makes the child without copying the host (`CLONE_VM | CLONE_VFORK`): it runs in
+//! the host's memory until its exec, beside the host's other threads. The steps are fit for
+//! that: they write nothing but locals on their own stack, and none waits for the host. On
+//! `strict` the child is also born the init of a pid namespace of its own (core's `clone3`,
+//! `sandbox_core::process::BornIn`): [`Namespaces`] mounts its `/proc`, and its exec is
+//! core's waiter (`sandbox_core::process::waiter`), confined by every step here, which
+//! then starts the command. So no process of the run ever holds a copy of the host.
 //!
 //! Errors are built with [`io::Error::last_os_error`] or [`io::Error::from_raw_os_error`],
 //! which store the number inline: no allocation. Nothing allocated is dropped in the child.
@@ -47,8 +40,7 @@
 //! stdio close-on-exec. Then, in the order [`crate::LandlockBackend`] lists them:
 //!
 //! 1. [`Namespaces`] (network, carve-outs, root-only `/proc` files, and on `strict` the
-//!    pid namespace, whose init forks the command here: every later step runs in the
-//!    command's process alone): needs `CAP_SYS_ADMIN` (root's, or the new user
+//!    pid namespace's `/proc`): needs `CAP_SYS_ADMIN` (root's, or the new user
 //!    namespace's), so it comes before the capabilities go; and mounting must happen
 //!    before landlock, which forbids it.
 //! 2. [`ProcessLimit`] (a user namespace, no cgroup): `RLIMIT_NPROC` counted inside it.
@@ -61,10 +53,10 @@
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
-use sandbox_core::process::{raw_write_file, Aside, AsideArgs, AsideStack, PreExec};
+use sandbox_core::process::{raw_write_file, PreExec};
 
 fn check(r: libc::c_int) -> io::Result<()> {
     if r < 0 {
@@ -148,9 +140,12 @@ pub(crate) struct Namespaces {
     pub userns: Option<IdMaps>,
     pub net: bool,
     pub mount: Option<MountPlan>,
-    /// A pid namespace of the command's own, with a private `/proc` (see [`PidInit`]),
-    /// and the host process's argument area, wiped in its init.
-    pub pid: Option<ArgArea>,
+    /// This process is the init of a pid namespace of its own, born so by core's `clone3`
+    /// (`sandbox_core::process::BornIn`, with the user namespace too where `userns` is
+    /// set, whose maps core then writes): it mounts its private `/proc` here, and its exec
+    /// is the waiter's, which then
+    /// starts the command (see `crate::LandlockBackend`'s `prepare`).
+    pub pid: bool,
     /// Cover what a root host's command must not read in `/proc` (after the private
     /// `/proc` is mounted, where there is one).
     pub mask: Option<&'static ProcMask>,
@@ -159,6 +154,15 @@ pub(crate) struct Namespaces {
 }
 
 impl Namespaces {
+    /// The namespaces the process running this step must be born in: the pid namespace,
+    /// and with it the user namespace that must own it where there is one.
+    pub fn born_in(&self) -> sandbox_core::process::BornIn {
+        sandbox_core::process::BornIn {
+            pid: self.pid,
+            user: self.pid && self.userns.is_some(),
+        }
+    }
+
     /// Bring `lo` up in the current network namespace.
     ///
     /// # Safety
@@ -271,33 +275,38 @@ impl Namespaces {
 }
 
 // SAFETY: only the system calls the module docs list, on C strings, byte buffers and
-// fixed-size arrays prepared before the fork; errors are raw errnos. The pid namespace's
-// init and waiter ([`PidInit`]) never return into the caller's code but through `_exit`
-// (or, in the command's process, `Ok`), and make only the same kind of calls.
+// fixed-size arrays prepared before the fork; errors are raw errnos.
 unsafe impl PreExec for Namespaces {
     fn pre_exec(&self) -> io::Result<()> {
         let mut flags = 0;
-        if self.userns.is_some() {
+        // SAFETY: a plain query.
+        if self.pid && unsafe { libc::getpid() } != 1 {
+            // Not born the init of a namespace of its own: refuse rather than run the
+            // command in the host's pid namespace.
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        // Born in it with the pid namespace (which it must own), else made here.
+        if self.userns.is_some() && !self.pid {
             flags |= libc::CLONE_NEWUSER;
         }
         if self.net {
             flags |= libc::CLONE_NEWNET;
         }
         // The private /proc and the masks are mounts too: never in the host's namespace.
-        let own_mounts = self.mount.is_some() || self.pid.is_some() || self.mask.is_some();
+        let own_mounts = self.mount.is_some() || self.pid || self.mask.is_some();
         if own_mounts {
             flags |= libc::CLONE_NEWNS;
         }
-        if self.pid.is_some() {
-            flags |= libc::CLONE_NEWPID;
-        }
-        if flags == 0 {
+        if flags == 0 && self.userns.is_none() {
             return Ok(());
         }
         // SAFETY: system calls on data prepared before the fork (module docs).
         unsafe {
-            check(libc::unshare(flags))?;
-            if let Some(maps) = &self.userns {
+            if flags != 0 {
+                check(libc::unshare(flags))?;
+            }
+            // Born in the user namespace, the process had its maps written by core.
+            if let (Some(maps), false) = (&self.userns, self.pid) {
                 // `setgroups` must be denied before an unprivileged gid map is accepted.
                 raw_write_file(c"/proc/self/setgroups", b"deny")?;
                 raw_write_file(c"/proc/self/uid_map", &maps.uid_map)?;
@@ -375,19 +384,22 @@ unsafe impl PreExec for Namespaces {
                     std::ptr::null(),
                 ))?;
             }
-            if let Some(args) = self.pid {
-                // Returns only in the command's process.
-                PidInit::start(args, self.mask)?;
-            } else if let Some(mask) = self.mask {
+            if self.pid {
+                // Only a process inside the namespace can mount its `/proc` (proc shows the
+                // pid namespace of whoever mounts it).
+                check(libc::mount(
+                    c"proc".as_ptr(),
+                    c"/proc".as_ptr(),
+                    c"proc".as_ptr(),
+                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
+                    std::ptr::null(),
+                ))?;
+            }
+            if let Some(mask) = self.mask {
                 mask.apply()?;
             }
         }
         Ok(())
-    }
-
-    /// The pid namespace's waiter is the spawned process itself (see [`PidInit`]).
-    fn waits_for_the_command(&self) -> bool {
-        self.pid.is_some()
     }
 }
 
@@ -607,373 +619,6 @@ impl ProcMask {
             }
         }
         Ok(())
-    }
-}
-
-/// The host process's argument area (`arg_start`, `arg_end` of `/proc/self/stat`), which
-/// every fork shares at the same addresses: the init, a fork of the host, would show the
-/// host program's command line in the command's `/proc/1/cmdline`.
-#[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct ArgArea {
-    start: usize,
-    end: usize,
-}
-
-impl ArgArea {
-    /// This process's, read once (it never moves); empty if it cannot be read.
-    pub fn of_this_process() -> Self {
-        static AREA: std::sync::OnceLock<ArgArea> = std::sync::OnceLock::new();
-        *AREA.get_or_init(|| {
-            let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-            // Fields after the command name, which may hold anything but ends at the last
-            // ')': field 3 first, so arg_start (48) and arg_end (49) at 45 and 46.
-            let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-            let f: Vec<usize> = rest
-                .split_whitespace()
-                .skip(45)
-                .take(2)
-                .filter_map(|v| v.parse().ok())
-                .collect();
-            match f[..] {
-                [start, end] if start < end && end - start < (1 << 24) => Self { start, end },
-                _ => Self::default(),
-            }
-        })
-    }
-
-    /// Zero the area.
-    ///
-    /// # Safety
-    ///
-    /// Only in a fork of the process the area was read in, which will never read its
-    /// arguments again (the init).
-    unsafe fn wipe(self) {
-        if self.start != 0 {
-            // SAFETY: the kernel's record of this process's own mapped argument strings.
-            unsafe { std::ptr::write_bytes(self.start as *mut u8, 0, self.end - self.start) };
-        }
-    }
-}
-
-/// What the init of a pid namespace tells the waiter, over a pipe: 8 bytes, a tag and a
-/// value (a write this small to a pipe is atomic).
-const MSG_STARTED: i32 = 2; // the command has exec'd (or failed, and said so to core)
-const MSG_STATUS: i32 = 3; // the command ended; value: its raw wait status
-
-/// The command's own pid namespace, made without a helper binary and without a copy of
-/// the host's memory per process.
-///
-/// `unshare(CLONE_NEWPID)` (in [`Namespaces`]) puts the *children* of the caller in the
-/// new namespace, and its first child is the namespace's pid 1. Pid 1 is special: the
-/// kernel drops every signal it sends itself (or any process of its namespace sends it)
-/// that it has no handler for, SIGKILL included, so a command that was pid 1 would
-/// survive `kill -TERM $$` and report nothing. So three processes:
-///
-/// - the **waiter**, in the host's pid namespace (the process core spawned and waits
-///   for): it waits for the init and then ends exactly as the command did: `_exit` with
-///   its code, or the same signal raised on itself (core dumps off first). Core, the
-///   process group, the cgroup and the timeout all see it as they saw the command
-///   before, so nothing in core changes. Chosen over a status pipe read by core because
-///   the spawned process's own status stays the truth for every reader.
-/// - the **init**, pid 1: mounts the private `/proc` (only a process inside the
-///   namespace can: proc shows the pid namespace of whoever mounts it), makes the
-///   command, reaps every orphan that the command leaves behind, and reports the
-///   command's exact wait status to the waiter the moment it ends. Then it exits, and
-///   the kernel kills whatever is left in the namespace. It is never confined (it
-///   execs nothing), but it is not dumpable, and the command can neither signal it
-///   (pid 1, and landlock's signal scope), trace it, nor read its memory.
-/// - the **command**, pid 2: returns from this step into the rest of the set-up
-///   (capabilities, landlock, seccomp) and execs.
-///
-/// Core copies the host once, for the waiter (it lives for the whole run); the init and
-/// the command share the waiter's memory
-/// ([`sandbox_core::process::clone_stepping_aside`]). Each process that stays behind
-/// steps onto a stack of its own and leaves the one holding the caller's frames to the
-/// process it made: the waiter to the init, the init (suspended until the command's exec)
-/// to the command. Three forks of a host holding 256 MiB cost about 60 ms a command.
-/// Because the memory is shared, what stays behind (the waiter's and the init's code once
-/// they have stepped aside) makes rustix's raw calls only, which write neither `errno`
-/// nor glibc's cancellation state in the thread-local storage they share with whichever
-/// process is running glibc's code, and the command does not touch the memory's
-/// `dumpable` flag (which would make the init and the waiter dumpable too); its exec sets
-/// that for the command.
-///
-/// The waiter and the init close every descriptor but stdio and their pipe once the
-/// command has exec'd, so the host's spawn sees the exec (its close-on-exec error pipe is
-/// then held by the command alone). A set-up failure of the init is returned into core's
-/// code by the init itself (it holds the caller's frames), so the spawn fails with it and
-/// nothing runs.
-pub(crate) struct PidInit;
-
-/// The waiter's stack once it has stepped aside, and the init's: each in the waiter's own
-/// copy of the host, never used in the host.
-static WAITER_STACK: AsideStack = AsideStack::new();
-static INIT_STACK: AsideStack = AsideStack::new();
-
-/// Read one 8-byte message, retrying on `EINTR`; `None` at end of file or on error. Raw
-/// calls only (see [`PidInit`]).
-fn read_msg(fd: libc::c_int) -> Option<(i32, i32)> {
-    // SAFETY: a descriptor this process holds for as long as the call.
-    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-    let mut buf = [0u8; 8];
-    let mut len = 0;
-    while len < buf.len() {
-        match rustix::io::read(fd, &mut buf[len..]) {
-            Ok(0) => return None,
-            Ok(n) => len += n,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => return None,
-        }
-    }
-    let [a, b, c, d, e, f, g, h] = buf;
-    Some((
-        i32::from_ne_bytes([a, b, c, d]),
-        i32::from_ne_bytes([e, f, g, h]),
-    ))
-}
-
-/// Write one 8-byte message (atomic on a pipe). Raw calls only (see [`PidInit`]). A
-/// failure leaves the waiter at end of file, which it reads as "killed".
-fn write_msg(fd: libc::c_int, tag: i32, value: i32) {
-    // SAFETY: a descriptor this process holds for as long as the call.
-    let fd = unsafe { BorrowedFd::borrow_raw(fd) };
-    let mut buf = [0u8; 8];
-    buf[..4].copy_from_slice(&tag.to_ne_bytes());
-    buf[4..].copy_from_slice(&value.to_ne_bytes());
-    let _ = rustix::io::write(fd, &buf);
-}
-
-/// Close every descriptor above stdio but `keep`.
-///
-/// # Safety
-///
-/// Only for a process that will never exec or return into the caller's code (the waiter
-/// and the init), since it closes descriptors others own.
-unsafe fn keep_only(keep: libc::c_int) {
-    // `close_range` fails only for a first above the last, which these never are, so
-    // glibc's `syscall` writes no `errno` here (see [`PidInit`]).
-    // SAFETY: descriptor calls; nothing in this process uses the others again.
-    unsafe {
-        if keep > 3 {
-            libc::syscall(
-                libc::SYS_close_range,
-                3 as libc::c_uint,
-                (keep - 1) as libc::c_uint,
-                0,
-            );
-        }
-        libc::syscall(
-            libc::SYS_close_range,
-            (keep.max(2) + 1) as libc::c_uint,
-            libc::c_uint::MAX,
-            0,
-        );
-    }
-}
-
-/// Wait for `pid` (any child for `None`), retrying on `EINTR`: its raw wait status.
-fn wait_raw(pid: Option<rustix::process::Pid>) -> Option<(i32, i32)> {
-    loop {
-        match rustix::process::waitpid(pid, rustix::process::WaitOptions::empty()) {
-            Ok(Some((p, st))) => return Some((p.as_raw_pid(), st.as_raw())),
-            Ok(None) => return None,
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => return None,
-        }
-    }
-}
-
-impl PidInit {
-    /// In the waiter, right after `unshare(CLONE_NEWPID)`: make the init, step aside into
-    /// [`PidInit::wait`], and go on as the init. Returns `Ok` only in the command's
-    /// process, an `Err` in the init (or, before the init exists, the waiter) when the
-    /// command could not be started.
-    ///
-    /// # Safety
-    ///
-    /// Only system calls; callable between fork and exec, in a process core copied.
-    unsafe fn start(args: ArgArea, mask: Option<&ProcMask>) -> io::Result<()> {
-        // SAFETY: system calls on stack values (module docs).
-        unsafe {
-            // The host runtime's signal handlers (tokio's SIGCHLD) would run in the
-            // waiter and the init, which never exec: back to the defaults, as exec would.
-            for sig in 1..libc::SIGRTMAX() {
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
-                    && old.sa_sigaction != libc::SIG_DFL
-                    && old.sa_sigaction != libc::SIG_IGN
-                {
-                    let mut new: libc::sigaction = std::mem::zeroed();
-                    new.sa_sigaction = libc::SIG_DFL;
-                    libc::sigaction(sig, &new, std::ptr::null_mut());
-                }
-            }
-            let mut report = [-1 as libc::c_int; 2];
-            check(libc::pipe2(report.as_mut_ptr(), libc::O_CLOEXEC))?;
-            // Held open by the waiter alone: the init sees it hang up if the waiter died
-            // before the init could ask for SIGKILL on that.
-            let mut lifeline = [-1 as libc::c_int; 2];
-            check(libc::pipe2(lifeline.as_mut_ptr(), libc::O_CLOEXEC))?;
-            // Not glibc's `fork` (this process may be a raw `clone3` copy of the host), and
-            // no copy at all: the waiter steps aside, the init goes on here.
-            sandbox_core::process::clone_stepping_aside(
-                Aside::Beside,
-                &WAITER_STACK,
-                Self::wait,
-                [report[0], report[1], lifeline[0], lifeline[1]],
-            )?;
-            libc::close(report[0]);
-            libc::close(lifeline[1]);
-            Self::init(report[1], lifeline[0], args, mask)
-        }
-    }
-
-    /// The waiter, stepped aside: see [`PidInit`]. Raw calls only until the init is gone.
-    ///
-    /// # Safety
-    ///
-    /// Only as `clone_stepping_aside`'s entry, with the descriptors `start` passes.
-    unsafe extern "C" fn wait(fds: *const AsideArgs, init: libc::pid_t) -> ! {
-        // SAFETY: the words `clone_stepping_aside` keeps on this stack.
-        let [report, report_init, lifeline_init, _] = unsafe { *fds };
-        // SAFETY: the init's ends, not used in this process.
-        unsafe {
-            rustix::io::close(report_init);
-            rustix::io::close(lifeline_init);
-        }
-        let init = rustix::process::Pid::from_raw(init);
-        let started = matches!(read_msg(report), Some((MSG_STARTED, _)));
-        let status = if started {
-            // SAFETY: this process never execs nor returns into the caller's code.
-            unsafe { keep_only(report) };
-            match read_msg(report) {
-                Some((MSG_STATUS, st)) => Some(st),
-                _ => None,
-            }
-        } else {
-            // The init failed and told core (or was killed): nothing ran.
-            None
-        };
-        wait_raw(init);
-        // The init is gone, and the command has exec'd: this memory is the waiter's alone.
-        // SAFETY: system calls on stack values, ending the process.
-        unsafe {
-            match status {
-                Some(st) if libc::WIFEXITED(st) => libc::_exit(libc::WEXITSTATUS(st)),
-                Some(st) if libc::WIFSIGNALED(st) => Self::die_of(libc::WTERMSIG(st)),
-                // No report: the init was killed (a tree kill, the OOM killer), and the
-                // command with it, or it failed before the command's exec.
-                _ => Self::die_of(libc::SIGKILL),
-            }
-        }
-    }
-
-    /// End the waiter by `sig`, as the command ended, without dumping core.
-    ///
-    /// # Safety
-    ///
-    /// Only system calls; callable between fork and exec.
-    unsafe fn die_of(sig: libc::c_int) -> ! {
-        // SAFETY: system calls on stack values.
-        unsafe {
-            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-            let none = libc::rlimit {
-                rlim_cur: 0,
-                rlim_max: 0,
-            };
-            libc::setrlimit(libc::RLIMIT_CORE, &none);
-            let mut dfl: libc::sigaction = std::mem::zeroed();
-            dfl.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(sig, &dfl, std::ptr::null_mut());
-            let mut set: libc::sigset_t = std::mem::zeroed();
-            libc::sigemptyset(&mut set);
-            libc::sigaddset(&mut set, sig);
-            libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-            libc::kill(libc::getpid(), sig);
-            // A signal whose default is not to terminate cannot have ended the command;
-            // report it as a shell would.
-            libc::_exit(128 + sig)
-        }
-    }
-
-    /// The init, pid 1, until the command exists: see [`PidInit`]. Returns `Ok` only in
-    /// the command's process, an `Err` (into core, which reports it) in the init.
-    ///
-    /// # Safety
-    ///
-    /// Only system calls; callable between fork and exec.
-    unsafe fn init(
-        report: libc::c_int,
-        lifeline: libc::c_int,
-        args: ArgArea,
-        mask: Option<&ProcMask>,
-    ) -> io::Result<()> {
-        // The waiter is blocked in a raw `read` and touches no thread-local storage, so
-        // glibc's wrappers are sound here until the init steps aside.
-        // SAFETY: system calls on stack values and static C strings.
-        unsafe {
-            check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
-            // The waiter may have died before that: its end of the lifeline is gone.
-            let mut pfd = libc::pollfd {
-                fd: lifeline,
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            if libc::poll(&mut pfd, 1, 0) != 0 {
-                libc::_exit(1);
-            }
-            libc::close(lifeline);
-            // Nothing of this unconfined process is readable or traceable by the command,
-            // and its command line (the host program's, inherited) reads as empty.
-            libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
-            args.wipe();
-            check(libc::mount(
-                c"proc".as_ptr(),
-                c"/proc".as_ptr(),
-                c"proc".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC | libc::MS_RDONLY,
-                std::ptr::null(),
-            ))?;
-            if let Some(mask) = mask {
-                mask.apply()?;
-            }
-            // The init steps aside until the command's exec; the command goes on here.
-            sandbox_core::process::clone_stepping_aside(
-                Aside::UntilExec,
-                &INIT_STACK,
-                Self::reap,
-                [report, -1, -1, -1],
-            )?;
-            libc::close(report);
-            Ok(())
-        }
-    }
-
-    /// The init, stepped aside once the command has exec'd (or failed): tell the waiter,
-    /// reap every orphan, and report the command's status. Raw calls only.
-    ///
-    /// # Safety
-    ///
-    /// Only as `clone_stepping_aside`'s entry, with the report pipe `init` passes.
-    unsafe extern "C" fn reap(fds: *const AsideArgs, command: libc::pid_t) -> ! {
-        // SAFETY: the words `clone_stepping_aside` keeps on this stack.
-        let [report, ..] = unsafe { *fds };
-        write_msg(report, MSG_STARTED, 0);
-        // SAFETY: this process never execs nor returns into the caller's code.
-        unsafe { keep_only(report) };
-        loop {
-            match wait_raw(None) {
-                Some((pid, st)) if pid == command => {
-                    write_msg(report, MSG_STATUS, st);
-                    break;
-                }
-                Some(_) => {}
-                None => break,
-            }
-        }
-        // Our exit kills everything left in the namespace.
-        // SAFETY: the end of this process (`exit_group`; nothing runs after it).
-        unsafe { libc::_exit(0) }
     }
 }
 
@@ -1285,7 +930,7 @@ mod tests {
                 readonly: vec![c(&ws.join("pin/ro"))],
                 prepared: None,
             }),
-            pid: None,
+            pid: false,
             mask: (unsafe { libc::geteuid() } == 0).then(ProcMask::of_this_host),
             // The working directory inside the carve-out: entered again, read-only.
             cwd: c(&ws.join("pin/ro/sub")),
@@ -1428,7 +1073,7 @@ mod tests {
             })),
             net: true,
             mount: None,
-            pid: None,
+            pid: false,
             mask: None,
             cwd: c"/".to_owned(),
         };
@@ -1457,7 +1102,7 @@ mod tests {
             userns: own_userns(),
             net: true,
             mount: None,
-            pid: None,
+            pid: false,
             mask: None,
             cwd: c"/".to_owned(),
         };

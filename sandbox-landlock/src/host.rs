@@ -11,7 +11,7 @@ use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use crate::child::{ArgArea, IdMaps, MountPlan, Namespaces, ProcMask};
+use crate::child::{IdMaps, MountPlan, Namespaces, ProcMask};
 use crate::error::Error;
 use sandbox_core::facts::HostRecord;
 use sandbox_core::handover::Handover;
@@ -129,7 +129,7 @@ impl NsMode {
                 readonly: c(&spec.readonly_mounts),
                 prepared,
             }),
-            pid: pid.then(ArgArea::of_this_process),
+            pid,
             mask,
             cwd: c_path(cwd),
         }
@@ -155,20 +155,61 @@ pub(crate) struct Host {
 }
 
 /// Run `step` in a forked child and report whether it worked (the only way to try an
-/// irreversible change without making it in the host process).
-fn try_in_child(step: &dyn PreExec) -> Result<(), String> {
+/// irreversible change without making it in the host process). A step that must run in a
+/// process born in new namespaces (the pid namespace's init) runs in a grandchild that
+/// is: the child makes them with `unshare`, whose next child is born in them, as a run's
+/// process is by core's `clone3`.
+fn try_in_child(step: &Namespaces) -> Result<(), String> {
+    let born = step.born_in();
     // SAFETY: the child makes only the step's system calls and `_exit`s (see `child`).
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(format!("fork: {}", io::Error::last_os_error()));
     }
     if pid == 0 {
-        let code = match step.pre_exec() {
+        let code = |r: io::Result<()>| match r {
             Ok(()) => 0,
             Err(e) => e.raw_os_error().unwrap_or(255).clamp(1, 255),
         };
-        // SAFETY: leaving the child without running the parent's destructors.
-        unsafe { libc::_exit(code) };
+        if born == sandbox_core::process::BornIn::default() {
+            // SAFETY: leaving the child without running the parent's destructors.
+            unsafe { libc::_exit(code(step.pre_exec())) };
+        }
+        let mut flags = libc::CLONE_NEWPID;
+        if born.user {
+            flags |= libc::CLONE_NEWUSER;
+        }
+        // SAFETY: system calls in the child, which ends in `_exit` (see `child`); the
+        // grandchild is a raw fork (`fork_raw`: no atfork handlers in a copy of a
+        // multi-threaded host) that makes the step's calls and `_exit`s.
+        unsafe {
+            if libc::unshare(flags) != 0 {
+                libc::_exit(code(Err(io::Error::last_os_error())));
+            }
+            // The maps core writes for a run's process born in its user namespace.
+            if let (true, Some(maps)) = (born.user, &step.userns) {
+                for (path, data) in [
+                    (c"/proc/self/setgroups", &b"deny"[..]),
+                    (c"/proc/self/uid_map", &maps.uid_map),
+                    (c"/proc/self/gid_map", &maps.gid_map),
+                ] {
+                    if let Err(e) = sandbox_core::process::raw_write_file(path, data) {
+                        libc::_exit(code(Err(e)));
+                    }
+                }
+            }
+            match sandbox_core::process::fork_raw() {
+                Err(e) => libc::_exit(code(Err(e))),
+                Ok(0) => libc::_exit(code(step.pre_exec())),
+                Ok(init) => {
+                    let mut status = 0;
+                    if libc::waitpid(init, &mut status, 0) != init || !libc::WIFEXITED(status) {
+                        libc::_exit(255);
+                    }
+                    libc::_exit(libc::WEXITSTATUS(status));
+                }
+            }
+        }
     }
     let mut status = 0;
     // SAFETY: waiting for our own child.

@@ -30,10 +30,14 @@
 //!   (`sandbox-proxy`). Where no namespace can be made, the capability says `none` and
 //!   `loopback` are over-granted and the lane decides, and refuses `proxy` and host ports.
 //! - **Processes** (on `strict`): a pid namespace of the command's own, with a private
-//!   `/proc` that shows only its processes; made in the forked child, with a tiny init as
-//!   pid 1 that reaps orphans and hands out the command's exact status (see
-//!   `PidInit` in `src/child.rs` for why the command is not pid 1 itself). `fast` and
-//!   `trusted` skip it (they do not require process isolation) and save its cost.
+//!   `/proc` that shows only its processes. Core's `clone3` makes the spawned process the
+//!   namespace's init (`sandbox_core::process::BornIn`); every step below confines it, and
+//!   it execs core's waiter (`sandbox_core::process::waiter`) from a sealed in-memory file,
+//!   which starts the command, reaps orphans and hands out the command's exact status (an
+//!   init cannot die of its own signal, so the command is not pid 1 itself). The init's
+//!   exec leaves the host's memory, so the command is forked from a small program: no
+//!   process of the run copies the host, however large it is. `fast` and `trusted` skip it
+//!   (they do not require process isolation) and save its cost.
 //! - **Root**: a root host's command loses every capability in all five sets, with
 //!   `SECBIT_NOROOT` locked so no exec gives any back, and landlock scopes keep its
 //!   signals and abstract unix sockets inside the sandbox (ABI 6, required for a root
@@ -547,8 +551,9 @@ impl Launcher for LandlockBackend {
             }
             if pid {
                 launch.notes.push(
-                    "processes: a pid namespace of its own, with a private /proc; a tiny \
-                     init (pid 1) reaps orphans and hands out the command's exact status"
+                    "processes: a pid namespace of its own, with a private /proc; the \
+                     sandbox's waiter (pid 1, confined as the command) reaps orphans and \
+                     hands out the command's exact status"
                         .into(),
                 );
             }
@@ -574,8 +579,8 @@ impl Launcher for LandlockBackend {
             let by_rlimit =
                 HostSupport::detect(false).processes == Some(sandbox_core::LimitMechanism::Rlimit);
             if let (true, true, Some(n)) = (userns, by_rlimit, plan.limits.max_processes) {
-                // Counted in the user namespace; the waiter and the init, ours, on top.
-                let ours = if pid { 2 } else { 0 };
+                // Counted in the user namespace; the waiter (the init), ours, on top.
+                let ours = if pid { 1 } else { 0 };
                 launch.process_rlimit_inside = true;
                 launch.pre_exec.push(Box::new(ProcessLimit(
                     n.saturating_add(ours) as libc::rlim_t
@@ -652,8 +657,54 @@ impl Launcher for LandlockBackend {
         } else {
             TreeKill::ProcessGroup
         });
+        if pid {
+            run_under_the_waiter(&mut launch, userns)?;
+        }
         Ok(launch)
     }
+}
+
+/// `strict`: the spawned process is born the init of its own pid namespace (and of the
+/// user namespace that owns it, where the host is not root), and what it execs, once every
+/// step has confined it, is core's waiter, from the process's one sealed copy
+/// (`/proc/self/fd/N` in its private `/proc`: the descriptor is close-on-exec, so neither
+/// the waiter nor the command holds it). The waiter starts the plan's program and reports
+/// its exact status; the ready pipe tells a waiter that could not start from a command
+/// that ran.
+fn run_under_the_waiter(launch: &mut Launch, userns: bool) -> Result<(), SandboxError> {
+    use sandbox_core::process::waiter::{self, WaiterArgs};
+    use std::os::fd::AsRawFd;
+    let exe = waiter::executable()
+        .map_err(|e| SandboxError::unavailable(NAME, e.to_string(), PID_NS_REMEDY))?;
+    let pipe = || {
+        rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| SandboxError::io("making the waiter's pipes", e.into()))
+    };
+    let (status_r, status_w) = pipe()?;
+    let (ready_r, ready_w) = pipe()?;
+    let mut argv = vec![launch.arg0.clone()];
+    argv.append(&mut launch.args);
+    launch.args = WaiterArgs {
+        status: status_w.as_raw_fd(),
+        ready: ready_w.as_raw_fd(),
+        // The filter denies `setpgid`.
+        flags: "g".into(),
+        nproc: None,
+        proxy: None,
+        program: std::mem::take(&mut launch.program),
+        argv,
+    }
+    .to_args();
+    launch.program = format!("/proc/self/fd/{}", exe.as_raw_fd()).into();
+    launch.arg0 = "sandbox-init".into();
+    launch.pass_fds.extend([status_w, ready_w]);
+    launch.exit_status_pipe = Some(status_r);
+    launch.ready_pipe = Some(ready_r);
+    launch.born_in = sandbox_core::process::BornIn {
+        pid: true,
+        user: userns,
+    };
+    Ok(())
 }
 
 #[cfg(test)]

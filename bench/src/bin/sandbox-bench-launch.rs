@@ -12,7 +12,9 @@
 //! `Launch`, and then, in this one single-threaded process, does what the launch says
 //! and nothing else: the credentials, the working directory, the descriptors it hands
 //! over, the backend's own steps between fork and exec (namespaces, landlock, seccomp,
-//! capabilities), and `execve` of the launch's program with its argv and environment.
+//! capabilities), and `execve` of the launch's program with its argv and environment; a
+//! launch born in namespaces (landlock's `strict`: the pid namespace, whose init execs
+//! the sandbox's waiter) is run in the child an `unshare` makes next, as `unshare --fork`.
 //! No async runtime, no cgroup, no supervisor, no output capture (the command writes to
 //! this process's own standard output): what `sandbox run` adds on top of the mechanism
 //! is what the bench's ratio shows.
@@ -151,6 +153,55 @@ fn main() {
         };
         if !ok {
             fail(&format!("credentials: {}", std::io::Error::last_os_error()));
+        }
+    }
+    let born = launch.born_in;
+    if born.pid || born.user {
+        // Born in the namespaces, as core's `clone3` makes the run's process: here, the
+        // next child of an `unshare` is (as `unshare --fork` does); this process waits
+        // for it and ends with its exit code (the waiter's own is the command's, or
+        // 128+N for a signal).
+        let mut flags = 0;
+        if born.pid {
+            flags |= libc::CLONE_NEWPID;
+        }
+        if born.user {
+            flags |= libc::CLONE_NEWUSER;
+        }
+        // SAFETY: plain system calls; this process is single-threaded, so the fork is.
+        unsafe {
+            // The host's ids, before the new namespace shows them unmapped.
+            let (u, g) = (libc::getuid(), libc::getgid());
+            if libc::unshare(flags) != 0 {
+                fail(&format!("unshare: {}", std::io::Error::last_os_error()));
+            }
+            if born.user {
+                // The identity maps core writes for a process born in its user namespace.
+                for (path, data) in [
+                    ("/proc/self/setgroups", "deny".to_string()),
+                    ("/proc/self/uid_map", format!("{u} {u} 1")),
+                    ("/proc/self/gid_map", format!("{g} {g} 1")),
+                ] {
+                    if let Err(e) = std::fs::write(path, data) {
+                        fail(&format!("{path}: {e}"));
+                    }
+                }
+            }
+            match libc::fork() {
+                -1 => fail(&format!("fork: {}", std::io::Error::last_os_error())),
+                0 => {}
+                child => {
+                    let mut status = 0;
+                    if libc::waitpid(child, &mut status, 0) != child {
+                        fail(&format!("waitpid: {}", std::io::Error::last_os_error()));
+                    }
+                    std::process::exit(if libc::WIFEXITED(status) {
+                        libc::WEXITSTATUS(status)
+                    } else {
+                        128 + libc::WTERMSIG(status)
+                    });
+                }
+            }
         }
     }
     // SAFETY: a plain system call on a C string that lives across it.

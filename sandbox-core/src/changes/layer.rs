@@ -297,6 +297,14 @@ impl OverlayMount {
     }
 }
 
+impl OverlayMount {
+    /// For a child born in a user namespace of its own whose maps core wrote
+    /// ([`crate::process::BornIn::user`]): mount there, making no nested one.
+    pub(crate) fn in_the_born_user_namespace(&mut self) {
+        self.userns = None;
+    }
+}
+
 fn check(r: libc::c_int) -> io::Result<()> {
     if r < 0 {
         Err(io::Error::last_os_error())

@@ -33,23 +33,15 @@ use super::sys;
 /// The child may also share the host's memory until it execs (core's vfork-like spawn,
 /// `sys::clone3_vm`), with the host's other threads running: a step writes no memory but
 /// locals on its own stack, and it returns (or fails) without waiting for the thread that
-/// spawned it, which is suspended until the exec. A step that instead keeps the spawned
-/// process alive as a waiter says so in [`PreExec::waits_for_the_command`].
+/// spawned it, which is suspended until the exec. A process that must outlive the exec
+/// (a pid namespace's init) is therefore never a step's: the spawned process is born
+/// the init ([`super::BornIn`]) and execs a program that is (core's waiter).
 ///
 /// The trait is `unsafe` to implement so that every implementation says, in a `SAFETY`
 /// comment, why it keeps to this.
 pub unsafe trait PreExec: Send + Sync + 'static {
     /// Run in the child. An error aborts the spawn; the command never runs.
     fn pre_exec(&self) -> io::Result<()>;
-
-    /// Whether the process core spawned stays behind, never reaching `execve` itself, while
-    /// the command runs in a process this step forks (a pid namespace's waiter and init).
-    /// Core then spawns by a copy of the host's memory (a fork) rather than sharing it, so
-    /// that the host's spawning thread is not held for the whole run and the waiter has a
-    /// memory of its own to live in.
-    fn waits_for_the_command(&self) -> bool {
-        false
-    }
 }
 
 /// `write(2)` the whole of `data` to `path` (opened write-only, not created), then close it:
@@ -84,6 +76,14 @@ pub unsafe fn raw_write_file(path: &CStr, data: &[u8]) -> io::Result<()> {
 /// Everything the child needs, prepared before the fork.
 pub(crate) struct ChildSetup {
     pub parent: libc::pid_t,
+    /// A pidfd of the host process, for a child born in a pid namespace of its own (where
+    /// its parent has no pid: `getppid` answers 0): it turns readable once the host has
+    /// exited. -1 otherwise.
+    pub host_pidfd: RawFd,
+    /// The uid and gid map lines of a child born in a user namespace of its own
+    /// ([`super::BornIn::user`]): the host's own ids mapped to themselves, written first,
+    /// so every step after (an overlay's mount, the backend's namespaces) runs with them.
+    pub id_maps: Option<(Vec<u8>, Vec<u8>)>,
     /// The run's cgroup v2 `cgroup.procs`, written unless the child was born in that cgroup
     /// (`born_in_v2`, set by the spawn just before the clone that does so).
     pub v2_procs: Option<CString>,
@@ -116,10 +116,26 @@ impl ChildSetup {
             // Die with the host: SIGKILL when the thread that forked us goes away. Checked
             // against the parent's pid afterwards, since the parent may already be gone.
             check(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0))?;
-            if libc::getppid() != self.parent {
+            let host_gone = if self.host_pidfd >= 0 {
+                let mut host = libc::pollfd {
+                    fd: self.host_pidfd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                libc::poll(&mut host, 1, 0) != 0
+            } else {
+                libc::getppid() != self.parent
+            };
+            if host_gone {
                 // The host died during spawn. A raw errno: building a message would
                 // allocate after fork.
                 return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            if let Some((uid_map, gid_map)) = &self.id_maps {
+                // `setgroups` must be denied before an unprivileged gid map is accepted.
+                raw_write_file(c"/proc/self/setgroups", b"deny")?;
+                raw_write_file(c"/proc/self/uid_map", uid_map)?;
+                raw_write_file(c"/proc/self/gid_map", gid_map)?;
             }
             // No signal blocked: the child starts with the mask of the host thread that
             // spawned it (neither `clone3` nor std's fork resets it), and a mask survives

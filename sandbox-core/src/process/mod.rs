@@ -25,6 +25,8 @@ mod spawn;
 mod supervise;
 mod sys;
 pub mod tree;
+#[cfg(feature = "waiter")]
+pub mod waiter;
 
 use std::any::Any;
 use std::ffi::OsString;
@@ -36,7 +38,7 @@ use async_trait::async_trait;
 
 pub use child::{raw_write_file, PreExec};
 pub use preflight::run_true;
-pub use sys::{become_ids, clone_stepping_aside, fork_raw, Aside, AsideArgs, AsideStack};
+pub use sys::{become_ids, fork_raw};
 
 use crate::changes::Layer;
 use crate::egress::EgressRun;
@@ -110,6 +112,48 @@ pub struct Launch {
     /// it for the run: each denied call is recorded in the outcome's denials and answered
     /// `EPERM`.
     pub seccomp_listener: Option<OwnedFd>,
+    /// Namespaces the spawned process is born in, by core's `clone3`, rather than made by a
+    /// step after it (see [`BornIn`]).
+    pub born_in: BornIn,
+}
+
+/// Namespaces core's `clone3` makes the spawned process in.
+///
+/// Why at birth: `unshare(CLONE_NEWPID)` puts only the caller's *children* in the new pid
+/// namespace, so a step could make the namespace's init only by forking, and a fork of a
+/// host that holds a few hundred MiB copies its page tables and then faults on every page
+/// either side writes. Born in the namespace, the spawned process is its init itself and
+/// shares the host's memory until its exec, as every other spawn does. A pid namespace
+/// that a host without root makes must belong to a user namespace of the run's (mounting
+/// its `/proc` needs `CAP_SYS_ADMIN` there), so that one is made at birth too; the step
+/// that writes its id maps then runs first among the backend's.
+///
+/// Where `clone3` is refused, the spawn fails with the cause: the fork it falls back to
+/// otherwise cannot be born in a namespace, and nothing runs with less than was asked.
+/// Core's own steps that need the host's privileges (credentials) are refused with a new
+/// user namespace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BornIn {
+    /// `CLONE_NEWPID`: the spawned process is the namespace's init (pid 1).
+    pub pid: bool,
+    /// `CLONE_NEWUSER`: in a new user namespace that maps the host's own uid and gid to
+    /// themselves (core writes the maps before any step runs; a step makes no user
+    /// namespace of its own then, core's overlay mount included).
+    pub user: bool,
+}
+
+impl BornIn {
+    /// The `clone3` flags.
+    pub(crate) fn flags(self) -> u64 {
+        let mut f = 0;
+        if self.pid {
+            f |= libc::CLONE_NEWPID as u64;
+        }
+        if self.user {
+            f |= libc::CLONE_NEWUSER as u64;
+        }
+        f
+    }
 }
 
 impl fmt::Debug for Launch {
@@ -131,6 +175,7 @@ impl fmt::Debug for Launch {
             .field("limits_inside", &self.limits_inside)
             .field("egress", &self.egress)
             .field("seccomp_listener", &self.seccomp_listener)
+            .field("born_in", &self.born_in)
             .finish()
     }
 }
@@ -164,6 +209,7 @@ impl Launch {
             limits_inside: false,
             egress: None,
             seccomp_listener: None,
+            born_in: BornIn::default(),
         }
     }
 
@@ -192,6 +238,7 @@ impl Launch {
             limits_inside: false,
             egress: None,
             seccomp_listener: None,
+            born_in: BornIn::default(),
         }
     }
 }
@@ -375,7 +422,13 @@ async fn start_launch<L: Launcher>(
         plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
     }
     let mut launch = launcher.prepare(&plan)?;
-    if let Some(step) = mount {
+    if let Some(mut step) = mount {
+        if launch.born_in.user {
+            // Born in a user namespace of its own, already mapped: the overlay is mounted
+            // there (a nested one would leave the pid namespace, which that one owns,
+            // out of the command's reach).
+            step.in_the_born_user_namespace();
+        }
         launch.pre_exec.insert(0, Box::new(step));
     }
     if let Some(l) = &layer {
@@ -415,8 +468,10 @@ async fn set_up_or_nothing_ran(
         () = crate::run::start_cancelled() => return Ok(handle),
     }
     let outcome = handle.wait().await?;
-    // The byte may have come with the end (a command that was over at once).
-    if matches!(rx.try_read(&mut byte), Ok(1)) {
+    // The byte may have come with the end (a command that was over at once). Read, not
+    // `try_read`: that answers from the reactor's readiness, which may not have seen the
+    // byte yet. The run is over, so every write end is closed and this cannot block.
+    if matches!(rx.read(&mut byte).await, Ok(1)) {
         return Ok(handle);
     }
     match outcome.status {

@@ -94,7 +94,18 @@ pub(crate) fn spawn(
         &launch.env,
         &launch.cwd,
     )?;
+    let born = launch.born_in.flags();
+    // Held until the clone has returned: the child polls it (see `ChildSetup::host_pidfd`).
+    let host_pidfd = match launch.born_in.pid {
+        true => Some(rustix::process::pidfd_open(
+            rustix::process::getpid(),
+            rustix::process::PidfdFlags::empty(),
+        )?),
+        false => None,
+    };
+    setup.host_pidfd = host_pidfd.as_ref().map_or(-1, |fd| fd.as_raw_fd());
     let fallback = match how {
+        How::Fork if born != 0 => return Err(not_born(&launch.born_in, "forced by a test")),
         How::Fork => "forced by a test".to_string(),
         How::Clone3 => {
             let cgroup = v2_cgroup
@@ -107,8 +118,11 @@ pub(crate) fn spawn(
                 })
                 .transpose()?;
             setup.born_in_v2 = cgroup.is_some();
-            match cloned(&exec, &setup, stdin_piped, cgroup.as_ref())? {
+            match cloned(&exec, &setup, stdin_piped, cgroup.as_ref(), born)? {
                 Ok(s) => return Ok(s),
+                Err(refused) if born != 0 => {
+                    return Err(not_born(&launch.born_in, &refused.to_string()))
+                }
                 Err(refused) => format!("clone3 was refused: {refused}"),
             }
         }
@@ -120,6 +134,25 @@ pub(crate) fn spawn(
         "spawned by fork, joining the run's cgroups by cgroup.procs ({fallback})"
     ));
     Ok(s)
+}
+
+/// The spawn's error where a launch must be born in namespaces and `clone3` cannot do it:
+/// std's fork, the fallback otherwise, cannot.
+fn not_born(born: &super::BornIn, why: &str) -> io::Error {
+    let what = match (born.pid, born.user) {
+        (true, true) => "a pid namespace and a user namespace",
+        (true, false) => "a pid namespace",
+        _ => "a user namespace",
+    };
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!(
+            "the command must be born in {what} of its own, which only clone3 can do, and \
+             clone3 was refused ({why}); nothing ran. Remedy: a kernel of 5.7 or later, with \
+             clone3 allowed by any seccomp profile the host itself runs under, or a lane \
+             without process isolation (`--lane fast`)"
+        ),
+    )
 }
 
 /// A pipe whose child end is never 0, 1 or 2 (so placing the stdio cannot overwrite
@@ -143,6 +176,7 @@ fn cloned(
     setup: &ChildSetup,
     stdin_piped: bool,
     cgroup: Option<&OwnedFd>,
+    born: u64,
 ) -> io::Result<Result<Spawned, io::Error>> {
     // Every descriptor is close-on-exec: the child places its three by `dup2`, and any
     // other spawn's copies vanish at their exec.
@@ -169,11 +203,12 @@ fn cloned(
     ];
     let report = report_w.as_raw_fd();
 
-    let (pid, pidfd) = match clone_child(stdio, exec, setup, report, cgroup.map(|c| c.as_fd())) {
-        Ok(child) => child,
-        Err(e) if refused(&e) => return Ok(Err(e)),
-        Err(e) => return Err(e),
-    };
+    let (pid, pidfd) =
+        match clone_child(stdio, exec, setup, report, cgroup.map(|c| c.as_fd()), born) {
+            Ok(child) => child,
+            Err(e) if refused(&e) => return Ok(Err(e)),
+            Err(e) => return Err(e),
+        };
     // The child's ends are its own now; the report pipe reads end-of-file once every
     // copy of its write end is gone, at the child's exec or exit.
     drop((stdin_child, out_w, err_w, report_w));
@@ -230,13 +265,12 @@ unsafe extern "C" fn vm_child(arg: *mut libc::c_void) -> ! {
     // this process execs or exits; it is only read.
     let c = unsafe { &*arg.cast::<VmChild<'_>>() };
     // SAFETY: `exec_child` writes only its own stack and ends in `execve` or `_exit`; the
-    // backend's steps promise the same (`PreExec`'s contract), and none of them waits for
-    // the command here (checked by the caller).
+    // backend's steps promise the same (`PreExec`'s contract).
     unsafe { exec_child(c.stdio, c.exec, c.setup, c.report) }
 }
 
-/// Make the child: sharing the host's memory until its exec where every step allows it
-/// (nothing copied, so the cost does not grow with the host's size), else a copy of it.
+/// Make the child: sharing the host's memory until its exec (nothing copied, so the cost
+/// does not grow with the host's size) where the architecture allows, else a copy of it.
 /// A refusal of the shared kind falls back to the copy before anything else.
 fn clone_child(
     stdio: [libc::c_int; 3],
@@ -244,9 +278,10 @@ fn clone_child(
     setup: &ChildSetup,
     report: libc::c_int,
     cgroup: Option<std::os::fd::BorrowedFd<'_>>,
+    born: u64,
 ) -> io::Result<(libc::pid_t, OwnedFd)> {
     #[cfg(target_arch = "x86_64")]
-    if !setup.steps.iter().any(|s| s.waits_for_the_command()) {
+    {
         let stack = sys::ChildStack::new()?;
         let mut arg = VmChild {
             stdio,
@@ -256,8 +291,15 @@ fn clone_child(
         };
         // SAFETY: `vm_child` keeps to `clone3_vm`'s contract (its doc), and `arg` lives on
         // this frame, which stays put while the child runs in this memory.
-        let r =
-            unsafe { sys::clone3_vm(cgroup, &stack, vm_child, std::ptr::addr_of_mut!(arg).cast()) };
+        let r = unsafe {
+            sys::clone3_vm(
+                cgroup,
+                born,
+                &stack,
+                vm_child,
+                std::ptr::addr_of_mut!(arg).cast(),
+            )
+        };
         match r {
             Err(e) if refused(&e) => {}
             r => return r,
@@ -265,7 +307,7 @@ fn clone_child(
     }
     // SAFETY: the child runs `exec_child` only, which keeps to `sys`'s rule on data made
     // above, and never returns.
-    match unsafe { sys::clone3(cgroup) } {
+    match unsafe { sys::clone3(cgroup, born) } {
         Ok(sys::Cloned::Child) => unsafe { exec_child(stdio, exec, setup, report) },
         Ok(sys::Cloned::Parent { pid, pidfd }) => Ok((pid, pidfd)),
         Err(e) => Err(e),
@@ -478,6 +520,8 @@ mod tests {
     #[derive(Debug, Default)]
     struct Direct {
         program: Option<PathBuf>,
+        /// The namespaces the launch is born in.
+        born_in: crate::process::BornIn,
     }
 
     #[async_trait]
@@ -506,6 +550,7 @@ mod tests {
             if let Some(p) = &self.program {
                 l.program = p.clone();
             }
+            l.born_in = self.born_in;
             Ok(l)
         }
     }
@@ -767,6 +812,7 @@ mod tests {
             for fork in [false, true] {
                 let sb = ProcessSandbox::new(Direct {
                     program: Some(program.clone()),
+                    ..Direct::default()
                 });
                 let r = with(fork, sb.run(opts(ws.path(), &["/bin/true"]))).await;
                 match r {
@@ -781,6 +827,7 @@ mod tests {
         // And as callers match on it.
         let sb = ProcessSandbox::new(Direct {
             program: Some(ws.path().join("missing")),
+            ..Direct::default()
         });
         assert!(sb
             .run(opts(ws.path(), &["/bin/true"]))
@@ -789,24 +836,21 @@ mod tests {
             .is_not_found());
     }
 
-    /// The spawn shares the host's memory with the child until its exec (nothing copied),
-    /// unless a step keeps the spawned process as a waiter: seen from the host, a write the
-    /// child makes to a static lands in the host's memory only in the first case. The
-    /// write breaks `PreExec`'s contract on purpose, to observe which kind of child ran.
+    /// The spawn shares the host's memory with the child until its exec (nothing copied):
+    /// seen from the host, a write the child makes to a static lands in the host's memory.
+    /// The write breaks `PreExec`'s contract on purpose, to observe which kind of child
+    /// ran.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_child_shares_the_hosts_memory_until_exec_unless_a_step_waits() {
+    async fn the_child_shares_the_hosts_memory_until_exec() {
         use std::sync::atomic::{AtomicI32, Ordering};
-        static SEEN: [AtomicI32; 2] = [AtomicI32::new(0), AtomicI32::new(0)];
-        struct Mark(usize);
+        static SEEN: AtomicI32 = AtomicI32::new(0);
+        struct Mark;
         // SAFETY: `getpid` and an atomic store; the store is the test's observation.
         unsafe impl PreExec for Mark {
             fn pre_exec(&self) -> io::Result<()> {
                 // SAFETY: a system call with no arguments.
-                SEEN[self.0].store(unsafe { libc::getpid() }, Ordering::SeqCst);
+                SEEN.store(unsafe { libc::getpid() }, Ordering::SeqCst);
                 Ok(())
-            }
-            fn waits_for_the_command(&self) -> bool {
-                self.0 == 1
             }
         }
         if !Direct::default().capability().tree_kill {
@@ -814,23 +858,15 @@ mod tests {
             return;
         }
         let ws = tempfile::tempdir().unwrap();
-        for which in [0, 1] {
-            let sb = ProcessSandbox::new(Stepped(move || -> Box<dyn PreExec> {
-                Box::new(Mark(which))
-            }));
-            sb.run(opts(ws.path(), &["/bin/true"])).await.unwrap();
-            let out = sb.wait().await.unwrap();
-            assert!(out.status.success(), "{out:?}");
-            assert_eq!(
-                out.policy
-                    .notes
-                    .iter()
-                    .filter(|n| n.contains("fork"))
-                    .count(),
-                0
-            );
-        }
-        let shared = SEEN[0].load(Ordering::SeqCst);
+        let sb = ProcessSandbox::new(Stepped(|| -> Box<dyn PreExec> { Box::new(Mark) }));
+        sb.run(opts(ws.path(), &["/bin/true"])).await.unwrap();
+        let out = sb.wait().await.unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert!(
+            !out.policy.notes.iter().any(|n| n.contains("fork")),
+            "{out:?}"
+        );
+        let shared = SEEN.load(Ordering::SeqCst);
         if cfg!(target_arch = "x86_64") {
             assert!(
                 shared > 0 && shared != std::process::id() as i32,
@@ -839,11 +875,78 @@ mod tests {
         } else {
             assert_eq!(shared, 0, "no shared spawn on this architecture");
         }
-        assert_eq!(
-            SEEN[1].load(Ordering::SeqCst),
-            0,
-            "a waiting step's child wrote into the host's memory"
+    }
+
+    /// This host's pid-namespace birth: a new user namespace too where the host is not
+    /// root (as landlock's `strict` asks).
+    fn born_in_a_pid_namespace() -> crate::process::BornIn {
+        crate::process::BornIn {
+            pid: true,
+            user: !nix::unistd::geteuid().is_root(),
+        }
+    }
+
+    /// A launch born in a pid namespace is its init: the command sees itself as pid 1, and
+    /// the host sees it in two namespaces (`NSpid` lists its pid in each), still a member
+    /// of the run's cgroup and still waited for through its pidfd.
+    #[tokio::test]
+    async fn a_launch_born_in_a_pid_namespace_is_its_init() {
+        if !Direct::default().capability().tree_kill || !clone3_here() {
+            eprintln!("skipped: no cgroup or no clone3 here, so no such run starts at all");
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        let sb = ProcessSandbox::new(Direct {
+            program: None,
+            born_in: born_in_a_pid_namespace(),
+        });
+        let mut o = opts(
+            ws.path(),
+            &[
+                "/bin/sh",
+                "-c",
+                "echo $$; exec grep NSpid /proc/self/status",
+            ],
         );
+        o.timeout = Some(Duration::from_secs(30));
+        sb.run(o).await.unwrap();
+        let out = sb.wait().await.unwrap();
+        assert_eq!(out.status, crate::Status::Exited { code: 0 }, "{out:?}");
+        let text = out.stdout.text();
+        let mut lines = text.lines();
+        assert_eq!(lines.next(), Some("1"), "{text}");
+        // /proc is still the host's here (no step mounted the namespace's own), so the
+        // status file of "self" is the init's (grep, exec'd in the shell's place) as the
+        // host sees it.
+        let nspid: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+        assert_eq!(nspid.len(), 3, "{text}");
+        assert_eq!(nspid[2], "1", "{text}");
+    }
+
+    /// Where the spawn cannot be born in the namespaces (the fork fallback), it fails with
+    /// the cause and nothing runs: never a command in the host's pid namespace instead.
+    #[tokio::test]
+    async fn a_launch_that_cannot_be_born_in_its_namespaces_does_not_run() {
+        if !Direct::default().capability().tree_kill {
+            eprintln!("skipped: no cgroup here, so no run starts at all");
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        let marker = ws.path().join("ran");
+        let sb = ProcessSandbox::new(Direct {
+            program: None,
+            born_in: born_in_a_pid_namespace(),
+        });
+        let cmd = format!("touch {}", marker.display());
+        let r = with(true, sb.run(opts(ws.path(), &["/bin/sh", "-c", &cmd]))).await;
+        match r {
+            Err(SandboxError::Spawn { source, .. }) => {
+                assert_eq!(source.kind(), io::ErrorKind::Unsupported, "{source}");
+                assert!(source.to_string().contains("clone3"), "{source}");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(!marker.exists(), "the command ran");
     }
 
     /// A step that fails between clone and exec fails the spawn with its errno, and the

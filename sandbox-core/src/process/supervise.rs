@@ -116,8 +116,25 @@ pub(super) fn start(
         }
     };
 
+    if launch.born_in.user && launch.credentials.is_some() {
+        // Core sets credentials with the host's privileges, which a process born in a new
+        // user namespace no longer has: a backend asking for both is refused, not half-run.
+        return Err(SandboxError::unavailable(
+            backend,
+            "the launch asks for new credentials and a new user namespace at once",
+            "this is a bug in the backend: report it",
+        ));
+    }
     let setup = ChildSetup {
         parent: std::process::id() as libc::pid_t,
+        host_pidfd: -1,
+        id_maps: launch.born_in.user.then(|| {
+            let (u, g) = (nix::unistd::getuid(), nix::unistd::getgid());
+            (
+                format!("{u} {u} 1").into_bytes(),
+                format!("{g} {g} 1").into_bytes(),
+            )
+        }),
         v2_procs: cgroups.as_ref().and_then(|c| c.v2_procs().cloned()),
         born_in_v2: false,
         v1_joins: cgroups

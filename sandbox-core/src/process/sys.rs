@@ -41,18 +41,20 @@ pub(super) enum Cloned {
 /// with `CLONE_PIDFD`, and with `CLONE_INTO_CGROUP` when `cgroup` (a directory descriptor
 /// of a cgroup v2) is given: the child is born a member, which takes the cgroup core's
 /// threadgroup lock only for reading, where a later write to `cgroup.procs` takes it for
-/// writing and waits for an RCU grace period after a quiet spell (about 10 ms).
+/// writing and waits for an RCU grace period after a quiet spell (about 10 ms). The child
+/// is born in the new namespaces `namespaces` names (`CLONE_NEWPID`, `CLONE_NEWUSER`; 0 for
+/// none).
 ///
 /// # Safety
 ///
 /// On [`Cloned::Child`] the caller is the child: it must keep to the module's rule (plain
 /// system calls on memory prepared before the call, no allocation, no glibc `fork` or
 /// `setuid`) and end in `execve` or `_exit`, never returning into code the parent runs.
-pub(super) unsafe fn clone3(cgroup: Option<BorrowedFd<'_>>) -> io::Result<Cloned> {
+pub(super) unsafe fn clone3(cgroup: Option<BorrowedFd<'_>>, namespaces: u64) -> io::Result<Cloned> {
     let mut pidfd: libc::c_int = -1;
     // SAFETY: `clone_args` is plain integers; all zero is "no such field".
     let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
-    args.flags = libc::CLONE_PIDFD as u64 | CLONE_CLEAR_SIGHAND;
+    args.flags = libc::CLONE_PIDFD as u64 | CLONE_CLEAR_SIGHAND | namespaces;
     args.pidfd = std::ptr::addr_of_mut!(pidfd) as u64;
     args.exit_signal = libc::SIGCHLD as u64;
     if let Some(fd) = cgroup {
@@ -135,7 +137,7 @@ impl Drop for ChildStack {
 /// (`CLONE_VFORK`), so nothing is copied: a fork copies the page tables of the whole host
 /// and both sides then fault on every page either writes, which for a host holding a few
 /// hundred MiB costs more than the whole sandboxed start. Otherwise as [`clone3`]: a pidfd,
-/// `SIGCHLD` at exit, handlers cleared, born into `cgroup`. The child runs `entry(arg)` on
+/// `SIGCHLD` at exit, handlers cleared, born into `cgroup` and `namespaces`. The child runs `entry(arg)` on
 /// `stack` and never returns; the caller returns only once the child has left this memory.
 ///
 /// Only on x86_64, where the child's first instructions are written here: it must call
@@ -154,6 +156,7 @@ impl Drop for ChildStack {
 #[cfg(target_arch = "x86_64")]
 pub(super) unsafe fn clone3_vm(
     cgroup: Option<BorrowedFd<'_>>,
+    namespaces: u64,
     stack: &ChildStack,
     entry: unsafe extern "C" fn(*mut libc::c_void) -> !,
     arg: *mut libc::c_void,
@@ -161,8 +164,9 @@ pub(super) unsafe fn clone3_vm(
     let mut pidfd: libc::c_int = -1;
     // SAFETY: `clone_args` is plain integers; all zero is "no such field".
     let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
-    args.flags =
-        (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64 | CLONE_CLEAR_SIGHAND;
+    args.flags = (libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PIDFD) as u64
+        | CLONE_CLEAR_SIGHAND
+        | namespaces;
     args.pidfd = std::ptr::addr_of_mut!(pidfd) as u64;
     args.exit_signal = libc::SIGCHLD as u64;
     // The kernel starts the child with its stack pointer at `stack + stack_size`, 16-byte
@@ -225,164 +229,6 @@ pub unsafe fn fork_raw() -> io::Result<libc::pid_t> {
         Err(io::Error::last_os_error())
     } else {
         Ok(r as libc::pid_t)
-    }
-}
-
-/// How long the caller of [`clone_stepping_aside`] sits out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Aside {
-    /// The caller goes on at once, beside the new process (`CLONE_VM`): for a process that
-    /// must outlive the new one's exec (a waiter beside its pid namespace's init).
-    Beside,
-    /// The caller is suspended until the new process execs or exits (`CLONE_VM |
-    /// CLONE_VFORK`): for the last process before the command's exec.
-    UntilExec,
-}
-
-/// The words [`clone_stepping_aside`] hands to the caller's `entry`, kept on its new stack.
-pub type AsideArgs = [libc::c_int; 4];
-
-/// A stack a caller of [`clone_stepping_aside`] moves onto, in the program's zeroed data
-/// rather than mapped at the call: by then core has set the command's rlimits, and an
-/// `RLIMIT_AS` below the size of the copied host refuses every new mapping. Untouched in
-/// the host (its pages are never made there); each copy of the host that steps aside uses
-/// its own copy of it. 128 KiB, the lowest page made a guard at the call.
-#[repr(C, align(4096))]
-pub struct AsideStack(std::cell::UnsafeCell<[u8; AsideStack::SIZE]>);
-
-// SAFETY: only ever written by a process that has its own copy of it
-// (`clone_stepping_aside`'s contract); never touched by the program that declares it.
-unsafe impl Sync for AsideStack {}
-
-impl AsideStack {
-    const SIZE: usize = 128 << 10;
-    const GUARD: usize = 4096;
-
-    /// For a `static`: one per process that steps aside in one memory.
-    pub const fn new() -> Self {
-        Self(std::cell::UnsafeCell::new([0; Self::SIZE]))
-    }
-}
-
-impl std::fmt::Debug for AsideStack {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("AsideStack").finish_non_exhaustive()
-    }
-}
-
-impl Default for AsideStack {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// A new process *without a copy* of this one's memory, for a step between core's clone
-/// and exec that must leave a process behind (a pid namespace's init and waiter): the new
-/// process shares this memory and goes on from this call on the caller's stack (it returns
-/// `Ok`), while the caller moves onto a fresh stack of its own and goes on in
-/// `entry(&args, pid)` on `stack`, which never returns. A fork there copied the whole host's page
-/// tables once per process; for a host holding a few hundred MiB that was most of a
-/// sandboxed start.
-///
-/// Why the caller moves and not the new process: the new process must return into the
-/// code that called this (the rest of the steps, then exec), and only the caller's stack
-/// holds those frames. The caller's first instructions after the system call are written
-/// here (switch the stack, then call `entry`), so it never touches the old stack again,
-/// which from then on is the new process's alone. Elsewhere than x86_64 this is a
-/// `fork_raw` (a copy), with the same contract.
-///
-/// # Safety
-///
-/// The module's rule for both processes. No other process running in this memory uses
-/// `stack`, now or later: the caller is a copy of the program that declares it (core's fork
-/// for a step that `waits_for_the_command`, or a process made by this call), or a program
-/// that uses it this once and then only execs or exits. Both processes run in the same
-/// memory with the same thread-local storage: until one of them execs or exits, each
-/// writes nothing but its own stack, and `entry` makes its system calls without touching
-/// thread-local storage (not through glibc's wrappers, which may write `errno` or, being
-/// cancellation points, the thread's cancellation state: rustix's raw calls do neither),
-/// since with [`Aside::Beside`] the new process runs glibc's code at the same time.
-/// Neither may panic (the panic count is thread-local). With [`Aside::UntilExec`] the new
-/// process must not wait for the caller, which is suspended.
-pub unsafe fn clone_stepping_aside(
-    aside: Aside,
-    stack: &'static AsideStack,
-    entry: unsafe extern "C" fn(*const AsideArgs, libc::pid_t) -> !,
-    args: AsideArgs,
-) -> io::Result<()> {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let mut flags = libc::CLONE_VM as u64 | libc::SIGCHLD as u64;
-        if aside == Aside::UntilExec {
-            flags |= libc::CLONE_VFORK as u64;
-        }
-        let base = stack.0.get().cast::<u8>();
-        // An overflow faults instead of writing the data below. Changing the protection of
-        // pages already mapped needs no new mapping, so no rlimit refuses it.
-        // SAFETY: the lowest page of this process's own copy of `stack` (page-aligned).
-        if unsafe { libc::mprotect(base.cast(), AsideStack::GUARD, libc::PROT_NONE) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // The arguments sit in the top 16 bytes, above the stack pointer (pushes go below),
-        // which stays 16-byte aligned before the `call`, as the ABI wants.
-        // SAFETY: inside `stack` (page-aligned, so the top is too), used by no one else.
-        let (at, sp) = unsafe {
-            let top = base.add(AsideStack::SIZE);
-            let at = top.sub(16).cast::<AsideArgs>();
-            at.write(args);
-            (at, top.sub(32))
-        };
-        let ret: isize;
-        // SAFETY: legacy `clone(flags, 0, 0, 0, 0)`: no new stack for the new process, which
-        // returns from the `syscall` with `rax` 0 on this stack, as after `vfork`, and leaves
-        // this asm like any call; `rcx` and `r11` are the only registers a system call
-        // changes besides `rax`. The caller, `rax` the pid, switches to `sp` at the top of
-        // `stack` before anything touches memory, clears the frame pointer and calls
-        // `entry(at, pid)` from registers a system call preserves; `entry` never returns
-        // (`ud2` if it did). On an error (`rax` negative) nothing was made and the caller
-        // leaves the asm.
-        unsafe {
-            std::arch::asm!(
-                "syscall",
-                "test rax, rax",
-                "jle 2f",
-                "mov rsp, r12",
-                "xor ebp, ebp",
-                "mov rdi, r13",
-                "mov esi, eax",
-                "call r14",
-                "ud2",
-                "2:",
-                inlateout("rax") libc::SYS_clone as isize => ret,
-                in("rdi") flags,
-                in("rsi") 0usize,
-                in("rdx") 0usize,
-                in("r10") 0usize,
-                in("r8") 0usize,
-                in("r12") sp,
-                in("r13") at,
-                in("r14") entry,
-                lateout("rcx") _,
-                lateout("r11") _,
-                options(nostack),
-            );
-        }
-        if ret < 0 {
-            return Err(io::Error::from_raw_os_error(-ret as i32));
-        }
-        Ok(())
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (aside, stack);
-        // SAFETY: the caller's contract, which a fork satisfies a fortiori.
-        let pid = unsafe { fork_raw()? };
-        if pid == 0 {
-            return Ok(());
-        }
-        // SAFETY: `args` lives on this (copied) stack for as long as `entry`, which never
-        // returns.
-        unsafe { entry(&args, pid) }
     }
 }
 
@@ -554,72 +400,5 @@ pub(super) unsafe fn report_and_exit(pipe: libc::c_int, errno: i32) -> ! {
             }
         }
         libc::_exit(127)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::sync::atomic::{AtomicI32, Ordering};
-
-    /// What the new process writes, and the caller, stepped aside, reads.
-    static MARK: AtomicI32 = AtomicI32::new(0);
-    /// The stepped-aside caller's stack (in the fork's copy).
-    static STACK: AsideStack = AsideStack::new();
-
-    /// The stepped-aside caller: wait for the new process `pid`, then exit 0 only if its
-    /// write is in this memory and the words arrived; 3 for no write, 4 for wrong words.
-    unsafe extern "C" fn check_mark(args: *const AsideArgs, pid: libc::pid_t) -> ! {
-        // SAFETY: the words `clone_stepping_aside` keeps on this stack.
-        let words = unsafe { *args };
-        let waited = rustix::process::waitpid(
-            rustix::process::Pid::from_raw(pid),
-            rustix::process::WaitOptions::empty(),
-        );
-        let code = if words != [7, 8, 9, 10] || !matches!(waited, Ok(Some(_))) {
-            4
-        } else if MARK.load(Ordering::SeqCst) == pid {
-            0
-        } else {
-            3
-        };
-        // SAFETY: the end of this process.
-        unsafe { libc::_exit(code) }
-    }
-
-    /// Both ways of stepping aside make a process that shares the caller's memory (its
-    /// write to a static is seen by the caller, on its new stack, once the new process
-    /// has exited), hand the caller the words and the new pid, and leave the caller's
-    /// frames to the new process. Run in a fork of the test, which it ends.
-    #[test]
-    #[cfg(target_arch = "x86_64")]
-    fn the_new_process_shares_the_callers_memory_and_the_caller_moves() {
-        for aside in [Aside::Beside, Aside::UntilExec] {
-            MARK.store(0, Ordering::SeqCst);
-            // SAFETY: the fork makes raw calls only and ends in `_exit`.
-            let pid = unsafe { fork_raw() }.unwrap();
-            if pid == 0 {
-                // SAFETY: the new process writes a static (the observation), then exits.
-                unsafe {
-                    match clone_stepping_aside(aside, &STACK, check_mark, [7, 8, 9, 10]) {
-                        Ok(()) => {
-                            MARK.store(libc::getpid(), Ordering::SeqCst);
-                            libc::_exit(0)
-                        }
-                        Err(_) => libc::_exit(5),
-                    }
-                }
-            }
-            let mut st = 0;
-            // SAFETY: our own child.
-            assert_eq!(unsafe { libc::waitpid(pid, &mut st, 0) }, pid);
-            assert!(libc::WIFEXITED(st), "{aside:?}: status {st:#x}");
-            assert_eq!(libc::WEXITSTATUS(st), 0, "{aside:?}: 3 = no shared write");
-            assert_eq!(
-                MARK.load(Ordering::SeqCst),
-                0,
-                "the test's memory was a copy"
-            );
-        }
     }
 }

@@ -1,14 +1,21 @@
-//! The waiter: the first program bwrap runs inside the sandbox. It starts the command, waits
-//! for it, and reports the command's raw `wait` status on a pipe the host reads.
+//! The waiter: the first program a process backend runs inside its sandbox's pid
+//! namespace, as the namespace's init. It starts the command, waits for it, and reports the
+//! command's raw `wait` status on a pipe the host reads.
 //!
-//! Why it exists: bwrap folds "killed by signal N" into exit code 128+N (in its own exit
-//! status and in `--json-status-fd` alike), so from outside `exit 137` and a SIGKILL look the
-//! same. The waiter sees the real status and hands it over. It also lets the command see
-//! the `argv[0]` it was called by (bwrap 0.8 has no `--argv0`).
+//! Why it exists: an init cannot end as its command did (the kernel drops every signal an
+//! init sends itself), and bwrap folds "killed by signal N" into exit code 128+N (in its own
+//! exit status and in `--json-status-fd` alike), so from outside `exit 137` and a SIGKILL
+//! look the same. The waiter sees the real status and hands it over. It also lets the
+//! command see the `argv[0]` it was called by (bwrap 0.8 has no `--argv0`).
 //!
-//! Compiled by the crate's build script with nothing but `std` (no crates), embedded in the
-//! library, and handed to bwrap on a descriptor (`--ro-bind-data`), so it exists only inside
-//! the sandbox and needs nothing installed on the host.
+//! Two backends run it. bwrap gets it on a descriptor (`--ro-bind-data`) and runs it as its
+//! init (`--as-pid-1`). landlock's `strict` lane execs it straight from a sealed in-memory
+//! file: core's `clone3` makes the process the new pid namespace's init, the backend's steps
+//! confine it, and its exec replaces the host's memory it shared until then with this small
+//! program's, so the command is forked from a few hundred KiB instead of a copy of the host.
+//!
+//! Compiled by core's build script with nothing but `std` (no crates), embedded in the
+//! library, so it needs nothing installed on the host.
 //!
 //! Usage: `waiter STATUS_FD READY_FD FLAGS NPROC PROXY PROGRAM ARGV0 [ARGS...]`
 //!
@@ -16,12 +23,15 @@
 //!   command never holds it.
 //! - `READY_FD`: where to write one byte once everything below is set up, just before the
 //!   command is started, then closed. The host reads it to tell "the sandbox was set up
-//!   and the command started" from "bwrap (or this waiter) failed before": in the second
-//!   case nothing ran, and the host reports an error instead of bwrap's exit status.
+//!   and the command started" from "the launcher (or this waiter) failed before": in the
+//!   second case nothing ran, and the host reports an error instead of an exit status.
 //! - `FLAGS`: `-`, or letters: `a` confines abstract unix sockets with landlock (so a command
 //!   sharing the host's network namespace cannot reach the host's abstract sockets); `p`
 //!   removes `PWD` from the environment (bwrap always sets it; the command gets only the
 //!   variables the caller named).
+//!   `g` keeps the command in the waiter's process group, where the sandbox's seccomp
+//!   filter denies `setpgid` (landlock's; as the namespace's init the waiter ignores every
+//!   signal from inside it anyway).
 //! - `NPROC`: `-`, or the process cap: `RLIMIT_NPROC` set here, inside the sandbox's user
 //!   namespace, counts the processes of this sandbox alone (bwrap's init and the waiter
 //!   included), where on the host it would count every process of the user.
@@ -32,7 +42,7 @@
 //!   any.
 //! - `PROGRAM`: absolute path to execute; `ARGV0` and `ARGS` its argv.
 //!
-//! It runs as the pid namespace's init (bwrap `--as-pid-1`): the kernel delivers no signal
+//! It runs as the pid namespace's init: the kernel delivers no signal
 //! from inside the namespace to an init that has no handler for it, SIGKILL included, so
 //! the command cannot kill the waiter and lose its status. As init it also reaps every
 //! orphan, so exited descendants do not pile up as zombies against the process cap.
@@ -105,7 +115,7 @@ struct RulesetAttr {
 }
 
 fn fail(what: &str) -> ExitCode {
-    eprintln!("sandbox-bwrap waiter: {what}");
+    eprintln!("sandbox waiter: {what}");
     ExitCode::from(126)
 }
 
@@ -297,9 +307,12 @@ fn main() -> ExitCode {
     if flags.contains(&b'p') {
         cmd.env_remove("PWD");
     }
-    // Its own process group: a command that signals its group (`kill 0`) does not take the
-    // waiter, and so its report, down with it.
-    cmd.arg0(&args[7]).args(&args[8..]).process_group(0);
+    cmd.arg0(&args[7]).args(&args[8..]);
+    if !flags.contains(&b'g') {
+        // Its own process group: a command that signals its group (`kill 0`) does not take
+        // the waiter, and so its report, down with it.
+        cmd.process_group(0);
+    }
     // Everything is set up: from here the command runs (or fails to execute, which is its
     // own outcome, 126/127). A host that gets no byte reports that nothing ran.
     if ready_out.write_all(b"r").is_err() {
@@ -325,7 +338,7 @@ fn main() -> ExitCode {
             code << 8
         }
     };
-    // A failed report only loses precision (the host falls back to bwrap's status).
+    // A failed report only loses precision (the host falls back to the exit status).
     let _ = status_out.write_all(&raw.to_ne_bytes());
     drop(status_out);
     let status = std::process::ExitStatus::from_raw(raw);

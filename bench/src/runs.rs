@@ -104,29 +104,14 @@ pub async fn direct_launch(
     }
     let fds: Vec<RawFd> = launch.pass_fds.iter().map(|f| f.as_raw_fd()).collect();
     let steps = std::mem::take(&mut launch.pre_exec);
-    // A launch born in namespaces (landlock's `strict`): the next child of an `unshare`
-    // is, as `unshare --fork` does; the forked process waits for it and ends with its
-    // exit code. The identity maps are the ones core writes.
+    // A launch born in namespaces (landlock's `strict`): born by `unshare` and the next
+    // child, as core's `clone3` would make it.
     let born = launch.born_in;
-    let mut flags = 0;
-    if born.pid {
-        flags |= libc::CLONE_NEWPID;
-    }
-    if born.user {
-        flags |= libc::CLONE_NEWUSER;
-    }
-    // SAFETY: plain queries.
-    let (u, g) = unsafe { (libc::getuid(), libc::getgid()) };
-    let maps = born.user.then(|| {
-        (
-            format!("{u} {u} 1").into_bytes(),
-            format!("{g} {g} 1").into_bytes(),
-        )
-    });
+    let maps = sandbox_core::process::BornIn::identity_maps();
     // SAFETY: between fork and exec this makes only `fcntl` calls on descriptor numbers
-    // collected before the fork, the namespaces' raw calls (`unshare`, the map writes, a
-    // raw fork and `waitpid`, `_exit`) on data made before it, then the backend's own
-    // steps, which its `PreExec` contract requires to be async-signal-safe.
+    // collected before the fork, the namespaces' birth (`BornIn::enter_by_fork`, raw
+    // calls on maps made before it), then the backend's own steps, which its `PreExec`
+    // contract requires to be async-signal-safe.
     unsafe {
         cmd.pre_exec(move || {
             for &fd in &fds {
@@ -134,23 +119,8 @@ pub async fn direct_launch(
                     return Err(std::io::Error::last_os_error());
                 }
             }
-            if flags != 0 {
-                if libc::unshare(flags) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if let Some((uid_map, gid_map)) = &maps {
-                    sandbox_core::process::raw_write_file(c"/proc/self/setgroups", b"deny")?;
-                    sandbox_core::process::raw_write_file(c"/proc/self/uid_map", uid_map)?;
-                    sandbox_core::process::raw_write_file(c"/proc/self/gid_map", gid_map)?;
-                }
-                let init = sandbox_core::process::fork_raw()?;
-                if init != 0 {
-                    let mut st = 0;
-                    if libc::waitpid(init, &mut st, 0) != init || !libc::WIFEXITED(st) {
-                        libc::_exit(255);
-                    }
-                    libc::_exit(libc::WEXITSTATUS(st));
-                }
+            if born != sandbox_core::process::BornIn::default() {
+                born.enter_by_fork(&maps)?;
             }
             for step in &steps {
                 step.pre_exec()?;

@@ -161,6 +161,7 @@ pub(crate) struct Host {
 /// process is by core's `clone3`.
 fn try_in_child(step: &Namespaces) -> Result<(), String> {
     let born = step.born_in();
+    let maps = sandbox_core::process::BornIn::identity_maps();
     // SAFETY: the child makes only the step's system calls and `_exit`s (see `child`).
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -171,45 +172,15 @@ fn try_in_child(step: &Namespaces) -> Result<(), String> {
             Ok(()) => 0,
             Err(e) => e.raw_os_error().unwrap_or(255).clamp(1, 255),
         };
-        if born == sandbox_core::process::BornIn::default() {
-            // SAFETY: leaving the child without running the parent's destructors.
-            unsafe { libc::_exit(code(step.pre_exec())) };
-        }
-        let mut flags = libc::CLONE_NEWPID;
-        if born.user {
-            flags |= libc::CLONE_NEWUSER;
-        }
-        // SAFETY: system calls in the child, which ends in `_exit` (see `child`); the
-        // grandchild is a raw fork (`fork_raw`: no atfork handlers in a copy of a
-        // multi-threaded host) that makes the step's calls and `_exit`s.
-        unsafe {
-            if libc::unshare(flags) != 0 {
-                libc::_exit(code(Err(io::Error::last_os_error())));
-            }
-            // The maps core writes for a run's process born in its user namespace.
-            if let (true, Some(maps)) = (born.user, &step.userns) {
-                for (path, data) in [
-                    (c"/proc/self/setgroups", &b"deny"[..]),
-                    (c"/proc/self/uid_map", &maps.uid_map),
-                    (c"/proc/self/gid_map", &maps.gid_map),
-                ] {
-                    if let Err(e) = sandbox_core::process::raw_write_file(path, data) {
-                        libc::_exit(code(Err(e)));
-                    }
-                }
-            }
-            match sandbox_core::process::fork_raw() {
-                Err(e) => libc::_exit(code(Err(e))),
-                Ok(0) => libc::_exit(code(step.pre_exec())),
-                Ok(init) => {
-                    let mut status = 0;
-                    if libc::waitpid(init, &mut status, 0) != init || !libc::WIFEXITED(status) {
-                        libc::_exit(255);
-                    }
-                    libc::_exit(libc::WEXITSTATUS(status));
-                }
-            }
-        }
+        let r = if born == sandbox_core::process::BornIn::default() {
+            step.pre_exec()
+        } else {
+            // SAFETY: system calls in the child, which ends in `_exit` below; the next
+            // child is born in the namespaces as a run's process is.
+            unsafe { born.enter_by_fork(&maps) }.and_then(|()| step.pre_exec())
+        };
+        // SAFETY: leaving the child without running the parent's destructors.
+        unsafe { libc::_exit(code(r)) };
     }
     let mut status = 0;
     // SAFETY: waiting for our own child.

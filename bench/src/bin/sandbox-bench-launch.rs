@@ -156,52 +156,14 @@ fn main() {
         }
     }
     let born = launch.born_in;
-    if born.pid || born.user {
-        // Born in the namespaces, as core's `clone3` makes the run's process: here, the
-        // next child of an `unshare` is (as `unshare --fork` does); this process waits
-        // for it and ends with its exit code (the waiter's own is the command's, or
-        // 128+N for a signal).
-        let mut flags = 0;
-        if born.pid {
-            flags |= libc::CLONE_NEWPID;
-        }
-        if born.user {
-            flags |= libc::CLONE_NEWUSER;
-        }
-        // SAFETY: plain system calls; this process is single-threaded, so the fork is.
-        unsafe {
-            // The host's ids, before the new namespace shows them unmapped.
-            let (u, g) = (libc::getuid(), libc::getgid());
-            if libc::unshare(flags) != 0 {
-                fail(&format!("unshare: {}", std::io::Error::last_os_error()));
-            }
-            if born.user {
-                // The identity maps core writes for a process born in its user namespace.
-                for (path, data) in [
-                    ("/proc/self/setgroups", "deny".to_string()),
-                    ("/proc/self/uid_map", format!("{u} {u} 1")),
-                    ("/proc/self/gid_map", format!("{g} {g} 1")),
-                ] {
-                    if let Err(e) = std::fs::write(path, data) {
-                        fail(&format!("{path}: {e}"));
-                    }
-                }
-            }
-            match libc::fork() {
-                -1 => fail(&format!("fork: {}", std::io::Error::last_os_error())),
-                0 => {}
-                child => {
-                    let mut status = 0;
-                    if libc::waitpid(child, &mut status, 0) != child {
-                        fail(&format!("waitpid: {}", std::io::Error::last_os_error()));
-                    }
-                    std::process::exit(if libc::WIFEXITED(status) {
-                        libc::WEXITSTATUS(status)
-                    } else {
-                        128 + libc::WTERMSIG(status)
-                    });
-                }
-            }
+    if born != sandbox_core::process::BornIn::default() {
+        // Born in the namespaces as core's `clone3` makes the run's process: here by
+        // `unshare` and the next child (`unshare --fork`), which goes on below; this
+        // process ends with its exit code (the waiter's own is the command's, or 128+N).
+        let maps = sandbox_core::process::BornIn::identity_maps();
+        // SAFETY: this process is single-threaded and ends when the child does.
+        if let Err(e) = unsafe { born.enter_by_fork(&maps) } {
+            fail(&format!("the namespaces the launch is born in: {e}"));
         }
     }
     // SAFETY: a plain system call on a C string that lives across it.

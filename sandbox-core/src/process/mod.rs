@@ -143,7 +143,7 @@ pub struct BornIn {
 }
 
 impl BornIn {
-    /// The `clone3` flags.
+    /// The `clone3` (and `unshare`) flags.
     pub(crate) fn flags(self) -> u64 {
         let mut f = 0;
         if self.pid {
@@ -153,6 +153,53 @@ impl BornIn {
             f |= libc::CLONE_NEWUSER as u64;
         }
         f
+    }
+
+    /// The uid and gid map lines of the user namespace a process is born in: this
+    /// process's own ids mapped to themselves. Read here, in the host, where the ids are
+    /// still the host's.
+    pub fn identity_maps() -> (Vec<u8>, Vec<u8>) {
+        let (u, g) = (nix::unistd::getuid(), nix::unistd::getgid());
+        (
+            format!("{u} {u} 1").into_bytes(),
+            format!("{g} {g} 1").into_bytes(),
+        )
+    }
+
+    /// For a process that core's `clone3` did not make (a host probe, a bench's baseline):
+    /// the same birth by `unshare` and the next child, as `unshare --fork` does. Returns
+    /// `Ok` only in that child, born in the namespaces with `maps` (from
+    /// [`BornIn::identity_maps`], made before the fork) written as core writes them; the
+    /// caller waits for it and `_exit`s with its exit code (255 if it did not exit). An
+    /// error returns in the caller, before any child exists.
+    ///
+    /// # Safety
+    ///
+    /// Between fork and exec (raw calls only, on data made before the fork), in a process
+    /// that ends when its child does.
+    pub unsafe fn enter_by_fork(self, maps: &(Vec<u8>, Vec<u8>)) -> std::io::Result<()> {
+        // SAFETY: raw system calls on data made before the fork; the caller's contract.
+        unsafe {
+            if libc::unshare(self.flags() as libc::c_int) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if self.user {
+                // `setgroups` must be denied before an unprivileged gid map is accepted.
+                raw_write_file(c"/proc/self/setgroups", b"deny")?;
+                raw_write_file(c"/proc/self/uid_map", &maps.0)?;
+                raw_write_file(c"/proc/self/gid_map", &maps.1)?;
+            }
+            match fork_raw()? {
+                0 => Ok(()),
+                child => {
+                    let mut st = 0;
+                    if libc::waitpid(child, &mut st, 0) != child || !libc::WIFEXITED(st) {
+                        libc::_exit(255);
+                    }
+                    libc::_exit(libc::WEXITSTATUS(st))
+                }
+            }
+        }
     }
 }
 

@@ -128,13 +128,7 @@ pub(super) fn start(
     let setup = ChildSetup {
         parent: std::process::id() as libc::pid_t,
         host_pidfd: -1,
-        id_maps: launch.born_in.user.then(|| {
-            let (u, g) = (nix::unistd::getuid(), nix::unistd::getgid());
-            (
-                format!("{u} {u} 1").into_bytes(),
-                format!("{g} {g} 1").into_bytes(),
-            )
-        }),
+        id_maps: launch.born_in.user.then(super::BornIn::identity_maps),
         v2_procs: cgroups.as_ref().and_then(|c| c.v2_procs().cloned()),
         born_in_v2: false,
         v1_joins: cgroups

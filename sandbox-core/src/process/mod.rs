@@ -505,8 +505,8 @@ async fn set_up_or_nothing_ran(
     let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(pipe).map_err(io)?;
     let mut byte = [0u8; 1];
     tokio::select! {
-        // Only the helper writes it; the host's own copy of the write end is released
-        // with the run, so end-of-file comes no earlier than the outcome.
+        // Only the helper writes it; the host's own copy of a write end is released with
+        // the run, so end-of-file, where it comes at all, comes no earlier than the outcome.
         r = rx.read(&mut byte) => if matches!(r, Ok(1)) {
             return Ok(handle);
         },
@@ -515,10 +515,12 @@ async fn set_up_or_nothing_ran(
         () = crate::run::start_cancelled() => return Ok(handle),
     }
     let outcome = handle.wait().await?;
-    // The byte may have come with the end (a command that was over at once). Read, not
-    // `try_read`: that answers from the reactor's readiness, which may not have seen the
-    // byte yet. The run is over, so every write end is closed and this cannot block.
-    if matches!(rx.read(&mut byte).await, Ok(1)) {
+    // The byte may have come with the end (a command that was over at once). Asked of the
+    // kernel (the descriptor is non-blocking), not with `try_read`, which answers from the
+    // reactor's readiness and may not have seen the byte yet; and not awaited, since a
+    // ready pipe may be a FIFO the host holds open for writing too (gVisor's pid file),
+    // which never reads end-of-file.
+    if matches!(rustix::io::read(&rx, &mut byte), Ok(1)) {
         return Ok(handle);
     }
     match outcome.status {

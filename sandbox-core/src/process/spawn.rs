@@ -522,6 +522,9 @@ mod tests {
         program: Option<PathBuf>,
         /// The namespaces the launch is born in.
         born_in: crate::process::BornIn,
+        /// A FIFO whose reader, opened for reading and writing (as gVisor's pid file is),
+        /// is the launch's ready pipe.
+        ready_fifo: Option<PathBuf>,
     }
 
     #[async_trait]
@@ -551,6 +554,15 @@ mod tests {
                 l.program = p.clone();
             }
             l.born_in = self.born_in;
+            if let Some(fifo) = &self.ready_fifo {
+                let fd = nix::fcntl::open(
+                    fifo,
+                    nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_CLOEXEC,
+                    nix::sys::stat::Mode::empty(),
+                )
+                .map_err(|e| SandboxError::io("opening the test's ready FIFO", e.into()))?;
+                l.ready_pipe = Some(fd);
+            }
             Ok(l)
         }
     }
@@ -897,8 +909,8 @@ mod tests {
         }
         let ws = tempfile::tempdir().unwrap();
         let sb = ProcessSandbox::new(Direct {
-            program: None,
             born_in: born_in_a_pid_namespace(),
+            ..Direct::default()
         });
         let mut o = opts(
             ws.path(),
@@ -923,6 +935,48 @@ mod tests {
         assert_eq!(nspid[2], "1", "{text}");
     }
 
+    /// A ready pipe that the host holds open for writing too (a FIFO opened for reading and
+    /// writing, as gVisor's pid file is) never reads end-of-file: a launcher that ends
+    /// without the byte is still "nothing ran", and one that writes it and ends at once is
+    /// still a run. Bounded by a generous timeout: the bug this guards against was a hang.
+    #[tokio::test]
+    async fn a_ready_fifo_the_host_also_writes_tells_set_up_from_nothing_ran() {
+        if !Direct::default().capability().tree_kill {
+            eprintln!("skipped: no cgroup here, so no run starts at all");
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        let fifo = ws.path().join("ready");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let limit = Duration::from_secs(60);
+        let sandbox = || {
+            ProcessSandbox::new(Direct {
+                ready_fifo: Some(fifo.clone()),
+                ..Direct::default()
+            })
+        };
+
+        let sb = sandbox();
+        let r = tokio::time::timeout(limit, sb.run(opts(ws.path(), &["/bin/sh", "-c", "exit 3"])))
+            .await
+            .expect("run hung on a ready FIFO the host holds open for writing");
+        match r {
+            Err(SandboxError::Unavailable { reason, .. }) => {
+                assert!(reason.contains("exited with 3"), "{reason}")
+            }
+            other => panic!("{other:?}"),
+        }
+
+        let sb = sandbox();
+        let write = format!("printf x > {}", fifo.display());
+        let r = tokio::time::timeout(limit, sb.run(opts(ws.path(), &["/bin/sh", "-c", &write])))
+            .await
+            .expect("run hung on a ready FIFO the host holds open for writing");
+        r.unwrap();
+        let out = sb.wait().await.unwrap();
+        assert_eq!(out.status, crate::Status::Exited { code: 0 }, "{out:?}");
+    }
+
     /// Where the spawn cannot be born in the namespaces (the fork fallback), it fails with
     /// the cause and nothing runs: never a command in the host's pid namespace instead.
     #[tokio::test]
@@ -934,8 +988,8 @@ mod tests {
         let ws = tempfile::tempdir().unwrap();
         let marker = ws.path().join("ran");
         let sb = ProcessSandbox::new(Direct {
-            program: None,
             born_in: born_in_a_pid_namespace(),
+            ..Direct::default()
         });
         let cmd = format!("touch {}", marker.display());
         let r = with(true, sb.run(opts(ws.path(), &["/bin/sh", "-c", &cmd]))).await;

@@ -162,7 +162,10 @@ fn hand_over_listeners(sock: i32, ports: &[u16]) -> std::io::Result<()> {
         .iter()
         .map(|p| match p {
             0 => std::fs::File::open("/proc/self/ns/net").map(OwnedFd::from),
-            p => std::net::TcpListener::bind(("127.0.0.1", *p)).map(OwnedFd::from),
+            // An address, not a name: a name goes through the resolver, which a static
+            // C library cannot load its modules for (and which needs nothing here).
+            p => std::net::TcpListener::bind(std::net::SocketAddr::from(([127, 0, 0, 1], *p)))
+                .map(OwnedFd::from),
         })
         .collect::<std::io::Result<Vec<_>>>()?;
     // struct cmsghdr { size_t len; int level; int type; } then the descriptors, in a

@@ -9,15 +9,12 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use sandbox_core::process::Launch;
+use sandbox_core::process::{waiter, Launch};
 use sandbox_core::seccomp::{SeccompProgram, SyscallPolicy};
 use sandbox_core::{Plan, SandboxError, TreeKill};
 
 use crate::argv::{self, BwrapArgs, Fds, Layout};
 use crate::rootview::Hidden;
-
-/// Core's waiter (`sandbox_core::process::waiter`), which bwrap runs as its init.
-pub(crate) use sandbox_core::process::waiter::WAITER;
 
 /// An anonymous in-memory file holding `data`, positioned at its start (bwrap reads it from
 /// the shared offset). Close-on-exec here; core hands it to bwrap alone.
@@ -63,7 +60,9 @@ pub(crate) fn launch(
         deny_setsid: false,
     })?;
     let seccomp = memfd("sandbox-seccomp", program.as_bytes()).map_err(io_err("seccomp"))?;
-    let waiter = memfd("sandbox-waiter", WAITER).map_err(io_err("the waiter"))?;
+    // Core's waiter, which bwrap runs as its init: a reader of the process's one sealed
+    // copy, which bwrap copies into the sandbox.
+    let waiter = waiter::readable().map_err(io_err("the waiter"))?;
     let (status_r, status_w) = pipe().map_err(io_err("the status pipe"))?;
     let (ready_r, ready_w) = pipe().map_err(io_err("the ready pipe"))?;
     // Network mode `proxy`: the waiter makes the listener inside bwrap's network namespace
@@ -121,10 +120,5 @@ mod tests {
     fn args_are_nul_terminated() {
         let v = nul_separated(&["--a".into(), "b c".into()]);
         assert_eq!(v, b"--a\0b c\0");
-    }
-
-    #[test]
-    fn the_waiter_is_embedded() {
-        assert!(WAITER.starts_with(b"\x7fELF"));
     }
 }

@@ -75,7 +75,8 @@ pub(crate) enum Error {
 
 fn remedy_kernel() -> &'static str {
     "run a kernel with landlock ABI 3 or newer (Linux 6.2+; 6.12+ when the host runs as \
-     root), e.g. Debian's bookworm-backports kernel, or use the bwrap backend"
+     root), e.g. Debian's bookworm-backports kernel, or choose another backend (`sandbox \
+     doctor` lists those this host can run)"
 }
 
 impl From<Error> for SandboxError {
@@ -86,8 +87,8 @@ impl From<Error> for SandboxError {
                 NAME,
                 reason,
                 "add `landlock` to the kernel's `lsm=` boot parameter (e.g. \
-                 lsm=landlock,lockdown,yama,integrity,apparmor,bpf) and reboot, or use the \
-                 bwrap backend",
+                 lsm=landlock,lockdown,yama,integrity,apparmor,bpf) and reboot, or choose \
+                 another backend (`sandbox doctor` lists those this host can run)",
             ),
             Error::NotImplemented | Error::AbiTooOld { .. } => {
                 SandboxError::unavailable(NAME, reason, remedy_kernel())
@@ -102,8 +103,9 @@ impl From<Error> for SandboxError {
                     backend: NAME,
                     feature: reason,
                     remedy: "drop the overlapping writable path or break the hard link \
-                             (copy the file), or use the bwrap backend, which binds \
-                             carve-outs read-only"
+                             (copy the file), or choose a backend that binds carve-outs \
+                             read-only in a mount namespace of its own (`sandbox doctor` \
+                             lists the backends this host can run)"
                         .into(),
                 }
             }

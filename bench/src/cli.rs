@@ -10,15 +10,19 @@
 //! - from inside the bench: the backend's own launch spawned by this process without the
 //!   library (bwrap run directly with the backend's argv, issue 12's baseline for a
 //!   backend that runs a tool; for the others a stricter figure that leaves out the start
-//!   of any process but the command's).
+//!   of any process but the command's; not for a launch born in namespaces, which only
+//!   core's `clone3` makes without copying the bench).
 //!
 //! Which of the two a backend's target is judged against follows from its launch, not its
-//! name: a launch whose program is the command itself is judged against the launcher
-//! process, one that runs a tool against that tool run directly. The other row is shown,
-//! labelled, for information.
+//! name: a launch whose program is the command itself, or core's waiter that starts it (a
+//! launch born in namespaces), is judged against the launcher process; one that runs a
+//! host tool against that tool run directly. The other row is shown, labelled, for
+//! information.
 
 use std::ffi::OsString;
 use std::path::Path;
+
+use sandbox_core::process::BornIn;
 
 use crate::budget::{self, Budget};
 use crate::error::BenchError;
@@ -72,20 +76,23 @@ pub async fn measure(
     // The request the command makes of the library with these flags: the workspace, the
     // lane, the rest the defaults.
     let opts = s.opts(vec![s.true_program.clone()]);
-    // Whether the launch runs the command itself (then the launcher process is the bare
-    // mechanism) or a tool (then that tool run directly is).
+    // Whether the launch runs the command itself, or core's own init that starts it (a
+    // launch born in namespaces execs core's waiter): then the launcher process is the bare
+    // mechanism; or a tool of the host's (then that tool run directly is).
     // A launch that keeps something of the host alive while the command runs (an OCI
     // bundle, a proxy) has no stand-in in a process that becomes the command by exec.
-    let (runs_the_command, needs_host_alive) = match &s.direct {
+    let (runs_the_command, needs_host_alive, born_in) = match &s.direct {
         Some(Direct::Launch { prepare, .. }) => {
             let launch =
                 prepare(&opts).map_err(|e| BenchError::sandbox("preparing the launch", e))?;
+            let born_in = launch.born_in != BornIn::default();
             (
-                Some(launch.program == Path::new(&s.true_program)),
+                Some(launch.program == Path::new(&s.true_program) || born_in),
                 launch.needs_host_alive(),
+                born_in,
             )
         }
-        _ => (None, false),
+        _ => (None, false, false),
     };
     let launcher_args = match (launcher, runs_the_command) {
         (Some(_), Some(_)) if !needs_host_alive => {
@@ -101,7 +108,9 @@ pub async fn measure(
         Box::new(|| Box::pin(runs::whole_process(bin, &args))),
     ];
     let mut in_process = None;
-    if let Some(Direct::Launch { prepare, .. }) = &s.direct {
+    // A launch born in namespaces is spawned only by core's `clone3`: the bench's own spawn
+    // (a fork) would charge the baseline for the bench's size, not the mechanism.
+    if let (Some(Direct::Launch { prepare, .. }), false) = (&s.direct, born_in) {
         let opts = &opts;
         in_process = Some(probes.len());
         probes.push(Box::new(move || {

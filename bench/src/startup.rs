@@ -89,6 +89,7 @@ pub async fn measure(
         o.report_denials = false;
         o
     };
+    let mut unmeasured = Vec::new();
     let mut probes: Vec<Probe<'_>> = vec![
         Box::new(|| Box::pin(runs::bare_spawn(&bare_argv))),
         Box::new(|| {
@@ -96,7 +97,29 @@ pub async fn measure(
             Box::pin(async move { runs::library_run(&s.backend, opts).await.map(|(d, _)| d) })
         }),
     ];
+    // A launch born in namespaces is spawned only by core's `clone3` (sharing the host's
+    // memory until exec); the bench's own spawn of it would fork the bench twice (`unshare`
+    // and the next child) and measure the bench's size, not the mechanism.
+    let born_in = match &s.direct {
+        Some(Direct::Launch { prepare, .. }) => {
+            prepare(&opts)
+                .map_err(|e| BenchError::sandbox("preparing the launch", e))?
+                .born_in
+                != sandbox_core::process::BornIn::default()
+        }
+        _ => false,
+    };
     let direct_label = match &s.direct {
+        Some(Direct::Launch { label, .. }) if born_in => {
+            unmeasured.push(Row::not_measured(
+                s.name,
+                &format!("start-up against {label}"),
+                "the launch is born in namespaces (landlock's `strict`: a pid namespace), \
+                 which only core's `clone3` makes without copying this process; a fork of \
+                 the bench would measure the bench's size",
+            ));
+            None
+        }
         Some(Direct::Launch { label, prepare }) => {
             let prepare = prepare.clone();
             let opts = &opts;
@@ -153,7 +176,7 @@ pub async fn measure(
             Box::pin(async move { runs::library_run(&s.backend, opts).await.map(|(d, _)| d) })
         }));
     }
-    let mut rows = Vec::new();
+    let mut rows = unmeasured;
     for (rounds, how) in [
         (rounds, "back to back".to_string()),
         (

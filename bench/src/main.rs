@@ -177,7 +177,11 @@ fn notes(budget: &Budget) -> Vec<String> {
          hands over, credentials), spawned by this process without the library (no plan, \
          no cgroup, no supervisor); preparing it is not timed. The ratio is what the \
          library adds on top of the backend's own launch (for a backend that wraps a tool, \
-         the tool itself)."
+         the tool itself). A launch with nothing to do between fork and exec is spawned by \
+         `posix_spawn` (vfork-like, as the library spawns); one with steps there (bwrap's \
+         root hand-over) by a fork of this process, as `std::process` does, which the \
+         bench's size makes slower; one born in namespaces (landlock's `strict`) is not \
+         spawned here at all (only the library's `clone3` makes it without a copy)."
             .into(),
         "Flood: the program is this binary (`sandbox-bench flood BYTES`, 1 MiB writes) \
          copied into the workspace (into the image for a backend that runs one); the bare \

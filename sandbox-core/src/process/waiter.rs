@@ -2,8 +2,8 @@
 //! runs inside its sandbox's pid namespace, which starts the command, reaps orphans and
 //! hands the host the command's exact status (see the program's own docs).
 //!
-//! One program and one argument order for every backend that runs it: bwrap hands it to
-//! bwrap on a descriptor, landlock's `strict` lane execs it from [`executable`].
+//! One program and one argument order for every backend that runs it: bwrap hands bwrap a
+//! reader of it ([`readable`]), landlock's `strict` lane execs it from [`executable`].
 
 use std::ffi::OsString;
 use std::io;

@@ -178,9 +178,9 @@ fn notes(budget: &Budget) -> Vec<String> {
          no cgroup, no supervisor); preparing it is not timed. The ratio is what the \
          library adds on top of the backend's own launch (for a backend that wraps a tool, \
          the tool itself). A launch with nothing to do between fork and exec is spawned by \
-         `posix_spawn` (vfork-like, as the library spawns); one with steps there (bwrap's \
-         root hand-over) by a fork of this process, as `std::process` does, which the \
-         bench's size makes slower; one born in namespaces (landlock's `strict`) is not \
+         `posix_spawn` (vfork-like, as the library spawns); one with steps there (a root \
+         host's hand-over) by a fork of this process, as `std::process` does, which the \
+         bench's size makes slower; one born in namespaces (a pid namespace's init) is not \
          spawned here at all (only the library's `clone3` makes it without a copy)."
             .into(),
         "Flood: the program is this binary (`sandbox-bench flood BYTES`, 1 MiB writes) \

@@ -114,7 +114,7 @@ pub async fn measure(
             unmeasured.push(Row::not_measured(
                 s.name,
                 &format!("start-up against {label}"),
-                "the launch is born in namespaces (landlock's `strict`: a pid namespace), \
+                "the launch is born in namespaces (a pid namespace's init), \
                  which only core's `clone3` makes without copying this process; a fork of \
                  the bench would measure the bench's size",
             ));

@@ -22,8 +22,6 @@
 use std::ffi::OsString;
 use std::path::Path;
 
-use sandbox_core::process::BornIn;
-
 use crate::budget::{self, Budget};
 use crate::error::BenchError;
 use crate::measure::{interleaved, Probe};
@@ -85,7 +83,7 @@ pub async fn measure(
         Some(Direct::Launch { prepare, .. }) => {
             let launch =
                 prepare(&opts).map_err(|e| BenchError::sandbox("preparing the launch", e))?;
-            let born_in = launch.born_in != BornIn::default();
+            let born_in = launch.born_in.any();
             (
                 Some(launch.program == Path::new(&s.true_program) || born_in),
                 launch.needs_host_alive(),

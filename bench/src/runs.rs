@@ -12,7 +12,7 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandbox_core::process::{BornIn, Launch};
+use sandbox_core::process::Launch;
 use sandbox_core::{Backend, SandboxError, SandboxExt, SandboxOpts, SandboxOutcome};
 use tokio::io::AsyncReadExt;
 
@@ -91,6 +91,14 @@ pub async fn direct_launch(
 ) -> Result<Duration, BenchError> {
     let mut launch = prepare(opts).map_err(|e| BenchError::sandbox("preparing the launch", e))?;
     let what = format!("{} spawned directly", launch.program.display());
+    if launch.born_in.any() {
+        // Only core's `clone3` makes it without copying this process (callers leave such
+        // a launch out, with the reason).
+        return Err(BenchError::wrong(
+            what,
+            "a launch born in namespaces is not spawned by the bench",
+        ));
+    }
     let mut cmd = std::process::Command::new(&launch.program);
     cmd.arg0(&launch.arg0)
         .args(&launch.args)
@@ -104,7 +112,7 @@ pub async fn direct_launch(
     }
     let fds: Vec<RawFd> = launch.pass_fds.iter().map(|f| f.as_raw_fd()).collect();
     let steps = std::mem::take(&mut launch.pre_exec);
-    if steps.is_empty() && launch.credentials.is_none() && launch.born_in == BornIn::default() {
+    if steps.is_empty() && launch.credentials.is_none() {
         // Nothing to do between fork and exec but hand the descriptors over: they are this
         // launch's own (made for it, dropped after), so they cross the exec by losing
         // close-on-exec here, and std spawns without a closure, by `posix_spawn` (vfork-like,
@@ -118,14 +126,6 @@ pub async fn direct_launch(
             }
         }
         return finish(cmd, launch, what).await;
-    }
-    if launch.born_in != BornIn::default() {
-        // Only core's `clone3` makes it without copying this process (callers leave such
-        // a launch out, with the reason).
-        return Err(BenchError::wrong(
-            what,
-            "a launch born in namespaces is not spawned by the bench",
-        ));
     }
     // SAFETY: between fork and exec this makes only `fcntl` calls on descriptor numbers
     // collected before the fork, then the backend's own steps, which its `PreExec`

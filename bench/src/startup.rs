@@ -101,12 +101,10 @@ pub async fn measure(
     // memory until exec); the bench's own spawn of it would fork the bench twice (`unshare`
     // and the next child) and measure the bench's size, not the mechanism.
     let born_in = match &s.direct {
-        Some(Direct::Launch { prepare, .. }) => {
-            prepare(&opts)
-                .map_err(|e| BenchError::sandbox("preparing the launch", e))?
-                .born_in
-                != sandbox_core::process::BornIn::default()
-        }
+        Some(Direct::Launch { prepare, .. }) => prepare(&opts)
+            .map_err(|e| BenchError::sandbox("preparing the launch", e))?
+            .born_in
+            .any(),
         _ => false,
     };
     let direct_label = match &s.direct {

@@ -172,7 +172,7 @@ fn try_in_child(step: &Namespaces) -> Result<(), String> {
             Ok(()) => 0,
             Err(e) => e.raw_os_error().unwrap_or(255).clamp(1, 255),
         };
-        let r = if born == sandbox_core::process::BornIn::default() {
+        let r = if !born.any() {
             step.pre_exec()
         } else {
             // SAFETY: system calls in the child, which ends in `_exit` below; the next

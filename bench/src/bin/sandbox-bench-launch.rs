@@ -156,7 +156,7 @@ fn main() {
         }
     }
     let born = launch.born_in;
-    if born != sandbox_core::process::BornIn::default() {
+    if born.any() {
         // Born in the namespaces as core's `clone3` makes the run's process: here by
         // `unshare` and the next child (`unshare --fork`), which goes on below; this
         // process ends with its exit code (the waiter's own is the command's, or 128+N).

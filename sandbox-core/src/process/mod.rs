@@ -143,6 +143,12 @@ pub struct BornIn {
 }
 
 impl BornIn {
+    /// Whether the launch is born in any namespace: then only core's `clone3` makes it
+    /// without copying its host (a fork and `enter_by_fork` otherwise).
+    pub fn any(self) -> bool {
+        self.pid || self.user
+    }
+
     /// The `clone3` (and `unshare`) flags.
     pub(crate) fn flags(self) -> u64 {
         let mut f = 0;

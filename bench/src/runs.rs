@@ -12,8 +12,8 @@ use std::process::Stdio;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sandbox_core::process::Launch;
 use sandbox_core::{Backend, SandboxError, SandboxExt, SandboxOpts, SandboxOutcome};
+use sandbox_host::process::Launch;
 use tokio::io::AsyncReadExt;
 
 use crate::error::BenchError;

@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 
 use sandbox::registry::{BackendInfo, DirectRun, ImageSupport};
 use sandbox::select::Config;
-use sandbox_core::facts::{FactStore, Facts};
-use sandbox_core::process::Launcher;
 use sandbox_core::{Backend, Lane, Plan, SandboxOpts};
+use sandbox_host::facts::{FactStore, Facts};
+use sandbox_host::process::Launcher;
 use tempfile::TempDir;
 
 use crate::runs::PrepareFn;
@@ -242,9 +242,11 @@ impl Parts {
     ) -> Result<Self, String> {
         // The backend first: the probes it makes are what the bench's store records.
         let backend = info.build(&host.config()).map_err(|e| e.to_string())?;
+        let launcher = sandbox_host::process::unerase(&launcher(&host.config()))
+            .ok_or_else(|| format!("`{}`'s launcher is not a process launcher", info.name))?;
         Ok(Self {
             name: info.name,
-            direct: Some(own_launch(launcher(&host.config()))),
+            direct: Some(own_launch(launcher)),
             backend,
             true_program: host.true_program.clone().into_os_string(),
             flood_program: host.flood().as_os_str().to_owned(),

@@ -29,14 +29,14 @@ use std::ffi::{OsStr, OsString};
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 
-use sandbox_core::layout::{self, MountTable, Origin};
-use sandbox_core::process::waiter::WaiterArgs;
 use sandbox_core::{Lane, NetworkMode, Plan};
+use sandbox_host::layout::{self, MountTable, Origin};
+use sandbox_host::process::waiter::WaiterArgs;
 
 use crate::error::BwrapError;
 use crate::host::PROC_READ_ONLY;
 use crate::rootview::Hidden;
-use sandbox_core::layout::SystemEntry;
+use sandbox_host::layout::SystemEntry;
 
 /// The most options bwrap reads from `--args` (its own `MAX_ARGS` is 9000; the margin is
 /// for what it adds). Past it bwrap fails with "Exceeded maximum number of arguments", so
@@ -112,7 +112,7 @@ enum Op {
     Waiter(RawFd),
 }
 
-/// The shared mount table (`sandbox_core::layout`) with bwrap's operations.
+/// The shared mount table (`sandbox_host::layout`) with bwrap's operations.
 type Table = MountTable<Op>;
 type Mount = layout::Mount<Op>;
 

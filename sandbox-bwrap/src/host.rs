@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sandbox_core::facts::HostRecord;
+use sandbox_host::facts::HostRecord;
 
-pub(crate) use sandbox_core::layout::SystemEntry;
+pub(crate) use sandbox_host::layout::SystemEntry;
 
 /// Entries of `/proc` that stay read-only inside: bwrap covers some of them itself, but
 /// decides by `access(W_OK)` on the entry, which skips `/proc/sys` (a 0555 directory) even
@@ -99,7 +99,7 @@ pub(crate) struct HostFacts {
     pub version: Option<String>,
     /// What the installed bwrap supports.
     pub features: Features,
-    /// Each of [`sandbox_core::layout::SYSTEM_DIRS`], in that order.
+    /// Each of [`sandbox_host::layout::SYSTEM_DIRS`], in that order.
     pub system: Vec<(PathBuf, SystemEntry)>,
     /// Where `/etc/resolv.conf` leads when that is outside `/etc` (systemd-resolved's stub
     /// in `/run`): bound with the full network so name resolution works.
@@ -120,7 +120,7 @@ fn run_text(bwrap: &Path, arg: &str) -> Option<String> {
     Some(text)
 }
 
-/// The names of the facts this backend records (see `sandbox_core::facts`): bwrap's
+/// The names of the facts this backend records (see `sandbox_host::facts`): bwrap's
 /// version and the optional options it has, learned from `bwrap --version` and
 /// `bwrap --help`. Recorded under the identity of that very binary: another bwrap (a new
 /// file, a file rewritten in place) is asked again, so a recorded feature list never
@@ -247,10 +247,10 @@ impl HostFacts {
             bwrap,
             version,
             features,
-            system: sandbox_core::layout::system_layout(),
+            system: sandbox_host::layout::system_layout(),
             resolv_conf,
             proc_entries: proc_entries(),
-            landlock_abi: sandbox_core::kernel::landlock_abi().unwrap_or(0),
+            landlock_abi: sandbox_host::kernel::landlock_abi().unwrap_or(0),
             is_root: nix::unistd::geteuid().is_root(),
         }
     }

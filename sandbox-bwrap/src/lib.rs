@@ -27,7 +27,7 @@
 //!   waiter makes inside bwrap's network namespace and hands to the run's proxy
 //!   (`sandbox-proxy`) before the command starts.
 //! - **System calls**: the seccomp program shared with the landlock backend
-//!   (`sandbox_core::seccomp`), handed to bwrap's `--seccomp`: bwrap has none of its own.
+//!   (`sandbox_host::seccomp`), handed to bwrap's `--seccomp`: bwrap has none of its own.
 //! - **Terminal**: `--new-session`, so the command cannot push input into the caller's
 //!   terminal (TIOCSTI; the seccomp program refuses it too).
 //! - **Process tree**: bwrap's pid namespace and `--die-with-parent`: killing bwrap ends
@@ -45,10 +45,10 @@
 //! every owner check on root's files. So on a root host bwrap itself is not run as root:
 //! between fork and exec our child makes a private mount namespace, attaches there the
 //! workspace and the writable paths as idmapped copies where on-disk root shows as an id
-//! no account has ([`sandbox_core::idmap::SPARE_COMMAND_ID`]), and becomes that id; bwrap
+//! no account has ([`sandbox_host::idmap::SPARE_COMMAND_ID`]), and becomes that id; bwrap
 //! then runs as that ordinary user (unprivileged user namespaces), binds the trees by
 //! path, and the kernel refuses the command every root-only file, whenever it became one
-//! (see `sandbox_core::handover`). Nothing is walked or hidden. Files it creates are
+//! (see `sandbox_host::handover`). Nothing is walked or hidden. Files it creates are
 //! root's on disk, as before.
 //!
 //! Where that cannot be had for a run (a tree on a filesystem without idmapped mounts, a
@@ -74,7 +74,7 @@
 //! # Exit status
 //!
 //! bwrap folds "killed by signal N" into exit code 128+N. Core's small waiter
-//! (`sandbox_core::process::waiter`, embedded, handed to bwrap on a descriptor)
+//! (`sandbox_host::process::waiter`, embedded, handed to bwrap on a descriptor)
 //! runs the command inside, waits for it and writes its real wait status on a pipe that
 //! core reads, so `exit 137` and SIGKILL stay apart ([`Capability::signal_status`]). It
 //! also gives the command the `argv[0]` it was called by.
@@ -97,7 +97,7 @@
 //!
 //! Host-wide failures (user namespaces refused) are caught before the first run of a
 //! shape by a set-up probe (`preflight.rs`), whose success is recorded (in this process,
-//! and in a caller's fact store: `sandbox_core::facts`), as are bwrap's version and
+//! and in a caller's fact store: `sandbox_host::facts`), as are bwrap's version and
 //! options, under the identity of the bwrap binary. When bwrap still cannot set a
 //! sandbox up for one run (a named path removed after the plan was made, user namespaces
 //! refused since the probe was recorded), it exits before our waiter runs, the waiter never
@@ -135,12 +135,12 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sandbox_core::facts::HostRecord;
-use sandbox_core::handover;
-use sandbox_core::idmap::SPARE_COMMAND_ID;
-use sandbox_core::process::{run_true, HostSupport, Launch, Launcher, ProcessSandbox};
 use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{Capability, Enforcement, NetworkMode, Plan, Preflight, SandboxError};
+use sandbox_host::facts::HostRecord;
+use sandbox_host::handover;
+use sandbox_host::idmap::SPARE_COMMAND_ID;
+use sandbox_host::process::{run_true, HostSupport, Launch, Launcher, ProcessSandbox};
 
 use crate::error::BwrapError;
 use crate::host::{HostFacts, SystemEntry};
@@ -164,7 +164,7 @@ pub const INFO: BackendInfo = BackendInfo {
     unprivileged: true,
     image: None,
     make: |config| Ok(Arc::new(BwrapBackend::with_config(config))),
-    launcher: Some(|config| Arc::new(BwrapBackend::with_config(config))),
+    launcher: Some(|config| sandbox_host::process::erase(BwrapBackend::with_config(config))),
     host_key: HostKey::Program("bwrap"),
     leaves: None,
     host_packages: &["bubblewrap"],
@@ -184,9 +184,11 @@ pub struct BwrapBackend {
     facts: Arc<HostFacts>,
     capability: Capability,
     /// bwrap's recorded version and options and its setup probes' successes, under its
-    /// identity (see `sandbox_core::facts`).
+    /// identity (see `sandbox_host::facts`).
     record: Arc<HostRecord>,
 }
+
+sandbox_host::launcher_backend!(BwrapBackend);
 
 impl BwrapBackend {
     /// Find bwrap and learn the host (system layout, bwrap's version and options, the

@@ -5,7 +5,7 @@
 //!   then tries to execute a path that does not exist. Reaching that `execvp` error proves
 //!   the set-up works, and nothing at all runs. Synchronous and quick (a few milliseconds),
 //!   so `prepare` runs it before the first command of a shape, and records a success
-//!   (`sandbox_core::facts`): a host that forbids user namespaces is an error with a
+//!   (`sandbox_host::facts`): a host that forbids user namespaces is an error with a
 //!   remedy, not an "exit 1" outcome. Where a recorded success no longer holds, the run's
 //!   own bwrap fails the same way before the command starts, and the run says so as an
 //!   error (the waiter never reported the sandbox set up).
@@ -15,8 +15,8 @@
 //! Failures are classified from bwrap's message into a cause and a remedy a person can act
 //! on; the classification is a pure function, unit-tested on bwrap's actual messages.
 
-use sandbox_core::facts::HostRecord;
 use sandbox_core::SandboxError;
+use sandbox_host::facts::HostRecord;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -93,7 +93,7 @@ pub(crate) fn setup_error(stderr: &str) -> SandboxError {
 
 /// The setup probe (see the module docs), with a network namespace of its own when
 /// `own_network`, run as uid and gid `as_id` when given (a root host's launcher that
-/// leaves uid 0, see `sandbox_core::handover`). Ok when bwrap got as far as executing.
+/// leaves uid 0, see `sandbox_host::handover`). Ok when bwrap got as far as executing.
 pub(crate) fn probe(
     bwrap: &Path,
     own_network: bool,
@@ -183,7 +183,7 @@ pub(crate) fn probe_once(
 /// One that fails now drops the record and is the error.
 pub(crate) fn recheck(bwrap: &Path, record: &HostRecord) -> Result<(), SandboxError> {
     for own_network in [true, false] {
-        for as_id in [None, Some(sandbox_core::idmap::SPARE_COMMAND_ID)] {
+        for as_id in [None, Some(sandbox_host::idmap::SPARE_COMMAND_ID)] {
             if record.get(&probe_fact(own_network, as_id)).as_deref() != Some("ok") {
                 continue;
             }

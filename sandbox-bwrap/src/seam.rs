@@ -9,9 +9,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use sandbox_core::process::{waiter, Launch};
-use sandbox_core::seccomp::{SeccompProgram, SyscallPolicy};
 use sandbox_core::{Plan, SandboxError, TreeKill};
+use sandbox_host::process::{waiter, Launch};
+use sandbox_host::seccomp::{SeccompProgram, SyscallPolicy};
 
 use crate::argv::{self, BwrapArgs, Fds, Layout};
 use crate::rootview::Hidden;

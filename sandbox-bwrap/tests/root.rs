@@ -1,4 +1,4 @@
-//! A root host's two paths (see `sandbox_core::handover`): bwrap run as an unprivileged id
+//! A root host's two paths (see `sandbox_host::handover`): bwrap run as an unprivileged id
 //! in a mount namespace holding the idmapped workspace, and, where that cannot be had,
 //! bwrap as root with the root-only entries hidden. Both keep root-only files closed;
 //! each test checks the effect from the host and says which path ran. As another uid
@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandbox_bwrap::{BwrapBackend, BwrapSandbox};
-use sandbox_core::idmap::SPARE_COMMAND_ID;
 use sandbox_core::{SandboxExt, SandboxOutcome, Status};
+use sandbox_host::idmap::SPARE_COMMAND_ID;
 
 fn is_root() -> bool {
     // SAFETY: a plain system call without arguments.

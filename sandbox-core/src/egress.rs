@@ -2,8 +2,8 @@
 //! seam, the per-connection record, and the handle by which a run owns its proxy.
 //!
 //! The proxy itself lives in `sandbox-proxy`; a backend starts it in
-//! [`Launcher::prepare`](crate::process::Launcher::prepare) and hands core an
-//! [`EgressRun`] in the [`Launch`](crate::process::Launch). Core ends it once the command's
+//! a backend's `prepare` and hands core an
+//! [`EgressRun`] in its launch. Core ends it once the command's
 //! tree is dead and puts its record in the outcome, so no proxy task outlives `wait`.
 //!
 //! # Bounded

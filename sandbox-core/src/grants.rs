@@ -229,7 +229,7 @@ mod tests {
             assert!(what.contains("cgroup"), "{what}");
             return;
         }
-        if !nix::unistd::geteuid().is_root() {
+        if !rustix::process::geteuid().is_root() {
             eprintln!("needs root to make a bind mount; the symlink test covers this user");
             return;
         }

@@ -1,9 +1,11 @@
-//! The contract of the sandbox workspace, and the machinery every process-based backend
-//! shares.
+//! The contract of the sandbox workspace: what a host program and a backend agree on.
 //!
 //! A host program (an AI coding agent, a plugin host, a CI runner) holds a
 //! [`Sandbox`] chosen at run time and runs one untrusted command in it: [`Sandbox::run`],
 //! then [`Sandbox::wait`] for a [`SandboxOutcome`], with [`Sandbox::kill`] from any task.
+//! This crate is the contract alone; the Linux machinery every process backend shares
+//! (spawn, the waiter, cgroups, the change layer, seccomp, the leftover sweep) is the host
+//! crate, `sandbox-host`, which depends on this one and never the other way round.
 //!
 //! # Guarantees
 //!
@@ -13,67 +15,46 @@
 //!   enforced, and how, is in every outcome's [`EffectivePolicy`].
 //! - **Bad input is refused before anything runs** ([`Plan::new`]).
 //! - **Nothing outlives `wait` or `kill`**: no process (including ones that double-fork and
-//!   call `setsid`), cgroup, temp dir or descriptor. A host killed before it could clean
-//!   up leaves its cgroups and temp dirs named after it; the next start removes those of
-//!   dead owners ([`owner`]).
+//!   call `setsid`), cgroup, temp dir or descriptor.
 //! - **Safe defaults**: no network, a scrubbed environment, an output cap, a process cap,
-//!   a memory limit for the whole tree ([`DEFAULT_MEMORY_BYTES`]),
-//!   the `strict` lane.
+//!   a memory limit for the whole tree ([`DEFAULT_MEMORY_BYTES`]), the `strict` lane.
 //!
 //! # Shape
 //!
-//! - [`Sandbox`]: the trait; [`SandboxExt`]: conveniences on it.
+//! - [`Sandbox`]: the trait; [`SandboxExt`]: conveniences on it; [`Backend`]: what makes
+//!   sandboxes.
 //! - [`SandboxOpts`] → [`Plan`]: options, checked and resolved.
 //! - [`Capability`]: what a backend can enforce, as data; [`policy`]: lanes and network
 //!   modes, pure decisions over capabilities.
-//! - [`process`]: spawn, limits, cgroups, output capture, timeouts, tree kill; a backend
-//!   that runs a process implements [`process::Launcher`] and gets a whole [`Sandbox`] from
-//!   [`process::ProcessSandbox`].
-//! - [`run`]: the one-run state machine, shared with backends that are not processes.
-//! - [`owner`]: who made a host object, and the removal of what dead makers left.
-//! - [`changes`]: the copy-on-write layer over the workspace and the change set a host
-//!   reviews, applies or discards.
-//! - [`syscalls`]: the one table of denied system calls, rendered to the BPF program
-//!   (`seccomp`, behind the feature of that name) and to container profiles.
-//! - [`registry`]: what each backend crate says about itself ([`registry::BackendInfo`]),
-//!   the data the facade's one list of backends is made of.
-//! - [`facts`]: what backends learned about the host by probing it, kept per process and
-//!   in a caller's store, so that a new backend value need not probe again.
+//! - [`run`]: the one-run state machine every backend's sandbox is made of
+//!   ([`run::RunSandbox`] over a [`run::Starter`]); [`output`]: the capture it fills.
+//! - [`changes`]: the change set a host reviews, applies or discards.
+//! - [`registry`]: what each backend crate says about itself ([`registry::BackendInfo`]).
+//! - [`egress`] and [`denial`]: the records of connections and refusals an outcome carries.
 //!
 //! # Dependencies
 //!
-//! `tokio` (process, timers, channels), `async-trait` (an object-safe async trait),
-//! `thiserror` (the typed error), `serde` (outcomes and policies as JSON), `nix` and `libc`
-//! (signals, credentials, the raw calls between fork and exec; with nix's `dir` feature,
-//! the descriptor-relative walks over the change layer), `rustix` (the spawn's pidfd verbs,
-//! pipes and polls, and raw credential calls that skip glibc's per-thread broadcast),
-//! `which` (resolving `argv[0]` as a
-//! shell would), `tempfile` (snapshot copies, the layer's directory), `tracing` (diagnostics),
-//! and, behind the `seccomp` feature, `seccompiler` (the shared system-call filter).
+//! `tokio` (the run state machine's channels, timers and tasks), `async-trait` (an
+//! object-safe async trait), `thiserror` (the typed error), `serde` (outcomes and policies
+//! as JSON), `which` (resolving `argv[0]` as a shell would, in [`Plan::new`]), and `rustix`
+//! for the two host facts a plan is checked against before anything runs: the effective
+//! uid, and the filesystem type under a granted path (`statfs`), so that no spelling of a
+//! path grants a control filesystem.
 
 pub mod capability;
 pub mod changes;
 pub mod denial;
 pub mod egress;
 mod error;
-pub mod facts;
 mod grants;
-pub mod handover;
-pub mod idmap;
-pub mod kernel;
-pub mod layout;
-mod options;
-mod outcome;
-pub mod owner;
-mod plan;
+pub mod options;
+pub mod outcome;
+pub mod output;
+pub mod plan;
 pub mod policy;
-pub mod process;
 pub mod registry;
 pub mod run;
 mod sandbox;
-#[cfg(feature = "seccomp")]
-pub mod seccomp;
-pub mod syscalls;
 
 pub use capability::{Capability, Enforcement};
 pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};

@@ -46,7 +46,7 @@ impl Status {
             Self::Exited { code } => code,
             Self::Signaled { signal } => 128 + signal,
             Self::TimedOut => 124,
-            Self::Killed | Self::OutOfMemory => 128 + libc::SIGKILL,
+            Self::Killed | Self::OutOfMemory => 128 + 9, // SIGKILL on every Linux architecture
         }
     }
 
@@ -321,6 +321,18 @@ impl SandboxOutcome {
             connections: Connections::default(),
             denials: crate::Denials::default(),
         }
+    }
+
+    /// The outcome with the change set the run left for review.
+    pub fn with_changes(mut self, changes: Option<crate::ChangeSet>) -> Self {
+        self.changes = changes;
+        self
+    }
+
+    /// The outcome with the record of the connections the run's proxy saw.
+    pub fn with_connections(mut self, connections: Connections) -> Self {
+        self.connections = connections;
+        self
     }
 
     /// The outcome with `denials` (a backend outside core that saw some).

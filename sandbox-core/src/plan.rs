@@ -265,7 +265,7 @@ impl Plan {
             PathBuf::from(&opts.argv[0])
         };
 
-        let host_is_root = nix::unistd::geteuid().is_root();
+        let host_is_root = rustix::process::geteuid().is_root();
         let changes = match (opts.snapshot, opts.changes) {
             (true, crate::Changes::Direct) => crate::Changes::Discard,
             (_, c) => c,

@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
 
-use crate::facts::SharedFactStore;
-use crate::process::Launcher;
+use std::collections::BTreeMap;
+
 use crate::{Backend, Lane, SandboxError, SandboxOpts};
 
 /// Settings only some backends use, given to every backend's constructor.
@@ -29,7 +29,7 @@ pub struct BackendConfig {
     /// with any other backend.
     pub image: Option<String>,
     /// Where the backend keeps what its host probes found, between processes (see
-    /// [`crate::facts`]); `None`: only in this process's memory.
+    /// the host crate's `facts`); `None`: only in this process's memory.
     pub facts: Option<SharedFactStore>,
 }
 
@@ -43,7 +43,7 @@ impl BackendConfig {
     }
 
     /// These settings, with `store` keeping the backends' host facts.
-    pub fn with_facts(self, store: Arc<dyn crate::facts::FactStore>) -> Self {
+    pub fn with_facts(self, store: Arc<dyn FactStore>) -> Self {
         Self {
             facts: Some(SharedFactStore(store)),
             ..self
@@ -117,7 +117,11 @@ impl CostTargets {
 }
 
 /// Builds a backend's launcher with the given settings ([`BackendInfo::launcher`]).
-pub type LauncherFn = fn(&BackendConfig) -> Arc<dyn Launcher>;
+///
+/// The launcher is the host crate's `process::Launcher`, which this crate cannot name (the
+/// contract does not depend on the machinery): it comes erased, and the bench, its one
+/// reader, gets it back with `sandbox_host::process::unerase`.
+pub type LauncherFn = fn(&BackendConfig) -> Arc<dyn std::any::Any + Send + Sync>;
 
 /// A boxed future, as the `fn` pointers in [`BackendInfo`] return it.
 pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
@@ -380,3 +384,36 @@ impl fmt::Debug for BackendInfo {
             .finish_non_exhaustive()
     }
 }
+
+/// One backend's facts: a name (`namespaces`, `features`) to a value the backend parses.
+pub type Facts = BTreeMap<String, String>;
+
+/// Where a caller keeps the backends' facts between processes (see the module docs). An
+/// implementation need not be durable: a lost write costs the next process its probes.
+pub trait FactStore: Send + Sync + fmt::Debug {
+    /// The facts `backend` recorded under exactly `key`, if any.
+    fn load(&self, backend: &str, key: &str) -> Option<Facts>;
+    /// Keep `facts` as all of `backend`'s facts, under `key` (replacing what it had).
+    fn save(&self, backend: &str, key: &str, facts: &Facts);
+    /// Drop what `backend` recorded (a launch that used it failed).
+    fn forget(&self, backend: &str);
+}
+
+/// A [`FactStore`] shared by every backend a caller builds; equal when it is the same
+/// store (so [`BackendConfig`] stays comparable).
+#[derive(Clone)]
+pub struct SharedFactStore(pub Arc<dyn FactStore>);
+
+impl fmt::Debug for SharedFactStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl PartialEq for SharedFactStore {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for SharedFactStore {}

@@ -7,7 +7,7 @@
 //! # One supervisor for every kind of run
 //!
 //! What happens between the start and the outcome is the same whether the command is a
-//! host process ([`ProcessSandbox`](crate::process::ProcessSandbox)) or something an
+//! host process ([`ProcessSandbox`](the host crate's `process::ProcessSandbox`)) or something an
 //! engine runs for us (a container): race the command's end against the timeout and a
 //! kill request, make sure nothing of the tree survives, let the output drain to its end
 //! (bounded), then build the outcome and release everything before `wait` returns. That
@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::outcome::{Captured, Logs};
-use crate::process::output::{snapshot, CaptureBuffer, SharedCapture};
+use crate::output::{snapshot, CaptureBuffer, SharedCapture};
 use crate::{
     Capability, OutputSink, Plan, Preflight, Sandbox, SandboxError, SandboxOpts, SandboxOutcome,
     StreamKind,
@@ -341,6 +341,15 @@ tokio::task_local! {
     pub(crate) static START_CANCEL: watch::Receiver<bool>;
 }
 
+/// Runs `start` as [`RunSandbox`] runs a start: [`start_cancelled`] inside it resolves once
+/// `cancel` turns `true`. For a starter's own tests, which drive a start without a sandbox.
+pub async fn within_start<F: std::future::Future>(
+    cancel: watch::Receiver<bool>,
+    start: F,
+) -> F::Output {
+    START_CANCEL.scope(cancel, start).await
+}
+
 /// Resolves once `kill` was called on the sandbox whose start the current task runs;
 /// never, outside a start.
 pub async fn start_cancelled() {
@@ -507,7 +516,7 @@ fn poisoned() -> SandboxError {
 
 /// What a backend implements to get the whole [`Sandbox`] contract from [`RunSandbox`]:
 /// its name, what it can enforce, how to check the host, and how to start a checked plan.
-/// Process backends get it from their [`Launcher`](crate::process::Launcher); others
+/// Process backends get it from their launcher (the host crate's `process::Launcher`); others
 /// (a container engine) implement it directly, usually around [`supervise`].
 #[async_trait]
 pub trait Starter: Send + Sync + std::fmt::Debug + 'static {
@@ -531,10 +540,11 @@ pub struct RunSandbox<S: Starter> {
 }
 
 impl<S: Starter> RunSandbox<S> {
-    /// A sandbox for one command, started by `starter`.
-    pub fn new(starter: S) -> Self {
+    /// A sandbox for one command, started by `starter` (or what converts into one: a
+    /// process backend's launcher).
+    pub fn new(starter: impl Into<S>) -> Self {
         Self {
-            starter,
+            starter: starter.into(),
             slot: RunSlot::default(),
         }
     }
@@ -689,7 +699,7 @@ mod tests {
     async fn kill_during_start(cooperative: bool) {
         let ws = tempfile::tempdir().unwrap();
         let dir = ws.path().join("held");
-        let sb = Arc::new(RunSandbox::new(SlowStart {
+        let sb = Arc::new(RunSandbox::<SlowStart>::new(SlowStart {
             dir: dir.clone(),
             cooperative,
         }));
@@ -726,7 +736,7 @@ mod tests {
     #[tokio::test]
     async fn kill_before_run_is_a_state_error() {
         let ws = tempfile::tempdir().unwrap();
-        let sb = RunSandbox::new(SlowStart {
+        let sb = RunSandbox::<SlowStart>::new(SlowStart {
             dir: ws.path().join("held"),
             cooperative: true,
         });

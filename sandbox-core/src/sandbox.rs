@@ -133,20 +133,6 @@ pub trait Backend: Send + Sync + Debug + 'static {
     fn sandbox(&self) -> Box<DynSandbox>;
 }
 
-/// Every cloneable process launcher is a backend: its sandboxes are
-/// [`ProcessSandbox`](crate::process::ProcessSandbox)es.
-impl<L: crate::process::Launcher + Clone> Backend for L {
-    fn name(&self) -> &'static str {
-        crate::process::Launcher::name(self)
-    }
-    fn capability(&self) -> Capability {
-        crate::process::Launcher::capability(self)
-    }
-    fn sandbox(&self) -> Box<DynSandbox> {
-        Box::new(crate::process::ProcessSandbox::new(self.clone()))
-    }
-}
-
 macro_rules! forward {
     ($ty:ty) => {
         #[async_trait]

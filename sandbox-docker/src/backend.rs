@@ -248,7 +248,7 @@ async fn preflight(config: &DockerConfig) -> Result<Preflight, SandboxError> {
     }
     let image = crate::image::ensure(&docker, config).await?;
 
-    let scratch = sandbox_core::owner::temp_dir("docker-preflight")?;
+    let scratch = sandbox_host::owner::temp_dir("docker-preflight")?;
     let mut opts = SandboxOpts::new(scratch.path(), ["/sbin/docker-init", "--version"]);
     opts.limits = ResourceLimits {
         memory_bytes: Some(64 << 20),

@@ -189,7 +189,7 @@ pub(crate) async fn captured_files(
         // The command's view: the workspace, or the layer bound at its path.
         let root = ws.source.clone();
         return tokio::task::spawn_blocking(move || {
-            sandbox_core::process::files::capture_files(&root, &names, cap)
+            sandbox_host::process::files::capture_files(&root, &names, cap)
         })
         .await
         .map_err(|e| SandboxError::io("reading captured files", std::io::Error::other(e)));

@@ -29,11 +29,11 @@
 
 use std::path::{Path, PathBuf};
 
-use sandbox_core::idmap::{not_group_root, root_host_identity};
+use sandbox_host::idmap::{not_group_root, root_host_identity};
 
 use crate::config::WorkspaceMode;
 
-pub use sandbox_core::idmap::NOBODY;
+pub use sandbox_host::idmap::NOBODY;
 
 /// Why the command runs as the uid it does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,5 +1,5 @@
 //! Where docker stages its idmapped mounts (the mounts themselves are
-//! [`sandbox_core::idmap`]'s): `/run/sandbox-docker/RUN/N`, mode 0700, so no host user can
+//! [`sandbox_host::idmap`]'s): `/run/sandbox-docker/RUN/N`, mode 0700, so no host user can
 //! go through them, and an `owner` file per run for [`crate::cleanup_leftovers`].
 
 use std::fs;
@@ -7,7 +7,7 @@ use std::io;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-pub(crate) use sandbox_core::idmap::{detach, IdmappedMount};
+pub(crate) use sandbox_host::idmap::{detach, IdmappedMount};
 
 /// Where the staging mounts live: root's, mode 0700.
 pub(crate) const STAGING_ROOT: &str = "/run/sandbox-docker";

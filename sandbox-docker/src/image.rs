@@ -8,8 +8,8 @@ use bollard::models::ImageInspect;
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use bollard::Docker;
 use futures_util::StreamExt;
-use sandbox_core::process::tree::{self, Budget, Meta, Source, Visit};
 use sandbox_core::SandboxError;
+use sandbox_host::process::tree::{self, Budget, Meta, Source, Visit};
 
 use crate::config::DockerConfig;
 use crate::error::DockerError;

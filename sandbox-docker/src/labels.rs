@@ -22,7 +22,7 @@ pub const LABEL_ROLE: &str = "sandbox.role";
 /// This process, as written in [`LABEL_OWNER`] on everything it makes: filter on
 /// `LABEL_OWNER=<this>` to find this process's containers.
 pub fn owner() -> String {
-    sandbox_core::owner::label()
+    sandbox_host::owner::label()
 }
 
 /// The labels for an object with `role`.
@@ -34,7 +34,7 @@ pub(crate) fn labels(role: &str) -> HashMap<String, String> {
     ])
 }
 
-pub(crate) use sandbox_core::owner::{label_state as owner_state, OwnerState};
+pub(crate) use sandbox_host::owner::{label_state as owner_state, OwnerState};
 
 /// A fresh name for one run's objects: random, so that concurrent runs never collide.
 pub(crate) fn run_id() -> String {

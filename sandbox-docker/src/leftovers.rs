@@ -34,7 +34,7 @@ pub struct Removed {
     /// Idmapped staging directories on this host (unmounted and deleted).
     pub staging: Vec<std::path::PathBuf>,
     /// This host's temp directories of dead makers (the pool's waiter, and those of the
-    /// other backends: see [`sandbox_core::owner`]). Never a live maker's, whatever `scope`.
+    /// other backends: see [`sandbox_host::owner`]). Never a live maker's, whatever `scope`.
     pub temp_dirs: Vec<std::path::PathBuf>,
 }
 
@@ -119,7 +119,7 @@ pub(crate) async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, Do
             }
         }
     }
-    removed.temp_dirs = tokio::task::spawn_blocking(sandbox_core::owner::remove_dead_leftovers)
+    removed.temp_dirs = tokio::task::spawn_blocking(sandbox_host::owner::remove_dead_leftovers)
         .await
         .map(|r| r.dirs)
         .unwrap_or_default();
@@ -134,7 +134,7 @@ pub(crate) async fn made_by(pid: u32) -> Result<Vec<String>, SandboxError> {
     let theirs = |owner: &Option<String>| {
         owner
             .as_deref()
-            .is_some_and(|o| sandbox_core::owner::label_names_pid(o, pid))
+            .is_some_and(|o| sandbox_host::owner::label_names_pid(o, pid))
     };
     let containers = containers
         .into_iter()

@@ -74,7 +74,7 @@
 //! # A change set to review
 //!
 //! A run with [`Changes::Review`](sandbox_core::Changes::Review) works on core's
-//! copy-on-write layer ([`sandbox_core::changes::HostLayer`]), so its change set is the
+//! copy-on-write layer ([`sandbox_host::HostLayer`]), so its change set is the
 //! same as every other backend's: the layer is made on the host (a copy sharing blocks
 //! where the filesystem can; core's overlay lives in a process's own mount namespace,
 //! which the engine's never sees), its tree is bound at the workspace's path (through

@@ -180,7 +180,7 @@ impl Pool {
         if WAITER.is_empty() {
             return Err("no static waiter was built for this target".into());
         }
-        let dir = sandbox_core::owner::temp_dir("docker-pool").map_err(|e| e.to_string())?;
+        let dir = sandbox_host::owner::temp_dir("docker-pool").map_err(|e| e.to_string())?;
         let noexec = nix::sys::statvfs::statvfs(dir.path())
             .map(|s| s.flags().contains(nix::sys::statvfs::FsFlags::ST_NOEXEC))
             .unwrap_or(true);

@@ -22,9 +22,7 @@ use bollard::query_parameters::{
 };
 use bollard::Docker;
 use futures_util::StreamExt;
-use sandbox_core::changes::HostLayer;
 use sandbox_core::denial::DenialLog;
-use sandbox_core::process::tree::is_deadline;
 use sandbox_core::run::{
     ended_before_start, feed_stdin, run_channel, supervise, End, Finished, Job, OutputTap,
     RunHandle,
@@ -33,6 +31,8 @@ use sandbox_core::{
     Changes, EffectivePolicy, EgressRun, Plan, SandboxError, SandboxOutcome, Status, Stdin,
     StreamKind,
 };
+use sandbox_host::process::tree::is_deadline;
+use sandbox_host::HostLayer;
 
 use crate::backend::Engine;
 use crate::config::{DockerConfig, WorkspaceMode};

@@ -1,7 +1,7 @@
 //! The container's system-call filter: core's table of denied calls
-//! ([`sandbox_core::syscalls`], which the process backends install as a BPF program),
+//! ([`sandbox_host::syscalls`], which the process backends install as a BPF program),
 //! rendered as the engine's seccomp profile by core's OCI allow-list
-//! ([`sandbox_core::syscalls::oci::allow_list`], whose docs say why an allow-list).
+//! ([`sandbox_host::syscalls::oci::allow_list`], whose docs say why an allow-list).
 //!
 //! # Why our own profile
 //!
@@ -20,8 +20,8 @@
 
 use std::sync::OnceLock;
 
-use sandbox_core::syscalls::{oci, SyscallPolicy};
 use sandbox_core::NetworkMode;
+use sandbox_host::syscalls::{oci, SyscallPolicy};
 
 use crate::error::DockerError;
 

@@ -26,7 +26,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags};
-use sandbox_core::process::tree::{self, Budget, Meta, Source, Visit};
+use sandbox_host::process::tree::{self, Budget, Meta, Source, Visit};
 
 /// Where an upload is unpacked: the container's root. The engine refuses a symlink whose
 /// target climbs above the directory it unpacks into, so unpacking into the loader's
@@ -689,7 +689,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let f = fs::File::create(d.path().join("hole")).unwrap();
         // Sparse: nothing allocated, but the engine would unpack all of it.
-        f.set_len(sandbox_core::process::tree::MAX_COPY_BYTES + 1)
+        f.set_len(sandbox_host::process::tree::MAX_COPY_BYTES + 1)
             .unwrap();
         drop(f);
         let mut up = upload(d.path());

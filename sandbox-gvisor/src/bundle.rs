@@ -7,8 +7,8 @@
 
 use std::path::{Path, PathBuf};
 
-use sandbox_core::idmap::IdmappedMount;
 use sandbox_core::SandboxError;
+use sandbox_host::idmap::IdmappedMount;
 
 use crate::spec::{Bundle, Skeleton};
 
@@ -33,8 +33,8 @@ impl Written {
     /// A new, empty bundle directory.
     pub(crate) fn new() -> Result<Self, SandboxError> {
         // Named after this process: a crashed host's bundle (and its staging mounts) is
-        // removed by the next start (`sandbox_core::owner`).
-        let dir = sandbox_core::owner::temp_dir("gvisor")?;
+        // removed by the next start (`sandbox_host::owner`).
+        let dir = sandbox_host::owner::temp_dir("gvisor")?;
         let path = dir.path().to_path_buf();
         Ok(Self {
             mounts: Vec::new(),

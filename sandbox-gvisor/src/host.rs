@@ -1,9 +1,9 @@
 //! What the backend learns about the host once, when it is constructed: where runsc is,
 //! its version, whether the host is root, and how the system directories are laid out
-//! (`sandbox_core::layout`).
+//! (`sandbox_host::layout`).
 //!
 //! runsc's version is the one answer that costs a process (`runsc --version`, about as
-//! long as a bwrap start): it is recorded (`sandbox_core::facts`) under the identity of
+//! long as a bwrap start): it is recorded (`sandbox_host::facts`) under the identity of
 //! the runsc binary it was read from, so the `sandbox` command starts runsc once per
 //! command, for the command. It only names the runtime in the notes and the preflight: a
 //! stale or forged record cannot change what a run enforces.
@@ -11,9 +11,9 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use sandbox_core::facts::HostRecord;
-use sandbox_core::layout::SystemEntry;
 use sandbox_core::registry::BackendConfig;
+use sandbox_host::facts::HostRecord;
+use sandbox_host::layout::SystemEntry;
 
 /// The name of the one recorded fact: the first line of `runsc --version`.
 const VERSION: &str = "version";
@@ -28,7 +28,7 @@ pub(crate) struct HostFacts {
     /// The host process runs as root: runsc runs as root and the command as an
     /// unprivileged uid; otherwise runsc runs rootless as the caller.
     pub is_root: bool,
-    /// Each of [`sandbox_core::layout::SYSTEM_DIRS`], in that order.
+    /// Each of [`sandbox_host::layout::SYSTEM_DIRS`], in that order.
     pub system: Vec<(PathBuf, SystemEntry)>,
 }
 
@@ -68,7 +68,7 @@ impl HostFacts {
             .and_then(|p| p.canonicalize().map_err(|e| e.to_string()));
         let record = HostRecord::open(config, crate::NAME, &own_key(&runsc));
         let version = runsc.as_ref().ok().and_then(|p| version(p, &record));
-        let system = sandbox_core::layout::system_layout();
+        let system = sandbox_host::layout::system_layout();
         Self {
             runsc,
             version,

@@ -42,7 +42,7 @@
 //!   checks every access against that uid, so root-only files stay unreadable and what
 //!   the command makes belongs to that user. With a root-owned workspace (CI) it runs as
 //!   `nobody`, and the workspace (and any writable path the command's uid does not own)
-//!   is handed over by an **idmapped mount** ([`sandbox_core::idmap`], Linux 5.12+) on
+//!   is handed over by an **idmapped mount** ([`sandbox_host::idmap`], Linux 5.12+) on
 //!   which its owner's files appear as the command's: the command writes it live, what
 //!   it makes is the owner's on disk, and setuid bits are refused by the filter. runsc's
 //!   gofer creates each file as root and then hands it to the command's uid, so root is
@@ -100,12 +100,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sandbox_core::process::{run_true, HostSupport, Launch, Launcher, ProcessSandbox};
 use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{
     Capability, Enforcement, LimitMechanism, NetworkMode, Plan, Preflight, SandboxError, TreeKill,
     DEFAULT_PATH,
 };
+use sandbox_host::process::{run_true, HostSupport, Launch, Launcher, ProcessSandbox};
 
 use crate::error::GvisorError;
 use crate::host::HostFacts;
@@ -130,7 +130,7 @@ pub const INFO: BackendInfo = BackendInfo {
     unprivileged: true,
     image: None,
     make: |config| Ok(Arc::new(GvisorBackend::with_config(config))),
-    launcher: Some(|config| Arc::new(GvisorBackend::with_config(config))),
+    launcher: Some(|config| sandbox_host::process::erase(GvisorBackend::with_config(config))),
     host_key: HostKey::Program("runsc"),
     leaves: None,
     host_packages: &["runsc"],
@@ -146,6 +146,8 @@ pub struct GvisorBackend {
     facts: Arc<HostFacts>,
     capability: Capability,
 }
+
+sandbox_host::launcher_backend!(GvisorBackend);
 
 impl GvisorBackend {
     /// Find runsc and learn the host. Never fails: a host without runsc gets a backend

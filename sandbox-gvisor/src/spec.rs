@@ -35,9 +35,9 @@
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use sandbox_core::layout::{depth, MountTable, Origin, SystemEntry};
-use sandbox_core::syscalls::oci;
 use sandbox_core::{NetworkMode, Plan};
+use sandbox_host::layout::{depth, MountTable, Origin, SystemEntry};
+use sandbox_host::syscalls::oci;
 use serde_json::{json, Value};
 
 use crate::error::GvisorError;
@@ -63,7 +63,7 @@ pub(crate) fn identity(host_is_root: bool, owner: (u32, u32)) -> Identity {
     if !host_is_root {
         return Identity { uid: 0, gid: 0 };
     }
-    let (uid, gid) = sandbox_core::idmap::root_host_identity(Some(owner));
+    let (uid, gid) = sandbox_host::idmap::root_host_identity(Some(owner));
     Identity { uid, gid }
 }
 
@@ -141,7 +141,7 @@ fn check_user_path(field: &'static str, p: &Path) -> Result<(), GvisorError> {
     }
 }
 
-/// The shared mount table (`sandbox_core::layout`) with this backend's operations.
+/// The shared mount table (`sandbox_host::layout`) with this backend's operations.
 type Table = MountTable<Op>;
 
 /// A caller's path, bound writable or read-only by its origin.
@@ -722,7 +722,7 @@ mod tests {
         let id = |uid, gid| Identity { uid, gid };
         assert_eq!(identity(false, (1000, 1000)), id(0, 0));
         assert_eq!(identity(true, (1000, 1000)), id(1000, 1000));
-        use sandbox_core::idmap::NOBODY;
+        use sandbox_host::idmap::NOBODY;
         assert_eq!(identity(true, (1000, 0)), id(1000, NOBODY));
         assert_eq!(identity(true, (0, 0)), id(NOBODY, NOBODY));
     }

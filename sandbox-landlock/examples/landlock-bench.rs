@@ -7,10 +7,10 @@
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sandbox_core::process::{Launch, Launcher};
 use sandbox_core::{
     Capability, Lane, Plan, Preflight, SandboxError, SandboxExt, SandboxOpts, TreeKill,
 };
+use sandbox_host::process::{Launch, Launcher};
 
 /// Core's machinery with nothing of landlock's: what every process backend pays.
 #[derive(Clone, Debug)]
@@ -54,7 +54,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..3 {
         let mut o = SandboxOpts::new(ws.path(), ["true"]);
         o.lane = Lane::Fast;
-        sandbox_core::process::ProcessSandbox::new(backend.clone())
+        sandbox_host::process::ProcessSandbox::new(backend.clone())
             .execute(o)
             .await?;
     }
@@ -89,7 +89,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         let mut o = SandboxOpts::new(ws.path(), ["true"]);
         o.lane = Lane::Fast;
-        let out = sandbox_core::process::ProcessSandbox::new(core_only.clone())
+        let out = sandbox_host::process::ProcessSandbox::new(core_only.clone())
             .execute(o)
             .await?;
         assert!(out.status.success());
@@ -98,7 +98,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         let mut o = SandboxOpts::new(ws.path(), ["true"]);
         o.lane = Lane::Fast;
-        let out = sandbox_core::process::ProcessSandbox::new(backend.clone())
+        let out = sandbox_host::process::ProcessSandbox::new(backend.clone())
             .execute(o)
             .await?;
         assert!(out.status.success(), "{:?}", out.stderr.text());
@@ -108,7 +108,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let t = Instant::now();
             let mut o = SandboxOpts::new(ws.path(), ["true"]);
             o.lane = Lane::Strict;
-            let out = sandbox_core::process::ProcessSandbox::new(backend.clone())
+            let out = sandbox_host::process::ProcessSandbox::new(backend.clone())
                 .execute(o)
                 .await?;
             assert!(out.status.success(), "{:?}", out.stderr.text());

@@ -18,7 +18,7 @@
 //! - `landlock_add_rule` (the private `/proc`, [`RestrictSelf`]);
 //! - `prctl` (bounding set, ambient set, securebits, `no_new_privs`), `capset`, `capget`,
 //!   `setgroups`, `setresgid`, `setresuid` (a root host's command leaving uid 0; the raw
-//!   calls, [`sandbox_core::process::become_ids`], not glibc's, which signal every thread
+//!   calls, [`sandbox_host::process::become_ids`], not glibc's, which signal every thread
 //!   glibc believes the process has);
 //! - `landlock_restrict_self` (through `syscall`);
 //! - `seccomp` (through `syscall`, in [`crate::filter`] and core's shared filter).
@@ -27,8 +27,8 @@
 //! the host's memory until its exec, beside the host's other threads. The steps are fit for
 //! that: they write nothing but locals on their own stack, and none waits for the host. On
 //! `strict` the child is also born the init of a pid namespace of its own (core's `clone3`,
-//! `sandbox_core::process::BornIn`): [`Namespaces`] mounts its `/proc`, and its exec is
-//! core's waiter (`sandbox_core::process::waiter`), confined by every step here, which
+//! `sandbox_host::process::BornIn`): [`Namespaces`] mounts its `/proc`, and its exec is
+//! core's waiter (`sandbox_host::process::waiter`), confined by every step here, which
 //! then starts the command. So no process of the run ever holds a copy of the host.
 //!
 //! Errors are built with [`io::Error::last_os_error`] or [`io::Error::from_raw_os_error`],
@@ -45,7 +45,7 @@
 //!    before landlock, which forbids it.
 //! 2. [`ProcessLimit`] (a user namespace, no cgroup): `RLIMIT_NPROC` counted inside it.
 //! 3. [`DropCapabilities`] (root host, or a new user namespace): no capability survives;
-//!    a root host's command whose trees were handed over (`sandbox_core::handover`) leaves uid 0
+//!    a root host's command whose trees were handed over (`sandbox_host::handover`) leaves uid 0
 //!    here, after the bounding set, before landlock.
 //! 4. [`RestrictSelf`]: `no_new_privs`, then landlock (with the private `/proc` granted);
 //!    works without capabilities because `no_new_privs` is set.
@@ -56,7 +56,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
-use sandbox_core::process::{raw_write_file, PreExec};
+use sandbox_host::process::{raw_write_file, PreExec};
 
 fn check(r: libc::c_int) -> io::Result<()> {
     if r < 0 {
@@ -116,7 +116,7 @@ pub(crate) struct MountPlan {
     pub readonly: Vec<CString>,
     /// Detached trees prepared in the parent, one per entry of `writable`, attached there
     /// instead of clones of the host's: a root host's idmapped copies that hand the trees
-    /// to the command's unprivileged id (see `sandbox_core::handover`).
+    /// to the command's unprivileged id (see `sandbox_host::handover`).
     pub prepared: Option<Arc<Vec<OwnedFd>>>,
 }
 
@@ -141,7 +141,7 @@ pub(crate) struct Namespaces {
     pub net: bool,
     pub mount: Option<MountPlan>,
     /// This process is the init of a pid namespace of its own, born so by core's `clone3`
-    /// (`sandbox_core::process::BornIn`, with the user namespace too where `userns` is
+    /// (`sandbox_host::process::BornIn`, with the user namespace too where `userns` is
     /// set, whose maps core then writes): it mounts its private `/proc` here, and its exec
     /// is the waiter's, which then
     /// starts the command (see `crate::LandlockBackend`'s `prepare`).
@@ -156,8 +156,8 @@ pub(crate) struct Namespaces {
 impl Namespaces {
     /// The namespaces the process running this step must be born in: the pid namespace,
     /// and with it the user namespace that must own it where there is one.
-    pub fn born_in(&self) -> sandbox_core::process::BornIn {
-        sandbox_core::process::BornIn {
+    pub fn born_in(&self) -> sandbox_host::process::BornIn {
+        sandbox_host::process::BornIn {
             pid: self.pid,
             user: self.pid && self.userns.is_some(),
         }
@@ -427,7 +427,7 @@ const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
 impl ProcMask {
     /// `keys` and `key-users` alone, for a command that left uid 0 (see
-    /// `sandbox_core::handover`): the kernel refuses it the root-only files by their modes,
+    /// `sandbox_host::handover`): the kernel refuses it the root-only files by their modes,
     /// but these two are world-readable and list every key the process possesses, the
     /// host process's session keyring (root's) included.
     pub fn keys_only() -> &'static ProcMask {
@@ -701,7 +701,7 @@ unsafe impl PreExec for DropCapabilities {
                 check(libc::prctl(libc::PR_SET_SECUREBITS, SECUREBITS, 0, 0, 0))?;
             }
             if let Some(id) = self.switch_to {
-                sandbox_core::handover::become_id(id)?;
+                sandbox_host::handover::become_id(id)?;
             }
             check(libc::prctl(
                 libc::PR_CAP_AMBIENT,

@@ -9,7 +9,7 @@
 //! # The two layers of a root host
 //!
 //! A root host's command that keeps uid 0 (where its workspace cannot be handed to an
-//! unprivileged id, see `sandbox_core::handover`) may read every root-owned file by its
+//! unprivileged id, see `sandbox_host::handover`) may read every root-owned file by its
 //! mode (see [`crate::system`]). It therefore gets two landlock layers, which the kernel
 //! intersects:
 //!

@@ -3,7 +3,7 @@
 //!
 //! # The shared filter
 //!
-//! [`sandbox_core::seccomp`] (the same program bwrap installs) with `setsid` and `setpgid`
+//! [`sandbox_host::seccomp`] (the same program bwrap installs) with `setsid` and `setpgid`
 //! denied, since this backend has no pid namespace: the process group is what reaches every
 //! descendant when the run is killed, so nothing may leave it.
 //!
@@ -25,9 +25,9 @@ use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, OnceLock};
 
-use sandbox_core::process::PreExec;
-use sandbox_core::seccomp::{SeccompProgram, SyscallPolicy};
 use sandbox_core::{NetworkMode, SandboxError};
+use sandbox_host::process::PreExec;
+use sandbox_host::seccomp::{SeccompProgram, SyscallPolicy};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule,
@@ -81,7 +81,7 @@ pub(crate) fn unix_socket_filter() -> Result<Arc<BpfProgram>, SandboxError> {
         unix_socket_rules()?,
         SeccompAction::Allow,
         SeccompAction::Errno(libc::EPERM as u32),
-        sandbox_core::seccomp::target_arch()?,
+        sandbox_host::seccomp::target_arch()?,
     )
     .map_err(build_error)?;
     let program: BpfProgram = filter.try_into().map_err(build_error)?;
@@ -97,7 +97,7 @@ pub(crate) struct InstallFilter(pub Arc<BpfProgram>);
 // again after the restrict step: that costs nothing and keeps this step correct alone.
 unsafe impl PreExec for InstallFilter {
     fn pre_exec(&self) -> io::Result<()> {
-        sandbox_core::seccomp::install(&self.0)
+        sandbox_host::seccomp::install(&self.0)
     }
 }
 

@@ -13,9 +13,9 @@ use std::path::Path;
 
 use crate::child::{IdMaps, MountPlan, Namespaces, ProcMask};
 use crate::error::Error;
-use sandbox_core::facts::HostRecord;
-use sandbox_core::handover::Handover;
-use sandbox_core::process::PreExec;
+use sandbox_host::facts::HostRecord;
+use sandbox_host::handover::Handover;
+use sandbox_host::process::PreExec;
 
 /// Landlock on this kernel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub(crate) enum Landlock {
 impl Landlock {
     /// Ask the kernel (`landlock_create_ruleset` with `LANDLOCK_CREATE_RULESET_VERSION`).
     pub fn detect() -> Self {
-        match sandbox_core::kernel::landlock_abi() {
+        match sandbox_host::kernel::landlock_abi() {
             Ok(v) => {
                 let raw = i32::try_from(v).unwrap_or(i32::MAX);
                 // The crate warns against ABIs from the running kernel because its
@@ -77,7 +77,7 @@ impl NsMode {
     /// The step making the namespaces: network when `net`, a pid namespace with its own
     /// `/proc` when `pid`, and the mount namespace that `spec` describes (see
     /// `src/ruleset.rs`), with a root host's writable trees from `handover` where they are
-    /// handed to an unprivileged id (`sandbox_core::handover`).
+    /// handed to an unprivileged id (`sandbox_host::handover`).
     pub fn step(
         &self,
         net: bool,
@@ -161,7 +161,7 @@ pub(crate) struct Host {
 /// process is by core's `clone3`.
 fn try_in_child(step: &Namespaces) -> Result<(), String> {
     let born = step.born_in();
-    let maps = sandbox_core::process::BornIn::identity_maps();
+    let maps = sandbox_host::process::BornIn::identity_maps();
     // SAFETY: the child makes only the step's system calls and `_exit`s (see `child`).
     let pid = unsafe { libc::fork() };
     if pid < 0 {
@@ -223,7 +223,7 @@ fn holds_capabilities() -> bool {
             .any(|x| x.effective | x.permitted | x.inheritable != 0)
 }
 
-/// The names of the facts this backend records (see `sandbox_core::facts`): how the
+/// The names of the facts this backend records (see `sandbox_host::facts`): how the
 /// namespaces were made (`plain` or `userns`), and that a pid namespace with its own
 /// `/proc` could be made that way (`ok`). Only successes are recorded.
 const NAMESPACES: &str = "namespaces";

@@ -16,7 +16,7 @@
 //!   them (nothing created or removed directly in them). What neither can hold (a
 //!   hard-linked file in a carve-out, a writable path inside one) is refused. See
 //!   `src/ruleset.rs`.
-//! - **System calls** (seccomp): the filter shared with bwrap (`sandbox_core::seccomp`),
+//! - **System calls** (seccomp): the filter shared with bwrap (`sandbox_host::seccomp`),
 //!   with `setsid`/`setpgid` denied so the process group holds every descendant; plus, on
 //!   kernels before landlock ABI 9, `socket(AF_UNIX)`, since connecting to a unix socket by
 //!   path is not confined there (see `src/filter.rs`). Denied calls fail with
@@ -31,8 +31,8 @@
 //!   `loopback` are over-granted and the lane decides, and refuses `proxy` and host ports.
 //! - **Processes** (on `strict`): a pid namespace of the command's own, with a private
 //!   `/proc` that shows only its processes. Core's `clone3` makes the spawned process the
-//!   namespace's init (`sandbox_core::process::BornIn`); every step below confines it, and
-//!   it execs core's waiter (`sandbox_core::process::waiter`) from a sealed in-memory file,
+//!   namespace's init (`sandbox_host::process::BornIn`); every step below confines it, and
+//!   it execs core's waiter (`sandbox_host::process::waiter`) from a sealed in-memory file,
 //!   which starts the command, reaps orphans and hands out the command's exact status (an
 //!   init cannot die of its own signal, so the command is not pid 1 itself). The init's
 //!   exec leaves the host's memory, so the command is forked from a small program: no
@@ -42,10 +42,10 @@
 //!   `SECBIT_NOROOT` locked so no exec gives any back, and landlock scopes keep its
 //!   signals and abstract unix sockets inside the sandbox (ABI 6, required for a root
 //!   host). It then runs as an unprivileged id no account has
-//!   ([`sandbox_core::idmap::SPARE_COMMAND_ID`]), the workspace and the writable paths
+//!   ([`sandbox_host::idmap::SPARE_COMMAND_ID`]), the workspace and the writable paths
 //!   attached in its mount namespace as idmapped copies where on-disk root shows as that
 //!   id: the kernel's own permission checks refuse it every root-only file, as they do an
-//!   ordinary user (see `sandbox_core::handover`). Where that cannot be had for a run (a
+//!   ordinary user (see `sandbox_host::handover`). Where that cannot be had for a run (a
 //!   tree on a filesystem without idmapped mounts, a path only root can reach, a
 //!   copy-on-write layer), it keeps uid 0 (a root-owned workspace must stay writable) and a
 //!   first landlock layer lets it read the system directories and the named read-only
@@ -98,7 +98,7 @@
 //! a fork in a multi-threaded program). What does not depend on the run is found once: the
 //! ABI, the namespace probe, the filters, the system grants, a root host's read layer. The
 //! namespace probes (two forked children that make the namespaces a run would) are the
-//! only part that starts a process: their answers are recorded (`sandbox_core::facts`: once
+//! only part that starts a process: their answers are recorded (`sandbox_host::facts`: once
 //! per process, and in the caller's store across processes, only when they worked) and a
 //! recorded answer is taken without a probe. It only says how the namespaces are made: a
 //! run whose `unshare` fails ends before its command starts, and the preflight probes
@@ -141,13 +141,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sandbox_core::facts::HostRecord;
-use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
 use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{
     Capability, Changes, DenialKinds, Enforcement, Lane, NetworkMode, Plan, Preflight,
     SandboxError, SandboxExt, SandboxOpts, Status, TreeKill,
 };
+use sandbox_host::facts::HostRecord;
+use sandbox_host::process::{HostSupport, Launch, Launcher, ProcessSandbox};
 
 use crate::child::{DropCapabilities, ProcessLimit, RestrictSelf};
 use crate::error::Error;
@@ -180,7 +180,7 @@ pub const INFO: BackendInfo = BackendInfo {
     unprivileged: true,
     image: None,
     make: |config| Ok(Arc::new(LandlockBackend::with_config(config))),
-    launcher: Some(|config| Arc::new(LandlockBackend::with_config(config))),
+    launcher: Some(|config| sandbox_host::process::erase(LandlockBackend::with_config(config))),
     // Whether the backend works here is the kernel's landlock ABI; seccomp and namespaces
     // come with the kernel release, which the command line's key holds already.
     host_key: HostKey::Fact(|| format!("landlock {:?}", host::Landlock::detect())),
@@ -206,9 +206,11 @@ pub struct LandlockBackend {
     record: Arc<HostRecord>,
 }
 
+sandbox_host::launcher_backend!(LandlockBackend);
+
 impl LandlockBackend {
     /// Ask the host (landlock ABI, seccomp, namespaces) and state the capability; the
-    /// namespace probes run once per process (see `sandbox_core::facts`).
+    /// namespace probes run once per process (see `sandbox_host::facts`).
     pub fn new() -> Self {
         Self::with_config(&BackendConfig::default())
     }
@@ -324,8 +326,8 @@ fn capability(host: &Host) -> Capability {
         // signals) go to the audit log, which this backend does not read, so they are not
         // claimed.
         reports_denials: DenialKinds {
-            syscall: sandbox_core::seccomp::user_notification_available(),
-            ptrace: sandbox_core::seccomp::user_notification_available(),
+            syscall: sandbox_host::seccomp::user_notification_available(),
+            ptrace: sandbox_host::seccomp::user_notification_available(),
             network_connect: host.ns.is_ok(),
             ..DenialKinds::default()
         },
@@ -371,7 +373,7 @@ impl Launcher for LandlockBackend {
         let abi = self.kernel_abi(self.host.is_root)?;
         // The real trial: the namespace probes again, whatever was recorded.
         self.recheck()?;
-        let dir = sandbox_core::owner::temp_dir("landlock-preflight")?;
+        let dir = sandbox_host::owner::temp_dir("landlock-preflight")?;
         let mut opts = SandboxOpts::new(dir.path(), ["true"]);
         // The strictest path this host claims: with the pid namespace where there is one.
         opts.lane = if self.capability.process_isolation {
@@ -456,12 +458,12 @@ impl Launcher for LandlockBackend {
         launch.notes = spec.notes(kernel);
         let mut layers = Vec::with_capacity(2);
         // A root host: the command leaves uid 0 where its trees can be handed over, else it
-        // keeps uid 0 under the surveyed read layer (see `sandbox_core::handover`).
+        // keeps uid 0 under the surveyed read layer (see `sandbox_host::handover`).
         let handover = if plan.host_is_root {
             let handed = match ns {
                 // The trees are attached in a mount namespace root itself makes.
                 Some(NsMode::Plain) => {
-                    sandbox_core::handover::hand_over(plan, &spec.writable_mounts)
+                    sandbox_host::handover::hand_over(plan, &spec.writable_mounts)
                 }
                 _ => Err("no mount namespace made by root itself".into()),
             };
@@ -633,8 +635,8 @@ impl Launcher for LandlockBackend {
         }
         // Last: it denies calls the steps above make. Where the kernel can notify, the
         // denied calls go to core's supervisor, which records each and answers EPERM.
-        if plan.report_denials && sandbox_core::seccomp::user_notification_available() {
-            let (step, host_end) = sandbox_core::seccomp::InstallNotifying::pair(
+        if plan.report_denials && sandbox_host::seccomp::user_notification_available() {
+            let (step, host_end) = sandbox_host::seccomp::InstallNotifying::pair(
                 filter::shared_notifying(plan.network)?,
             )?;
             launch.pre_exec.push(Box::new(step));
@@ -672,7 +674,7 @@ impl Launcher for LandlockBackend {
 /// its exact status; the ready pipe tells a waiter that could not start from a command
 /// that ran.
 fn run_under_the_waiter(launch: &mut Launch, userns: bool) -> Result<(), SandboxError> {
-    use sandbox_core::process::waiter::{self, WaiterArgs};
+    use sandbox_host::process::waiter::{self, WaiterArgs};
     use std::os::fd::AsRawFd;
     let exe = waiter::executable()
         .map_err(|e| SandboxError::unavailable(NAME, e.to_string(), PID_NS_REMEDY))?;
@@ -700,7 +702,7 @@ fn run_under_the_waiter(launch: &mut Launch, userns: bool) -> Result<(), Sandbox
     launch.pass_fds.extend([status_w, ready_w]);
     launch.exit_status_pipe = Some(status_r);
     launch.ready_pipe = Some(ready_r);
-    launch.born_in = sandbox_core::process::BornIn {
+    launch.born_in = sandbox_host::process::BornIn {
         pid: true,
         user: userns,
     };

@@ -21,7 +21,7 @@
 //! # When the host is root and the command keeps uid 0
 //!
 //! A root host's command normally leaves uid 0 for an unprivileged id with its workspace
-//! idmapped to it (`sandbox_core::handover`), and then none of this section applies: the
+//! idmapped to it (`sandbox_host::handover`), and then none of this section applies: the
 //! kernel refuses it root-only files by their modes. Where a run cannot have that, the
 //! command keeps uid 0 (so that a root-owned workspace stays writable) but loses every
 //! capability. A file mode still lets uid 0 read what root owns (`/etc/shadow`,

@@ -316,7 +316,7 @@ async fn as_root_no_capability_survives_and_root_only_files_stay_closed() {
     }
     if is_root() {
         assert!(s.contains("CapBnd:\t0000000000000000"), "{s}");
-        let spare = sandbox_core::idmap::SPARE_COMMAND_ID.to_string();
+        let spare = sandbox_host::idmap::SPARE_COMMAND_ID.to_string();
         assert!(s.lines().any(|l| l == spare), "runs as {spare}: {s}");
         // A root-owned workspace stays writable, and what is made there is root's.
         let o = sh(ws.path(), "echo w > owned-by-root").await;

@@ -1,4 +1,4 @@
-//! A root host's two paths (see `sandbox_core::handover`): the command as an unprivileged id with
+//! A root host's two paths (see `sandbox_host::handover`): the command as an unprivileged id with
 //! its trees handed over by idmapped mounts, and, where that cannot be had, uid 0 without
 //! capabilities under the surveyed read layer. Both keep root-only files closed; each test
 //! checks the effect from the host and says which path ran. As another uid these tests
@@ -13,8 +13,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use common::*;
-use sandbox_core::idmap::SPARE_COMMAND_ID;
 use sandbox_core::{Lane, SandboxOutcome};
+use sandbox_host::idmap::SPARE_COMMAND_ID;
 
 fn notes(o: &SandboxOutcome) -> String {
     o.policy.notes.join("\n")
@@ -113,12 +113,12 @@ async fn as_root_a_workspace_that_cannot_be_idmapped_keeps_uid_0_and_the_survey(
     fs::create_dir(&at).unwrap();
     let _m = sandbox_conformance::host::Ramfs::mount(&at).unwrap();
     // The premise, checked: this filesystem refuses an idmapped mount.
-    let ns = sandbox_core::idmap::shared_user_namespace(&[(
+    let ns = sandbox_host::idmap::shared_user_namespace(&[(
         (0, 0),
         (SPARE_COMMAND_ID, SPARE_COMMAND_ID),
     )])
     .unwrap();
-    let e = sandbox_core::idmap::idmapped_tree(&at, std::os::fd::AsFd::as_fd(&*ns), 0, true)
+    let e = sandbox_host::idmap::idmapped_tree(&at, std::os::fd::AsFd::as_fd(&*ns), 0, true)
         .expect_err("ramfs has no idmapped mounts");
     eprintln!("ramfs: {e}");
     let (data, public, private) = data_dir();

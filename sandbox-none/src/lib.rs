@@ -14,9 +14,9 @@
 //! Dependencies: `sandbox-core` (everything), `async-trait` (the launcher trait).
 
 use async_trait::async_trait;
-use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
 use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{Capability, Enforcement, Plan, Preflight, SandboxError};
+use sandbox_host::process::{HostSupport, Launch, Launcher, ProcessSandbox};
 use std::sync::Arc;
 
 /// The backend's name.
@@ -47,6 +47,8 @@ pub type NoneSandbox = ProcessSandbox<NoneBackend>;
 pub struct NoneBackend {
     capability: Capability,
 }
+
+sandbox_host::launcher_backend!(NoneBackend);
 
 impl NoneBackend {
     /// The launcher, with its capability on this host.

@@ -12,7 +12,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::net::UnixStream;
 
-use sandbox_core::process::PreExec;
+use sandbox_host::process::PreExec;
 use tokio::io::Interest;
 
 use crate::ListenerSource;

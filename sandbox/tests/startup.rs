@@ -882,7 +882,7 @@ fn recorded_outside() -> (PathBuf, Vec<String>) {
 /// user namespace of the test's own, whose `user.max_mnt_namespaces` is lowered: another
 /// namespace and another sysctl than where the facts were recorded): the next command of
 /// each recording backend probes again, and the one after takes what that one recorded.
-/// (That a sysctl alone changes the key is `sandbox_core::facts`' own test.)
+/// (That a sysctl alone changes the key is `sandbox_host::facts`' own test.)
 #[test]
 fn a_changed_host_key_makes_the_next_command_probe_again() {
     const NAME: &str = "a_changed_host_key_makes_the_next_command_probe_again";

@@ -29,9 +29,9 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sandbox_core::facts::{FactStore, Facts};
 use sandbox_core::registry::BackendConfig;
 use sandbox_core::{Lane, Plan, SandboxOpts};
+use sandbox_host::facts::{FactStore, Facts};
 
 /// The facts the bench recorded, by backend: its key and facts.
 #[derive(Debug, Default)]
@@ -97,7 +97,12 @@ fn main() {
     };
     let lane: Lane = text(2).parse().unwrap_or_else(|e: String| fail(&e));
     let config = BackendConfig::default().with_facts(Arc::new(read_facts(text(4))));
-    let launcher = make(&config);
+    let Some(launcher) = sandbox_host::process::unerase(&make(&config)) else {
+        fail(&format!(
+            "`{}`'s launcher is not a process launcher",
+            info.name
+        ));
+    };
 
     let mut opts = SandboxOpts::new(PathBuf::from(&args[3]), args[6..].iter().cloned());
     opts.lane = lane;
@@ -160,7 +165,7 @@ fn main() {
         // Born in the namespaces as core's `clone3` makes the run's process: here by
         // `unshare` and the next child (`unshare --fork`), which goes on below; this
         // process ends with its exit code (the waiter's own is the command's, or 128+N).
-        let maps = sandbox_core::process::BornIn::identity_maps();
+        let maps = sandbox_host::process::BornIn::identity_maps();
         // SAFETY: this process is single-threaded and ends when the child does.
         if let Err(e) = unsafe { born.enter_by_fork(&maps) } {
             fail(&format!("the namespaces the launch is born in: {e}"));

@@ -14,7 +14,7 @@
 //!   kept.
 //! - What each backend learned by probing the host (can namespaces be made, and how; which
 //!   options the installed bwrap has; which bwrap set-ups worked) is kept on disk too
-//!   ([`FactCache`], the store of `sandbox_core::facts`), so that the command starts no
+//!   ([`FactCache`], the store of `sandbox_host::facts`), so that the command starts no
 //!   probe process of its own: only successes, each backend's under its own key (the
 //!   kernel release, the ids, the user and mount namespace, the sysctls that govern
 //!   namespaces, the landlock ABI, the bwrap binary's identity) and the file under this
@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use sandbox::select::{self, Choice, Config, AUTO};
 use sandbox::{Backend, Capability, Plan, SandboxError, SandboxOpts};
-use sandbox_core::facts::{FactStore, Facts, SharedFactStore};
+use sandbox_host::facts::{FactStore, Facts, SharedFactStore};
 
 /// The environment variable that prints the start-up decisions on stderr.
 pub const DEBUG_VAR: &str = "SANDBOX_DEBUG_STARTUP";
@@ -423,7 +423,7 @@ fn host_key() -> String {
 }
 
 /// The backends' recorded host facts, on disk, for one user (the store of
-/// `sandbox_core::facts`): read once, on the first backend's question; written whole by
+/// `sandbox_host::facts`): read once, on the first backend's question; written whole by
 /// rename on every change. The file discipline is the `auto` cache's: the user's own
 /// private file, anything else ignored and replaced. Facts written by another build of
 /// this program are not taken (it may read them differently).

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::outcome::{LimitMechanism, TreeKill};
+use sandbox_core::outcome::{LimitMechanism, TreeKill};
 
 /// Where this host process may create cgroups.
 #[derive(Clone, Debug, Default)]

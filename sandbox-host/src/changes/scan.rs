@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use nix::sys::stat::FileStat;
 
 use super::fsx::{self, Kind};
-use super::layer::{is_opaque, Layer, LayerMechanism};
-use super::{Change, ChangeKind, Stamp};
+use super::layer::{is_opaque, Layer};
+use super::LayerMechanism;
+use super::{stamp_of, Change, ChangeKind};
 use crate::process::tree;
 
 fn mode(st: &FileStat) -> u32 {
@@ -59,7 +60,7 @@ fn change(path: PathBuf, kind: ChangeKind, st: &FileStat, real: Option<&FileStat
         size: st.st_size.max(0) as u64,
         old_mode: None,
         mode: Some(mode(st)),
-        real: real.map(Stamp::of),
+        real: real.map(stamp_of),
         links: (1, 1),
     }
 }

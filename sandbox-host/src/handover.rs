@@ -53,7 +53,7 @@ use std::sync::Arc;
 
 use crate::idmap::{self, SPARE_COMMAND_ID};
 use crate::process::PreExec;
-use crate::{Changes, Plan};
+use sandbox_core::{Changes, Plan};
 
 /// What a run hands to the command's id: detached idmapped copies of its writable trees,
 /// to attach over their own paths in the command's mount namespace.

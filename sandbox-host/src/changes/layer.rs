@@ -10,34 +10,10 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use serde::Serialize;
-
 use super::fsx::{self, Kind};
+use super::LayerMechanism;
 use crate::process::{raw_write_file, PreExec};
-use crate::SandboxError;
-
-/// How the layer over the workspace is made (see the module docs of [`crate::changes`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum LayerMechanism {
-    /// overlayfs over the workspace's path, in the command's mount namespace: O(1).
-    Overlay,
-    /// A copy sharing blocks with the original (`FICLONE`).
-    Reflink,
-    /// A plain copy.
-    Copy,
-}
-
-impl LayerMechanism {
-    /// The name used in notes and on the command line.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Overlay => "overlay",
-            Self::Reflink => "reflink",
-            Self::Copy => "copy",
-        }
-    }
-}
+use sandbox_core::SandboxError;
 
 /// The layer of one run: a private temp dir with the overlay's `upper` and `work`, or the
 /// copy; removed on drop.

@@ -3,7 +3,6 @@
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
-use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
@@ -11,159 +10,11 @@ use std::path::{Component, Path, PathBuf};
 use nix::fcntl::renameat;
 use nix::sys::stat::{fchmod, mkdirat, Mode};
 use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
-use serde::Serialize;
 
 use super::fsx::{self, Kind};
 use super::layer::Layer;
-use super::{Change, ChangeKind, Stamp};
+use super::{stamp_of, ApplyError, ApplyReport, Change, ChangeKind, Escape, Refusal};
 use crate::process::tree;
-
-/// Why a change cannot be applied at all, forced or not: it would reach out of the
-/// workspace or plant something the host might trip over.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum Escape {
-    /// A symlink whose target, taken from where it sits, leaves the workspace.
-    SymlinkOutside {
-        /// The target as written.
-        target: PathBuf,
-    },
-    /// A character or block device node.
-    Device,
-    /// A FIFO.
-    Fifo,
-    /// A unix socket.
-    Socket,
-    /// A set-user-id or set-group-id bit.
-    SetId {
-        /// The permission bits asked.
-        mode: u32,
-    },
-    /// A regular file with more links than the layer holds: a hard link to a file
-    /// outside.
-    HardLinkOutside,
-    /// A directory on the way in the real workspace is a symlink (or not a directory).
-    ThroughSymlink {
-        /// The path, relative to the workspace, that is not a directory.
-        at: PathBuf,
-    },
-}
-
-impl fmt::Display for Escape {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::SymlinkOutside { target } => {
-                write!(
-                    f,
-                    "a symlink to {} (out of the workspace)",
-                    target.display()
-                )
-            }
-            Self::Device => f.write_str("a device node"),
-            Self::Fifo => f.write_str("a FIFO"),
-            Self::Socket => f.write_str("a socket"),
-            Self::SetId { mode } => write!(f, "a set-id bit (mode {mode:o})"),
-            Self::HardLinkOutside => f.write_str("a hard link to a file outside the workspace"),
-            Self::ThroughSymlink { at } => {
-                write!(
-                    f,
-                    "a path through {}, which is not a directory",
-                    at.display()
-                )
-            }
-        }
-    }
-}
-
-/// One refused change.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Refusal {
-    /// The change's path, relative to the workspace.
-    pub path: PathBuf,
-    /// Why.
-    pub escape: Escape,
-}
-
-/// Why [`ChangeSet::apply`](super::ChangeSet::apply) wrote nothing, or stopped.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ApplyError {
-    /// Some changes may never be applied; nothing was written. Discard the change set.
-    #[error("refused, nothing applied: {}", list_refusals(.refusals))]
-    Refused {
-        /// Every refused change.
-        refusals: Vec<Refusal>,
-    },
-    /// Files the change set touches changed in the real workspace after the run started;
-    /// nothing was written. Apply with `force` to overwrite them, or discard.
-    #[error(
-        "conflict, nothing applied: {} changed in the workspace after the run started; \
-         apply with force to overwrite, or discard",
-        list_paths(.paths)
-    )]
-    Conflict {
-        /// The paths, relative to the workspace.
-        paths: Vec<PathBuf>,
-    },
-    /// The workspace's filesystem has no room for the new contents; nothing was written.
-    #[error(
-        "no space left on the workspace's disk (ENOSPC), nothing applied: the changes need \
-         {needed} bytes and {} new entries, the filesystem of {} has {available} bytes and \
-         {inodes} entries free; free space there, or discard",
-        .entries,
-        .workspace.display()
-    )]
-    NoSpace {
-        /// The real workspace.
-        workspace: PathBuf,
-        /// Bytes the new contents take (whole blocks).
-        needed: u64,
-        /// Bytes free for an unprivileged writer.
-        available: u64,
-        /// Entries (files, links, directories) the changes add.
-        entries: u64,
-        /// Entries (inodes) free.
-        inodes: u64,
-    },
-    /// The change set was already applied or discarded.
-    #[error("the change set was already applied or discarded")]
-    Gone,
-    /// Writing failed part-way; the changes before `path` were applied.
-    #[error("applying {}: {source}", .path.display())]
-    Io {
-        /// Where it failed, relative to the workspace.
-        path: PathBuf,
-        /// The error.
-        source: io::Error,
-    },
-}
-
-fn list_paths(p: &[PathBuf]) -> String {
-    p.iter()
-        .map(|p| p.display().to_string())
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-fn list_refusals(r: &[Refusal]) -> String {
-    r.iter()
-        .map(|r| format!("{}: {}", r.path.display(), r.escape))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// What an apply did.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct ApplyReport {
-    /// Files, symlinks and directories written or created.
-    pub written: usize,
-    /// Entries deleted.
-    pub deleted: usize,
-    /// Mode changes made.
-    pub modes: usize,
-    /// Conflicting paths overwritten because the caller forced it.
-    pub forced: Vec<PathBuf>,
-}
 
 /// Lexically resolve `target` from the directory `parent` (relative to the workspace
 /// `ws`): does it stay inside `ws`?
@@ -308,7 +159,7 @@ pub(crate) fn apply(
             Way::Dir(parent) => {
                 let now = fsx::stat_at(parent.as_fd(), fsx::file_name(&c.path))
                     .map_err(io_err(&c.path))?
-                    .map(|s| Stamp::of(&s));
+                    .map(|s| stamp_of(&s));
                 let moved = now != c.real || now.is_some_and(|s| s.ctime >= layer.start());
                 if moved {
                     conflicts.push(c.path.clone());

@@ -21,7 +21,7 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
-use crate::denial::{kind_of_call, DenialLog, DenialMechanism};
+use sandbox_core::denial::{kind_of_call, DenialLog, DenialMechanism};
 
 /// Where a run's denials are collected while it runs.
 pub(crate) type SharedLog = Arc<Mutex<DenialLog>>;

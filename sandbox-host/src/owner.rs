@@ -160,7 +160,7 @@ fn label_state_with(
 ///
 /// An error names the temp dir and says what to do: an unwritable or full `TMPDIR` is a
 /// host problem the caller can fix.
-pub fn temp_dir(kind: &str) -> Result<tempfile::TempDir, crate::SandboxError> {
+pub fn temp_dir(kind: &str) -> Result<tempfile::TempDir, sandbox_core::SandboxError> {
     let base = std::env::temp_dir();
     tempfile::Builder::new()
         .prefix(&format!("sandbox-{kind}@{}-", Owner::current().tag()))
@@ -168,7 +168,7 @@ pub fn temp_dir(kind: &str) -> Result<tempfile::TempDir, crate::SandboxError> {
         .map_err(|e| temp_dir_error(&base, kind, e))
 }
 
-fn temp_dir_error(base: &Path, kind: &str, e: io::Error) -> crate::SandboxError {
+fn temp_dir_error(base: &Path, kind: &str, e: io::Error) -> sandbox_core::SandboxError {
     use io::ErrorKind as K;
     let reason = match e.kind() {
         K::StorageFull => "its disk is full",
@@ -178,7 +178,7 @@ fn temp_dir_error(base: &Path, kind: &str, e: io::Error) -> crate::SandboxError 
         K::NotADirectory => "it is not a directory",
         _ => "it cannot be written",
     };
-    crate::SandboxError::TempDir {
+    sandbox_core::SandboxError::TempDir {
         dir: base.to_path_buf(),
         what: kind.to_string(),
         reason,

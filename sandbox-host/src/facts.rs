@@ -29,7 +29,7 @@
 //! A backend's facts are kept under one key: the host facts that decide whether a probe
 //! succeeds ([`host_key`]: the kernel release, the ids, the user and mount namespace, the
 //! sysctls that allow or limit namespaces) followed by the backend's own part (its host
-//! program's [identity](crate::registry::program_identity), the landlock ABI, the format
+//! program's [identity](sandbox_core::registry::program_identity), the landlock ABI, the format
 //! of its facts). Facts recorded under any other key are not returned: a changed host is
 //! probed again.
 //!
@@ -41,43 +41,11 @@
 //! cache directory.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use crate::registry::BackendConfig;
+use sandbox_core::registry::BackendConfig;
 
-/// One backend's facts: a name (`namespaces`, `features`) to a value the backend parses.
-pub type Facts = BTreeMap<String, String>;
-
-/// Where a caller keeps the backends' facts between processes (see the module docs). An
-/// implementation need not be durable: a lost write costs the next process its probes.
-pub trait FactStore: Send + Sync + fmt::Debug {
-    /// The facts `backend` recorded under exactly `key`, if any.
-    fn load(&self, backend: &str, key: &str) -> Option<Facts>;
-    /// Keep `facts` as all of `backend`'s facts, under `key` (replacing what it had).
-    fn save(&self, backend: &str, key: &str, facts: &Facts);
-    /// Drop what `backend` recorded (a launch that used it failed).
-    fn forget(&self, backend: &str);
-}
-
-/// A [`FactStore`] shared by every backend a caller builds; equal when it is the same
-/// store (so [`BackendConfig`] stays comparable).
-#[derive(Clone)]
-pub struct SharedFactStore(pub Arc<dyn FactStore>);
-
-impl fmt::Debug for SharedFactStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        self.0.fmt(f)
-    }
-}
-
-impl PartialEq for SharedFactStore {
-    fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-}
-
-impl Eq for SharedFactStore {}
+pub use sandbox_core::registry::{FactStore, Facts, SharedFactStore};
 
 /// What this process recorded, by backend and key.
 static MEMORY: Mutex<BTreeMap<(String, String), Facts>> = Mutex::new(BTreeMap::new());

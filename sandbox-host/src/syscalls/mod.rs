@@ -35,7 +35,7 @@
 //! this table in both directions (a denied call is never in the allow-list; everything the
 //! allow-list allows, the BPF program allows).
 
-use crate::NetworkMode;
+use sandbox_core::NetworkMode;
 
 pub mod oci;
 

@@ -19,7 +19,6 @@ pub mod cgroup;
 mod child;
 pub mod files;
 mod notify;
-pub mod output;
 mod preflight;
 mod spawn;
 mod supervise;
@@ -33,6 +32,7 @@ use std::ffi::OsString;
 use std::fmt;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
@@ -41,10 +41,10 @@ pub use preflight::run_true;
 pub use sys::{become_ids, fork_raw};
 
 use crate::changes::Layer;
-use crate::egress::EgressRun;
-use crate::outcome::{LimitMechanism, TreeKill};
-use crate::run::{RunHandle, RunSandbox, Starter};
-use crate::{Capability, Changes, Plan, Preflight, SandboxError};
+use sandbox_core::egress::EgressRun;
+use sandbox_core::outcome::{LimitMechanism, TreeKill};
+use sandbox_core::run::{RunHandle, RunSandbox, Starter};
+use sandbox_core::{Capability, Changes, Plan, Preflight, SandboxError};
 
 /// What to spawn for one run: the result of a backend's pure policy function plus the
 /// resources (descriptors, temp dirs) it needs alive while the command runs.
@@ -360,7 +360,7 @@ impl HostSupport {
         // where that is refused the run takes a copy and its outcome says so. No probe
         // here: a run that asks for no layer (nearly all) should not pay one, and the lane
         // check needs only that some layer can be made, which the copy guarantees.
-        cap.change_layer = Some(crate::LayerMechanism::Overlay);
+        cap.change_layer = Some(sandbox_core::LayerMechanism::Overlay);
     }
 }
 
@@ -368,7 +368,7 @@ impl HostSupport {
 /// caller went away) cancels a copy between entries; the layer removes what it made.
 pub(crate) async fn layer_within(
     workspace: &std::path::Path,
-    best: crate::LayerMechanism,
+    best: sandbox_core::LayerMechanism,
     deadline: Option<std::time::Instant>,
 ) -> Result<Layer, SandboxError> {
     struct CancelOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
@@ -387,7 +387,7 @@ pub(crate) async fn layer_within(
     // removes what it made, and that is awaited, so `kill` returns with nothing left.
     let joined = tokio::select! {
         r = &mut task => r,
-        () = crate::run::start_cancelled() => {
+        () = sandbox_core::run::start_cancelled() => {
             cancel.store(true, std::sync::atomic::Ordering::Relaxed);
             (&mut task).await
         }
@@ -395,22 +395,68 @@ pub(crate) async fn layer_within(
     joined.map_err(|e| SandboxError::io("making the workspace layer", std::io::Error::other(e)))?
 }
 
-/// A [`Sandbox`](crate::Sandbox) for any [`Launcher`]: the whole run, kill and wait logic, once.
-pub type ProcessSandbox<L> = RunSandbox<L>;
+/// A [`Sandbox`](sandbox_core::Sandbox) for any [`Launcher`]: the whole run, kill and wait
+/// logic, once. `ProcessSandbox::new(launcher)` makes one.
+pub type ProcessSandbox<L> = RunSandbox<Launched<L>>;
 
-/// A launcher starts a plan by spawning its launch under [`supervise`](crate::run::supervise).
+/// A launcher as the starter of a run. A wrapper because the contract's [`Starter`] and a
+/// backend's launcher live in different crates: a blanket impl for every launcher would be
+/// an impl of a foreign trait for an uncovered type.
+#[derive(Clone, Debug)]
+pub struct Launched<L>(pub L);
+
+impl<L> From<L> for Launched<L> {
+    fn from(launcher: L) -> Self {
+        Self(launcher)
+    }
+}
+
+/// A launcher, erased for [`BackendInfo::launcher`](sandbox_core::registry::BackendInfo),
+/// which the contract types without naming [`Launcher`].
+pub fn erase(launcher: impl Launcher) -> Arc<dyn Any + Send + Sync> {
+    Arc::new(Arc::new(launcher) as Arc<dyn Launcher>)
+}
+
+/// The launcher [`erase`] erased; `None` for anything else.
+pub fn unerase(erased: &Arc<dyn Any + Send + Sync>) -> Option<Arc<dyn Launcher>> {
+    erased.downcast_ref::<Arc<dyn Launcher>>().cloned()
+}
+
+/// Makes a cloneable [`Launcher`] a [`Backend`](sandbox_core::Backend) whose sandboxes are
+/// [`ProcessSandbox`]es: one line in each process backend's crate, since the contract's
+/// trait cannot be implemented here for every launcher at once (see [`Launched`]).
+#[macro_export]
+macro_rules! launcher_backend {
+    ($ty:ty) => {
+        impl ::sandbox_core::Backend for $ty {
+            fn name(&self) -> &'static str {
+                <$ty as $crate::process::Launcher>::name(self)
+            }
+            fn capability(&self) -> ::sandbox_core::Capability {
+                <$ty as $crate::process::Launcher>::capability(self)
+            }
+            fn sandbox(&self) -> ::std::boxed::Box<::sandbox_core::DynSandbox> {
+                ::std::boxed::Box::new($crate::process::ProcessSandbox::new(
+                    ::std::clone::Clone::clone(self),
+                ))
+            }
+        }
+    };
+}
+
+/// A launcher starts a plan by spawning its launch under [`supervise`](sandbox_core::run::supervise).
 #[async_trait]
-impl<L: Launcher> Starter for L {
+impl<L: Launcher> Starter for Launched<L> {
     fn name(&self) -> &'static str {
-        Launcher::name(self)
+        Launcher::name(&self.0)
     }
 
     fn capability(&self) -> Capability {
-        Launcher::capability(self)
+        Launcher::capability(&self.0)
     }
 
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
-        Launcher::preflight(self).await
+        Launcher::preflight(&self.0).await
     }
 
     async fn start(&self, plan: Plan) -> Result<RunHandle, SandboxError> {
@@ -421,7 +467,7 @@ impl<L: Launcher> Starter for L {
         // it prepares. It is awaited on every path, so `run` still returns with it done.
         let sweep = (!crate::owner::dead_leftovers_removed())
             .then(|| tokio::task::spawn_blocking(crate::owner::remove_dead_leftovers_once));
-        let started = start_launch(self, plan).await;
+        let started = start_launch(&self.0, plan).await;
         if let Some(sweep) = sweep {
             let _ = sweep.await;
         }
@@ -446,16 +492,18 @@ async fn start_launch<L: Launcher>(
     let layer = match plan.changes {
         Changes::Direct => None,
         Changes::Discard | Changes::Review => {
-            let best = cap.change_layer.unwrap_or(crate::LayerMechanism::Copy);
+            let best = cap
+                .change_layer
+                .unwrap_or(sandbox_core::LayerMechanism::Copy);
             match layer_within(&plan.workspace, best, deadline).await {
                 Ok(l) => Some(l),
                 Err(SandboxError::Io { source, .. }) if tree::is_deadline(&source) => {
                     // The copy took the whole timeout: the run timed out before its
                     // command started, and nothing was changed.
-                    return Ok(crate::run::ended_before_start(
+                    return Ok(sandbox_core::run::ended_before_start(
                         name,
                         &plan,
-                        crate::Status::TimedOut,
+                        sandbox_core::Status::TimedOut,
                         started.elapsed(),
                     ));
                 }
@@ -464,7 +512,9 @@ async fn start_launch<L: Launcher>(
         }
     };
     let mount = match &layer {
-        Some(l) if l.mechanism() == crate::LayerMechanism::Overlay => l.mount_step(&plan.cwd)?,
+        Some(l) if l.mechanism() == sandbox_core::LayerMechanism::Overlay => {
+            l.mount_step(&plan.cwd)?
+        }
         Some(l) => {
             plan.rebase_workspace(l.source());
             None
@@ -518,7 +568,7 @@ async fn set_up_or_nothing_ran(
         },
         _ = handle.wait() => {}
         // A kill asked for during the set-up: `run` passes it on to the handle.
-        () = crate::run::start_cancelled() => return Ok(handle),
+        () = sandbox_core::run::start_cancelled() => return Ok(handle),
     }
     let outcome = handle.wait().await?;
     // The byte may have come with the end (a command that was over at once). Asked of the
@@ -530,7 +580,7 @@ async fn set_up_or_nothing_ran(
         return Ok(handle);
     }
     match outcome.status {
-        crate::Status::Exited { code } => Err(SandboxError::unavailable(
+        sandbox_core::Status::Exited { code } => Err(SandboxError::unavailable(
             name,
             format!(
                 "the sandbox could not be set up and nothing ran: the launcher exited with \
@@ -559,12 +609,11 @@ mod tests {
             std::fs::write(ws.path().join(format!("f{i}")), vec![7u8; 3 << 20]).unwrap();
         }
         let (_tx, rx) = tokio::sync::watch::channel(true);
-        let r = crate::run::START_CANCEL
-            .scope(
-                rx,
-                layer_within(ws.path(), crate::LayerMechanism::Copy, None),
-            )
-            .await;
+        let r = sandbox_core::run::within_start(
+            rx,
+            layer_within(ws.path(), sandbox_core::LayerMechanism::Copy, None),
+        )
+        .await;
         let e = r.unwrap_err();
         assert!(e.to_string().contains("cancelled"), "{e}");
     }

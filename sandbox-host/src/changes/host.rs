@@ -6,9 +6,10 @@
 use std::path::Path;
 use std::time::Instant;
 
-use super::layer::{Layer, LayerMechanism};
+use super::layer::Layer;
+use super::LayerMechanism;
 use super::{ChangeSet, Changes};
-use crate::SandboxError;
+use sandbox_core::SandboxError;
 
 /// A copy-on-write layer over a workspace, prepared on the host for a sandbox that the
 /// backend builds itself.
@@ -28,8 +29,8 @@ impl HostLayer {
     /// Copy `workspace` into a private temp dir of the host, on a blocking thread, under
     /// `deadline`. A copy that reaches the deadline is an [`SandboxError::Io`] whose
     /// source satisfies [`is_deadline`](crate::process::tree::is_deadline): report the
-    /// run with [`ended_before_start`](crate::run::ended_before_start) and
-    /// [`Status::TimedOut`](crate::Status::TimedOut).
+    /// run with [`ended_before_start`](sandbox_core::run::ended_before_start) and
+    /// [`Status::TimedOut`](sandbox_core::Status::TimedOut).
     pub async fn prepare(
         workspace: &Path,
         deadline: Option<Instant>,
@@ -88,7 +89,8 @@ pub(crate) fn layer_note(mechanism: LayerMechanism, changes: Changes) -> String 
 /// Scan `layer` on a blocking thread into the run's change set (which then holds it).
 pub(crate) async fn change_set(layer: Layer) -> Result<ChangeSet, SandboxError> {
     let scanned = tokio::task::spawn_blocking(move || {
-        super::scan::scan(&layer).map(|c| ChangeSet::new(layer, c))
+        super::scan::scan(&layer)
+            .map(|c| ChangeSet::new(Box::new(layer), c, super::layer::read_under))
     })
     .await;
     match scanned {

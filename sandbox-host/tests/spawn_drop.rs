@@ -8,10 +8,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use sandbox_core::process::{HostSupport, Launch, Launcher, ProcessSandbox};
 use sandbox_core::{
     Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, Sandbox, SandboxError, SandboxOpts,
 };
+use sandbox_host::process::{HostSupport, Launch, Launcher, ProcessSandbox};
 
 #[derive(Debug)]
 struct Direct;

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use crate::process::{Launcher, ProcessSandbox};
-use crate::{Lane, NetworkMode, ResourceLimits, SandboxError, SandboxExt, SandboxOpts, Status};
+use sandbox_core::{
+    Lane, NetworkMode, ResourceLimits, SandboxError, SandboxExt, SandboxOpts, Status,
+};
 
 /// Run `true` through the whole of `launcher` (its launch, its steps between fork and exec,
 /// core's supervision) in a fresh temp workspace tagged `kind`, on the `trusted` lane with

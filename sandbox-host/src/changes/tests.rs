@@ -44,7 +44,7 @@ fn copy_set(ws: &Path, edit: impl FnOnce(&Path)) -> ChangeSet {
     assert_eq!(layer.mechanism(), LayerMechanism::Copy);
     edit(layer.source());
     let changes = scan::scan(&layer).unwrap();
-    ChangeSet::new(layer, changes)
+    ChangeSet::new(Box::new(layer), changes, layer::read_under)
 }
 
 fn kinds(set: &ChangeSet) -> Vec<(String, ChangeKind)> {

@@ -510,7 +510,7 @@ mod tests {
     use super::*;
     use crate::process::cgroup::CgroupSupport;
     use crate::process::{HostSupport, Launcher, ProcessSandbox};
-    use crate::{
+    use sandbox_core::{
         Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, Sandbox, SandboxError,
         SandboxOpts,
     };
@@ -637,7 +637,7 @@ mod tests {
     fn expected_hierarchies() -> Vec<&'static str> {
         let s = CgroupSupport::get();
         let mut h = Vec::new();
-        if s.tree_kill() == Some(crate::TreeKill::CgroupV2Kill) {
+        if s.tree_kill() == Some(sandbox_core::TreeKill::CgroupV2Kill) {
             h.push("v2");
         }
         if s.v1_pids.is_some() {
@@ -667,7 +667,11 @@ mod tests {
             sb.wait().await.unwrap()
         })
         .await;
-        assert_eq!(out.status, crate::Status::Exited { code: 0 }, "{out:?}");
+        assert_eq!(
+            out.status,
+            sandbox_core::Status::Exited { code: 0 },
+            "{out:?}"
+        );
         let own = placed(&std::fs::read_to_string("/proc/self/cgroup").unwrap());
         let child = placed(&out.stdout.text());
         let mut names = Vec::new();
@@ -923,7 +927,11 @@ mod tests {
         o.timeout = Some(Duration::from_secs(30));
         sb.run(o).await.unwrap();
         let out = sb.wait().await.unwrap();
-        assert_eq!(out.status, crate::Status::Exited { code: 0 }, "{out:?}");
+        assert_eq!(
+            out.status,
+            sandbox_core::Status::Exited { code: 0 },
+            "{out:?}"
+        );
         let text = out.stdout.text();
         let mut lines = text.lines();
         assert_eq!(lines.next(), Some("1"), "{text}");
@@ -974,7 +982,11 @@ mod tests {
             .expect("run hung on a ready FIFO the host holds open for writing");
         r.unwrap();
         let out = sb.wait().await.unwrap();
-        assert_eq!(out.status, crate::Status::Exited { code: 0 }, "{out:?}");
+        assert_eq!(
+            out.status,
+            sandbox_core::Status::Exited { code: 0 },
+            "{out:?}"
+        );
     }
 
     /// Where the spawn cannot be born in the namespaces (the fork fallback), it fails with
@@ -1054,7 +1066,7 @@ mod tests {
         for fork in [false, true] {
             let sb = ProcessSandbox::new(Direct::default());
             let mut o = opts(&ws_path, &["/bin/sh", "-c", script, "zero"]);
-            o.stdin = crate::Stdin::Bytes(b"hello\n".to_vec());
+            o.stdin = sandbox_core::Stdin::Bytes(b"hello\n".to_vec());
             o.env.set = vec![("B_VAR".into(), "2".into()), ("A_VAR".into(), "1".into())];
             let out = with(fork, async {
                 sb.run(o).await.unwrap();
@@ -1063,7 +1075,11 @@ mod tests {
             .await;
             let text = out.stdout.text();
             let lines: Vec<&str> = text.lines().collect();
-            assert_eq!(out.status, crate::Status::Exited { code: 0 }, "{out:?}");
+            assert_eq!(
+                out.status,
+                sandbox_core::Status::Exited { code: 0 },
+                "{out:?}"
+            );
             assert_eq!(lines[0], "in:hello", "fork {fork}: {text}");
             assert_eq!(out.stderr.text(), "err\n", "fork {fork}");
             assert_eq!(lines[1], ws_path.to_str().unwrap(), "fork {fork}");

@@ -31,7 +31,7 @@ use seccompiler::{
 
 use crate::process::PreExec;
 use crate::syscalls::{self, Rule, CREATING_FLAGS, NAMESPACE_FLAGS, SETID_BITS, TERMINAL_REQUESTS};
-use crate::SandboxError;
+use sandbox_core::SandboxError;
 
 pub use crate::syscalls::SyscallPolicy;
 
@@ -569,7 +569,7 @@ pub fn install(program: &[sock_filter]) -> io::Result<()> {
 mod tests {
     use super::*;
     use crate::syscalls::{Denial, TABLE};
-    use crate::NetworkMode;
+    use sandbox_core::NetworkMode;
 
     const EPERM: u32 = libc::SECCOMP_RET_ERRNO | libc::EPERM as u32;
     const ENOSYS: u32 = libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32;

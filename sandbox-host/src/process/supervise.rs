@@ -11,13 +11,15 @@ use nix::unistd::Pid;
 
 use super::cgroup::{CgroupSupport, RunCgroups};
 use super::child::ChildSetup;
-use super::output::drain;
 use super::{files, spawn, HostSupport, Launch};
 use crate::changes::Layer;
-use crate::egress::Connections;
-use crate::outcome::{LimitMechanism, LimitRecord};
-use crate::run::{feed_stdin, run_channel, supervise, End, Finished, Job, RunHandle};
-use crate::{Changes, LayerMechanism, Plan, SandboxError, SandboxOutcome, Status, StreamKind};
+use sandbox_core::egress::Connections;
+use sandbox_core::outcome::{LimitMechanism, LimitRecord};
+use sandbox_core::output::drain;
+use sandbox_core::run::{feed_stdin, run_channel, supervise, End, Finished, Job, RunHandle};
+use sandbox_core::{
+    Changes, LayerMechanism, Plan, SandboxError, SandboxOutcome, Status, StreamKind,
+};
 
 /// How long to wait for the tree to be gone and the pipes to close after a kill.
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
@@ -168,7 +170,7 @@ pub(super) fn start(
     let started = Instant::now();
     let spawned = spawn::spawn(
         &launch,
-        matches!(plan.stdin, crate::Stdin::Bytes(_)),
+        matches!(plan.stdin, sandbox_core::Stdin::Bytes(_)),
         setup,
         cgroups.as_ref().and_then(|c| c.v2_dir()),
         spawn::how(),
@@ -195,7 +197,7 @@ pub(super) fn start(
         tokio::spawn(drain(stdout, tap.clone(), StreamKind::Stdout)),
         tokio::spawn(drain(stderr, tap, StreamKind::Stderr)),
     ];
-    if let (Some(stdin), crate::Stdin::Bytes(bytes)) = (stdin, &plan.stdin) {
+    if let (Some(stdin), sandbox_core::Stdin::Bytes(bytes)) = (stdin, &plan.stdin) {
         feed_stdin(stdin, bytes.clone());
     }
 
@@ -226,7 +228,7 @@ struct Supervised {
     layer: Option<Layer>,
     cgroups: Option<Arc<RunCgroups>>,
     pgid: Option<Pid>,
-    policy: crate::EffectivePolicy,
+    policy: sandbox_core::EffectivePolicy,
     child: spawn::Child,
     /// The launcher's status once it is reaped.
     exit: Option<std::process::ExitStatus>,
@@ -351,18 +353,18 @@ impl Job for Supervised {
             }
             None => None,
         };
-        let outcome = SandboxOutcome {
+        let outcome = SandboxOutcome::new(
             status,
-            stdout: finished.stdout,
-            stderr: finished.stderr,
-            wall_time: finished.wall_time,
+            finished.stdout,
+            finished.stderr,
+            finished.wall_time,
             backend,
             files,
             policy,
-            changes,
-            connections,
-            denials,
-        };
+        )
+        .with_changes(changes)
+        .with_connections(connections)
+        .with_denials(denials);
         // Remove the cgroups and the launch's resources (temp dirs, the snapshot copy)
         // before reporting, so that `wait` returning means nothing is left behind.
         release(cgroups, launch).await;

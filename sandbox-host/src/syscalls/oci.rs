@@ -231,7 +231,7 @@ pub fn setid_denials() -> Profile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::NetworkMode;
+    use sandbox_core::NetworkMode;
 
     /// A container's policy: its network is its own namespace, its whole tree dies with it.
     const CONTAINER: SyscallPolicy = SyscallPolicy {

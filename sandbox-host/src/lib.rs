@@ -1,0 +1,56 @@
+//! The Linux machinery every process-based backend shares, below the contract
+//! (`sandbox-core`).
+//!
+//! A backend crate implements the contract with what is here: a process backend writes a
+//! [`process::Launcher`] (its pure `prepare` of a plan into a [`process::Launch`]) and gets a
+//! whole [`Sandbox`](sandbox_core::Sandbox) from [`process::ProcessSandbox`]; a backend that
+//! is not a process (a container engine) uses the run state machine of the contract and the
+//! pieces it needs from here (the syscall table's OCI rendering, the identity maps, the
+//! sweep of dead owners' leftovers).
+//!
+//! # Floors
+//!
+//! Modules import only downward, which `cargo xtask layers` checks:
+//!
+//! - `kernel`, `layout`: facts about the running kernel and the host's file tree.
+//! - `syscalls` → `seccomp`: the one table of denied system calls, rendered to a BPF
+//!   program (behind the `seccomp` feature) and to container profiles.
+//! - `idmap`, `changes`: identity-mapped mounts; the copy-on-write layer over the workspace
+//!   and its scan and apply.
+//! - `process`: spawn, the waiter, limits, cgroups, output, supervision, tree kill.
+//! - `owner`, `facts`, `handover`: who made a host object and the removal of what dead
+//!   makers left; what backends learned about the host; the root host's hand-over of the
+//!   workspace.
+//!
+//! # Guarantees
+//!
+//! - **Nothing outlives `wait` or `kill`**: no process (including ones that double-fork and
+//!   call `setsid`), cgroup, temp dir or descriptor. A host killed before it could clean
+//!   up leaves its cgroups and temp dirs named after it; the next start removes those of
+//!   dead owners ([`owner`]).
+//! - **Between fork and exec, only async-signal-safe calls** on data prepared before the
+//!   fork ([`process::PreExec`], an `unsafe trait` whose contract says so).
+//!
+//! # Dependencies
+//!
+//! `sandbox-core` (the contract), `tokio` (process, timers, channels), `async-trait`,
+//! `serde`, `nix` and `libc` (signals, credentials, the raw calls between fork and exec; with
+//! nix's `dir` feature, the descriptor-relative walks over the change layer), `rustix` (the
+//! spawn's pidfd verbs, pipes and polls, and raw credential calls that skip glibc's
+//! per-thread broadcast), `which` (host programs), `tempfile` (snapshot copies, the layer's
+//! directory), `tracing` (diagnostics), and, behind the `seccomp` feature, `seccompiler`
+//! (the shared system-call filter).
+
+pub mod changes;
+pub mod facts;
+pub mod handover;
+pub mod idmap;
+pub mod kernel;
+pub mod layout;
+pub mod owner;
+pub mod process;
+#[cfg(feature = "seccomp")]
+pub mod seccomp;
+pub mod syscalls;
+
+pub use changes::{overlay_supported, HostLayer};

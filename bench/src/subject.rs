@@ -242,7 +242,7 @@ impl Parts {
     ) -> Result<Self, String> {
         // The backend first: the probes it makes are what the bench's store records.
         let backend = info.build(&host.config()).map_err(|e| e.to_string())?;
-        let launcher = sandbox_host::process::unerase(&launcher(&host.config()))
+        let launcher = sandbox_host::pipeline::unerase(&launcher(&host.config()))
             .ok_or_else(|| format!("`{}`'s launcher is not a process launcher", info.name))?;
         Ok(Self {
             name: info.name,

@@ -140,7 +140,9 @@ use sandbox_core::{Capability, Enforcement, NetworkMode, Plan, Preflight, Sandbo
 use sandbox_host::facts::HostRecord;
 use sandbox_host::handover;
 use sandbox_host::idmap::SPARE_COMMAND_ID;
-use sandbox_host::process::{run_true, HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_host::pipeline::run_true;
+use sandbox_host::pipeline::ProcessSandbox;
+use sandbox_host::process::{HostSupport, Launch, Launcher};
 
 use crate::error::BwrapError;
 use crate::host::{HostFacts, SystemEntry};
@@ -164,7 +166,7 @@ pub const INFO: BackendInfo = BackendInfo {
     unprivileged: true,
     image: None,
     make: |config| Ok(Arc::new(BwrapBackend::with_config(config))),
-    launcher: Some(|config| sandbox_host::process::erase(BwrapBackend::with_config(config))),
+    launcher: Some(|config| sandbox_host::pipeline::erase(BwrapBackend::with_config(config))),
     host_key: HostKey::Program("bwrap"),
     leaves: None,
     host_packages: &["bubblewrap"],

@@ -120,7 +120,7 @@ impl CostTargets {
 ///
 /// The launcher is the host crate's `process::Launcher`, which this crate cannot name (the
 /// contract does not depend on the machinery): it comes erased, and the bench, its one
-/// reader, gets it back with `sandbox_host::process::unerase`.
+/// reader, gets it back with `sandbox_host::pipeline::unerase`.
 pub type LauncherFn = fn(&BackendConfig) -> Arc<dyn std::any::Any + Send + Sync>;
 
 /// A boxed future, as the `fn` pointers in [`BackendInfo`] return it.

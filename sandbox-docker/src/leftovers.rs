@@ -119,7 +119,7 @@ pub(crate) async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, Do
             }
         }
     }
-    removed.temp_dirs = tokio::task::spawn_blocking(sandbox_host::owner::remove_dead_leftovers)
+    removed.temp_dirs = tokio::task::spawn_blocking(sandbox_host::sweep::remove_dead_leftovers)
         .await
         .map(|r| r.dirs)
         .unwrap_or_default();

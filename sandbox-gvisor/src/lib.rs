@@ -105,7 +105,9 @@ use sandbox_core::{
     Capability, Enforcement, LimitMechanism, NetworkMode, Plan, Preflight, SandboxError, TreeKill,
     DEFAULT_PATH,
 };
-use sandbox_host::process::{run_true, HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_host::pipeline::run_true;
+use sandbox_host::pipeline::ProcessSandbox;
+use sandbox_host::process::{HostSupport, Launch, Launcher};
 
 use crate::error::GvisorError;
 use crate::host::HostFacts;
@@ -130,7 +132,7 @@ pub const INFO: BackendInfo = BackendInfo {
     unprivileged: true,
     image: None,
     make: |config| Ok(Arc::new(GvisorBackend::with_config(config))),
-    launcher: Some(|config| sandbox_host::process::erase(GvisorBackend::with_config(config))),
+    launcher: Some(|config| sandbox_host::pipeline::erase(GvisorBackend::with_config(config))),
     host_key: HostKey::Program("runsc"),
     leaves: None,
     host_packages: &["runsc"],

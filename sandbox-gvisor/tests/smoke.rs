@@ -292,7 +292,7 @@ async fn preflight_runs_a_real_command() {
     }
     let _one = SERIAL.lock().await;
     let p = GvisorBackend::new();
-    let pre = sandbox_host::process::ProcessSandbox::new(p)
+    let pre = sandbox_host::ProcessSandbox::new(p)
         .preflight()
         .await
         .unwrap();

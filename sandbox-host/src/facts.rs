@@ -313,7 +313,7 @@ mod tests {
                 if libc::unshare(libc::CLONE_NEWUSER) != 0 {
                     return Err(std::io::Error::last_os_error());
                 }
-                let write = |p, d| crate::process::raw_write_file(p, d);
+                let write = |p, d| crate::sys::raw_write_file(p, d);
                 write(c"/proc/self/setgroups", b"deny")?;
                 write(c"/proc/self/uid_map", uid_map.as_bytes())?;
                 write(c"/proc/self/gid_map", gid_map.as_bytes())

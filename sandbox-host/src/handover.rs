@@ -52,7 +52,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::idmap::{self, SPARE_COMMAND_ID};
-use crate::process::PreExec;
+use crate::sys::PreExec;
 use sandbox_core::{Changes, Plan};
 
 /// What a run hands to the command's id: detached idmapped copies of its writable trees,
@@ -181,7 +181,7 @@ pub fn hand_over(plan: &Plan, trees: &[PathBuf]) -> Result<Handover, String> {
 /// Only system calls; callable between fork and exec.
 pub unsafe fn become_id(id: u32) -> io::Result<()> {
     // SAFETY: the caller's contract: a single-threaded child between fork and exec.
-    unsafe { crate::process::become_ids(id, id) }
+    unsafe { crate::sys::become_ids(id, id) }
 }
 
 const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;

@@ -3,7 +3,7 @@
 //!
 //! A backend crate implements the contract with what is here: a process backend writes a
 //! [`process::Launcher`] (its pure `prepare` of a plan into a [`process::Launch`]) and gets a
-//! whole [`Sandbox`](sandbox_core::Sandbox) from [`process::ProcessSandbox`]; a backend that
+//! whole [`Sandbox`](sandbox_core::Sandbox) from [`pipeline::ProcessSandbox`]; a backend that
 //! is not a process (a container engine) uses the run state machine of the contract and the
 //! pieces it needs from here (the syscall table's OCI rendering, the identity maps, the
 //! sweep of dead owners' leftovers).
@@ -12,15 +12,17 @@
 //!
 //! Modules import only downward, which `cargo xtask layers` checks:
 //!
-//! - `kernel`, `layout`: facts about the running kernel and the host's file tree.
-//! - `syscalls` → `seccomp`: the one table of denied system calls, rendered to a BPF
-//!   program (behind the `seccomp` feature) and to container profiles.
-//! - `idmap`, `changes`: identity-mapped mounts; the copy-on-write layer over the workspace
-//!   and its scan and apply.
-//! - `process`: spawn, the waiter, limits, cgroups, output, supervision, tree kill.
-//! - `owner`, `facts`, `handover`: who made a host object and the removal of what dead
-//!   makers left; what backends learned about the host; the root host's hand-over of the
-//!   workspace.
+//! 0. `sys` (the raw calls, the steps between fork and exec), `kernel`, `layout`: what the
+//!    kernel is asked directly, and facts about it and the host's file tree.
+//! 1. `fs`: the race-free walk and copy.
+//! 2. `syscalls` (the one table of denied system calls and its container rendering),
+//!    `idmap` (identity-mapped mounts), `owner` (who made a host object).
+//! 3. `seccomp` (the table as a BPF program, behind the `seccomp` feature), `changes` (the
+//!    copy-on-write layer, its scan and apply), `facts` (what backends learned about the
+//!    host), `handover` (the root host's hand-over of the workspace).
+//! 4. `process`: spawn, the waiter, limits, cgroups, supervision, tree kill.
+//! 5. `sweep`: the removal of what dead owners left, cgroups included.
+//! 6. `pipeline`: a launcher's start, stage by stage, and the sandbox it makes.
 //!
 //! # Guarantees
 //!
@@ -43,14 +45,19 @@
 
 pub mod changes;
 pub mod facts;
+pub mod fs;
 pub mod handover;
 pub mod idmap;
 pub mod kernel;
 pub mod layout;
 pub mod owner;
+pub mod pipeline;
 pub mod process;
 #[cfg(feature = "seccomp")]
 pub mod seccomp;
+pub mod sweep;
+pub mod sys;
 pub mod syscalls;
 
 pub use changes::{overlay_supported, HostLayer};
+pub use pipeline::{Launched, ProcessSandbox};

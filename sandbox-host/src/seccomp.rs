@@ -29,7 +29,7 @@ use seccompiler::{
     SeccompCondition as Cond, SeccompFilter, SeccompRule, TargetArch,
 };
 
-use crate::process::PreExec;
+use crate::sys::PreExec;
 use crate::syscalls::{self, Rule, CREATING_FLAGS, NAMESPACE_FLAGS, SETID_BITS, TERMINAL_REQUESTS};
 use sandbox_core::SandboxError;
 

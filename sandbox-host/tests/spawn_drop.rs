@@ -11,7 +11,8 @@ use async_trait::async_trait;
 use sandbox_core::{
     Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, Sandbox, SandboxError, SandboxOpts,
 };
-use sandbox_host::process::{HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_host::pipeline::ProcessSandbox;
+use sandbox_host::process::{HostSupport, Launch, Launcher};
 
 #[derive(Debug)]
 struct Direct;

@@ -54,7 +54,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for _ in 0..3 {
         let mut o = SandboxOpts::new(ws.path(), ["true"]);
         o.lane = Lane::Fast;
-        sandbox_host::process::ProcessSandbox::new(backend.clone())
+        sandbox_host::ProcessSandbox::new(backend.clone())
             .execute(o)
             .await?;
     }
@@ -89,7 +89,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         let mut o = SandboxOpts::new(ws.path(), ["true"]);
         o.lane = Lane::Fast;
-        let out = sandbox_host::process::ProcessSandbox::new(core_only.clone())
+        let out = sandbox_host::ProcessSandbox::new(core_only.clone())
             .execute(o)
             .await?;
         assert!(out.status.success());
@@ -98,7 +98,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t = Instant::now();
         let mut o = SandboxOpts::new(ws.path(), ["true"]);
         o.lane = Lane::Fast;
-        let out = sandbox_host::process::ProcessSandbox::new(backend.clone())
+        let out = sandbox_host::ProcessSandbox::new(backend.clone())
             .execute(o)
             .await?;
         assert!(out.status.success(), "{:?}", out.stderr.text());
@@ -108,7 +108,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let t = Instant::now();
             let mut o = SandboxOpts::new(ws.path(), ["true"]);
             o.lane = Lane::Strict;
-            let out = sandbox_host::process::ProcessSandbox::new(backend.clone())
+            let out = sandbox_host::ProcessSandbox::new(backend.clone())
                 .execute(o)
                 .await?;
             assert!(out.status.success(), "{:?}", out.stderr.text());

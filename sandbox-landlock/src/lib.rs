@@ -147,7 +147,8 @@ use sandbox_core::{
     SandboxError, SandboxExt, SandboxOpts, Status, TreeKill,
 };
 use sandbox_host::facts::HostRecord;
-use sandbox_host::process::{HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_host::pipeline::ProcessSandbox;
+use sandbox_host::process::{HostSupport, Launch, Launcher};
 
 use crate::child::{DropCapabilities, ProcessLimit, RestrictSelf};
 use crate::error::Error;
@@ -180,7 +181,7 @@ pub const INFO: BackendInfo = BackendInfo {
     unprivileged: true,
     image: None,
     make: |config| Ok(Arc::new(LandlockBackend::with_config(config))),
-    launcher: Some(|config| sandbox_host::process::erase(LandlockBackend::with_config(config))),
+    launcher: Some(|config| sandbox_host::pipeline::erase(LandlockBackend::with_config(config))),
     // Whether the backend works here is the kernel's landlock ABI; seccomp and namespaces
     // come with the kernel release, which the command line's key holds already.
     host_key: HostKey::Fact(|| format!("landlock {:?}", host::Landlock::detect())),

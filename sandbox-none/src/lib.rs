@@ -16,7 +16,8 @@
 use async_trait::async_trait;
 use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{Capability, Enforcement, Plan, Preflight, SandboxError};
-use sandbox_host::process::{HostSupport, Launch, Launcher, ProcessSandbox};
+use sandbox_host::pipeline::ProcessSandbox;
+use sandbox_host::process::{HostSupport, Launch, Launcher};
 use std::sync::Arc;
 
 /// The backend's name.

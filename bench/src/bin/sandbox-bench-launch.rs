@@ -97,7 +97,7 @@ fn main() {
     };
     let lane: Lane = text(2).parse().unwrap_or_else(|e: String| fail(&e));
     let config = BackendConfig::default().with_facts(Arc::new(read_facts(text(4))));
-    let Some(launcher) = sandbox_host::process::unerase(&make(&config)) else {
+    let Some(launcher) = sandbox_host::pipeline::unerase(&make(&config)) else {
         fail(&format!(
             "`{}`'s launcher is not a process launcher",
             info.name

@@ -11,10 +11,10 @@ use nix::fcntl::renameat;
 use nix::sys::stat::{fchmod, mkdirat, Mode};
 use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
 
-use super::fsx::{self, Kind};
 use super::layer::Layer;
 use super::{stamp_of, ApplyError, ApplyReport, Change, ChangeKind, Escape, Refusal};
-use crate::process::tree;
+use crate::fs::fsx::{self, Kind};
+use crate::fs::tree;
 
 /// Lexically resolve `target` from the directory `parent` (relative to the workspace
 /// `ws`): does it stay inside `ws`?

@@ -28,14 +28,14 @@ pub struct HostLayer {
 impl HostLayer {
     /// Copy `workspace` into a private temp dir of the host, on a blocking thread, under
     /// `deadline`. A copy that reaches the deadline is an [`SandboxError::Io`] whose
-    /// source satisfies [`is_deadline`](crate::process::tree::is_deadline): report the
+    /// source satisfies [`is_deadline`](crate::fs::tree::is_deadline): report the
     /// run with [`ended_before_start`](sandbox_core::run::ended_before_start) and
     /// [`Status::TimedOut`](sandbox_core::Status::TimedOut).
     pub async fn prepare(
         workspace: &Path,
         deadline: Option<Instant>,
     ) -> Result<Self, SandboxError> {
-        crate::process::layer_within(workspace, LayerMechanism::Copy, deadline)
+        layer_within(workspace, LayerMechanism::Copy, deadline)
             .await
             .map(|layer| Self { layer })
     }
@@ -103,5 +103,59 @@ pub(crate) async fn change_set(layer: Layer) -> Result<ChangeSet, SandboxError> 
             "reading the command's changes from its layer",
             std::io::Error::other(e),
         )),
+    }
+}
+
+/// Make the run's layer on a blocking thread, under `deadline`. Dropping the future (the
+/// caller went away) cancels a copy between entries; the layer removes what it made.
+pub(crate) async fn layer_within(
+    workspace: &std::path::Path,
+    best: sandbox_core::LayerMechanism,
+    deadline: Option<std::time::Instant>,
+) -> Result<Layer, SandboxError> {
+    struct CancelOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+    impl Drop for CancelOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+    let budget = crate::fs::tree::Budget::until(deadline);
+    let _cancel = CancelOnDrop(budget.cancel.clone());
+    let src = workspace.to_path_buf();
+    let cancel = budget.cancel.clone();
+    let task = tokio::task::spawn_blocking(move || Layer::prepare(&src, best, &budget));
+    tokio::pin!(task);
+    // A kill during the copy stops it between two chunks; the copy's own error path then
+    // removes what it made, and that is awaited, so `kill` returns with nothing left.
+    let joined = tokio::select! {
+        r = &mut task => r,
+        () = sandbox_core::run::start_cancelled() => {
+            cancel.store(true, std::sync::atomic::Ordering::Relaxed);
+            (&mut task).await
+        }
+    };
+    joined.map_err(|e| SandboxError::io("making the workspace layer", std::io::Error::other(e)))?
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kill while the layer is copied stops the copy (between two chunks) and the start
+    /// fails with the cancellation, its partial copy removed on the copy's error path.
+    #[tokio::test]
+    async fn a_kill_stops_the_layer_copy() {
+        let ws = tempfile::tempdir().unwrap();
+        for i in 0..4 {
+            std::fs::write(ws.path().join(format!("f{i}")), vec![7u8; 3 << 20]).unwrap();
+        }
+        let (_tx, rx) = tokio::sync::watch::channel(true);
+        let r = sandbox_core::run::within_start(
+            rx,
+            layer_within(ws.path(), sandbox_core::LayerMechanism::Copy, None),
+        )
+        .await;
+        let e = r.unwrap_err();
+        assert!(e.to_string().contains("cancelled"), "{e}");
     }
 }

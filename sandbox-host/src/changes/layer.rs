@@ -10,9 +10,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
-use super::fsx::{self, Kind};
 use super::LayerMechanism;
-use crate::process::{raw_write_file, PreExec};
+use crate::fs::fsx::{self, Kind};
+use crate::sys::{raw_write_file, PreExec};
 use sandbox_core::SandboxError;
 
 /// The layer of one run: a private temp dir with the overlay's `upper` and `work`, or the
@@ -34,7 +34,7 @@ impl Layer {
     pub(crate) fn prepare(
         workspace: &Path,
         best: LayerMechanism,
-        budget: &crate::process::tree::Budget,
+        budget: &crate::fs::tree::Budget,
     ) -> Result<Self, SandboxError> {
         let tmp = crate::owner::temp_dir("layer")?;
         let dir = tmp.keep();
@@ -75,7 +75,7 @@ impl Layer {
         // opened, holes kept, under the run's deadline and the copy cap). Its data moves
         // with copy_file_range, which shares extents where the filesystem can; the layer
         // claims only a copy.
-        crate::process::files::copy_tree(workspace, &copy, budget).map_err(|e| {
+        crate::fs::files::copy_tree(workspace, &copy, budget).map_err(|e| {
             SandboxError::io(format!("copying {} for the layer", workspace.display()), e)
         })?;
         if let Ok(m) = std::fs::metadata(workspace) {

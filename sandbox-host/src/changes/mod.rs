@@ -48,13 +48,12 @@
 //! layer was made counts as changed (a false conflict, never a missed one).
 
 pub(crate) mod apply;
-pub(crate) mod fsx;
 mod host;
 pub(crate) mod layer;
 pub(crate) mod scan;
 
 pub use host::HostLayer;
-pub(crate) use host::{change_set, layer_note};
+pub(crate) use host::{change_set, layer_note, layer_within};
 pub use layer::overlay_supported;
 pub(crate) use layer::Layer;
 pub(crate) use sandbox_core::changes::{

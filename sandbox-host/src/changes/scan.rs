@@ -13,11 +13,11 @@ use std::path::{Path, PathBuf};
 
 use nix::sys::stat::FileStat;
 
-use super::fsx::{self, Kind};
 use super::layer::{is_opaque, Layer};
 use super::LayerMechanism;
 use super::{stamp_of, Change, ChangeKind};
-use crate::process::tree;
+use crate::fs::fsx::{self, Kind};
+use crate::fs::tree;
 
 fn mode(st: &FileStat) -> u32 {
     st.st_mode & 0o7777

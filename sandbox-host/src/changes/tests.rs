@@ -38,7 +38,7 @@ fn copy_set(ws: &Path, edit: impl FnOnce(&Path)) -> ChangeSet {
     let layer = Layer::prepare(
         ws,
         LayerMechanism::Copy,
-        &crate::process::tree::Budget::default(),
+        &crate::fs::tree::Budget::default(),
     )
     .unwrap();
     assert_eq!(layer.mechanism(), LayerMechanism::Copy);

@@ -543,7 +543,7 @@ mod tests {
             unsafe {
                 std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
                     for j in &joins {
-                        crate::process::raw_write_file(j, b"0")?;
+                        crate::sys::raw_write_file(j, b"0")?;
                     }
                     Ok(())
                 });
@@ -591,7 +591,7 @@ mod tests {
         // SAFETY: only `raw_write_file` on a C string made above.
         unsafe {
             std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || {
-                crate::process::raw_write_file(&procs, b"0")
+                crate::sys::raw_write_file(&procs, b"0")
             });
         }
         let mut kid = cmd.spawn().unwrap();

@@ -11,67 +11,12 @@
 //! locks, no `Drop` of anything allocated.
 
 use std::collections::BTreeMap;
-use std::ffi::{CStr, CString, OsStr, OsString};
+use std::ffi::{CString, OsStr, OsString};
 use std::io;
 use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 
-use super::sys;
-
-/// A step a backend adds between fork and exec (landlock's `restrict_self`, a seccomp
-/// filter).
-///
-/// # Safety
-///
-/// [`PreExec::pre_exec`] runs in the child of a `fork` in a multi-threaded process, where
-/// only async-signal-safe work is sound: another thread may have held the allocator's
-/// lock (or any other) at the moment of the fork, and the child would deadlock on it. An
-/// implementation must therefore make only system calls on data prepared before the fork:
-/// no allocation (no `format!`, no `io::Error::other`; `last_os_error` and
-/// `from_raw_os_error` do not allocate), no locks, no `Drop` of anything that frees.
-///
-/// The child may also share the host's memory until it execs (core's vfork-like spawn,
-/// `sys::clone3_vm`), with the host's other threads running: a step writes no memory but
-/// locals on its own stack, and it returns (or fails) without waiting for the thread that
-/// spawned it, which is suspended until the exec. A process that must outlive the exec
-/// (a pid namespace's init) is therefore never a step's: the spawned process is born
-/// the init ([`super::BornIn`]) and execs a program that is (core's waiter).
-///
-/// The trait is `unsafe` to implement so that every implementation says, in a `SAFETY`
-/// comment, why it keeps to this.
-pub unsafe trait PreExec: Send + Sync + 'static {
-    /// Run in the child. An error aborts the spawn; the command never runs.
-    fn pre_exec(&self) -> io::Result<()>;
-}
-
-/// `write(2)` the whole of `data` to `path` (opened write-only, not created), then close it:
-/// how a child joins a cgroup or writes its user namespace's maps. A short write is `EIO`.
-///
-/// # Safety
-///
-/// Only system calls on a C string and a buffer made before the fork, so it is callable
-/// between fork and exec; the caller keeps both alive for the call.
-pub unsafe fn raw_write_file(path: &CStr, data: &[u8]) -> io::Result<()> {
-    // SAFETY: a NUL-terminated path and a live buffer; `open`, `write` and `close` are
-    // async-signal-safe, and neither error path allocates.
-    unsafe {
-        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let n = libc::write(fd, data.as_ptr().cast(), data.len());
-        let err = io::Error::last_os_error();
-        libc::close(fd);
-        if n != data.len() as isize {
-            return Err(if n < 0 {
-                err
-            } else {
-                io::Error::from_raw_os_error(libc::EIO)
-            });
-        }
-    }
-    Ok(())
-}
+use crate::sys::{self, raw_write_file, PreExec};
 
 /// Everything the child needs, prepared before the fork.
 pub(crate) struct ChildSetup {

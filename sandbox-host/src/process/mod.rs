@@ -17,13 +17,9 @@
 
 pub mod cgroup;
 mod child;
-pub mod files;
 mod notify;
-mod preflight;
 mod spawn;
-mod supervise;
-mod sys;
-pub mod tree;
+pub(crate) mod supervise;
 #[cfg(feature = "waiter")]
 pub mod waiter;
 
@@ -32,19 +28,15 @@ use std::ffi::OsString;
 use std::fmt;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use async_trait::async_trait;
 
-pub use child::{raw_write_file, PreExec};
-pub use preflight::run_true;
-pub use sys::{become_ids, fork_raw};
+pub use crate::fs::{files, tree};
+pub use crate::sys::{become_ids, fork_raw, raw_write_file, PreExec};
 
-use crate::changes::Layer;
 use sandbox_core::egress::EgressRun;
 use sandbox_core::outcome::{LimitMechanism, TreeKill};
-use sandbox_core::run::{RunHandle, RunSandbox, Starter};
-use sandbox_core::{Capability, Changes, Plan, Preflight, SandboxError};
+use sandbox_core::{Capability, Plan, Preflight, SandboxError};
 
 /// What to spawn for one run: the result of a backend's pure policy function plus the
 /// resources (descriptors, temp dirs) it needs alive while the command runs.
@@ -361,260 +353,5 @@ impl HostSupport {
         // here: a run that asks for no layer (nearly all) should not pay one, and the lane
         // check needs only that some layer can be made, which the copy guarantees.
         cap.change_layer = Some(sandbox_core::LayerMechanism::Overlay);
-    }
-}
-
-/// Make the run's layer on a blocking thread, under `deadline`. Dropping the future (the
-/// caller went away) cancels a copy between entries; the layer removes what it made.
-pub(crate) async fn layer_within(
-    workspace: &std::path::Path,
-    best: sandbox_core::LayerMechanism,
-    deadline: Option<std::time::Instant>,
-) -> Result<Layer, SandboxError> {
-    struct CancelOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
-    impl Drop for CancelOnDrop {
-        fn drop(&mut self) {
-            self.0.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-    let budget = tree::Budget::until(deadline);
-    let _cancel = CancelOnDrop(budget.cancel.clone());
-    let src = workspace.to_path_buf();
-    let cancel = budget.cancel.clone();
-    let task = tokio::task::spawn_blocking(move || Layer::prepare(&src, best, &budget));
-    tokio::pin!(task);
-    // A kill during the copy stops it between two chunks; the copy's own error path then
-    // removes what it made, and that is awaited, so `kill` returns with nothing left.
-    let joined = tokio::select! {
-        r = &mut task => r,
-        () = sandbox_core::run::start_cancelled() => {
-            cancel.store(true, std::sync::atomic::Ordering::Relaxed);
-            (&mut task).await
-        }
-    };
-    joined.map_err(|e| SandboxError::io("making the workspace layer", std::io::Error::other(e)))?
-}
-
-/// A [`Sandbox`](sandbox_core::Sandbox) for any [`Launcher`]: the whole run, kill and wait
-/// logic, once. `ProcessSandbox::new(launcher)` makes one.
-pub type ProcessSandbox<L> = RunSandbox<Launched<L>>;
-
-/// A launcher as the starter of a run. A wrapper because the contract's [`Starter`] and a
-/// backend's launcher live in different crates: a blanket impl for every launcher would be
-/// an impl of a foreign trait for an uncovered type.
-#[derive(Clone, Debug)]
-pub struct Launched<L>(pub L);
-
-impl<L> From<L> for Launched<L> {
-    fn from(launcher: L) -> Self {
-        Self(launcher)
-    }
-}
-
-/// A launcher, erased for [`BackendInfo::launcher`](sandbox_core::registry::BackendInfo),
-/// which the contract types without naming [`Launcher`].
-pub fn erase(launcher: impl Launcher) -> Arc<dyn Any + Send + Sync> {
-    Arc::new(Arc::new(launcher) as Arc<dyn Launcher>)
-}
-
-/// The launcher [`erase`] erased; `None` for anything else.
-pub fn unerase(erased: &Arc<dyn Any + Send + Sync>) -> Option<Arc<dyn Launcher>> {
-    erased.downcast_ref::<Arc<dyn Launcher>>().cloned()
-}
-
-/// Makes a cloneable [`Launcher`] a [`Backend`](sandbox_core::Backend) whose sandboxes are
-/// [`ProcessSandbox`]es: one line in each process backend's crate, since the contract's
-/// trait cannot be implemented here for every launcher at once (see [`Launched`]).
-#[macro_export]
-macro_rules! launcher_backend {
-    ($ty:ty) => {
-        impl ::sandbox_core::Backend for $ty {
-            fn name(&self) -> &'static str {
-                <$ty as $crate::process::Launcher>::name(self)
-            }
-            fn capability(&self) -> ::sandbox_core::Capability {
-                <$ty as $crate::process::Launcher>::capability(self)
-            }
-            fn sandbox(&self) -> ::std::boxed::Box<::sandbox_core::DynSandbox> {
-                ::std::boxed::Box::new($crate::process::ProcessSandbox::new(
-                    ::std::clone::Clone::clone(self),
-                ))
-            }
-        }
-    };
-}
-
-/// A launcher starts a plan by spawning its launch under [`supervise`](sandbox_core::run::supervise).
-#[async_trait]
-impl<L: Launcher> Starter for Launched<L> {
-    fn name(&self) -> &'static str {
-        Launcher::name(&self.0)
-    }
-
-    fn capability(&self) -> Capability {
-        Launcher::capability(&self.0)
-    }
-
-    async fn preflight(&self) -> Result<Preflight, SandboxError> {
-        Launcher::preflight(&self.0).await
-    }
-
-    async fn start(&self, plan: Plan) -> Result<RunHandle, SandboxError> {
-        // The first run of this process removes what crashed hosts left (their cgroups,
-        // layers, bundles), on a blocking thread beside this start rather than before it:
-        // each is named by its owner, so neither touches what the other makes, and a
-        // `sandbox` command (a first run every time) no longer waits for the sweep before
-        // it prepares. It is awaited on every path, so `run` still returns with it done.
-        let sweep = (!crate::owner::dead_leftovers_removed())
-            .then(|| tokio::task::spawn_blocking(crate::owner::remove_dead_leftovers_once));
-        let started = start_launch(&self.0, plan).await;
-        if let Some(sweep) = sweep {
-            let _ = sweep.await;
-        }
-        started
-    }
-}
-
-/// [`Starter::start`] for a launcher, once the sweep is under way.
-async fn start_launch<L: Launcher>(
-    launcher: &L,
-    mut plan: Plan,
-) -> Result<RunHandle, SandboxError> {
-    let name = Launcher::name(launcher);
-    let cap = Launcher::capability(launcher);
-    // The run's clock starts before the layer is made: a workspace made slow to copy
-    // (huge, or raced by another run) must not hold the timeout off.
-    let started = std::time::Instant::now();
-    let deadline = plan.timeout.map(|t| started + t);
-    // The layer over the workspace: overlay is mounted in the child over the
-    // workspace's own path; a copy (the race-free walk, under the run's deadline)
-    // moves the plan onto it.
-    let layer = match plan.changes {
-        Changes::Direct => None,
-        Changes::Discard | Changes::Review => {
-            let best = cap
-                .change_layer
-                .unwrap_or(sandbox_core::LayerMechanism::Copy);
-            match layer_within(&plan.workspace, best, deadline).await {
-                Ok(l) => Some(l),
-                Err(SandboxError::Io { source, .. }) if tree::is_deadline(&source) => {
-                    // The copy took the whole timeout: the run timed out before its
-                    // command started, and nothing was changed.
-                    return Ok(sandbox_core::run::ended_before_start(
-                        name,
-                        &plan,
-                        sandbox_core::Status::TimedOut,
-                        started.elapsed(),
-                    ));
-                }
-                Err(e) => return Err(e),
-            }
-        }
-    };
-    let mount = match &layer {
-        Some(l) if l.mechanism() == sandbox_core::LayerMechanism::Overlay => {
-            l.mount_step(&plan.cwd)?
-        }
-        Some(l) => {
-            plan.rebase_workspace(l.source());
-            None
-        }
-        None => None,
-    };
-    if let Some(d) = deadline {
-        plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
-    }
-    let mut launch = launcher.prepare(&plan)?;
-    if let Some(mut step) = mount {
-        if launch.born_in.user {
-            // Born in a user namespace of its own, already mapped: the overlay is mounted
-            // there (a nested one would leave the pid namespace, which that one owns,
-            // out of the command's reach).
-            step.in_the_born_user_namespace();
-        }
-        launch.pre_exec.insert(0, Box::new(step));
-    }
-    if let Some(l) = &layer {
-        launch
-            .notes
-            .push(crate::changes::layer_note(l.mechanism(), plan.changes));
-    }
-    let ready = launch.ready_pipe.take();
-    let handle = supervise::start(name, plan, launch, layer)?;
-    match ready {
-        Some(pipe) => set_up_or_nothing_ran(name, handle, pipe).await,
-        None => Ok(handle),
-    }
-}
-
-/// Wait until the backend's helper says the sandbox is set up ([`Launch::ready_pipe`]).
-/// A launcher that ended without saying so ran nothing: its run is over (everything
-/// released) and is an error naming what the launcher printed. A run killed or timed out
-/// during the set-up keeps its outcome.
-async fn set_up_or_nothing_ran(
-    name: &'static str,
-    handle: RunHandle,
-    pipe: OwnedFd,
-) -> Result<RunHandle, SandboxError> {
-    use tokio::io::AsyncReadExt;
-    let io = |e| SandboxError::io("reading the sandbox's ready pipe", e);
-    let mut rx = tokio::net::unix::pipe::Receiver::from_owned_fd(pipe).map_err(io)?;
-    let mut byte = [0u8; 1];
-    tokio::select! {
-        // Only the helper writes it; the host's own copy of a write end is released with
-        // the run, so end-of-file, where it comes at all, comes no earlier than the outcome.
-        r = rx.read(&mut byte) => if matches!(r, Ok(1)) {
-            return Ok(handle);
-        },
-        _ = handle.wait() => {}
-        // A kill asked for during the set-up: `run` passes it on to the handle.
-        () = sandbox_core::run::start_cancelled() => return Ok(handle),
-    }
-    let outcome = handle.wait().await?;
-    // The byte may have come with the end (a command that was over at once). Asked of the
-    // kernel (the descriptor is non-blocking), not with `try_read`, which answers from the
-    // reactor's readiness and may not have seen the byte yet; and not awaited, since a
-    // ready pipe may be a FIFO the host holds open for writing too (gVisor's pid file),
-    // which never reads end-of-file.
-    if matches!(rustix::io::read(&rx, &mut byte), Ok(1)) {
-        return Ok(handle);
-    }
-    match outcome.status {
-        sandbox_core::Status::Exited { code } => Err(SandboxError::unavailable(
-            name,
-            format!(
-                "the sandbox could not be set up and nothing ran: the launcher exited with \
-                 {code} before the command started{}",
-                match outcome.stderr.text().trim() {
-                    "" => String::new(),
-                    said => format!(" ({said})"),
-                }
-            ),
-            "run `sandbox doctor` to see what the host refuses",
-        )),
-        _ => Ok(handle),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A kill while the layer is copied stops the copy (between two chunks) and the start
-    /// fails with the cancellation, its partial copy removed on the copy's error path.
-    #[tokio::test]
-    async fn a_kill_stops_the_layer_copy() {
-        let ws = tempfile::tempdir().unwrap();
-        for i in 0..4 {
-            std::fs::write(ws.path().join(format!("f{i}")), vec![7u8; 3 << 20]).unwrap();
-        }
-        let (_tx, rx) = tokio::sync::watch::channel(true);
-        let r = sandbox_core::run::within_start(
-            rx,
-            layer_within(ws.path(), sandbox_core::LayerMechanism::Copy, None),
-        )
-        .await;
-        let e = r.unwrap_err();
-        assert!(e.to_string().contains("cancelled"), "{e}");
     }
 }

@@ -40,8 +40,8 @@ use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncRead, AsyncWrite, Interest};
 
 use super::child::{exec_child, ChildSetup, Exec};
-use super::sys;
 use super::Launch;
+use crate::sys;
 
 /// How to make the child. Tests force [`How::Fork`] to prove the fallback.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -508,8 +508,9 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
+    use crate::pipeline::ProcessSandbox;
     use crate::process::cgroup::CgroupSupport;
-    use crate::process::{HostSupport, Launcher, ProcessSandbox};
+    use crate::process::{HostSupport, Launcher};
     use sandbox_core::{
         Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, Sandbox, SandboxError,
         SandboxOpts,

@@ -11,8 +11,9 @@ use nix::unistd::Pid;
 
 use super::cgroup::{CgroupSupport, RunCgroups};
 use super::child::ChildSetup;
-use super::{files, spawn, HostSupport, Launch};
+use super::{spawn, HostSupport, Launch};
 use crate::changes::Layer;
+use crate::fs::files;
 use sandbox_core::egress::Connections;
 use sandbox_core::outcome::{LimitMechanism, LimitRecord};
 use sandbox_core::output::drain;
@@ -25,7 +26,7 @@ use sandbox_core::{
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(5);
 
 /// Spawn `launch` for `plan`; returns once the program runs.
-pub(super) fn start(
+pub(crate) fn start(
     backend: &'static str,
     plan: Plan,
     mut launch: Launch,

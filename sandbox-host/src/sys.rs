@@ -18,6 +18,7 @@
 //! host's other threads, until it execs. On top of the rule above it writes nothing but
 //! its own stack (everything else it would write, the host would see).
 
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
@@ -30,7 +31,7 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 const CLONE_CLEAR_SIGHAND: u64 = 0x1_0000_0000;
 
 /// Which side of [`clone3`] this is.
-pub(super) enum Cloned {
+pub(crate) enum Cloned {
     /// The new process.
     Child,
     /// The caller, with the child's pid and a pidfd for it.
@@ -50,7 +51,7 @@ pub(super) enum Cloned {
 /// On [`Cloned::Child`] the caller is the child: it must keep to the module's rule (plain
 /// system calls on memory prepared before the call, no allocation, no glibc `fork` or
 /// `setuid`) and end in `execve` or `_exit`, never returning into code the parent runs.
-pub(super) unsafe fn clone3(cgroup: Option<BorrowedFd<'_>>, namespaces: u64) -> io::Result<Cloned> {
+pub(crate) unsafe fn clone3(cgroup: Option<BorrowedFd<'_>>, namespaces: u64) -> io::Result<Cloned> {
     let mut pidfd: libc::c_int = -1;
     // SAFETY: `clone_args` is plain integers; all zero is "no such field".
     let mut args: libc::clone_args = unsafe { std::mem::zeroed() };
@@ -87,7 +88,7 @@ pub(super) unsafe fn clone3(cgroup: Option<BorrowedFd<'_>>, namespaces: u64) -> 
 /// pages the child touches are ever made), with an unmapped guard page below it so that
 /// an overflow kills the child instead of writing into the host's memory.
 #[cfg(target_arch = "x86_64")]
-pub(super) struct ChildStack {
+pub(crate) struct ChildStack {
     base: *mut libc::c_void,
     len: usize,
 }
@@ -98,7 +99,7 @@ impl ChildStack {
     const SIZE: usize = 1 << 20;
     const GUARD: usize = 4096;
 
-    pub(super) fn new() -> io::Result<Self> {
+    pub(crate) fn new() -> io::Result<Self> {
         let len = Self::SIZE + Self::GUARD;
         // SAFETY: a fresh private anonymous mapping, not aliased by anything; the guard
         // page is inside it.
@@ -154,7 +155,7 @@ impl Drop for ChildStack {
 /// with the spawning thread's thread-local storage, so std's panic count would stay raised
 /// in that thread after the child `_exit`s (and its next `MutexGuard` drop would poison).
 #[cfg(target_arch = "x86_64")]
-pub(super) unsafe fn clone3_vm(
+pub(crate) unsafe fn clone3_vm(
     cgroup: Option<BorrowedFd<'_>>,
     namespaces: u64,
     stack: &ChildStack,
@@ -253,14 +254,14 @@ pub unsafe fn become_ids(uid: u32, gid: u32) -> io::Result<()> {
 
 /// `SIGKILL` to the process behind `pidfd`: never another process, even once it is
 /// reaped and its pid reused (then `ESRCH`).
-pub(super) fn pidfd_kill(pidfd: BorrowedFd<'_>) -> io::Result<()> {
+pub(crate) fn pidfd_kill(pidfd: BorrowedFd<'_>) -> io::Result<()> {
     rustix::process::pidfd_send_signal(pidfd, rustix::process::Signal::KILL)?;
     Ok(())
 }
 
 /// Reap the process behind `pidfd` if it has ended (`waitid(P_PIDFD, WEXITED | WNOHANG)`),
 /// as a `wait` status.
-pub(super) fn pidfd_try_reap(pidfd: BorrowedFd<'_>) -> io::Result<Option<libc::c_int>> {
+pub(crate) fn pidfd_try_reap(pidfd: BorrowedFd<'_>) -> io::Result<Option<libc::c_int>> {
     use rustix::process::{waitid, WaitId, WaitIdOptions};
     let status = loop {
         match waitid(
@@ -284,7 +285,7 @@ pub(super) fn pidfd_try_reap(pidfd: BorrowedFd<'_>) -> io::Result<Option<libc::c
 
 /// Wait up to `timeout` (forever for `None`) for the process behind `pidfd` to end (a
 /// pidfd turns readable then); whether it has.
-pub(super) fn pidfd_wait_exit(pidfd: BorrowedFd<'_>, timeout: Option<std::time::Duration>) -> bool {
+pub(crate) fn pidfd_wait_exit(pidfd: BorrowedFd<'_>, timeout: Option<std::time::Duration>) -> bool {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     let timeout = timeout.map(|t| Timespec {
         tv_sec: t.as_secs() as _,
@@ -315,7 +316,7 @@ fn check(r: libc::c_int) -> io::Result<()> {
 /// # Safety
 ///
 /// Plain system calls; callable between clone and exec.
-pub(super) unsafe fn dup_onto(fd: libc::c_int, target: libc::c_int) -> io::Result<()> {
+pub(crate) unsafe fn dup_onto(fd: libc::c_int, target: libc::c_int) -> io::Result<()> {
     // SAFETY: `dup2` and `fcntl` on descriptor numbers.
     unsafe {
         if fd == target {
@@ -342,7 +343,7 @@ pub(super) unsafe fn dup_onto(fd: libc::c_int, target: libc::c_int) -> io::Resul
 /// # Safety
 ///
 /// Plain system calls on a C string prepared before the clone.
-pub(super) unsafe fn enter(cwd: &std::ffi::CStr) -> io::Result<()> {
+pub(crate) unsafe fn enter(cwd: &std::ffi::CStr) -> io::Result<()> {
     // SAFETY: a NUL-terminated path; `chdir`, `setpgid` and `sigaction` are system calls.
     unsafe {
         check(libc::chdir(cwd.as_ptr()))?;
@@ -360,7 +361,7 @@ pub(super) unsafe fn enter(cwd: &std::ffi::CStr) -> io::Result<()> {
 ///
 /// `argv` and `envp` are NUL-terminated arrays of pointers to C strings that outlive the
 /// call, prepared before the clone.
-pub(super) unsafe fn execve(
+pub(crate) unsafe fn execve(
     program: &std::ffi::CStr,
     argv: &[*const libc::c_char],
     envp: &[*const libc::c_char],
@@ -374,14 +375,14 @@ pub(super) unsafe fn execve(
 
 /// The marker after the errno on the exec-error pipe (as std's spawn writes it), so that
 /// a short or stray write is not taken for a report.
-pub(super) const EXEC_ERROR_FOOTER: [u8; 4] = *b"NOEX";
+pub(crate) const EXEC_ERROR_FOOTER: [u8; 4] = *b"NOEX";
 
 /// In the child: report `errno` on the exec-error pipe and exit. Never returns.
 ///
 /// # Safety
 ///
 /// Plain system calls; `pipe` is the write end made before the clone.
-pub(super) unsafe fn report_and_exit(pipe: libc::c_int, errno: i32) -> ! {
+pub(crate) unsafe fn report_and_exit(pipe: libc::c_int, errno: i32) -> ! {
     let mut msg = [0u8; 8];
     msg[..4].copy_from_slice(&errno.to_be_bytes());
     msg[4..].copy_from_slice(&EXEC_ERROR_FOOTER);
@@ -401,4 +402,59 @@ pub(super) unsafe fn report_and_exit(pipe: libc::c_int, errno: i32) -> ! {
         }
         libc::_exit(127)
     }
+}
+
+/// A step a backend adds between fork and exec (landlock's `restrict_self`, a seccomp
+/// filter).
+///
+/// # Safety
+///
+/// [`PreExec::pre_exec`] runs in the child of a `fork` in a multi-threaded process, where
+/// only async-signal-safe work is sound: another thread may have held the allocator's
+/// lock (or any other) at the moment of the fork, and the child would deadlock on it. An
+/// implementation must therefore make only system calls on data prepared before the fork:
+/// no allocation (no `format!`, no `io::Error::other`; `last_os_error` and
+/// `from_raw_os_error` do not allocate), no locks, no `Drop` of anything that frees.
+///
+/// The child may also share the host's memory until it execs (core's vfork-like spawn,
+/// `sys::clone3_vm`), with the host's other threads running: a step writes no memory but
+/// locals on its own stack, and it returns (or fails) without waiting for the thread that
+/// spawned it, which is suspended until the exec. A process that must outlive the exec
+/// (a pid namespace's init) is therefore never a step's: the spawned process is born
+/// the init ([`super::BornIn`]) and execs a program that is (core's waiter).
+///
+/// The trait is `unsafe` to implement so that every implementation says, in a `SAFETY`
+/// comment, why it keeps to this.
+pub unsafe trait PreExec: Send + Sync + 'static {
+    /// Run in the child. An error aborts the spawn; the command never runs.
+    fn pre_exec(&self) -> io::Result<()>;
+}
+
+/// `write(2)` the whole of `data` to `path` (opened write-only, not created), then close it:
+/// how a child joins a cgroup or writes its user namespace's maps. A short write is `EIO`.
+///
+/// # Safety
+///
+/// Only system calls on a C string and a buffer made before the fork, so it is callable
+/// between fork and exec; the caller keeps both alive for the call.
+pub unsafe fn raw_write_file(path: &CStr, data: &[u8]) -> io::Result<()> {
+    // SAFETY: a NUL-terminated path and a live buffer; `open`, `write` and `close` are
+    // async-signal-safe, and neither error path allocates.
+    unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let n = libc::write(fd, data.as_ptr().cast(), data.len());
+        let err = io::Error::last_os_error();
+        libc::close(fd);
+        if n != data.len() as isize {
+            return Err(if n < 0 {
+                err
+            } else {
+                io::Error::from_raw_os_error(libc::EIO)
+            });
+        }
+    }
+    Ok(())
 }

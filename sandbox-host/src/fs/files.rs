@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 
-use super::tree::{self, Budget, Meta, Source, Visit};
+use crate::fs::tree::{self, Budget, Meta, Source, Visit};
 
 /// Copy `src` into the existing directory `dst`: regular files (holes kept), directories
 /// and symlinks (as links, never followed), with their permission bits less setuid, setgid

@@ -399,6 +399,7 @@ pub(crate) fn build(
     command.extend(waiter.to_args());
     if o.len() > MAX_OPTIONS {
         return Err(BwrapError::TooManyMounts {
+            max: MAX_OPTIONS,
             options: o.len(),
             hidden: hidden.len(),
         });

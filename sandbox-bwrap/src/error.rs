@@ -35,10 +35,11 @@ pub(crate) enum BwrapError {
     #[error(
         "the sandbox would need {options} bwrap options ({hidden} of its mounts hide root-only \
          entries), more than bwrap reads ({max}); grant a smaller directory, or run the host \
-         as an ordinary user (then nothing needs hiding)",
-        max = crate::argv::MAX_OPTIONS
+         as an ordinary user (then nothing needs hiding)"
     )]
     TooManyMounts {
+        /// The most options bwrap reads.
+        max: usize,
         /// The options the plan needs.
         options: usize,
         /// How many root-only entries are hidden.

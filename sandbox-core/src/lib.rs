@@ -24,8 +24,8 @@
 //! - [`Sandbox`]: the trait; [`SandboxExt`]: conveniences on it; [`Backend`]: what makes
 //!   sandboxes.
 //! - [`SandboxOpts`] → [`Plan`]: options, checked and resolved.
-//! - [`Capability`]: what a backend can enforce, as data; [`policy`]: lanes and network
-//!   modes, pure decisions over capabilities.
+//! - [`Capability`]: what a backend can enforce, as data; [`policy`]: lanes, network modes
+//!   and the allowlist; [`admission`]: what each lane accepts from a capability.
 //! - [`run`]: the one-run state machine every backend's sandbox is made of
 //!   ([`run::RunSandbox`] over a [`run::Starter`]); [`output`]: the capture it fills.
 //! - [`changes`]: the change set a host reviews, applies or discards.
@@ -41,6 +41,7 @@
 //! uid, and the filesystem type under a granted path (`statfs`), so that no spelling of a
 //! path grants a control filesystem.
 
+pub mod admission;
 pub mod capability;
 pub mod changes;
 pub mod denial;
@@ -56,6 +57,7 @@ pub mod registry;
 pub mod run;
 mod sandbox;
 
+pub use admission::{check_lane, LaneRequest};
 pub use capability::{Capability, Enforcement};
 pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};
 pub use denial::{Denial, DenialKind, DenialKinds, DenialMechanism, Denials};

@@ -9,9 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
-use crate::options::StreamKind;
+use crate::options::{OutputSink, StreamKind};
 use crate::outcome::Captured;
-use crate::run::OutputTap;
 
 /// Room kept for the line that marks where bytes were dropped.
 const MARKER_RESERVE: usize = 64;
@@ -156,5 +155,51 @@ mod tests {
         let s = c.snapshot();
         assert_eq!(s.bytes, b"abcd");
         assert!(s.truncated);
+    }
+}
+
+/// The command's output on its way into the capped captures (and the caller's sink
+/// first, which sees every byte, including those the cap drops).
+#[derive(Clone)]
+pub struct OutputTap {
+    stdout: SharedCapture,
+    stderr: SharedCapture,
+    sink: Option<OutputSink>,
+}
+
+impl std::fmt::Debug for OutputTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutputTap")
+            .field("sink", &self.sink.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl OutputTap {
+    /// A tap into two captures, the caller's sink first.
+    pub(crate) fn new(
+        stdout: SharedCapture,
+        stderr: SharedCapture,
+        sink: Option<OutputSink>,
+    ) -> Self {
+        Self {
+            stdout,
+            stderr,
+            sink,
+        }
+    }
+
+    /// Bytes of one stream, as they arrive.
+    pub fn push(&self, kind: StreamKind, bytes: &[u8]) {
+        if let Some(s) = &self.sink {
+            (s.0)(kind, bytes);
+        }
+        let capture = match kind {
+            StreamKind::Stdout => &self.stdout,
+            StreamKind::Stderr => &self.stderr,
+        };
+        if let Ok(mut c) = capture.lock() {
+            c.push(bytes);
+        }
     }
 }

@@ -6,11 +6,11 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+use crate::admission::{check_lane, LaneRequest};
 use crate::capability::Capability;
 use crate::egress::PROXY_PORT;
 use crate::options::{OutputSink, ResourceLimits, SandboxOpts, Stdin};
 use crate::outcome::{EffectivePolicy, Grant};
-use crate::policy::{check_lane, LaneRequest};
 use crate::{Allowlist, Lane, NetworkMode, Resolver, SandboxError};
 use std::sync::Arc;
 

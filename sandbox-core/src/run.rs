@@ -25,10 +25,10 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::outcome::{Captured, Logs};
+pub use crate::output::OutputTap;
 use crate::output::{snapshot, CaptureBuffer, SharedCapture};
 use crate::{
     Capability, OutputSink, Plan, Preflight, Sandbox, SandboxError, SandboxOpts, SandboxOutcome,
-    StreamKind,
 };
 
 type Done = Option<Result<SandboxOutcome, Arc<SandboxError>>>;
@@ -68,44 +68,7 @@ impl RunControl {
     /// Where a reader of the command's output puts what it reads: the captures, after
     /// `sink`.
     pub fn tap(&self, sink: Option<OutputSink>) -> OutputTap {
-        OutputTap {
-            stdout: self.stdout.clone(),
-            stderr: self.stderr.clone(),
-            sink,
-        }
-    }
-}
-
-/// The command's output on its way into the capped captures (and the caller's sink
-/// first, which sees every byte, including those the cap drops).
-#[derive(Clone)]
-pub struct OutputTap {
-    stdout: SharedCapture,
-    stderr: SharedCapture,
-    sink: Option<OutputSink>,
-}
-
-impl std::fmt::Debug for OutputTap {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OutputTap")
-            .field("sink", &self.sink.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl OutputTap {
-    /// Bytes of one stream, as they arrive.
-    pub fn push(&self, kind: StreamKind, bytes: &[u8]) {
-        if let Some(s) = &self.sink {
-            (s.0)(kind, bytes);
-        }
-        let capture = match kind {
-            StreamKind::Stdout => &self.stdout,
-            StreamKind::Stderr => &self.stderr,
-        };
-        if let Ok(mut c) = capture.lock() {
-            c.push(bytes);
-        }
+        OutputTap::new(self.stdout.clone(), self.stderr.clone(), sink)
     }
 }
 

@@ -11,9 +11,10 @@ use sandbox_core::{
 
 use crate::client::Connection;
 use crate::config::{DockerConfig, WorkspaceMode};
+use crate::create::RunKind;
 use crate::error::DockerError;
-use crate::pool::Pool;
-use crate::run::{self as engine, RunKind};
+use crate::pool::{Engine, Pool};
+use crate::run as engine;
 use crate::NAME;
 
 /// What the docker backend enforces in the default bind mode: the same on every host,
@@ -96,14 +97,6 @@ pub fn capability_in(mode: WorkspaceMode) -> Capability {
 pub struct DockerBackend {
     config: Arc<DockerConfig>,
     engine: Arc<Engine>,
-}
-
-/// What the runs of one backend value share.
-#[derive(Debug)]
-pub(crate) struct Engine {
-    pub connection: Connection,
-    /// The warm pool, or why there is none on this host.
-    pub pool: Result<Pool, String>,
 }
 
 impl DockerBackend {

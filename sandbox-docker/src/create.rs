@@ -16,8 +16,17 @@ use crate::config::DockerConfig;
 use crate::error::DockerError;
 use crate::handover::{Handover, Identity};
 use crate::resources::Resources;
-use crate::run::RunKind;
 use crate::{copy, labels, program, spec};
+
+/// Knobs that differ between a user's run and the preflight's.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RunKind {
+    /// Look `argv[0]` up in the image first (off for the preflight, whose program is the
+    /// engine's own init, mounted only at start).
+    pub resolve_program: bool,
+    /// The role label.
+    pub role: &'static str,
+}
 
 /// The run's output as the engine multiplexes it.
 pub(crate) type Output =

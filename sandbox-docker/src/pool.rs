@@ -58,9 +58,18 @@ use bollard::Docker;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 
+use crate::client::Connection;
 use crate::create::check_warnings;
 use crate::error::DockerError;
 use crate::{labels, resources};
+
+/// What the runs of one backend value share.
+#[derive(Debug)]
+pub(crate) struct Engine {
+    pub connection: Connection,
+    /// The warm pool, or why there is none on this host.
+    pub pool: Result<Pool, String>,
+}
 
 /// The waiter, built by `build.rs`; empty where it could not be built (no pool then).
 static WAITER: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/sandbox-waiter"));

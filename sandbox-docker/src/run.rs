@@ -34,27 +34,17 @@ use sandbox_core::{
 use sandbox_host::process::tree::is_deadline;
 use sandbox_host::HostLayer;
 
-use crate::backend::Engine;
 use crate::config::{DockerConfig, WorkspaceMode};
+use crate::create::RunKind;
 use crate::create::{self, Made, Output, Setup};
 use crate::error::DockerError;
 use crate::handover::{Handover, Identity, Via};
-use crate::pool::{Pool, Warm};
+use crate::pool::{Engine, Pool, Warm};
 use crate::resources::Resources;
 use crate::{copy, egress, labels, prepare, report, spec, NAME};
 
 /// How long teardown waits for a killed container to stop.
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
-
-/// Knobs that differ between a user's run and the preflight's.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct RunKind {
-    /// Look `argv[0]` up in the image first (off for the preflight, whose program is the
-    /// engine's own init, mounted only at start).
-    pub resolve_program: bool,
-    /// The role label.
-    pub role: &'static str,
-}
 
 /// Start `plan` in a container; returns once it runs.
 pub(crate) async fn start(

@@ -446,7 +446,7 @@ impl ProcMask {
             use std::os::unix::fs::PermissionsExt;
             let mut mask = ProcMask::default();
             let mut push = |p: &std::path::Path, dir: bool| {
-                let c = crate::host::c_path(p);
+                let c = c_path(p);
                 if dir {
                     mask.dirs.push(c);
                 } else {
@@ -867,6 +867,12 @@ unsafe impl PreExec for RulesOnLayer {
         }
         Ok(())
     }
+}
+
+/// `path` as a C string (a path from the kernel or `canonicalize` has no NUL).
+pub(crate) fn c_path(path: &std::path::Path) -> std::ffi::CString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -7,11 +7,9 @@ use std::io;
 
 use landlock::ABI;
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use crate::child::{IdMaps, MountPlan, Namespaces, ProcMask};
+use crate::child::{c_path, IdMaps, MountPlan, Namespaces, ProcMask};
 use crate::error::Error;
 use sandbox_host::facts::HostRecord;
 use sandbox_host::handover::Handover;
@@ -66,11 +64,6 @@ pub(crate) enum NsMode {
     Plain,
     /// Inside a new user namespace mapping the caller's own ids.
     UserNs(IdMaps),
-}
-
-/// `path` as a C string (a path from the kernel or `canonicalize` has no NUL).
-pub(crate) fn c_path(path: &Path) -> CString {
-    CString::new(path.as_os_str().as_bytes()).unwrap_or_default()
 }
 
 impl NsMode {

@@ -37,7 +37,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use sandbox_core::policy::{check_lane, LaneRequest};
+use sandbox_core::admission::{check_lane, LaneRequest};
 use sandbox_core::registry::BackendInfo;
 use sandbox_core::{
     Backend, Capability, Lane, NetworkMode, Plan, Preflight, ResourceLimits, SandboxError,

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandbox_core::policy::{check_lane, LaneRequest};
+use sandbox_core::admission::{check_lane, LaneRequest};
 use sandbox_core::{
     Backend, Capability, DynSandbox, Lane, SandboxError, SandboxExt, SandboxOpts, SandboxOutcome,
 };

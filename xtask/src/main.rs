@@ -7,6 +7,7 @@ mod backends;
 mod bench;
 mod conformance;
 mod fuzz;
+mod layers;
 mod soak;
 
 use std::path::{Path, PathBuf};
@@ -57,6 +58,10 @@ Tasks:
       file and the command line, repeated with new seeds (PROPTEST_CASES=4096 a run); for
       the other half, the cargo-fuzz target over Plan::new (needs `cargo install
       cargo-fuzz`). Fails on a panic or an accepted request wider than asked.
+  layers
+      Read the `use` lines of every product crate and fail on a cycle between modules or
+      crates, or on an import from a lower floor to a higher one (the floors are declared
+      in xtask/src/layers.rs). What CI runs first, so the layering stays true.
   help
       This text.
 ";
@@ -71,6 +76,7 @@ fn main() -> ExitCode {
         Some("bench") => bench::run(&rest),
         Some("soak") => soak::run(&rest),
         Some("fuzz") => fuzz::run(&rest),
+        Some("layers") => layers::run(&rest),
         None | Some("help" | "--help" | "-h") => {
             print!("{HELP}");
             Ok(())

@@ -1,7 +1,7 @@
-//! Pure types and decisions: network modes, lanes, and what a lane accepts from a backend.
+//! Pure types and decisions at the bottom of the contract: network modes, lanes and the
+//! egress allowlist. What a lane accepts from a backend is [`crate::admission`].
 //!
-//! Nothing here touches the host; every decision is a function of the request and a
-//! [`Capability`](crate::Capability), so it is unit-tested exhaustively.
+//! Nothing here touches the host, and nothing here names a backend's capability.
 
 mod allowlist;
 mod lane;
@@ -11,5 +11,5 @@ pub use allowlist::{
     host_local, normalize_name, Allowlist, Decision, HostMatch, HostPattern, PatternError, Target,
     DEFAULT_PORTS, NOT_IN_ALLOWLIST,
 };
-pub use lane::{check_lane, Lane, LaneRequest};
+pub use lane::Lane;
 pub use network::NetworkMode;

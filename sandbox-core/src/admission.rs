@@ -1,0 +1,329 @@
+//! Admission: what each lane accepts from a backend, decided from its capability.
+//!
+//! The host chooses the lane, never the sandboxed program. A lane turns a backend's
+//! [`Capability`] and a request into either a list of grants (each with how it is enforced)
+//! or a refusal naming the lane, the backend and what falls short. The whole table:
+//!
+//! | requirement                                         | `strict` | `fast`   | `trusted`            |
+//! |-----------------------------------------------------|----------|----------|----------------------|
+//! | writes confined to the workspace and named paths    | required | required | over-grant accepted  |
+//! | reads confined (home, keys, credentials unreadable) | required | required | over-grant accepted  |
+//! | read-only carve-outs, when asked                    | required | required | over-grant accepted  |
+//! | the network mode asked, exactly                     | required | required | over-grant accepted  |
+//! | `proxy` mode, by a backend that can run the proxy   | required | required | required             |
+//! | every descendant killed with the command            | required | required | required             |
+//! | host root's power dropped, when the host is root    | required | required | not required         |
+//! | cannot see or signal the host's processes           | required | —        | —                    |
+//! | each resource limit asked                           | required | required | required             |
+//! | snapshot, when asked                                | required | required | required             |
+//! | a change set to review, when asked                  | required | required | required             |
+//!
+//! - `strict` is the default: everything asked is enforced exactly, and the command is in
+//!   its own process world. bwrap and docker qualify.
+//! - `fast` is for the many short commands an agent runs (`ls`, `grep`, `cargo check`): the
+//!   same exact enforcement of everything asked, without requiring process isolation, so a
+//!   backend that confines with landlock and seccomp alone (no namespaces, near a bare
+//!   spawn's cost) qualifies.
+//! - `trusted` is for commands the host already trusts: it accepts a documented over-grant
+//!   (loopback given as the whole network, no filesystem confinement at all; the `none`
+//!   backend runs only here). What was over-granted is recorded in the outcome's effective
+//!   policy, so a host can see it after the fact.
+//!
+//! Two things no lane waives: killing every descendant (a sandbox that leaves processes
+//! behind breaks every later guarantee) and resource limits (they protect the host, not the
+//! command's trust).
+
+use crate::capability::{Capability, Enforcement};
+use crate::outcome::Grant;
+use crate::{Lane, NetworkMode, ResourceLimits, SandboxError};
+
+/// What a run asks for, as far as the lane is concerned.
+#[derive(Clone, Debug)]
+pub struct LaneRequest<'a> {
+    /// The network mode asked.
+    pub network: NetworkMode,
+    /// Whether read-only carve-outs were named.
+    pub carveouts: bool,
+    /// The resource limits asked.
+    pub limits: &'a ResourceLimits,
+    /// What is asked of the command's writes (a throwaway copy, a change set).
+    pub changes: crate::Changes,
+    /// Whether the host process runs as root (euid 0).
+    pub host_is_root: bool,
+}
+
+/// Decide whether `lane` runs `request` on a backend with `cap`; on success, the grants with
+/// how each is enforced, for the outcome's effective policy.
+pub fn check_lane(
+    lane: Lane,
+    backend: &'static str,
+    cap: &Capability,
+    request: &LaneRequest<'_>,
+) -> Result<Vec<Grant>, SandboxError> {
+    let refuse = |reason: String| SandboxError::PolicyRefused {
+        lane: lane.to_string(),
+        backend,
+        reason,
+    };
+    let mut grants = Vec::new();
+    // A grant the backend can only over-fulfil: accepted on an over-grant lane (and
+    // recorded), refused elsewhere.
+    let mut soft = |what: &str, enforcement: Enforcement, over: &'static str| match enforcement {
+        Enforcement::Exact => {
+            grants.push(Grant::new(what, Enforcement::Exact));
+            Ok(())
+        }
+        Enforcement::OverGrant(gives) if lane.accepts_over_grant() => {
+            grants.push(Grant::new(what, Enforcement::OverGrant(gives)));
+            Ok(())
+        }
+        Enforcement::Unsupported if lane.accepts_over_grant() => {
+            grants.push(Grant::new(what, Enforcement::OverGrant(over)));
+            Ok(())
+        }
+        Enforcement::OverGrant(gives) => Err(refuse(format!(
+            "{what} can only be over-granted by this backend ({gives}); use a backend that \
+                 enforces it exactly, or the `trusted` lane to accept the over-grant"
+        ))),
+        Enforcement::Unsupported => Err(refuse(format!(
+            "{what} is not enforced by this backend; use a backend that enforces it, or \
+                 the `trusted` lane to run unconfined"
+        ))),
+    };
+    let exact = |b: bool| {
+        if b {
+            Enforcement::Exact
+        } else {
+            Enforcement::Unsupported
+        }
+    };
+
+    soft(
+        "filesystem write confinement",
+        exact(cap.confine_writes),
+        "writes anywhere the user can write",
+    )?;
+    soft(
+        "filesystem read confinement",
+        exact(cap.confine_reads),
+        "reads anywhere the user can read",
+    )?;
+    if request.carveouts {
+        soft(
+            "read-only carve-outs inside the workspace",
+            exact(cap.readonly_carveouts),
+            "carve-outs stay writable",
+        )?;
+    }
+    // An allowlist proxy the backend cannot run is refused on every lane: running the
+    // command anyway would need a choice (no network, or all of it) nobody asked for. A
+    // backend that states an over-grant (`none`: the host's network) runs on `trusted`.
+    if request.network == NetworkMode::Proxy && cap.network_proxy == Enforcement::Unsupported {
+        return Err(SandboxError::NotSupported {
+            backend,
+            feature: "network mode `proxy` (egress through an allowlist proxy)".into(),
+            remedy: "use a backend whose capability enforces it (`sandbox doctor` shows \
+                     each backend's), or network mode `loopback` or `full`"
+                .into(),
+        });
+    }
+    soft(
+        &format!("network mode `{}`", request.network),
+        cap.network(request.network),
+        "the host's whole network",
+    )?;
+    if request.host_is_root && lane != Lane::Trusted {
+        if !cap.drops_host_root {
+            return Err(refuse(
+                "the host runs as root and this backend would run the command with root's \
+                 power over host files; run the host as an ordinary user, or use a backend \
+                 that drops root"
+                    .into(),
+            ));
+        }
+        grants.push(Grant::new("host root dropped", Enforcement::Exact));
+    }
+    if lane == Lane::Strict {
+        if !cap.process_isolation {
+            return Err(refuse(
+                "process isolation (the command must not see or signal host processes) is \
+                 not provided by this backend; use the `fast` lane, or a namespace or \
+                 container backend"
+                    .into(),
+            ));
+        }
+        grants.push(Grant::new("process isolation", Enforcement::Exact));
+    }
+
+    // Not waived by any lane.
+    let hard = |what: &str, ok: bool| -> Result<(), SandboxError> {
+        if ok {
+            Ok(())
+        } else {
+            Err(SandboxError::NotSupported {
+                backend,
+                feature: what.to_string(),
+                remedy: "choose a backend whose capability lists it (see `sandbox doctor`)".into(),
+            })
+        }
+    };
+    hard(
+        "killing every descendant of the command (none may outlive it)",
+        cap.tree_kill,
+    )?;
+    let limits = request.limits;
+    if limits.memory_bytes.is_some() {
+        hard("a memory limit", cap.memory_limit)?;
+    }
+    if limits.cpu_seconds.is_some() {
+        hard("a CPU-time limit", cap.cpu_limit)?;
+    }
+    if limits.max_processes.is_some() {
+        hard("a process-count limit", cap.process_limit)?;
+    }
+    if limits.open_files.is_some() {
+        hard("an open-files limit", cap.open_files_limit)?;
+    }
+    match request.changes {
+        crate::Changes::Direct => {}
+        crate::Changes::Discard => hard(
+            "running against a throwaway copy (snapshot)",
+            cap.snapshot || cap.change_layer.is_some(),
+        )?,
+        crate::Changes::Review => hard(
+            "a copy-on-write layer over the workspace with a change set to review",
+            cap.change_layer.is_some(),
+        )?,
+    }
+    Ok(grants)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn full_cap() -> Capability {
+        Capability::everything()
+    }
+
+    fn req(limits: &ResourceLimits) -> LaneRequest<'_> {
+        LaneRequest {
+            network: NetworkMode::None,
+            carveouts: false,
+            limits,
+            changes: crate::Changes::Direct,
+            host_is_root: false,
+        }
+    }
+
+    #[test]
+    fn default_capability_is_refused_on_strict_and_fast() {
+        let limits = ResourceLimits::none();
+        for lane in [Lane::Strict, Lane::Fast] {
+            let err = check_lane(lane, "x", &Capability::default(), &req(&limits)).unwrap_err();
+            assert!(matches!(err, SandboxError::PolicyRefused { .. }), "{err}");
+        }
+    }
+
+    #[test]
+    fn over_grant_is_refused_on_strict_and_named() {
+        let mut cap = full_cap();
+        cap.network_loopback = Enforcement::OverGrant("the host's whole network");
+        let limits = ResourceLimits::none();
+        let mut r = req(&limits);
+        r.network = NetworkMode::Loopback;
+        let err = check_lane(Lane::Strict, "somebackend", &cap, &r).unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("strict") && text.contains("somebackend"),
+            "{text}"
+        );
+        assert!(text.contains("loopback"), "{text}");
+        let grants = check_lane(Lane::Trusted, "somebackend", &cap, &r).unwrap();
+        assert!(grants
+            .iter()
+            .any(|g| matches!(g.enforcement, Enforcement::OverGrant(_))));
+    }
+
+    #[test]
+    fn fast_does_not_require_process_isolation_but_strict_does() {
+        let mut cap = full_cap();
+        cap.process_isolation = false;
+        let limits = ResourceLimits::none();
+        assert!(check_lane(Lane::Fast, "x", &cap, &req(&limits)).is_ok());
+        assert!(check_lane(Lane::Strict, "x", &cap, &req(&limits)).is_err());
+    }
+
+    #[test]
+    fn proxy_unsupported_is_refused_everywhere_and_an_over_grant_only_on_trusted() {
+        let mut cap = full_cap();
+        cap.network_proxy = Enforcement::Unsupported;
+        let limits = ResourceLimits::none();
+        let mut r = req(&limits);
+        r.network = NetworkMode::Proxy;
+        for lane in Lane::ALL {
+            let err = check_lane(lane, "x", &cap, &r).unwrap_err();
+            assert!(
+                matches!(&err, SandboxError::NotSupported { feature, .. } if feature.contains("proxy")),
+                "{lane}: {err}"
+            );
+        }
+        cap.network_proxy = Enforcement::OverGrant("the host's whole network, no allowlist");
+        assert!(check_lane(Lane::Strict, "x", &cap, &r).is_err());
+        assert!(check_lane(Lane::Fast, "x", &cap, &r).is_err());
+        let grants = check_lane(Lane::Trusted, "x", &cap, &r).unwrap();
+        assert!(grants.iter().any(|g| g.what.contains("proxy")
+            && matches!(g.enforcement, Enforcement::OverGrant(w) if w.contains("no allowlist"))));
+        cap.network_proxy = Enforcement::Exact;
+        assert!(check_lane(Lane::Strict, "x", &cap, &r).is_ok());
+    }
+
+    #[test]
+    fn tree_kill_and_limits_are_required_on_every_lane() {
+        let mut cap = full_cap();
+        cap.tree_kill = false;
+        let limits = ResourceLimits::none();
+        for lane in Lane::ALL {
+            assert!(check_lane(lane, "x", &cap, &req(&limits)).is_err());
+        }
+        let mut cap = full_cap();
+        cap.memory_limit = false;
+        let limits = ResourceLimits {
+            memory_bytes: Some(1 << 20),
+            ..ResourceLimits::none()
+        };
+        for lane in Lane::ALL {
+            let err = check_lane(lane, "x", &cap, &req(&limits)).unwrap_err();
+            assert!(matches!(err, SandboxError::NotSupported { .. }));
+        }
+    }
+
+    #[test]
+    fn root_host_needs_a_backend_that_drops_root_except_on_trusted() {
+        let mut cap = full_cap();
+        cap.drops_host_root = false;
+        let limits = ResourceLimits::none();
+        let mut r = req(&limits);
+        r.host_is_root = true;
+        assert!(check_lane(Lane::Strict, "x", &cap, &r).is_err());
+        assert!(check_lane(Lane::Fast, "x", &cap, &r).is_err());
+        assert!(check_lane(Lane::Trusted, "x", &cap, &r).is_ok());
+    }
+
+    #[test]
+    fn nothing_claimed_runs_only_on_trusted_with_every_over_grant_recorded() {
+        let mut cap = Capability {
+            tree_kill: true,
+            network_full: Enforcement::Exact,
+            ..Capability::default()
+        };
+        cap.network_none = Enforcement::OverGrant("the host's whole network");
+        let limits = ResourceLimits::none();
+        let grants = check_lane(Lane::Trusted, "b", &cap, &req(&limits)).unwrap();
+        let over: Vec<_> = grants
+            .iter()
+            .filter(|g| matches!(g.enforcement, Enforcement::OverGrant(_)))
+            .collect();
+        assert_eq!(over.len(), 3, "{grants:?}");
+    }
+}

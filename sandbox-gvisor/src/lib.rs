@@ -20,9 +20,13 @@
 //!   is `nosuid`, `nodev`; host unix sockets and FIFOs cannot be opened through them.
 //! - **Processes**: the command's processes exist only inside the Sentry; it sees and
 //!   signals nothing of the host's.
-//! - **Privileges**: no capabilities in any set, `noNewPrivileges`, and an OCI seccomp
-//!   filter (applied by the Sentry) that refuses setuid and setgid bits on every call
-//!   that sets a mode.
+//! - **Privileges**: no capabilities in any set, `noNewPrivileges`.
+//! - **System calls**: core's one syscall table, rendered as the OCI seccomp profile
+//!   docker's engine gets and applied by the Sentry (runsc `--oci-seccomp`): the same
+//!   kernel surface as every other backend (no nested namespaces, io_uring, ptrace or
+//!   keyring; no setuid or setgid bit on any call that sets a mode), `setsid` allowed as
+//!   on bwrap and docker. A denied call fails with its errno; the filter never notifies
+//!   (gVisor has no seccomp user notification), so denied calls are not reported.
 //! - **Network**: `none` and `loopback` get gVisor's own network stack with only its
 //!   loopback (`--network=none`): nothing of the host's is reachable. `full` is the host's
 //!   network stack (`--network=host`), which runsc offers only to a root host.
@@ -390,6 +394,12 @@ impl Launcher for GvisorBackend {
             "runs as uid {} gid {} inside the Sentry, no capabilities",
             who.uid, who.gid
         ));
+        launch.notes.push(
+            "seccomp: core's syscall table as an OCI profile applied by the Sentry, setsid \
+             and setpgid allowed; it does not notify (gVisor has no seccomp user \
+             notification), so denied calls are refused, not reported"
+                .into(),
+        );
         for (tree, _) in &staged {
             launch.notes.push(format!(
                 "{} handed to uid {} by an idmapped mount",

@@ -29,18 +29,68 @@
 //! plan's arguments, environment and working directory; no capabilities in any set,
 //! `noNewPrivileges`; the uid of [`Identity`]; the process cap, the open-files limit and
 //! (without a cgroup) the memory limit as rlimits that the Sentry enforces for the
-//! sandbox's own processes; an OCI seccomp filter, applied by the Sentry, that refuses
-//! setuid and setgid bits on every call that sets a mode.
+//! sandbox's own processes; core's one syscall table as an OCI seccomp filter, applied by
+//! the Sentry (see [`SYSCALL_POLICY`]).
 
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 use sandbox_core::layout::{depth, MountTable, Origin, SystemEntry};
-use sandbox_core::syscalls::oci;
+use sandbox_core::syscalls::{denials, oci, Rule, SyscallPolicy};
 use sandbox_core::{NetworkMode, Plan};
 use serde_json::{json, Value};
 
 use crate::error::GvisorError;
+
+/// The table's policy here, as for docker's containers: the Sentry is the init of a pid
+/// namespace of its own holding the whole tree, so a new session or process group
+/// escapes no kill (`setsid` allowed, as on bwrap and docker); the network is gVisor's
+/// own stack (only its loopback, or the host's with `full`), so sockets are not filtered.
+///
+/// The Sentry answers the command's calls with its own kernel, never the host's, so
+/// what the table denies is not a host escape here either way; it is denied so that the
+/// command meets the same kernel surface on every backend (no nested user namespaces, no
+/// io_uring, no ptrace, no keyring), and the setuid rules still keep a setuid file off
+/// the host's disk. Checked on this runsc build (Debian's 2022 one): it applies the
+/// masked argument comparisons (`clone`'s namespace flags, a mode's setuid bits) but not
+/// `errnoRet` nor `defaultErrnoRet` (see [`profile`]), as `kernel::surface_refused` and
+/// the smoke tests show.
+pub(crate) const SYSCALL_POLICY: SyscallPolicy = SyscallPolicy {
+    network: NetworkMode::Full,
+    deny_setsid: false,
+};
+
+/// Core's allow-list for [`SYSCALL_POLICY`], as docker's engine gets it, save the calls
+/// the table refuses with `ENOSYS` so that the C library falls back (`clone3`, `openat2`):
+/// this runsc turns every refusal into `EPERM` (it ignores `errnoRet` and
+/// `defaultErrnoRet`), and glibc falls back from `clone3` to `clone` only on `ENOSYS`, so
+/// refusing it here would break every thread and `posix_spawn`. The Sentry does not
+/// implement `clone3` and answers `ENOSYS` itself (this runsc cannot name `openat2`, so
+/// the filter still refuses that one, with `EPERM`), which the smoke test
+/// `the_syscall_table_applies_with_its_errnos` and the case `kernel::surface_refused`
+/// check: a runsc that implemented `clone3` would fail them before its namespace flags
+/// went unfiltered. For the same reason a call no rule names (one this runsc cannot name,
+/// which is most calls numbered from 427 on, or a number past the table) gets `EPERM`, not
+/// `ENOSYS`; of those the Sentry implements none, and glibc 2.36 falls back from none.
+pub(crate) fn profile() -> oci::Profile {
+    let mut p = oci::allow_list(&SYSCALL_POLICY);
+    let fall_back: Vec<&'static str> = denials(&SYSCALL_POLICY)
+        .filter(|d| d.rule == Rule::FallBack)
+        .map(|d| d.name)
+        .collect();
+    p.syscalls.retain_mut(|r| {
+        r.names.retain(|n| !fall_back.contains(n));
+        !r.names.is_empty()
+    });
+    if let Some(allow) = p
+        .syscalls
+        .iter_mut()
+        .find(|r| r.action == oci::Action::Allow && r.args.is_empty())
+    {
+        allow.names.extend(fall_back);
+    }
+    p
+}
 
 /// The private tmpfs directories.
 const PRIVATE_TMPFS: &[&str] = &["/tmp", "/home", "/root", "/run"];
@@ -344,10 +394,9 @@ pub(crate) fn bundle(
         "mounts": mounts,
         "linux": {
             "namespaces": namespaces,
-            // The command's filter, applied by the Sentry: core's table of the calls that
-            // would leave a setuid or setgid file on the host (nothing else: the Sentry
-            // never passes the command's calls to the host's kernel).
-            "seccomp": oci::setid_denials(),
+            // The command's filter, applied by the Sentry: core's whole table (see
+            // `profile`).
+            "seccomp": profile(),
         },
     });
     Ok(Bundle { config, skeleton })
@@ -379,7 +428,7 @@ pub(crate) fn runsc_args(
     opt("--platform=ptrace");
     // The whole tree is already in the run's cgroups (core's), where the host has them.
     opt("--ignore-cgroups");
-    // The command's filter (setuid bits), applied by the Sentry.
+    // The command's filter (core's syscall table), applied by the Sentry.
     opt("--oci-seccomp");
     // No host unix socket or FIFO may be opened through a bound path.
     opt("--host-uds=none");
@@ -701,20 +750,41 @@ mod tests {
     }
 
     #[test]
-    fn the_filter_is_core_s_for_a_kernel_of_its_own() {
+    fn the_filter_is_core_s_whole_table_with_setsid_allowed() {
         let ws = tempfile::tempdir().unwrap();
         let b = build(
             &SandboxOpts::new(ws.path(), ["true"]),
             InsideLimits::default(),
         );
-        assert_eq!(
-            b.config["linux"]["seccomp"],
-            serde_json::to_value(oci::setid_denials()).unwrap()
-        );
-        assert_eq!(
-            b.config["linux"]["seccomp"]["defaultAction"],
-            "SCMP_ACT_ALLOW"
-        );
+        let f = &b.config["linux"]["seccomp"];
+        assert_eq!(f["defaultAction"], "SCMP_ACT_ERRNO");
+        // Core's allow-list, save the two calls the Sentry answers ENOSYS itself.
+        let core = serde_json::to_value(oci::allow_list(&SYSCALL_POLICY)).unwrap();
+        let without = |v: &Value| {
+            let mut v = v.clone();
+            let rules = v["syscalls"].as_array_mut().unwrap();
+            for r in rules.iter_mut() {
+                let names = r["names"].as_array_mut().unwrap();
+                names.retain(|n| n != "clone3" && n != "openat2");
+            }
+            rules.retain(|r| !r["names"].as_array().unwrap().is_empty());
+            v
+        };
+        assert_eq!(without(f), without(&core));
+        let allowed = f["syscalls"][0]["names"].as_array().unwrap();
+        for n in ["clone3", "openat2"] {
+            assert!(allowed.iter().any(|a| a == n), "{n}");
+        }
+        for n in ["unshare", "io_uring_setup", "ptrace", "keyctl", "clone"] {
+            assert!(
+                !allowed.iter().any(|a| a == n),
+                "{n} is allowed whatever its arguments"
+            );
+        }
+        // A tree held by the Sentry's pid namespace: sessions escape no kill.
+        for n in ["setsid", "setpgid", "socket", "execve"] {
+            assert!(allowed.iter().any(|a| a == n), "{n}");
+        }
     }
 
     #[test]

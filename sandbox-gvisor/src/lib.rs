@@ -16,7 +16,8 @@
 //!   symlinks recreated), gVisor's own `/proc`, `/dev` and `/sys`, private tmpfs on
 //!   `/tmp` (sized to the memory limit), `/home`, `/root`, `/run`; the workspace and the
 //!   named writable paths writable, carve-outs and named read-only paths read-only, the
-//!   program's own file when nothing else shows it; nothing else of the host. Every bind
+//!   program's own file when nothing else shows it (at the name it was given, when that
+//!   is hidden); nothing else of the host. Every bind
 //!   is `nosuid`, `nodev`; host unix sockets and FIFOs cannot be opened through them.
 //! - **Processes**: the command's processes exist only inside the Sentry; it sees and
 //!   signals nothing of the host's.
@@ -70,7 +71,9 @@
 //! - The full network without root (`runsc --rootless` has no host network).
 //! - Run what gVisor does not implement: this runsc (Debian's 2022 build) refuses
 //!   `statx` with `AT_NO_AUTOMOUNT`, so coreutils' `ls` and `stat` fail inside.
-//! - `argv[0]` is the program's resolved absolute path, not the name it was called by.
+//! - Run a program named through a link the sandbox does not show (a link under a
+//!   private tmpfs on the way to it): runsc looks the program up by its name inside, and
+//!   such a name is refused with the remedy (`spec::program_by_name`).
 //!
 //! # What it needs
 //!
@@ -98,8 +101,9 @@ mod error;
 mod host;
 mod spec;
 
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -235,6 +239,39 @@ fn capability(facts: &HostFacts) -> Capability {
     cap
 }
 
+/// The path the Sentry resolves `argv[0]` to, as runsc does: an absolute name as it is;
+/// a relative one with a slash joined to the working directory and cleaned without
+/// following links (runsc's `path.Join`); a bare name where the host found it on the
+/// plan's `PATH`, whose directories the Sentry searches in the same order.
+pub(crate) fn named_path(plan: &Plan) -> Result<PathBuf, SandboxError> {
+    let given = Path::new(&plan.argv[0]);
+    if given.is_absolute() {
+        return Ok(given.to_path_buf());
+    }
+    if plan.argv[0].as_bytes().contains(&b'/') {
+        let mut clean = PathBuf::from("/");
+        for c in plan.cwd.join(given).components() {
+            match c {
+                Component::Normal(n) => clean.push(n),
+                Component::ParentDir => {
+                    clean.pop();
+                }
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+        return Ok(clean);
+    }
+    let path = plan
+        .env_var("PATH")
+        .unwrap_or(std::ffi::OsStr::new(DEFAULT_PATH));
+    which::which_in(given, Some(path), &plan.cwd).map_err(|e| {
+        SandboxError::invalid(
+            "argv",
+            format!("program {} not found on PATH: {e}", given.display()),
+        )
+    })
+}
+
 /// A container id unique on this host for this process's lifetime.
 fn container_id() -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -347,11 +384,20 @@ impl Launcher for GvisorBackend {
             address_space: plan.limits.memory_bytes.filter(|_| memory_inside),
             tmpfs_bytes: plan.limits.memory_bytes,
         };
+        let named = named_path(plan)?;
         let layout = spec::Layout {
             system: &self.facts.system,
             staged: &staged,
+            named: &named,
         };
-        let b = spec::bundle(plan, layout, who, limits, &|p: &Path| p.is_dir())?;
+        let b = spec::bundle(
+            plan,
+            layout,
+            who,
+            limits,
+            &|p: &Path| p.is_dir(),
+            &|p: &Path| std::fs::read_link(p).ok(),
+        )?;
         written.write(&b)?;
         let (pid_file, ready) = written.ready()?;
         let args = spec::runsc_args(

@@ -350,3 +350,56 @@ print("fork and thread")
     );
     assert_eq!(out.stdout.text(), want, "{}", out.stderr.text());
 }
+
+/// A program named through a link runs as that name: a venv's `bin/python` in the
+/// workspace is a venv (`sys.prefix` is the venv, found next to the link), and a link to
+/// Python in a directory the sandbox hides (rustup's `cargo` in the caller's home) is
+/// called by that path.
+#[tokio::test]
+async fn a_program_named_through_a_link_runs_as_that_name() {
+    if !available() {
+        return;
+    }
+    let _one = SERIAL.lock().await;
+    let ws = workspace();
+    let venv = ws.path().canonicalize().unwrap().join(".venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::os::unix::fs::symlink("/usr/bin/python3", venv.join("bin/python")).unwrap();
+    std::fs::write(
+        venv.join("pyvenv.cfg"),
+        "home = /usr/bin\ninclude-system-site-packages = false\n",
+    )
+    .unwrap();
+    let hidden = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+    let hidden_bin = hidden.path().canonicalize().unwrap();
+    // Readable and searchable by the command's uid (the workspace's owner, or nobody).
+    std::fs::set_permissions(
+        &hidden_bin,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let named = hidden_bin.join("cargo");
+    std::os::unix::fs::symlink("/usr/bin/python3", &named).unwrap();
+    let script = "import sys; print(sys.prefix); print(sys.executable)";
+    for (argv0, prefix, executable) in [
+        (
+            ".venv/bin/python".to_owned(),
+            venv.display().to_string(),
+            venv.join("bin/python").display().to_string(),
+        ),
+        (
+            named.display().to_string(),
+            "/usr".to_owned(),
+            named.display().to_string(),
+        ),
+    ] {
+        let opts = SandboxOpts::new(ws.path(), [argv0.as_str(), "-c", script]);
+        let out = sandbox_gvisor::sandbox().execute(opts).await.unwrap();
+        assert_eq!(
+            out.stdout.text(),
+            format!("{prefix}\n{executable}\n"),
+            "{argv0}: {}",
+            out.stderr.text()
+        );
+    }
+}

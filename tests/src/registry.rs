@@ -355,6 +355,7 @@ pub fn cases() -> Vec<Case> {
         case!(api::exit_codes, always),
         case!(api::signal_status, signal_status),
         case!(api::argv_roundtrip, always),
+        case!(api::argv0_as_given, always),
         case!(api::argv_arbitrary_bytes, always),
         case!(api::stdin, always),
         case!(api::timeout, always),

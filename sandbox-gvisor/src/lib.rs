@@ -489,6 +489,23 @@ mod tests {
     }
 
     #[test]
+    fn the_proxy_refusal_names_no_wider_network() {
+        let facts = HostFacts::detect(&BackendConfig::default());
+        let ws = tempfile::tempdir().unwrap();
+        let mut opts = SandboxOpts::new(ws.path(), ["true"]);
+        opts.network = NetworkMode::Proxy;
+        opts.allow_hosts.push("example.test".into());
+        let e = Plan::new(&opts, NAME, &capability(&facts)).unwrap_err();
+        let SandboxError::NotSupported { remedy, .. } = &e else {
+            panic!("{e}");
+        };
+        // The remedy keeps the confinement asked for: another backend, as doctor shows.
+        assert!(remedy.contains("sandbox doctor"), "{remedy}");
+        assert!(!remedy.contains("full"), "{remedy}");
+        assert!(!remedy.contains('\n') && remedy.len() < 100, "{remedy}");
+    }
+
+    #[test]
     fn full_network_is_claimed_only_for_a_root_host() {
         let mut facts = HostFacts::detect(&BackendConfig::default());
         facts.is_root = false;

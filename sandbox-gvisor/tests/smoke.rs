@@ -403,3 +403,52 @@ async fn a_program_named_through_a_link_runs_as_that_name() {
         );
     }
 }
+
+/// A fork storm stops at the process cap: the Sentry enforces `RLIMIT_NPROC` for the
+/// sandbox's own processes (`fork` fails with `EAGAIN` at the cap, the parent counted),
+/// and the outcome names that mechanism. It is the only bound: core leaves the cgroup's
+/// pids controller off runsc's tree (`Launch::limits_inside`), whose processes are the
+/// Sentry's, not the command's.
+#[tokio::test]
+async fn a_fork_storm_stops_at_the_process_cap() {
+    if !available() {
+        return;
+    }
+    let _one = SERIAL.lock().await;
+    const CAP: u64 = 48;
+    let ws = workspace();
+    let script = r#"
+import os, time
+n = 0
+while True:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        print(n, e.errno, flush=True)
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+"#;
+    let mut opts = SandboxOpts::new(ws.path(), ["/usr/bin/python3", "-c", script]);
+    opts.limits.max_processes = Some(CAP);
+    opts.timeout = Some(Duration::from_secs(120));
+    let out = sandbox_gvisor::sandbox().execute(opts).await.unwrap();
+    let text = out.stdout.text();
+    let got: Vec<i64> = text
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(got.len(), 2, "{text} {}", out.stderr.text());
+    assert!(got[0] < CAP as i64, "{got:?}");
+    assert_eq!(got[1], i64::from(libc::EAGAIN), "{got:?}");
+    let record = out
+        .policy
+        .limits
+        .iter()
+        .find(|l| l.limit == "processes")
+        .unwrap();
+    assert_eq!(record.value, CAP);
+    assert_eq!(record.mechanism, sandbox_core::LimitMechanism::Rlimit);
+}

@@ -1004,6 +1004,23 @@ mod tests {
     }
 
     #[test]
+    fn a_name_that_leads_elsewhere_inside_is_refused() {
+        // `l/../tool` with `l -> a/b`: the host's kernel takes `..` from the link's target
+        // (`a/tool`), runsc cleans the name first (`tool`): another program.
+        let ws = tempfile::tempdir().unwrap();
+        let w = ws.path().canonicalize().unwrap();
+        std::fs::create_dir_all(w.join("a/b")).unwrap();
+        std::os::unix::fs::symlink("a/b", w.join("l")).unwrap();
+        let meant = executable(&w.join("a"), "tool");
+        executable(&w, "tool");
+        let e = refusal(&SandboxOpts::new(ws.path(), ["l/../tool"]));
+        assert!(
+            matches!(&e, GvisorError::ProgramElsewhere { program, .. } if *program == meant),
+            "{e}"
+        );
+    }
+
+    #[test]
     fn the_filter_is_core_s_whole_table_with_setsid_allowed() {
         let ws = tempfile::tempdir().unwrap();
         let b = build(

@@ -122,9 +122,8 @@ pub fn check_lane(
         return Err(SandboxError::NotSupported {
             backend,
             feature: "network mode `proxy` (egress through an allowlist proxy)".into(),
-            remedy: "use a backend whose capability enforces it (`sandbox doctor` shows \
-                     each backend's), or network mode `loopback` or `full`"
-                .into(),
+            // A wider network is no remedy: the allowlist is what was asked for.
+            remedy: "use a backend that enforces it (`sandbox doctor` lists them)".into(),
         });
     }
     soft(

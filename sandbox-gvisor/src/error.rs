@@ -33,6 +33,34 @@ pub(crate) enum GvisorError {
         /// It, lossily.
         shown: String,
     },
+    /// `argv[0]` reaches the program through a link the sandbox does not show.
+    #[error(
+        "{named} leads to the program through the link {link}, which the sandbox does not \
+         show (gVisor looks the program up by its name inside); name it by its target, \
+         {program}, or grant the link's directory read-only"
+    )]
+    ProgramLink {
+        /// The path the name resolves to.
+        named: PathBuf,
+        /// The link not shown.
+        link: PathBuf,
+        /// The program the host resolved.
+        program: PathBuf,
+    },
+    /// `argv[0]` leads inside to another file than on the host (`..` after a link, or a
+    /// link changed meanwhile).
+    #[error(
+        "{named} leads inside the sandbox to {inside}, not to {program} as on the host; \
+         name the program by its target, {program}"
+    )]
+    ProgramElsewhere {
+        /// The path the name resolves to.
+        named: PathBuf,
+        /// Where it leads inside.
+        inside: PathBuf,
+        /// The program the host resolved.
+        program: PathBuf,
+    },
     /// runsc is not installed.
     #[error("runsc was not found ({0})")]
     Missing(String),
@@ -61,6 +89,9 @@ impl From<GvisorError> for SandboxError {
         match e {
             GvisorError::Path { field, .. } | GvisorError::NotUtf8 { field, .. } => {
                 SandboxError::invalid(field, text)
+            }
+            GvisorError::ProgramLink { .. } | GvisorError::ProgramElsewhere { .. } => {
+                SandboxError::invalid("argv", text)
             }
             GvisorError::Missing(_) => SandboxError::unavailable(NAME, text, INSTALL),
             GvisorError::Handover { field, .. } => SandboxError::NotSupported {

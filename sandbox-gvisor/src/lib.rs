@@ -16,13 +16,18 @@
 //!   symlinks recreated), gVisor's own `/proc`, `/dev` and `/sys`, private tmpfs on
 //!   `/tmp` (sized to the memory limit), `/home`, `/root`, `/run`; the workspace and the
 //!   named writable paths writable, carve-outs and named read-only paths read-only, the
-//!   program's own file when nothing else shows it; nothing else of the host. Every bind
+//!   program's own file when nothing else shows it (at the name it was given, when that
+//!   is hidden); nothing else of the host. Every bind
 //!   is `nosuid`, `nodev`; host unix sockets and FIFOs cannot be opened through them.
 //! - **Processes**: the command's processes exist only inside the Sentry; it sees and
 //!   signals nothing of the host's.
-//! - **Privileges**: no capabilities in any set, `noNewPrivileges`, and an OCI seccomp
-//!   filter (applied by the Sentry) that refuses setuid and setgid bits on every call
-//!   that sets a mode.
+//! - **Privileges**: no capabilities in any set, `noNewPrivileges`.
+//! - **System calls**: core's one syscall table, rendered as the OCI seccomp profile
+//!   docker's engine gets and applied by the Sentry (runsc `--oci-seccomp`): the same
+//!   kernel surface as every other backend (no nested namespaces, io_uring, ptrace or
+//!   keyring; no setuid or setgid bit on any call that sets a mode), `setsid` allowed as
+//!   on bwrap and docker. A denied call fails with its errno; the filter never notifies
+//!   (gVisor has no seccomp user notification), so denied calls are not reported.
 //! - **Network**: `none` and `loopback` get gVisor's own network stack with only its
 //!   loopback (`--network=none`): nothing of the host's is reachable. `full` is the host's
 //!   network stack (`--network=host`), which runsc offers only to a root host.
@@ -66,7 +71,9 @@
 //! - The full network without root (`runsc --rootless` has no host network).
 //! - Run what gVisor does not implement: this runsc (Debian's 2022 build) refuses
 //!   `statx` with `AT_NO_AUTOMOUNT`, so coreutils' `ls` and `stat` fail inside.
-//! - `argv[0]` is the program's resolved absolute path, not the name it was called by.
+//! - Run a program named through a link the sandbox does not show (a link under a
+//!   private tmpfs on the way to it): runsc looks the program up by its name inside, and
+//!   such a name is refused with the remedy (`spec::program_by_name`).
 //!
 //! # What it needs
 //!
@@ -94,8 +101,9 @@ mod error;
 mod host;
 mod spec;
 
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -235,6 +243,39 @@ fn capability(facts: &HostFacts) -> Capability {
     cap
 }
 
+/// The path the Sentry resolves `argv[0]` to, as runsc does: an absolute name as it is;
+/// a relative one with a slash joined to the working directory and cleaned without
+/// following links (runsc's `path.Join`); a bare name where the host found it on the
+/// plan's `PATH`, whose directories the Sentry searches in the same order.
+pub(crate) fn named_path(plan: &Plan) -> Result<PathBuf, SandboxError> {
+    let given = Path::new(&plan.argv[0]);
+    if given.is_absolute() {
+        return Ok(given.to_path_buf());
+    }
+    if plan.argv[0].as_bytes().contains(&b'/') {
+        let mut clean = PathBuf::from("/");
+        for c in plan.cwd.join(given).components() {
+            match c {
+                Component::Normal(n) => clean.push(n),
+                Component::ParentDir => {
+                    clean.pop();
+                }
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+        return Ok(clean);
+    }
+    let path = plan
+        .env_var("PATH")
+        .unwrap_or(std::ffi::OsStr::new(DEFAULT_PATH));
+    which::which_in(given, Some(path), &plan.cwd).map_err(|e| {
+        SandboxError::invalid(
+            "argv",
+            format!("program {} not found on PATH: {e}", given.display()),
+        )
+    })
+}
+
 /// A container id unique on this host for this process's lifetime.
 fn container_id() -> String {
     static N: AtomicU64 = AtomicU64::new(0);
@@ -347,11 +388,20 @@ impl Launcher for GvisorBackend {
             address_space: plan.limits.memory_bytes.filter(|_| memory_inside),
             tmpfs_bytes: plan.limits.memory_bytes,
         };
+        let named = named_path(plan)?;
         let layout = spec::Layout {
             system: &self.facts.system,
             staged: &staged,
+            named: &named,
         };
-        let b = spec::bundle(plan, layout, who, limits, &|p: &Path| p.is_dir())?;
+        let b = spec::bundle(
+            plan,
+            layout,
+            who,
+            limits,
+            &|p: &Path| p.is_dir(),
+            &|p: &Path| std::fs::read_link(p).ok(),
+        )?;
         written.write(&b)?;
         let (pid_file, ready) = written.ready()?;
         let args = spec::runsc_args(
@@ -394,6 +444,12 @@ impl Launcher for GvisorBackend {
             "runs as uid {} gid {} inside the Sentry, no capabilities",
             who.uid, who.gid
         ));
+        launch.notes.push(
+            "seccomp: core's syscall table as an OCI profile applied by the Sentry, setsid \
+             and setpgid allowed; it does not notify (gVisor has no seccomp user \
+             notification), so denied calls are refused, not reported"
+                .into(),
+        );
         for (tree, _) in &staged {
             launch.notes.push(format!(
                 "{} handed to uid {} by an idmapped mount",
@@ -434,6 +490,23 @@ mod tests {
             matches!(e, SandboxError::Unavailable { backend: NAME, .. }),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_proxy_refusal_names_no_wider_network() {
+        let facts = HostFacts::detect(&BackendConfig::default());
+        let ws = tempfile::tempdir().unwrap();
+        let mut opts = SandboxOpts::new(ws.path(), ["true"]);
+        opts.network = NetworkMode::Proxy;
+        opts.allow_hosts.push("example.test".into());
+        let e = Plan::new(&opts, NAME, &capability(&facts)).unwrap_err();
+        let SandboxError::NotSupported { remedy, .. } = &e else {
+            panic!("{e}");
+        };
+        // The remedy keeps the confinement asked for: another backend, as doctor shows.
+        assert!(remedy.contains("sandbox doctor"), "{remedy}");
+        assert!(!remedy.contains("full"), "{remedy}");
+        assert!(!remedy.contains('\n') && remedy.len() < 100, "{remedy}");
     }
 
     #[test]

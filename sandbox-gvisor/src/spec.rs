@@ -16,7 +16,7 @@
 //!   `/root` and `/run`;
 //! - the caller's paths: extra read-only paths, the workspace and extra writable paths
 //!   writable, carve-outs read-only over them; the program's own file read-only when
-//!   nothing else shows it.
+//!   nothing else shows it (at the name it was given, when that is hidden).
 //!
 //! A path named more than once gets one mount, the one the caller meant: a carve-out (a
 //! restriction) over a writable grant over a read-only grant; a caller's path replaces a
@@ -25,22 +25,72 @@
 //!
 //! # The process
 //!
-//! The plan's program (the canonical path `argv[0]` resolved to on the host) with the
-//! plan's arguments, environment and working directory; no capabilities in any set,
-//! `noNewPrivileges`; the uid of [`Identity`]; the process cap, the open-files limit and
-//! (without a cgroup) the memory limit as rlimits that the Sentry enforces for the
-//! sandbox's own processes; an OCI seccomp filter, applied by the Sentry, that refuses
-//! setuid and setgid bits on every call that sets a mode.
+//! `argv[0]` exactly as given (the Sentry resolves it inside, to the program the host
+//! resolved: see `program_by_name`) with the plan's arguments, environment and working
+//! directory; no capabilities in any set, `noNewPrivileges`; the uid of [`Identity`];
+//! the process cap, the open-files limit and (without a cgroup) the memory limit as
+//! rlimits that the Sentry enforces for the sandbox's own processes; core's one syscall
+//! table as an OCI seccomp filter, applied by the Sentry (see [`SYSCALL_POLICY`]).
 
 use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use sandbox_core::{NetworkMode, Plan};
 use sandbox_host::layout::{depth, MountTable, Origin, SystemEntry};
-use sandbox_host::syscalls::oci;
+use sandbox_host::syscalls::{denials, oci, Rule, SyscallPolicy};
 use serde_json::{json, Value};
 
 use crate::error::GvisorError;
+
+/// The table's policy here, as for docker's containers: the Sentry is the init of a pid
+/// namespace of its own holding the whole tree, so a new session or process group
+/// escapes no kill (`setsid` allowed, as on bwrap and docker); the network is gVisor's
+/// own stack (only its loopback, or the host's with `full`), so sockets are not filtered.
+///
+/// The Sentry answers the command's calls with its own kernel, never the host's, so
+/// what the table denies is not a host escape here either way; it is denied so that the
+/// command meets the same kernel surface on every backend (no nested user namespaces, no
+/// io_uring, no ptrace, no keyring), and the setuid rules still keep a setuid file off
+/// the host's disk. Checked on this runsc build (Debian's 2022 one): it applies the
+/// masked argument comparisons (`clone`'s namespace flags, a mode's setuid bits) but not
+/// `errnoRet` nor `defaultErrnoRet` (see [`profile`]), as `kernel::surface_refused` and
+/// the smoke tests show.
+pub(crate) const SYSCALL_POLICY: SyscallPolicy = SyscallPolicy {
+    network: NetworkMode::Full,
+    deny_setsid: false,
+};
+
+/// Core's allow-list for [`SYSCALL_POLICY`], as docker's engine gets it, save the calls
+/// the table refuses with `ENOSYS` so that the C library falls back (`clone3`, `openat2`):
+/// this runsc turns every refusal into `EPERM` (it ignores `errnoRet` and
+/// `defaultErrnoRet`), and glibc falls back from `clone3` to `clone` only on `ENOSYS`, so
+/// refusing it here would break every thread and `posix_spawn`. The Sentry does not
+/// implement `clone3` and answers `ENOSYS` itself (this runsc cannot name `openat2`, so
+/// the filter still refuses that one, with `EPERM`), which the smoke test
+/// `the_syscall_table_applies_with_its_errnos` and the case `kernel::surface_refused`
+/// check: a runsc that implemented `clone3` would fail them before its namespace flags
+/// went unfiltered. For the same reason a call no rule names (one this runsc cannot name,
+/// which is most calls numbered from 427 on, or a number past the table) gets `EPERM`, not
+/// `ENOSYS`; of those the Sentry implements none, and glibc 2.36 falls back from none.
+pub(crate) fn profile() -> oci::Profile {
+    let mut p = oci::allow_list(&SYSCALL_POLICY);
+    let fall_back: Vec<&'static str> = denials(&SYSCALL_POLICY)
+        .filter(|d| d.rule == Rule::FallBack)
+        .map(|d| d.name)
+        .collect();
+    p.syscalls.retain_mut(|r| {
+        r.names.retain(|n| !fall_back.contains(n));
+        !r.names.is_empty()
+    });
+    if let Some(allow) = p
+        .syscalls
+        .iter_mut()
+        .find(|r| r.action == oci::Action::Allow && r.args.is_empty())
+    {
+        allow.names.extend(fall_back);
+    }
+    p
+}
 
 /// The private tmpfs directories.
 const PRIVATE_TMPFS: &[&str] = &["/tmp", "/home", "/root", "/run"];
@@ -88,6 +138,8 @@ pub(crate) struct Layout<'a> {
     /// Caller's paths bound from elsewhere: the idmapped staging mount that hands a tree
     /// to the command's uid (destination, source).
     pub staged: &'a [(PathBuf, PathBuf)],
+    /// The path the Sentry resolves `argv[0]` to (see `crate::named_path`).
+    pub named: &'a Path,
 }
 
 /// Something to make in the bundle's root directory before runsc starts: a mount point
@@ -167,14 +219,120 @@ fn above(t: &Table, path: &Path) -> bool {
         .any(|d| d.as_path() != path && path.starts_with(d))
 }
 
+/// Where `path` leads inside the sandbox, following links as the kernel does (`..` after
+/// a link is taken from the link's target). Each link on the way must be one the sandbox
+/// shows, the host's own through a bind or a system link recreated on our root: else
+/// `Err` with that link, which does not exist inside. `read_link` is the host's.
+fn follow(
+    t: &Table,
+    system: &[(PathBuf, SystemEntry)],
+    path: &Path,
+    read_link: &dyn Fn(&Path) -> Option<PathBuf>,
+) -> Result<PathBuf, PathBuf> {
+    // The components still to walk, the next one last.
+    fn push(rest: &mut Vec<OsString>, p: &Path) {
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => rest.push(n.to_owned()),
+                Component::ParentDir => rest.push("..".into()),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
+        }
+    }
+    let mut rest = Vec::new();
+    push(&mut rest, path);
+    let mut at = PathBuf::from("/");
+    // The kernel's own bound on links followed in one lookup.
+    let mut hops = 0;
+    while let Some(c) = rest.pop() {
+        if c == ".." {
+            at.pop();
+            continue;
+        }
+        let next = at.join(&c);
+        let Some(target) = read_link(&next) else {
+            at = next;
+            continue;
+        };
+        let recreated = system
+            .iter()
+            .any(|(p, e)| *p == next && matches!(e, SystemEntry::Symlink(_)));
+        hops += 1;
+        if hops > 40 || !(recreated || shows_host(t, &next)) {
+            return Err(next);
+        }
+        if target.is_absolute() {
+            at = PathBuf::from("/");
+        }
+        push(&mut rest, &target);
+    }
+    Ok(at)
+}
+
+/// Make the program's name, as given, lead to the program inside; the destination of a
+/// bind of the program's file made for it, if one was.
+///
+/// runsc has no separate path to execute: `args[0]` is both the name the command sees
+/// and the path the Sentry looks up inside (against the working directory, or on the
+/// `PATH`), so that path must lead to the file the host resolved before anything runs.
+/// Its directory is walked as the kernel would inside ([`follow`]); a link there the
+/// sandbox does not show is refused. The name in that directory:
+/// - shown (the workspace, a system directory, a granted path): the host's own entry,
+///   a link kept as a link (a venv's `bin/python` next to its `pyvenv.cfg`), followed to
+///   the program, whose file is granted where nothing else shows it;
+/// - not shown (a tool in the caller's home, under a private tmpfs): the program's file
+///   bound read-only at that name, which grants the file, not its directory.
+///
+/// Inside, a name on the `PATH` cannot be found earlier than on the host: every file
+/// the sandbox shows is the host's at the same path.
+fn program_by_name(
+    table: &mut Table,
+    plan: &Plan,
+    layout: &Layout<'_>,
+    read_link: &dyn Fn(&Path) -> Option<PathBuf>,
+) -> Result<Option<PathBuf>, GvisorError> {
+    let named = layout.named;
+    let refused = |link: PathBuf| GvisorError::ProgramLink {
+        named: named.to_path_buf(),
+        link,
+        program: plan.program.clone(),
+    };
+    let (Some(dir), Some(name)) = (named.parent(), named.file_name()) else {
+        return Err(refused(named.to_path_buf()));
+    };
+    let at = follow(table, layout.system, dir, read_link)
+        .map_err(refused)?
+        .join(name);
+    if shows_host(table, &at) {
+        let end = follow(table, layout.system, &at, read_link).map_err(refused)?;
+        if end != plan.program {
+            return Err(GvisorError::ProgramElsewhere {
+                named: named.to_path_buf(),
+                inside: end,
+                program: plan.program.clone(),
+            });
+        }
+        if !shows_host(table, &plan.program) {
+            check_user_path("argv", &plan.program)?;
+            grant(table, &plan.program, Origin::Program);
+        }
+        Ok(None)
+    } else {
+        check_user_path("argv", &at)?;
+        grant(table, &at, Origin::Program);
+        Ok(Some(at))
+    }
+}
+
 /// The bundle for `plan`. `is_dir` says whether a host path is a directory (for the
-/// kind of mount point to make).
+/// kind of mount point to make); `read_link` reads a host link (`None`: not a link).
 pub(crate) fn bundle(
     plan: &Plan,
     layout: Layout<'_>,
     who: Identity,
     limits: InsideLimits,
     is_dir: &dyn Fn(&Path) -> bool,
+    read_link: &dyn Fn(&Path) -> Option<PathBuf>,
 ) -> Result<Bundle, GvisorError> {
     let mut table = Table::default();
     let mut skeleton = Vec::new();
@@ -215,13 +373,9 @@ pub(crate) fn bundle(
             grant(&mut table, p, origin);
         }
     }
-    // A program outside everything shown (a tool in the caller's home, a test binary in a
-    // build directory) gets its own file: naming it to run grants it, not its directory.
-    // A symlinked system directory counts as shown through its target.
-    if !shows_host(&table, &plan.program) {
-        check_user_path("argv", &plan.program)?;
-        grant(&mut table, &plan.program, Origin::Program);
-    }
+    // The program, by the name it was given: `args[0]` is `argv[0]` as given, which the
+    // Sentry resolves inside (see `program_by_name`).
+    let named_bind = program_by_name(&mut table, plan, &layout, read_link)?;
 
     // `/dev/shm` is a writable tmpfs of the Sentry's: without a size it is unbounded (as
     // the class 3 found on the other backends), so it gets the memory limit too.
@@ -254,6 +408,9 @@ pub(crate) fn bundle(
                 let rw = if m.op == Op::Bind { "rw" } else { "ro" };
                 let source = match layout.staged.iter().find(|(at, _)| at == dest) {
                     Some((_, from)) => text("mounts", "a path", from.as_os_str())?,
+                    None if named_bind.as_deref() == Some(dest.as_path()) => {
+                        text("argv", "the program", plan.program.as_os_str())?
+                    }
                     None => d,
                 };
                 json!({"destination": d, "type": "bind", "source": source,
@@ -287,7 +444,9 @@ pub(crate) fn bundle(
         }
     }
 
-    let mut args = vec![text("argv", "the program", plan.program.as_os_str())?.to_owned()];
+    // Exactly as given: a launcher that looks at how it was called (a venv's
+    // `bin/python`, rustup's `cargo`) sees the name, not its target.
+    let mut args = vec![text("argv", "the program", &plan.argv[0])?.to_owned()];
     for a in &plan.argv[1..] {
         args.push(text("argv", "an argument", a)?.to_owned());
     }
@@ -344,10 +503,9 @@ pub(crate) fn bundle(
         "mounts": mounts,
         "linux": {
             "namespaces": namespaces,
-            // The command's filter, applied by the Sentry: core's table of the calls that
-            // would leave a setuid or setgid file on the host (nothing else: the Sentry
-            // never passes the command's calls to the host's kernel).
-            "seccomp": oci::setid_denials(),
+            // The command's filter, applied by the Sentry: core's whole table (see
+            // `profile`).
+            "seccomp": profile(),
         },
     });
     Ok(Bundle { config, skeleton })
@@ -379,7 +537,7 @@ pub(crate) fn runsc_args(
     opt("--platform=ptrace");
     // The whole tree is already in the run's cgroups (core's), where the host has them.
     opt("--ignore-cgroups");
-    // The command's filter (setuid bits), applied by the Sentry.
+    // The command's filter (core's syscall table), applied by the Sentry.
     opt("--oci-seccomp");
     // No host unix socket or FIFO may be opened through a bound path.
     opt("--host-uds=none");
@@ -402,7 +560,7 @@ pub(crate) fn runsc_args(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sandbox_core::{Capability, SandboxOpts};
+    use sandbox_core::{Capability, SandboxError, SandboxOpts};
 
     /// The backend's own capability, as on a root host (every network mode).
     fn cap() -> Capability {
@@ -425,11 +583,26 @@ mod tests {
     fn refusal(opts: &SandboxOpts) -> GvisorError {
         let plan = Plan::new(opts, "gvisor", &cap()).unwrap();
         let sys = system();
+        let named = crate::named_path(&plan).unwrap();
         let layout = Layout {
             system: &sys,
             staged: &[],
+            named: &named,
         };
-        bundle(&plan, layout, WHO, InsideLimits::default(), &|_| true).unwrap_err()
+        bundle(
+            &plan,
+            layout,
+            WHO,
+            InsideLimits::default(),
+            &|_| true,
+            &link,
+        )
+        .unwrap_err()
+    }
+
+    /// The host's links, as `prepare` reads them.
+    fn link(p: &Path) -> Option<PathBuf> {
+        std::fs::read_link(p).ok()
     }
 
     const WHO: Identity = Identity {
@@ -440,15 +613,18 @@ mod tests {
     fn build(opts: &SandboxOpts, limits: InsideLimits) -> Bundle {
         let plan = Plan::new(opts, "gvisor", &cap()).unwrap();
         let sys = system();
+        let named = crate::named_path(&plan).unwrap();
         bundle(
             &plan,
             Layout {
                 system: &sys,
                 staged: &[],
+                named: &named,
             },
             WHO,
             limits,
             &|p: &Path| p.is_dir(),
+            &link,
         )
         .unwrap()
     }
@@ -552,11 +728,21 @@ mod tests {
         let sys = system();
         let w = ws.path().canonicalize().unwrap();
         let staged = [(w.clone(), PathBuf::from("/b/stage/0"))];
+        let named = crate::named_path(&plan).unwrap();
         let layout = Layout {
             system: &sys,
             staged: &staged,
+            named: &named,
         };
-        let b = bundle(&plan, layout, WHO, InsideLimits::default(), &|_| true).unwrap();
+        let b = bundle(
+            &plan,
+            layout,
+            WHO,
+            InsideLimits::default(),
+            &|_| true,
+            &link,
+        )
+        .unwrap();
         let m = b.config["mounts"]
             .as_array()
             .unwrap()
@@ -590,11 +776,21 @@ mod tests {
             let mut plan = Plan::new(&opts, "gvisor", &cap()).unwrap();
             plan.read_only_paths.push(bad.into());
             let sys = system();
+            let named = crate::named_path(&plan).unwrap();
             let layout = Layout {
                 system: &sys,
                 staged: &[],
+                named: &named,
             };
-            let e = bundle(&plan, layout, WHO, InsideLimits::default(), &|_| true).unwrap_err();
+            let e = bundle(
+                &plan,
+                layout,
+                WHO,
+                InsideLimits::default(),
+                &|_| true,
+                &link,
+            )
+            .unwrap_err();
             assert!(
                 matches!(e, GvisorError::Path { field: "read_only_paths", ref path, .. } if path == Path::new(bad)),
                 "{bad}: {e}"
@@ -611,11 +807,8 @@ mod tests {
         opts.env.set.push(("FOO".into(), "x=y".into()));
         let b = build(&opts, InsideLimits::default());
         let p = &b.config["process"];
-        let program = which::which("true").unwrap().canonicalize().unwrap();
-        assert_eq!(
-            p["args"],
-            json!([program.to_str().unwrap(), "a b", "", "$(id)"])
-        );
+        // `argv[0]` exactly as given, which the Sentry looks up on the `PATH` inside.
+        assert_eq!(p["args"], json!(["true", "a b", "", "$(id)"]));
         let env: Vec<&str> = p["env"]
             .as_array()
             .unwrap()
@@ -663,35 +856,61 @@ mod tests {
         assert!(o.contains(&"size=1048576".to_owned()), "{o:?}");
     }
 
+    /// The bundle for a plan whose program the host found at `program` (a path this test
+    /// names, wherever the checkout lies: the policy only asks the host whether it is a
+    /// directory or a link, and a path that does not exist is neither).
+    fn build_for_program(ws: &Path, program: &Path) -> Bundle {
+        let me = std::env::current_exe().unwrap();
+        let mut plan =
+            Plan::new(&SandboxOpts::new(ws, [me.as_os_str()]), "gvisor", &cap()).unwrap();
+        plan.program = program.to_path_buf();
+        plan.argv[0] = program.as_os_str().to_owned();
+        let sys = system();
+        let layout = Layout {
+            system: &sys,
+            staged: &[],
+            named: program,
+        };
+        bundle(
+            &plan,
+            layout,
+            WHO,
+            InsideLimits::default(),
+            &|p: &Path| p.is_dir(),
+            &link,
+        )
+        .unwrap()
+    }
+
     #[test]
     fn a_program_outside_everything_gets_its_own_file_and_mount_points() {
         let ws = tempfile::tempdir().unwrap();
-        // The test binary itself: in target/, which nothing else shows.
-        let me = std::env::current_exe().unwrap().canonicalize().unwrap();
-        let opts = SandboxOpts::new(ws.path(), [me.as_os_str()]);
-        let b = build(&opts, InsideLimits::default());
-        let (t, o) = mount_of(&b, &me).unwrap();
+        // A test binary in a build directory nothing else shows, on our own root.
+        let prog = Path::new("/sandbox-gvisor-test-build/target/debug/prog");
+        let b = build_for_program(ws.path(), prog);
+        let (t, o) = mount_of(&b, prog).unwrap();
         assert_eq!(t, "bind");
         assert!(o.contains(&"ro".to_owned()));
-        assert!(b.skeleton.contains(&Skeleton::File(me.clone())));
-        for a in me.ancestors().skip(1).filter(|a| depth(a) > 0) {
-            if !a.starts_with("/tmp") && !a.starts_with("/usr") {
-                assert!(
-                    b.skeleton.contains(&Skeleton::Dir(a.into())),
-                    "{}",
-                    a.display()
-                );
-            }
+        assert!(b.skeleton.contains(&Skeleton::File(prog.into())));
+        for a in prog.ancestors().skip(1).filter(|a| depth(a) > 0) {
+            assert!(
+                b.skeleton.contains(&Skeleton::Dir(a.into())),
+                "{}",
+                a.display()
+            );
         }
-        // Under a private tmpfs, the program's file is still bound.
-        let tmp = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
-        let prog = tmp.path().canonicalize().unwrap().join("prog");
-        std::fs::copy(&me, &prog).unwrap();
-        let b = build(
-            &SandboxOpts::new(ws.path(), [prog.as_os_str()]),
-            InsideLimits::default(),
-        );
-        assert_eq!(mount_of(&b, &prog).unwrap().0, "bind");
+        // Under a private tmpfs, the program's file is still bound; runsc makes its mount
+        // point in the tmpfs, so the bundle's root gets none.
+        let prog = Path::new("/tmp/sandbox-gvisor-test-build/prog");
+        let b = build_for_program(ws.path(), prog);
+        let (t, o) = mount_of(&b, prog).unwrap();
+        assert_eq!(t, "bind");
+        assert!(o.contains(&"ro".to_owned()));
+        let dir = prog.parent().unwrap();
+        assert!(!b
+            .skeleton
+            .iter()
+            .any(|s| matches!(s, Skeleton::File(p) | Skeleton::Dir(p) if p.starts_with(dir))));
         // A system program gets nothing of its own.
         let b = build(
             &SandboxOpts::new(ws.path(), ["true"]),
@@ -700,21 +919,143 @@ mod tests {
         assert!(!mounts(&b).iter().any(|m| m.0.ends_with("/true")));
     }
 
+    /// A file that can be run, in `dir`.
+    fn executable(dir: &Path, name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let p = dir.join(name);
+        std::fs::write(&p, "#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+        p
+    }
+
     #[test]
-    fn the_filter_is_core_s_for_a_kernel_of_its_own() {
+    fn args0_is_the_name_given_and_a_shown_link_is_kept() {
+        // A venv's `bin/python` in the workspace: a link, relative, to a system program.
+        let ws = tempfile::tempdir().unwrap();
+        let bin = ws.path().join(".venv/bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let system = which::which("true").unwrap();
+        std::os::unix::fs::symlink(&system, bin.join("python")).unwrap();
+        let b = build(
+            &SandboxOpts::new(ws.path(), [".venv/bin/python", "-c", "x"]),
+            InsideLimits::default(),
+        );
+        assert_eq!(
+            b.config["process"]["args"],
+            json!([".venv/bin/python", "-c", "x"])
+        );
+        // Shown by the workspace, and its target by the system: nothing of their own.
+        assert!(
+            !mounts(&b)
+                .iter()
+                .any(|m| m.0.ends_with("/python") || m.0.ends_with("/true")),
+            "{:?}",
+            mounts(&b)
+        );
+    }
+
+    #[test]
+    fn a_name_under_a_private_tmpfs_gets_the_program_s_file() {
+        // rustup's `cargo`: a link, in a directory the sandbox hides, to a program
+        // nothing shows either.
+        let ws = tempfile::tempdir().unwrap();
+        let home = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        let home = home.path().canonicalize().unwrap();
+        let real = executable(&home, "rustup");
+        let named = home.join("cargo");
+        std::os::unix::fs::symlink("rustup", &named).unwrap();
+        let b = build(
+            &SandboxOpts::new(ws.path(), [named.as_os_str()]),
+            InsideLimits::default(),
+        );
+        assert_eq!(b.config["process"]["args"][0], named.to_str().unwrap());
+        let m = b.config["mounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| Path::new(m["destination"].as_str().unwrap()) == named)
+            .unwrap();
+        // The program's file at the name, read-only; not its directory, not the target's
+        // own path.
+        assert_eq!(m["source"], real.to_str().unwrap());
+        assert_eq!(m["options"][1], "ro");
+        assert!(mount_of(&b, &real).is_none());
+        assert!(mount_of(&b, &home).is_none());
+    }
+
+    #[test]
+    fn a_name_through_a_link_the_sandbox_does_not_show_is_refused() {
+        // `/tmp/…/lnk -> WORKSPACE/bin`: the program is shown, but the link leading to it
+        // lies under a private tmpfs, so the name leads nowhere inside.
+        let ws = tempfile::tempdir().unwrap();
+        let bin = ws.path().canonicalize().unwrap().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        executable(&bin, "tool");
+        let hidden = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+        let lnk = hidden.path().canonicalize().unwrap().join("lnk");
+        std::os::unix::fs::symlink(&bin, &lnk).unwrap();
+        let e = refusal(&SandboxOpts::new(ws.path(), [lnk.join("tool").as_os_str()]));
+        assert!(
+            matches!(&e, GvisorError::ProgramLink { link, .. } if *link == lnk),
+            "{e}"
+        );
+        let shown = SandboxError::from(e).to_string();
+        assert!(shown.contains("grant the link's directory"), "{shown}");
+    }
+
+    #[test]
+    fn a_name_that_leads_elsewhere_inside_is_refused() {
+        // `l/../tool` with `l -> a/b`: the host's kernel takes `..` from the link's target
+        // (`a/tool`), runsc cleans the name first (`tool`): another program.
+        let ws = tempfile::tempdir().unwrap();
+        let w = ws.path().canonicalize().unwrap();
+        std::fs::create_dir_all(w.join("a/b")).unwrap();
+        std::os::unix::fs::symlink("a/b", w.join("l")).unwrap();
+        let meant = executable(&w.join("a"), "tool");
+        executable(&w, "tool");
+        let e = refusal(&SandboxOpts::new(ws.path(), ["l/../tool"]));
+        assert!(
+            matches!(&e, GvisorError::ProgramElsewhere { program, .. } if *program == meant),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn the_filter_is_core_s_whole_table_with_setsid_allowed() {
         let ws = tempfile::tempdir().unwrap();
         let b = build(
             &SandboxOpts::new(ws.path(), ["true"]),
             InsideLimits::default(),
         );
-        assert_eq!(
-            b.config["linux"]["seccomp"],
-            serde_json::to_value(oci::setid_denials()).unwrap()
-        );
-        assert_eq!(
-            b.config["linux"]["seccomp"]["defaultAction"],
-            "SCMP_ACT_ALLOW"
-        );
+        let f = &b.config["linux"]["seccomp"];
+        assert_eq!(f["defaultAction"], "SCMP_ACT_ERRNO");
+        // Core's allow-list, save the two calls the Sentry answers ENOSYS itself.
+        let core = serde_json::to_value(oci::allow_list(&SYSCALL_POLICY)).unwrap();
+        let without = |v: &Value| {
+            let mut v = v.clone();
+            let rules = v["syscalls"].as_array_mut().unwrap();
+            for r in rules.iter_mut() {
+                let names = r["names"].as_array_mut().unwrap();
+                names.retain(|n| n != "clone3" && n != "openat2");
+            }
+            rules.retain(|r| !r["names"].as_array().unwrap().is_empty());
+            v
+        };
+        assert_eq!(without(f), without(&core));
+        let allowed = f["syscalls"][0]["names"].as_array().unwrap();
+        for n in ["clone3", "openat2"] {
+            assert!(allowed.iter().any(|a| a == n), "{n}");
+        }
+        for n in ["unshare", "io_uring_setup", "ptrace", "keyctl", "clone"] {
+            assert!(
+                !allowed.iter().any(|a| a == n),
+                "{n} is allowed whatever its arguments"
+            );
+        }
+        // A tree held by the Sentry's pid namespace: sessions escape no kill.
+        for n in ["setsid", "setpgid", "socket", "execve"] {
+            assert!(allowed.iter().any(|a| a == n), "{n}");
+        }
     }
 
     #[test]

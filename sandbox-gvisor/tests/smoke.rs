@@ -302,3 +302,153 @@ async fn preflight_runs_a_real_command() {
         "{pre:?}"
     );
 }
+
+/// The filter as this runsc build applies it: the table's denials refused (`EPERM`),
+/// `clone`'s namespace flags judged by argument (a plain fork and a thread still work),
+/// `clone3` answered `ENOSYS` by the Sentry (so the C library falls back; see
+/// `spec::profile`), `openat2` refused, and a call the profile cannot name refused with `EPERM`: this
+/// runsc ignores `defaultErrnoRet`, the reason `clone3` is not refused by the filter.
+#[tokio::test]
+async fn the_syscall_table_applies_with_its_errnos() {
+    if !available() {
+        return;
+    }
+    let _one = SERIAL.lock().await;
+    let ws = workspace();
+    let script = r#"
+import ctypes, os, threading
+libc = ctypes.CDLL(None, use_errno=True)
+def call(nr, *args):
+    r = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    return 0 if r >= 0 else ctypes.get_errno()
+# unshare(CLONE_NEWUSER), clone(CLONE_NEWUSER | SIGCHLD), io_uring_setup(0, NULL),
+# clone3(NULL, 0), openat2(AT_FDCWD, NULL, NULL, 0), a number past every table.
+print("unshare", call(272, 0x10000000))
+print("clone-newuser", call(56, 0x10000000 | 17, 0, 0, 0, 0))
+print("io_uring_setup", call(425, 0, 0))
+print("clone3", call(435, 0, 0))
+# openat2: this runsc cannot name it, so the filter refuses it (EPERM); either way
+# the call is not reached.
+print("openat2", "refused" if call(437, -100, 0, 0, 0) in (1, 38) else "reached")
+print("unnamed", call(1000))
+pid = os.fork()
+if pid == 0:
+    os._exit(0)
+os.waitpid(pid, 0)
+t = threading.Thread(target=lambda: None)
+t.start()
+t.join()
+print("fork and thread")
+"#;
+    let opts = SandboxOpts::new(ws.path(), ["/usr/bin/python3", "-c", script]);
+    let out = sandbox_gvisor::sandbox().execute(opts).await.unwrap();
+    let want = format!(
+        "unshare {eperm}\nclone-newuser {eperm}\nio_uring_setup {eperm}\nclone3 {enosys}\n\
+         openat2 refused\nunnamed {eperm}\nfork and thread\n",
+        eperm = libc::EPERM,
+        enosys = libc::ENOSYS,
+    );
+    assert_eq!(out.stdout.text(), want, "{}", out.stderr.text());
+}
+
+/// A program named through a link runs as that name: a venv's `bin/python` in the
+/// workspace is a venv (`sys.prefix` is the venv, found next to the link), and a link to
+/// Python in a directory the sandbox hides (rustup's `cargo` in the caller's home) is
+/// called by that path.
+#[tokio::test]
+async fn a_program_named_through_a_link_runs_as_that_name() {
+    if !available() {
+        return;
+    }
+    let _one = SERIAL.lock().await;
+    let ws = workspace();
+    let venv = ws.path().canonicalize().unwrap().join(".venv");
+    std::fs::create_dir_all(venv.join("bin")).unwrap();
+    std::os::unix::fs::symlink("/usr/bin/python3", venv.join("bin/python")).unwrap();
+    std::fs::write(
+        venv.join("pyvenv.cfg"),
+        "home = /usr/bin\ninclude-system-site-packages = false\n",
+    )
+    .unwrap();
+    let hidden = tempfile::Builder::new().tempdir_in("/tmp").unwrap();
+    let hidden_bin = hidden.path().canonicalize().unwrap();
+    // Readable and searchable by the command's uid (the workspace's owner, or nobody).
+    std::fs::set_permissions(
+        &hidden_bin,
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let named = hidden_bin.join("cargo");
+    std::os::unix::fs::symlink("/usr/bin/python3", &named).unwrap();
+    let script = "import sys; print(sys.prefix); print(sys.executable)";
+    for (argv0, prefix, executable) in [
+        (
+            ".venv/bin/python".to_owned(),
+            venv.display().to_string(),
+            venv.join("bin/python").display().to_string(),
+        ),
+        (
+            named.display().to_string(),
+            "/usr".to_owned(),
+            named.display().to_string(),
+        ),
+    ] {
+        let opts = SandboxOpts::new(ws.path(), [argv0.as_str(), "-c", script]);
+        let out = sandbox_gvisor::sandbox().execute(opts).await.unwrap();
+        assert_eq!(
+            out.stdout.text(),
+            format!("{prefix}\n{executable}\n"),
+            "{argv0}: {}",
+            out.stderr.text()
+        );
+    }
+}
+
+/// A fork storm stops at the process cap: the Sentry enforces `RLIMIT_NPROC` for the
+/// sandbox's own processes (`fork` fails with `EAGAIN` at the cap, the parent counted),
+/// and the outcome names that mechanism. It is the only bound: core leaves the cgroup's
+/// pids controller off runsc's tree (`Launch::limits_inside`), whose processes are the
+/// Sentry's, not the command's.
+#[tokio::test]
+async fn a_fork_storm_stops_at_the_process_cap() {
+    if !available() {
+        return;
+    }
+    let _one = SERIAL.lock().await;
+    const CAP: u64 = 48;
+    let ws = workspace();
+    let script = r#"
+import os, time
+n = 0
+while True:
+    try:
+        pid = os.fork()
+    except OSError as e:
+        print(n, e.errno, flush=True)
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+"#;
+    let mut opts = SandboxOpts::new(ws.path(), ["/usr/bin/python3", "-c", script]);
+    opts.limits.max_processes = Some(CAP);
+    opts.timeout = Some(Duration::from_secs(120));
+    let out = sandbox_gvisor::sandbox().execute(opts).await.unwrap();
+    let text = out.stdout.text();
+    let got: Vec<i64> = text
+        .split_whitespace()
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert_eq!(got.len(), 2, "{text} {}", out.stderr.text());
+    assert!(got[0] < CAP as i64, "{got:?}");
+    assert_eq!(got[1], i64::from(libc::EAGAIN), "{got:?}");
+    let record = out
+        .policy
+        .limits
+        .iter()
+        .find(|l| l.limit == "processes")
+        .unwrap();
+    assert_eq!(record.value, CAP);
+    assert_eq!(record.mechanism, sandbox_core::LimitMechanism::Rlimit);
+}

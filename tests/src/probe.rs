@@ -1317,6 +1317,25 @@ fn child_unshare_mountns() -> libc::c_long {
     libc::c_long::from(unsafe { libc::unshare(libc::CLONE_NEWNS) })
 }
 
+fn clone_newuser() -> (i64, i32) {
+    let flags = (libc::CLONE_NEWUSER | libc::SIGCHLD) as libc::c_ulong;
+    let null = std::ptr::null::<libc::c_void>();
+    // SAFETY: a raw fork-like clone (no new stack: the child runs on a copy of ours) whose
+    // child leaves at once without touching anything.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, flags, null, null, null, 0) };
+    if pid == 0 {
+        // SAFETY: leave at once.
+        unsafe { libc::_exit(0) };
+    }
+    let r = sys(pid);
+    if pid > 0 {
+        let mut status = 0;
+        // SAFETY: reaping our own child.
+        unsafe { libc::waitpid(pid as libc::pid_t, &mut status, 0) };
+    }
+    r
+}
+
 fn child_setsid() -> libc::c_long {
     // SAFETY: a new session for the forked child only.
     libc::c_long::from(unsafe { libc::setsid() })
@@ -1345,6 +1364,9 @@ fn invoke(name: &str) -> Option<(i64, i32)> {
             "unshare" => sys(libc::c_long::from(libc::unshare(libc::CLONE_NEWUSER))),
             // A new mount namespace, in a child that exits at once.
             "unshare-mountns" => in_child(child_unshare_mountns),
+            // A child born in a new user namespace (`clone`'s flags, which a filter reads
+            // as an argument), that exits at once.
+            "clone-newuser" => clone_newuser(),
             // NULL target: EFAULT when mount is reachable.
             "mount" => sys(libc::syscall(libc::SYS_mount, null, null, null, 0, null)),
             "umount" => sys(libc::syscall(libc::SYS_umount2, null, 0)),

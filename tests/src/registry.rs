@@ -247,6 +247,14 @@ pub mod require {
             "an open-files limit (capability.open_files_limit)",
         )
     }
+    /// `confine_writes`, read as "core's syscall table applies": every backend that
+    /// confines installs it (as a BPF program, or as an OCI profile its runtime applies).
+    pub fn syscall_table(c: &Capability) -> Result<(), String> {
+        claim(
+            c.confine_writes,
+            "confinement (capability.confine_writes), which comes with core's syscall table",
+        )
+    }
     /// `cpu_limit`.
     pub fn cpu_limit(c: &Capability) -> Result<(), String> {
         claim(c.cpu_limit, "a CPU-time limit (capability.cpu_limit)")
@@ -347,6 +355,7 @@ pub fn cases() -> Vec<Case> {
         case!(api::exit_codes, always),
         case!(api::signal_status, signal_status),
         case!(api::argv_roundtrip, always),
+        case!(api::argv0_as_given, always),
         case!(api::argv_arbitrary_bytes, always),
         case!(api::stdin, always),
         case!(api::timeout, always),
@@ -436,6 +445,7 @@ pub fn cases() -> Vec<Case> {
             drops_host_root,
             confinement
         ),
+        case!(kernel::surface_refused, syscall_table, confinement),
         case!(scale::concurrent_32, always),
         case!(denials::syscalls_reported, reports_syscall_denials),
         case!(denials::allowed_not_reported, always),

@@ -116,6 +116,49 @@ pub async fn argv_roundtrip(ctx: Arc<Context>) -> CaseResult {
     Ok(())
 }
 
+/// `argv[0]` is exactly as given when the program is named through links (a venv's
+/// `bin/python`, rustup's `cargo`: launchers that look at how they were called): a
+/// relative path, a chain of links, an absolute path and a bare name found on `PATH`.
+pub async fn argv0_as_given(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("argv0")?;
+    let bin = ws.path().join("bin");
+    std::fs::create_dir(&bin)?;
+    // bin/tool -> the probe (absolute, as the sandbox sees it); bin/py -> tool (relative).
+    std::os::unix::fs::symlink(ctx.probe(), bin.join("tool"))?;
+    std::os::unix::fs::symlink("tool", bin.join("py"))?;
+    let absolute = bin.join("py").to_string_lossy().into_owned();
+    let path = format!("{}:{}", bin.display(), sandbox_core::DEFAULT_PATH);
+    for (given, on_path) in [
+        ("./bin/tool", false),
+        ("bin/py", false),
+        (absolute.as_str(), false),
+        ("tool", true),
+    ] {
+        let mut opts = ctx.opts(ws.path(), ["argv"]);
+        opts.argv[0] = given.into();
+        if on_path {
+            opts.env.set.push(("PATH".into(), path.clone().into()));
+        }
+        let p = ctx.probe_run(opts).await?;
+        ensure!(
+            p.succeeded(),
+            "`{given}` did not run the probe: {}",
+            p.describe()
+        );
+        let got = p
+            .field("argv")
+            .and_then(Value::as_array)
+            .and_then(|a| a.first())
+            .and_then(Value::as_str)
+            .ok_or_else(|| Failure::Broken(format!("no argv in the report: {}", p.describe())))?;
+        ensure!(
+            got == given,
+            "the program was called `{given}`, and its argv[0] is `{got}`"
+        );
+    }
+    Ok(())
+}
+
 /// Arguments of arbitrary bytes (anything but NUL, which no argv can hold: not UTF-8,
 /// control characters, leading dashes) arrive unchanged, over several runs of random
 /// arguments. A backend whose transport carries only text (a container engine's JSON API)

@@ -9,6 +9,7 @@ pub mod env;
 pub mod fd;
 pub mod fs;
 pub mod hostwalk;
+pub mod kernel;
 pub mod limits;
 pub mod net;
 pub mod proc;

@@ -5,7 +5,10 @@
 //! Thin on purpose: the arguments become a [`SandboxOpts`], [`sandbox::select::select`]
 //! picks the backend exactly as `sandbox run` does, and the library checks everything
 //! before anything runs; nothing here can make it run what it would refuse. Argument
-//! errors are raised as `InvalidOptions` before a backend is even chosen.
+//! errors are raised as `InvalidOptions` before a backend is even chosen. The arguments
+//! are the command's options (`allow_hosts`, `host_ports`, `publish`, `changes`,
+//! `snapshot` included), and the exit taxonomy is the command's: a program not found or
+//! not executable is an outcome with code 127 or 126, not an exception.
 //!
 //! # Threads
 //!
@@ -23,7 +26,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use pyo3::exceptions::PyRuntimeError;
@@ -34,7 +37,8 @@ use tokio::sync::watch;
 
 use sandbox::select::{Choice, Config};
 use sandbox::{
-    DynSandbox, EnvPolicy, Lane, NetworkMode, SandboxError, SandboxOpts, SandboxOutcome, Stdin,
+    ChangeSet, Changes, DynSandbox, EnvPolicy, Lane, NetworkMode, Publish, PublishSink,
+    SandboxError, SandboxOpts, SandboxOutcome, Stdin,
 };
 
 /// How often a blocking wait lets Python's signal handlers run.
@@ -145,6 +149,8 @@ fn argument_of(field: &str) -> &str {
         "env.set" | "env.pass" => "env",
         "limits.memory_bytes" => "memory_mb",
         "output_limit" => "max_output",
+        // The library's own names are the arguments' (`allow_hosts`, `host_ports`,
+        // `publish`, `changes`, `snapshot`).
         other => other,
     }
 }
@@ -154,26 +160,61 @@ struct Request {
     opts: SandboxOpts,
     choice: Choice,
     config: Config,
+    /// Where each published port is, once bound.
+    published: Arc<Mutex<Vec<(u16, String)>>>,
 }
 
-/// The arguments of `run` and `start`.
-#[allow(clippy::too_many_arguments)]
-fn request(
-    argv: &Bound<'_, PyAny>,
+/// The arguments of `run` and `start` that say what the command may do.
+struct Policy<'a, 'py> {
     workspace: Option<PathBuf>,
     read: Vec<PathBuf>,
     write: Vec<PathBuf>,
-    network: &str,
-    lane: &str,
+    network: Option<&'a str>,
+    allow_hosts: Vec<String>,
+    host_ports: Vec<u16>,
+    publish: Vec<Bound<'py, PyAny>>,
+    lane: &'a str,
     timeout: Option<f64>,
     memory_mb: Option<u64>,
     env: Option<HashMap<String, Option<String>>>,
-    backend: &str,
+    backend: &'a str,
     image: Option<String>,
     cwd: Option<PathBuf>,
-    stdin: Option<&Bound<'_, PyAny>>,
+    stdin: Option<&'a Bound<'py, PyAny>>,
     max_output: Option<usize>,
-) -> Result<Request, Failure> {
+    changes: &'a str,
+    snapshot: bool,
+}
+
+/// The network mode when none is named: as the command's, an allowlist implies the
+/// proxy, host ports and published ports a private loopback.
+fn implied_network(p: &Policy<'_, '_>) -> NetworkMode {
+    if !p.allow_hosts.is_empty() {
+        NetworkMode::Proxy
+    } else if !p.host_ports.is_empty() || !p.publish.is_empty() {
+        NetworkMode::Loopback
+    } else {
+        NetworkMode::None
+    }
+}
+
+/// One `publish` entry: a port, or `"PORT:HOSTPORT"`.
+fn publish_entry(entry: &Bound<'_, PyAny>) -> Result<Publish, Failure> {
+    let text = if let Ok(port) = entry.extract::<u64>() {
+        port.to_string()
+    } else if let Ok(spec) = entry.extract::<String>() {
+        spec
+    } else {
+        return Err(Failure::invalid(
+            "publish: each entry is a port number or a string \"PORT:HOSTPORT\"",
+        ));
+    };
+    text.parse()
+        .map_err(|e: String| Failure::invalid(format!("publish: {e}")))
+}
+
+/// The arguments of `run` and `start`, checked.
+fn request(argv: &Bound<'_, PyAny>, p: Policy<'_, '_>) -> Result<Request, Failure> {
     // A string is a shell command line; this API takes an argv and never re-quotes it.
     if argv.is_instance_of::<PyString>() {
         return Err(Failure::invalid(
@@ -190,6 +231,32 @@ fn request(
     if argv.is_empty() {
         return Err(Failure::invalid("argv: must name a program"));
     }
+    let network = match p.network {
+        Some(n) => n
+            .parse::<NetworkMode>()
+            .map_err(|e| Failure::invalid(format!("network: {e}")))?,
+        None => implied_network(&p),
+    };
+    let Policy {
+        workspace,
+        read,
+        write,
+        allow_hosts,
+        host_ports,
+        publish,
+        lane,
+        timeout,
+        memory_mb,
+        env,
+        backend,
+        image,
+        cwd,
+        stdin,
+        max_output,
+        changes,
+        snapshot,
+        ..
+    } = p;
     let workspace = match workspace {
         Some(w) => w,
         None => std::env::current_dir()
@@ -198,9 +265,33 @@ fn request(
     let mut opts = SandboxOpts::new(workspace, argv);
     opts.read_only_paths = read;
     opts.writable_paths = write;
-    opts.network = network
-        .parse::<NetworkMode>()
-        .map_err(|e| Failure::invalid(format!("network: {e}")))?;
+    opts.network = network;
+    opts.allow_hosts = allow_hosts;
+    opts.host_ports = host_ports;
+    opts.publish = publish
+        .iter()
+        .map(publish_entry)
+        .collect::<Result<_, _>>()?;
+    let published = Arc::new(Mutex::new(Vec::new()));
+    if !opts.publish.is_empty() {
+        let record = Arc::clone(&published);
+        opts.on_published = Some(PublishSink(Arc::new(move |ps| {
+            if let Ok(mut r) = record.lock() {
+                r.extend(ps.iter().map(|p| (p.port, p.host.to_string())));
+            }
+        })));
+    }
+    opts.changes = match changes {
+        "direct" => Changes::Direct,
+        "discard" => Changes::Discard,
+        "review" => Changes::Review,
+        other => {
+            return Err(Failure::invalid(format!(
+                "changes: `{other}` is not one of \"direct\", \"discard\", \"review\""
+            )))
+        }
+    };
+    opts.snapshot = snapshot;
     opts.lane = lane
         .parse::<Lane>()
         .map_err(|e| Failure::invalid(format!("lane: {e}")))?;
@@ -255,6 +346,7 @@ fn request(
         opts,
         choice: Choice::parse(backend),
         config,
+        published,
     })
 }
 
@@ -286,6 +378,47 @@ struct Outcome {
     #[pyo3(get)]
     backend: &'static str,
     policy_json: String,
+    denials_json: String,
+    connections_json: String,
+    /// With `changes="review"`: the change set, to apply or discard.
+    changes: Option<ChangeSet>,
+}
+
+impl Outcome {
+    /// What a program that could not be started ends as, the way a shell (and the
+    /// command) says it: 127 when not found, 126 when not executable, the reason on
+    /// stderr. Any other failure is given back, to be raised.
+    fn not_started(e: SandboxError) -> Result<Self, SandboxError> {
+        let code = if e.is_not_found() {
+            127
+        } else if e.is_not_executable() {
+            126
+        } else {
+            return Err(e);
+        };
+        let f = Failure::from(e);
+        Ok(Self {
+            status: "exited",
+            code: Some(code),
+            signal: None,
+            exit_status: code,
+            stdout: Vec::new(),
+            stderr: format!("sandbox: {}; remedy: {}\n", f.reason, f.remedy).into_bytes(),
+            stdout_truncated: false,
+            stderr_truncated: false,
+            wall_time: 0.0,
+            backend: "",
+            policy_json: "{}".into(),
+            denials_json: r#"{"entries":[],"more":0}"#.into(),
+            connections_json: serde_json::to_string(&sandbox::Connections::default())
+                .unwrap_or_else(|_| "{}".into()),
+            changes: None,
+        })
+    }
+}
+
+fn json_text<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "{}".into())
 }
 
 impl From<&SandboxOutcome> for Outcome {
@@ -301,9 +434,16 @@ impl From<&SandboxOutcome> for Outcome {
             stderr_truncated: o.stderr.truncated,
             wall_time: o.wall_time.as_secs_f64(),
             backend: o.backend,
-            policy_json: serde_json::to_string(&o.policy).unwrap_or_else(|_| "{}".into()),
+            policy_json: json_text(&o.policy),
+            denials_json: json_text(&o.denials),
+            connections_json: json_text(&o.connections),
+            changes: o.changes.clone(),
         }
     }
+}
+
+fn json_loads<'py>(py: Python<'py>, text: &str) -> PyResult<Bound<'py, PyAny>> {
+    py.import("json")?.call_method1("loads", (text,))
 }
 
 #[pymethods]
@@ -323,8 +463,60 @@ impl Outcome {
     /// What was enforced, with the mechanism behind each limit (a dict).
     #[getter]
     fn policy<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        py.import("json")?
-            .call_method1("loads", (self.policy_json.as_str(),))
+        json_loads(py, &self.policy_json)
+    }
+
+    /// What the sandbox refused while the command ran (a dict: `entries`, each with
+    /// `kind`, `target`, `mechanism`, `count`; and `more`), as `sandbox run --json`.
+    #[getter]
+    fn denials<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        json_loads(py, &self.denials_json)
+    }
+
+    /// With network `proxy`: every connection attempt, allowed or denied (a dict:
+    /// `entries` and `more`), as `sandbox run --json`.
+    #[getter]
+    fn connections<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        json_loads(py, &self.connections_json)
+    }
+
+    /// With `changes="review"`: what the command changed in its layer (a dict), else
+    /// None. `apply_changes()` writes it into the workspace, `discard_changes()` drops it.
+    #[getter]
+    fn changes<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        self.changes
+            .as_ref()
+            .map(|set| json_loads(py, &json_text(set)))
+            .transpose()
+    }
+
+    /// Write the reviewed changes into the workspace; a dict of what was done. Raises
+    /// `SandboxError` and writes nothing when a change escapes the workspace or (unless
+    /// `force`) a file it touches changed there since the run started.
+    #[pyo3(signature = (force=false))]
+    fn apply_changes<'py>(&self, py: Python<'py>, force: bool) -> PyResult<Bound<'py, PyAny>> {
+        let set = self.changes.as_ref().ok_or_else(|| {
+            Failure::invalid("changes: there is nothing to apply without changes=\"review\"")
+                .into_py(py)
+        })?;
+        let report = py.detach(|| set.apply(force)).map_err(|e| {
+            Failure {
+                class: "SandboxError",
+                reason: e.to_string(),
+                remedy: "apply_changes(force=True) overwrites files that changed meanwhile; \
+                         discard_changes() drops the change set"
+                    .into(),
+            }
+            .into_py(py)
+        })?;
+        json_loads(py, &json_text(&report))
+    }
+
+    /// Drop the reviewed changes (the layer they are in is removed).
+    fn discard_changes(&self) {
+        if let Some(set) = &self.changes {
+            set.discard();
+        }
     }
 
     /// True when it exited with code 0.
@@ -355,13 +547,16 @@ type Ended = Option<Result<Arc<Outcome>, Failure>>;
 #[pyclass(frozen, module = "sandbox")]
 #[derive(Debug)]
 struct Process {
-    sandbox: Arc<DynSandbox>,
+    /// `None` when the program could not be started (its outcome is 127 or 126).
+    sandbox: Option<Arc<DynSandbox>>,
     ended: watch::Receiver<Ended>,
+    published: Arc<Mutex<Vec<(u16, String)>>>,
 }
 
 /// Choose the backend and start the command; the GIL is released meanwhile.
 fn start_request(py: Python<'_>, req: Request) -> PyResult<Process> {
     let rt = runtime()?;
+    let published = req.published;
     let started = py.detach(|| {
         rt.block_on(async move {
             let chosen = sandbox::select::select(&req.choice, &req.opts, &req.config).await?;
@@ -370,7 +565,21 @@ fn start_request(py: Python<'_>, req: Request) -> PyResult<Process> {
             Ok::<_, SandboxError>(sandbox)
         })
     });
-    let sandbox = started.map_err(|e| Failure::from(e).into_py(py))?;
+    let sandbox = match started {
+        Ok(sandbox) => sandbox,
+        Err(e) => match Outcome::not_started(e) {
+            // A mistyped program is the command's failure, as in a shell: an outcome.
+            Ok(outcome) => {
+                let (_tx, ended) = watch::channel(Some(Ok(Arc::new(outcome))));
+                return Ok(Process {
+                    sandbox: None,
+                    ended,
+                    published,
+                });
+            }
+            Err(e) => return Err(Failure::from(e).into_py(py)),
+        },
+    };
     let (tx, ended) = watch::channel(None);
     let waiter = Arc::clone(&sandbox);
     rt.spawn(async move {
@@ -381,7 +590,11 @@ fn start_request(py: Python<'_>, req: Request) -> PyResult<Process> {
             .map_err(Failure::from);
         let _ = tx.send(Some(r));
     });
-    Ok(Process { sandbox, ended })
+    Ok(Process {
+        sandbox: Some(sandbox),
+        ended,
+        published,
+    })
 }
 
 /// The task that waits for the command ended without an outcome (it panicked).
@@ -413,6 +626,9 @@ fn clone_outcome(o: &Outcome) -> Outcome {
         wall_time: o.wall_time,
         backend: o.backend,
         policy_json: o.policy_json.clone(),
+        denials_json: o.denials_json.clone(),
+        connections_json: o.connections_json.clone(),
+        changes: o.changes.clone(),
     }
 }
 
@@ -480,9 +696,21 @@ impl Process {
     /// after the end.
     fn kill(&self, py: Python<'_>) -> PyResult<()> {
         let rt = runtime()?;
-        let sandbox = Arc::clone(&self.sandbox);
+        let Some(sandbox) = self.sandbox.clone() else {
+            return Ok(());
+        };
         py.detach(|| rt.block_on(async move { sandbox.kill().await }))
             .map_err(|e| Failure::from(e).into_py(py))
+    }
+
+    /// With `publish`: where each of the command's ports is reached on the host, as
+    /// {port: "127.0.0.1:HOSTPORT"}, known once bound (before the command starts).
+    #[getter]
+    fn published(&self) -> HashMap<u16, String> {
+        self.published
+            .lock()
+            .map(|p| p.iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// True once the command and every descendant are gone.
@@ -496,18 +724,22 @@ impl Process {
 /// `wait()`).
 #[pyfunction]
 #[pyo3(signature = (
-    argv, *, workspace=None, read=Vec::new(), write=Vec::new(), network="none",
-    lane="strict", timeout=None, memory_mb=None, env=None, backend="auto", image=None,
-    cwd=None, stdin=None, max_output=None
+    argv, *, workspace=None, read=Vec::new(), write=Vec::new(), network=None,
+    allow_hosts=Vec::new(), host_ports=Vec::new(), publish=Vec::new(), lane="strict",
+    timeout=None, memory_mb=None, env=None, backend="auto", image=None, cwd=None, stdin=None,
+    max_output=None, changes="direct", snapshot=false
 ))]
 #[allow(clippy::too_many_arguments)]
-fn start(
-    py: Python<'_>,
-    argv: &Bound<'_, PyAny>,
+fn start<'py>(
+    py: Python<'py>,
+    argv: &Bound<'py, PyAny>,
     workspace: Option<PathBuf>,
     read: Vec<PathBuf>,
     write: Vec<PathBuf>,
-    network: &str,
+    network: Option<&str>,
+    allow_hosts: Vec<String>,
+    host_ports: Vec<u16>,
+    publish: Vec<Bound<'py, PyAny>>,
     lane: &str,
     timeout: Option<f64>,
     memory_mb: Option<u64>,
@@ -515,14 +747,32 @@ fn start(
     backend: &str,
     image: Option<String>,
     cwd: Option<PathBuf>,
-    stdin: Option<&Bound<'_, PyAny>>,
+    stdin: Option<&Bound<'py, PyAny>>,
     max_output: Option<usize>,
+    changes: &str,
+    snapshot: bool,
 ) -> PyResult<Process> {
-    let req = request(
-        argv, workspace, read, write, network, lane, timeout, memory_mb, env, backend, image, cwd,
-        stdin, max_output,
-    )
-    .map_err(|f| f.into_py(py))?;
+    let policy = Policy {
+        workspace,
+        read,
+        write,
+        network,
+        allow_hosts,
+        host_ports,
+        publish,
+        lane,
+        timeout,
+        memory_mb,
+        env,
+        backend,
+        image,
+        cwd,
+        stdin,
+        max_output,
+        changes,
+        snapshot,
+    };
+    let req = request(argv, policy).map_err(|f| f.into_py(py))?;
     start_request(py, req)
 }
 

@@ -1,6 +1,7 @@
 """The `sandbox` package as a Python program uses it, each effect checked from here."""
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -274,3 +275,196 @@ def test_doctor_reports_every_compiled_in_backend():
     names = [b["name"] for b in report["backends"]]
     assert names == report["host"]["compiled_in"]
     assert "auto picks" in sandbox.doctor(text=True)
+
+
+# ---------------------------------------------------------------------------------------
+# What the command line can set, the Python API can set too, checked by the same library.
+
+def serve_once_per_connection(body):
+    """A loopback HTTP server on the host answering every request with `body`; its port."""
+    import socket
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+
+    def loop():
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(4096)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s"
+                             % (len(body), body))
+
+    threading.Thread(target=loop, daemon=True).start()
+    return server, server.getsockname()[1]
+
+
+def host_programs(backend):
+    """The host's programs (curl, python3) run in it: not a backend that runs an image."""
+    return "image" not in backend
+
+
+def test_a_mistyped_program_is_an_outcome_with_code_127(backend, workspace):
+    out = sandbox.run(["definitely-not-a-program-xyz"], workspace=workspace, **backend)
+    assert out.status == "exited" and out.code == 127 and out.exit_status == 127, out
+    assert not out.ok
+    assert b"definitely-not-a-program-xyz" in out.stderr and b"remedy" in out.stderr, out.stderr
+    script = os.path.join(workspace, "script.sh")
+    with open(script, "w") as f:
+        f.write("#!/bin/sh\nexit 0\n")
+    os.chmod(script, 0o644)
+    out = sandbox.run(["./script.sh"], workspace=workspace, **backend)
+    assert out.code == 126 and out.exit_status == 126, out
+    out = asyncio.run(sandbox.run_async(["definitely-not-a-program-xyz"], workspace=workspace,
+                                        **backend))
+    assert out.code == 127, out
+    # Nothing runs, so there is nothing to kill.
+    process = sandbox.start(["definitely-not-a-program-xyz"], workspace=workspace, **backend)
+    process.kill()
+    assert process.done and process.wait().code == 127
+
+
+def test_network_proxy_names_the_argument_it_needs(workspace):
+    with pytest.raises(sandbox.InvalidOptions) as raised:
+        sandbox.run(["true"], workspace=workspace, network="proxy")
+    assert "allow_hosts" in raised.value.reason + raised.value.remedy, raised.value
+    # ...which is an argument of the API.
+    assert "allow_hosts" in sandbox.start.__text_signature__
+
+
+@pytest.mark.parametrize("options, named", [
+    ({"allow_hosts": ["*.com"]}, "allow_hosts"),
+    ({"allow_hosts": ["crates.io"], "network": "full"}, "allow_hosts"),
+    ({"host_ports": [5432], "network": "none"}, "host_ports"),
+    ({"publish": [0]}, "publish"),
+    ({"publish": ["80:x"]}, "publish"),
+    ({"publish": [1.5]}, "publish"),
+    ({"changes": "keep"}, "changes"),
+])
+def test_bad_network_and_changes_options_raise_before_anything_runs(workspace, options, named):
+    marker = os.path.join(workspace, "marker")
+    with pytest.raises(sandbox.InvalidOptions) as raised:
+        sandbox.run(["touch", marker], workspace=workspace, **options)
+    assert named in raised.value.reason, raised.value.reason
+    assert not os.path.exists(marker)
+
+
+def test_allow_hosts_reach_the_allowlist_and_the_attempts_are_recorded(backend, workspace):
+    server, port = serve_once_per_connection(b"hello-py")
+    allow = f"127.0.0.0/8:{port}"
+    # `--noproxy ''`: the sandbox's NO_PROXY keeps 127.0.0.1 direct; here the loopback
+    # address stands in for a remote host.
+    script = (f"curl -sS --noproxy '' http://127.0.0.1:{port}/; "
+              "curl -sS --noproxy '' http://127.0.0.1:1/ >/dev/null 2>&1; exit 0")
+    name = backend["backend"]
+    try:
+        if capability(name)["network_proxy"]["kind"] != "exact":
+            with pytest.raises(sandbox.PolicyRefused):
+                sandbox.run(["sh", "-c", script], workspace=workspace, allow_hosts=[allow],
+                            **backend)
+            return
+        if not host_programs(backend):
+            pytest.skip(f"backend {name} runs an image without curl")
+        # No network named: an allowlist means the proxy, as on the command line.
+        out = sandbox.run(["sh", "-c", script], workspace=workspace, allow_hosts=[allow],
+                          **backend)
+        assert out.code == 0 and out.stdout == b"hello-py", out
+        assert out.policy["network"] == "proxy"
+        entries = out.connections["entries"]
+        assert [e["decision"] for e in entries] == ["allowed", "denied"], entries
+        assert entries[0]["rule"] == allow and entries[1]["port"] == 1, entries
+        assert isinstance(out.denials["entries"], list)
+    finally:
+        server.close()
+
+
+def test_host_ports_reach_the_hosts_loopback_port(backend, workspace):
+    server, port = serve_once_per_connection(b"from-host")
+    name = backend["backend"]
+    argv = ["curl", "-sS", "--noproxy", "*", f"http://127.0.0.1:{port}/"]
+    try:
+        if not capability(name)["host_ports"]:
+            with pytest.raises(sandbox.PolicyRefused):
+                sandbox.run(argv, workspace=workspace, host_ports=[port], **backend)
+            return
+        if not host_programs(backend):
+            pytest.skip(f"backend {name} runs an image without curl")
+        out = sandbox.run(argv, workspace=workspace, host_ports=[port], **backend)
+        assert out.code == 0 and out.stdout == b"from-host", out
+        assert out.policy["network"] == "loopback"
+        # Without it, the same port is out of reach: the command's loopback is its own.
+        out = sandbox.run(argv, workspace=workspace, network="loopback", **backend)
+        assert out.code != 0 and out.stdout == b"", out
+    finally:
+        server.close()
+
+
+def test_publish_reaches_the_commands_server_from_the_host(backend, workspace):
+    import socket
+    import urllib.request
+    name = backend["backend"]
+    with open(os.path.join(workspace, "index.html"), "w") as f:
+        f.write("served-inside")
+    argv = ["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"]
+    if not capability(name)["publish"]:
+        with pytest.raises(sandbox.PolicyRefused):
+            sandbox.run(argv, workspace=workspace, publish=[8000], **backend)
+        return
+    if not host_programs(backend):
+        pytest.skip(f"backend {name} runs an image without python")
+    # A free host port, named as "PORT:HOSTPORT".
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    host_port = probe.getsockname()[1]
+    probe.close()
+    process = sandbox.start(argv, workspace=workspace, publish=[f"8000:{host_port}"],
+                            timeout=60, **backend)
+    try:
+        deadline = time.monotonic() + 30
+        while 8000 not in process.published:
+            assert time.monotonic() < deadline and not process.done, "never published"
+            time.sleep(0.05)
+        assert process.published[8000] == f"127.0.0.1:{host_port}", process.published
+        body = None
+        while body is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{host_port}/index.html",
+                                            timeout=5) as r:
+                    body = r.read()
+            except OSError:
+                assert time.monotonic() < deadline and not process.done, "never served"
+                time.sleep(0.1)
+        assert body == b"served-inside"
+    finally:
+        process.kill()
+    assert process.wait().status == "killed"
+
+
+def test_changes_are_reviewed_then_applied_or_discarded(backend, workspace):
+    made = os.path.join(workspace, "made")
+    argv = ["sh", "-c", "echo new > made"]
+    out = sandbox.run(argv, workspace=workspace, changes="review", **backend)
+    assert out.code == 0, out
+    assert not os.path.exists(made), "the command wrote the workspace itself"
+    assert "made" in json.dumps(out.changes), out.changes
+    report = out.apply_changes()
+    assert report["written"] == 1, report
+    with open(made) as f:
+        assert f.read() == "new\n"
+    os.remove(made)
+    out = sandbox.run(argv, workspace=workspace, changes="review", **backend)
+    out.discard_changes()
+    with pytest.raises(sandbox.SandboxError):
+        out.apply_changes()
+    assert not os.path.exists(made)
+    for options in ({"changes": "discard"}, {"snapshot": True}):
+        out = sandbox.run(argv, workspace=workspace, **options, **backend)
+        assert out.code == 0 and out.changes is None, out
+        assert not os.path.exists(made), options
+    out = sandbox.run(argv, workspace=workspace, **backend)
+    with pytest.raises(sandbox.InvalidOptions):
+        out.apply_changes()
+    assert os.path.exists(made), "without changes the command writes the workspace"

@@ -58,8 +58,8 @@ fn refused(field: &'static str, path: &Path, what: String) -> SandboxError {
         path: path.to_path_buf(),
         what,
         remedy: "grant a directory that holds only the files the command needs; limits and \
-                 kernel interfaces are set by the sandbox's own options (--memory, \
-                 --max-processes), never by handing the command their control files"
+                 kernel interfaces are set by the sandbox's own options (such as \
+                 --memory), never by handing the command their control files"
             .into(),
     }
 }

@@ -296,9 +296,12 @@ async fn auto(
         };
         match request.check(backend.as_ref()) {
             Ok(()) => {}
-            // The options themselves are wrong: no backend will take them, and the
-            // caller needs this error, not "nothing qualified".
-            Err(e @ SandboxError::InvalidConfig { .. }) => return Err(e),
+            // The options themselves are wrong, or a grant is refused whatever runs it
+            // (the path is a control file): no backend will take them, and the caller
+            // needs this one error, not the same refusal once per backend.
+            Err(e @ (SandboxError::InvalidConfig { .. } | SandboxError::ControlGrant { .. })) => {
+                return Err(e)
+            }
             Err(e) => {
                 passed_over.push(PassedOver {
                     backend: name,
@@ -352,9 +355,17 @@ fn nothing_qualified(lane: Lane, passed_over: &[PassedOver]) -> SandboxError {
              backend by name on the `trusted` lane",
         );
     }
-    let reasons = passed_over
+    // Backends passed over for the same reason are named together, the reason once.
+    let mut grouped: Vec<(Vec<&str>, &str)> = Vec::new();
+    for p in passed_over {
+        match grouped.iter_mut().find(|(_, r)| *r == p.reason) {
+            Some((names, _)) => names.push(p.backend),
+            None => grouped.push((vec![p.backend], &p.reason)),
+        }
+    }
+    let reasons = grouped
         .iter()
-        .map(|p| format!("{}: {}", p.backend, p.reason))
+        .map(|(names, reason)| format!("{}: {reason}", names.join(", ")))
         .collect::<Vec<_>>()
         .join("; ");
     let refused_by_lane = passed_over.iter().any(|p| p.refused_by_lane);
@@ -487,6 +498,29 @@ mod tests {
         assert_eq!(Choice::parse("auto"), Choice::auto());
         assert_eq!(Choice::parse("x"), Choice::Named("x".into()));
         assert_eq!(Choice::auto().to_string(), "auto");
+    }
+
+    #[test]
+    fn backends_passed_over_for_one_reason_are_named_together() {
+        let p = |backend, reason: &str| PassedOver {
+            backend,
+            reason: reason.to_string(),
+            refused_by_lane: false,
+        };
+        let e = nothing_qualified(
+            Lane::Strict,
+            &[
+                p("a", "no tool; remedy: install it"),
+                p("b", "other"),
+                p("c", "no tool; remedy: install it"),
+            ],
+        );
+        let text = e.to_string();
+        assert_eq!(text.matches("install it").count(), 1, "{text}");
+        assert!(
+            text.contains("a, c: no tool; remedy: install it; b: other"),
+            "{text}"
+        );
     }
 
     #[tokio::test]

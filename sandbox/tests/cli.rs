@@ -423,6 +423,24 @@ fn completions_are_printed_for_each_shell() {
     );
 }
 
+/// A grant no backend takes (`--write /`, which holds /proc) is one short line with one
+/// remedy, not the same refusal once per backend tried.
+#[test]
+fn a_refused_grant_is_one_short_line() {
+    let ws = workspace();
+    let o = run_in(ws.path(), &["run", "--write", "/", "--", "true"]);
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), 125, "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("sandbox: --write / is refused"), "{err}");
+    assert_eq!(err.matches("remedy").count(), 1, "{err}");
+    assert!(err.len() < 400, "{} characters: {err}", err.len());
+    assert!(
+        !err.contains("image"),
+        "nothing about another backend's needs: {err}"
+    );
+}
+
 // ---------------------------------------------------------------------------------------
 // Per backend: statuses, streaming, --json.
 
@@ -495,9 +513,52 @@ fn the_timeout_is_124_and_kills_the_tree(backend: &str) {
     assert_eq!(j["status"], "timed_out", "{j}");
     assert_eq!(j["timed_out"], true, "{j}");
     assert_eq!(j["exit_status"], 124, "{j}");
+    // One line says why, with the option that decided it.
+    let err = text(&o.stderr);
+    let said: Vec<&str> = err.lines().filter(|l| l.contains("timed out")).collect();
+    assert_eq!(said.len(), 1, "{err}");
+    assert!(
+        said[0].starts_with("sandbox: ") && said[0].contains("--timeout"),
+        "{err}"
+    );
     // The double-forked, setsid descendant died with the tree: its marker never appears.
     std::thread::sleep(std::time::Duration::from_secs(5));
     assert!(!marker.exists(), "a descendant outlived the timeout");
+}
+
+/// A command that outgrows `--memory` is killed, and where the backend reports it
+/// (`oom_status`, a limit that is not an rlimit), one stderr line says so.
+fn an_oom_kill_is_137_and_says_so(backend: &str) {
+    let ws = workspace();
+    // `tail` keeps the last line, and /dev/zero has no line break: it holds all it reads,
+    // until the limit stops it. It is the command itself, so its death is the outcome.
+    let o = run_with(
+        backend,
+        ws.path(),
+        &["--memory", "32", "--json"],
+        &["tail", "-n", "1", "/dev/zero"],
+    );
+    let err = text(&o.stderr);
+    let j = json_of(&o);
+    let mechanism = j["policy"]["limits"]
+        .as_array()
+        .and_then(|ls| ls.iter().find(|l| l["limit"] == "memory"))
+        .map(|l| l["mechanism"].clone());
+    let reports =
+        capability(backend)["oom_status"] == true && mechanism != Some(Value::from("rlimit"));
+    let said = err.lines().filter(|l| l.contains("out of memory")).count();
+    if j["status"] == "out_of_memory" {
+        assert_eq!(code(&o), 137, "{err}");
+        assert_eq!(said, 1, "{err}");
+        assert!(err.contains("--memory") && err.contains("32 MiB"), "{err}");
+    } else {
+        assert!(!reports, "{backend} claims to report OOM kills: {j}");
+        eprintln!(
+            "SKIPPED (oom line): {backend} does not report the OOM kill ({})",
+            j["status"]
+        );
+        assert_eq!(said, 0, "{err}");
+    }
 }
 
 fn not_found_is_127(backend: &str) {
@@ -962,6 +1023,7 @@ macro_rules! backend_cases {
             case!(a_signal_is_128_plus_n);
             case!(the_timeout_is_124_and_kills_the_tree);
             case!(not_found_is_127);
+            case!(an_oom_kill_is_137_and_says_so);
             case!(not_executable_is_126);
             case!(json_has_the_outcome_and_output_goes_to_stderr);
             case!(max_output_truncates_and_says_so);

@@ -91,6 +91,9 @@ impl Client {
             init["result"]["capabilities"]["tools"].is_object(),
             "{init}"
         );
+        // Structured results and `outputSchema` came with 2025-06-18.
+        let version = init["result"]["protocolVersion"].as_str().unwrap_or("");
+        assert!(version >= "2025-06-18", "negotiated {version}: {init}");
         client.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
         client
     }
@@ -181,6 +184,131 @@ fn content_text(result: &Value) -> String {
         .to_string()
 }
 
+/// `run_command`'s declared `outputSchema`, as `tools/list` gives it.
+fn output_schema(c: &mut Client) -> Value {
+    let list = c.request("tools/list", json!({}));
+    let tool = list["result"]["tools"]
+        .as_array()
+        .and_then(|ts| ts.iter().find(|t| t["name"] == "run_command"))
+        .unwrap_or_else(|| panic!("no run_command: {list}"))
+        .clone();
+    tool["outputSchema"].clone()
+}
+
+/// Panics unless `value` conforms to `schema`, naming where it does not.
+fn validate(schema: &Value, value: &Value, at: &str) {
+    if let Err(e) = conforms(schema, value, at) {
+        panic!("{e}");
+    }
+}
+
+/// Whether `value` conforms to `schema`: a validator of the JSON Schema keywords the
+/// server's schemas use. Any other keyword is an error, so a schema cannot grow a rule
+/// this check would silently pass.
+fn conforms(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
+    macro_rules! ensure {
+        ($cond:expr, $($msg:tt)*) => {
+            if !$cond {
+                return Err(format!($($msg)*));
+            }
+        };
+    }
+    let s = schema
+        .as_object()
+        .ok_or_else(|| format!("{at}: the schema is not an object: {schema}"))?;
+    const CHECKED: [&str; 9] = [
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "items",
+        "enum",
+        "oneOf",
+        "minimum",
+        "description",
+    ];
+    for key in s.keys() {
+        ensure!(
+            CHECKED.contains(&key.as_str()),
+            "{at}: schema keyword `{key}` is not checked here"
+        );
+    }
+    if let Some(ty) = s.get("type") {
+        let types: Vec<&str> = match ty {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            other => return Err(format!("{at}: bad type {other}")),
+        };
+        let mut fits = false;
+        for t in types {
+            fits |= match t {
+                "object" => value.is_object(),
+                "array" => value.is_array(),
+                "string" => value.is_string(),
+                "boolean" => value.is_boolean(),
+                "null" => value.is_null(),
+                "number" => value.is_number(),
+                "integer" => value.is_i64() || value.is_u64(),
+                other => return Err(format!("{at}: unknown type {other}")),
+            };
+        }
+        ensure!(fits, "{at}: {value} is not of type {ty}");
+    }
+    if let Some(allowed) = s.get("enum").and_then(Value::as_array) {
+        ensure!(
+            allowed.contains(value),
+            "{at}: {value} is not one of {allowed:?}"
+        );
+    }
+    if let (Some(min), Some(v)) = (s.get("minimum").and_then(Value::as_f64), value.as_f64()) {
+        if v < min {
+            return Err(format!("{at}: {value} < {min}"));
+        }
+    }
+    if let (Some(items), Some(values)) = (s.get("items"), value.as_array()) {
+        for (i, v) in values.iter().enumerate() {
+            conforms(items, v, &format!("{at}[{i}]"))?;
+        }
+    }
+    if let Value::Object(obj) = value {
+        let props = s.get("properties").and_then(Value::as_object);
+        for req in s
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let req = req.as_str().unwrap_or_default();
+            ensure!(
+                obj.contains_key(req),
+                "{at}: `{req}` is missing from {value}"
+            );
+        }
+        for (k, v) in obj {
+            match props.and_then(|p| p.get(k)) {
+                Some(sub) => conforms(sub, v, &format!("{at}.{k}"))?,
+                None => ensure!(
+                    s.get("additionalProperties") != Some(&json!(false)),
+                    "{at}: `{k}` is not in the schema"
+                ),
+            }
+        }
+    }
+    if let Some(alternatives) = s.get("oneOf").and_then(Value::as_array) {
+        let results: Vec<Result<(), String>> = alternatives
+            .iter()
+            .enumerate()
+            .map(|(i, alt)| conforms(alt, value, &format!("{at}(oneOf {i})")))
+            .collect();
+        let fits = results.iter().filter(|r| r.is_ok()).count();
+        ensure!(
+            fits == 1,
+            "{at}: {value} fits {fits} alternatives of oneOf: {results:?}"
+        );
+    }
+    Ok(())
+}
+
 /// Pids of live processes whose command line contains `marker`.
 fn processes_with(marker: &str) -> Vec<u32> {
     let mut found = Vec::new();
@@ -226,6 +354,19 @@ fn tools_are_listed_with_a_closed_schema(backend: &str) {
         ["argv", "command", "cwd", "stdin", "timeout_seconds"],
         "the only inputs: {schema}"
     );
+    // The result's shape is declared: an object, whatever ran or did not.
+    let out = &tools[0]["outputSchema"];
+    assert_eq!(
+        out["type"], "object",
+        "run_command declares its output: {out}"
+    );
+    let ran = &out["oneOf"][0];
+    for key in ["status", "exit_code", "stdout", "denials", "connections"] {
+        assert!(
+            ran["required"].as_array().unwrap().contains(&json!(key)),
+            "{key}: {out}"
+        );
+    }
     let explained = c.call("explain_policy", json!({}));
     let text = content_text(&explained);
     assert!(text.contains(&format!("`{backend}` backend")), "{text}");
@@ -253,7 +394,14 @@ fn a_call_runs_and_its_result_is_exact(backend: &str) {
     assert_eq!(s["stdout"], "out", "{r}");
     assert_eq!(s["stderr"], "err", "{r}");
     assert_eq!(s["stdout_truncated"], false, "{r}");
-    assert_eq!(r["isError"], true, "a failed command is marked: {r}");
+    assert_eq!(
+        r["isError"], false,
+        "a command that ran is a result, not a broken tool: {r}"
+    );
+    let schema = output_schema(&mut c);
+    validate(&schema, s, "structuredContent");
+    assert_eq!(s["denials"]["entries"], json!([]), "{r}");
+    assert_eq!(s["connections"]["entries"], json!([]), "{r}");
     let policy = s["policy"].as_str().unwrap();
     assert!(
         policy.starts_with(&format!("backend={backend} ")) && policy.contains("network=none"),
@@ -274,6 +422,7 @@ fn a_call_runs_and_its_result_is_exact(backend: &str) {
     let s = structured(&r);
     assert_eq!(s["exit_code"], 0, "{r}");
     assert_eq!(r["isError"], false, "{r}");
+    validate(&schema, s, "structuredContent");
     let out = s["stdout"].as_str().unwrap();
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines.len(), 2, "{out:?}");
@@ -289,6 +438,7 @@ fn a_call_runs_and_its_result_is_exact(backend: &str) {
     );
     let s = structured(&r);
     assert_eq!(s["stdout_truncated"], true, "{r}");
+    validate(&output_schema(&mut c), s, "structuredContent");
     assert_eq!(s["stdout_bytes"], 100_000, "{r}");
     assert!(s["stdout"].as_str().unwrap().len() < 2000, "{r}");
     assert!(content_text(&r).contains("truncated"), "{r}");
@@ -310,7 +460,7 @@ fn a_write_outside_the_workspace_fails_and_the_file_is_absent(backend: &str) {
     let s = structured(&r);
     assert_eq!(s["status"], "exited", "{r}");
     assert_ne!(s["exit_code"], 0, "{r}");
-    assert_eq!(r["isError"], true, "{r}");
+    assert_eq!(r["isError"], false, "the command ran: {r}");
     assert!(!target.exists(), "the command wrote outside the workspace");
     // The same command inside the workspace works: the refusal above was the sandbox's.
     let r = c.call("run_command", json!({"command": "echo x > inside"}));
@@ -322,6 +472,7 @@ fn a_write_outside_the_workspace_fails_and_the_file_is_absent(backend: &str) {
 fn an_attempt_to_widen_the_policy_is_refused(backend: &str) {
     let ws = workspace();
     let mut c = Client::start(backend, ws.path(), &["--timeout", "2"]);
+    let schema = output_schema(&mut c);
     let marker = ws.path().join("marker");
     let touch = json!(["touch", marker.to_str().unwrap()]);
     for (key, value) in [
@@ -341,6 +492,7 @@ fn an_attempt_to_widen_the_policy_is_refused(backend: &str) {
         let s = structured(&r);
         assert_eq!(s["status"], "refused", "{key}: {r}");
         assert_eq!(s["error"], "policy_refused", "{key}: {r}");
+        validate(&schema, s, "structuredContent");
         let text = content_text(&r);
         assert!(
             text.contains(&format!("`{key}`")) && text.contains("explain_policy"),
@@ -363,6 +515,8 @@ fn an_attempt_to_widen_the_policy_is_refused(backend: &str) {
         json!({"argv": ["sleep", "30"], "timeout_seconds": 1000}),
     );
     assert_eq!(structured(&r)["status"], "timed_out", "{r}");
+    assert_eq!(r["isError"], false, "it ran until the timeout: {r}");
+    validate(&schema, structured(&r), "structuredContent");
     assert!(started.elapsed() < Duration::from_secs(25), "{r}");
     // A shorter one applies.
     let r = c.call(
@@ -624,6 +778,123 @@ fn output_streams_as_progress_where_a_token_was_sent(backend: &str) {
     assert!(c.disconnect().success());
 }
 
+/// What the sandbox refused and the proxy's connection record are in the structured
+/// result, as the declared schema says: a system call the shared table denies (`unshare
+/// -U`), on a backend that reports those, and through `--allow-host`, one connection the
+/// proxy allowed and one it denied, on a backend that runs the proxy and has curl (the
+/// host's programs).
+fn the_result_carries_denials_and_connections(backend: &str) {
+    let report = support::report(backend);
+    let cap = &report["capability"];
+    let ws = workspace();
+    let mut c = Client::start(backend, ws.path(), &[]);
+    let schema = output_schema(&mut c);
+    let r = c.call(
+        "run_command",
+        json!({"command": "unshare -U true 2>/dev/null; echo rc=$?"}),
+    );
+    let s = structured(&r);
+    validate(&schema, s, "structuredContent");
+    assert_eq!(r["isError"], false, "{r}");
+    let entries = s["denials"]["entries"].as_array().unwrap();
+    if cap["reports_denials"]["syscall"] == true {
+        assert_eq!(s["stdout"], "rc=1\n", "{r}");
+        assert_eq!(
+            entries,
+            &[json!({"kind": "syscall", "target": "unshare", "mechanism": "seccomp", "count": 1})],
+            "{r}"
+        );
+        assert!(
+            content_text(&r).contains("denied 1 operation: unshare (seccomp)"),
+            "{r}"
+        );
+    } else {
+        assert!(
+            entries.is_empty(),
+            "a backend that does not claim it reports none: {r}"
+        );
+    }
+    assert!(c.disconnect().success());
+
+    if cap["network_proxy"]["kind"] != "exact" || report["needs_image"] == true {
+        eprintln!(
+            "SKIPPED (connections): backend {backend} does not run the proxy exactly, or runs \
+             an image without curl"
+        );
+        return;
+    }
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = server.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for s in server.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut buf = [0u8; 4096];
+            let _ = std::io::Read::read(&mut s, &mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nConnection: close\r\n\r\nhello-mcp",
+            );
+        }
+    });
+    let allow = format!("127.0.0.0/8:{port}");
+    let mut c = Client::start(backend, ws.path(), &["--allow-host", &allow]);
+    // `--noproxy ''`: the sandbox's NO_PROXY keeps 127.0.0.1 direct; here the loopback
+    // address stands in for a remote host.
+    let r = c.call(
+        "run_command",
+        json!({"command": format!(
+            "curl -sS --noproxy '' http://127.0.0.1:{port}/; \
+             curl -sS --noproxy '' http://127.0.0.1:1/ >/dev/null 2>&1; exit 0"
+        )}),
+    );
+    let s = structured(&r);
+    validate(&schema, s, "structuredContent");
+    assert_eq!(s["stdout"], "hello-mcp", "{r}");
+    let conns = s["connections"]["entries"].as_array().unwrap();
+    assert_eq!(conns.len(), 2, "{r}");
+    assert_eq!(conns[0]["decision"], "allowed", "{r}");
+    assert_eq!(conns[0]["rule"], allow.as_str(), "{r}");
+    assert_eq!(conns[1]["decision"], "denied", "{r}");
+    assert_eq!(conns[1]["port"], 1, "{r}");
+    assert!(
+        content_text(&r).contains("denied connect to 127.0.0.1:1 (not in the allowlist)"),
+        "{r}"
+    );
+    assert!(c.disconnect().success());
+}
+
+/// The validator above can fail: a wrong type, a missing key, an unknown key, a value
+/// outside an enum, and a value that fits two alternatives are each refused.
+#[test]
+fn the_schema_check_refuses_what_does_not_conform() {
+    let schema = json!({
+        "type": "object",
+        "oneOf": [
+            {
+                "type": "object",
+                "properties": {"a": {"type": "integer", "minimum": 0}, "b": {"enum": ["x"]}},
+                "required": ["a"],
+                "additionalProperties": false
+            },
+            {"type": "object", "properties": {"c": {"type": "string"}}, "required": ["c"]}
+        ]
+    });
+    assert!(conforms(&schema, &json!({"a": 1, "b": "x"}), "").is_ok());
+    for bad in [
+        json!({"a": "1"}),
+        json!({"a": -1}),
+        json!({"b": "x"}),
+        json!({"a": 1, "z": 0}),
+        json!({"a": 1, "b": "y"}),
+        json!([1]),
+    ] {
+        assert!(conforms(&schema, &bad, "").is_err(), "{bad}");
+    }
+    let ambiguous = json!({"oneOf": [{"type": "integer"}, {"type": "number"}]});
+    assert!(conforms(&ambiguous, &json!(1.5), "").is_ok());
+    assert!(conforms(&ambiguous, &json!(1), "").is_err(), "fits both");
+    assert!(conforms(&json!({"const": 1}), &json!(1), "").is_err());
+}
+
 #[test]
 fn a_policy_nothing_enforces_is_refused_before_serving() {
     let ws = workspace();
@@ -668,6 +939,7 @@ macro_rules! backend_cases {
             case!(calls_past_max_concurrent_wait_for_a_slot);
             case!(malformed_json_rpc_gets_an_error_not_a_crash);
             case!(output_streams_as_progress_where_a_token_was_sent);
+            case!(the_result_carries_denials_and_connections);
         }
     };
 }

@@ -38,12 +38,23 @@ __all__ = [
 def run(argv, **options):
     """Run `argv` in a sandbox to its end and return the `Outcome`.
 
-    The arguments are `start`'s: `workspace` (default: the current directory), `read` and
-    `write` (more paths), `network` ("none", "loopback", "full"), `lane` ("strict",
-    "fast", "trusted"), `timeout` (seconds), `memory_mb`, `env` (name -> value, or None to
-    pass the host's), `backend` ("auto" or a name), `image`, `cwd`, `stdin` (bytes or
-    str), `max_output` (bytes per stream). The GIL is released while it runs; Ctrl-C
-    kills the command's whole tree, then raises KeyboardInterrupt."""
+    The arguments are `start`'s, named as the command's options: `workspace` (default:
+    the current directory), `read` and `write` (more paths), `network` ("none",
+    "loopback", "proxy", "full"; default "none", or "proxy" with `allow_hosts`, or
+    "loopback" with `host_ports` or `publish`), `allow_hosts` (patterns the command may
+    reach through the proxy: "crates.io", "*.githubusercontent.com"), `host_ports` (the
+    host's 127.0.0.1 ports the command may reach), `publish` (ports of the command's
+    servers reached from the host: a port, or "PORT:HOSTPORT"; `Process.published` says
+    where), `lane` ("strict", "fast", "trusted"), `timeout` (seconds), `memory_mb`, `env`
+    (name -> value, or None to pass the host's), `backend` ("auto" or a name), `image`,
+    `cwd`, `stdin` (bytes or str), `max_output` (bytes per stream), `changes` ("direct";
+    "discard"; "review", then `Outcome.apply_changes()` or `discard_changes()`),
+    `snapshot` (the same as changes="discard").
+
+    A program that is not found, or not executable, is an outcome with code 127 or 126 and
+    the reason on stderr, as in a shell; what the sandbox refused is `Outcome.denials`, the
+    proxy's record `Outcome.connections`. The GIL is released while it runs; Ctrl-C kills
+    the command's whole tree, then raises KeyboardInterrupt."""
     return start(argv, **options).wait()
 
 

@@ -227,12 +227,20 @@ pub struct PolicyArgs {
     #[arg(long)]
     pub snapshot: bool,
 
-    /// A TOML policy file holding any of the options above (keys: backend, workspace,
-    /// read, write, network, env, timeout, max-output, memory, lane, image, snapshot);
-    /// unknown keys are an error, flags override it, its relative paths are taken against
-    /// the file's directory
-    #[arg(long, value_name = "FILE")]
+    /// A TOML policy file holding any of the options above; unknown keys are an error,
+    /// flags override it, its relative paths are taken against the file's directory
+    #[arg(long, value_name = "FILE", help = config_help())]
     pub config: Option<PathBuf>,
+}
+
+/// `--config`'s help, with the file's keys from the one list the file is checked against
+/// ([`crate::config::KEYS`]).
+fn config_help() -> String {
+    format!(
+        "A TOML policy file holding any of the options above (keys: {}); unknown keys are an \
+         error, flags override it, its relative paths are taken against the file's directory",
+        crate::config::KEYS.join(", ")
+    )
 }
 
 /// `sandbox mcp`.
@@ -495,15 +503,17 @@ impl std::str::FromStr for MemoryArg {
 
 impl<'de> Deserialize<'de> for MemoryArg {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Number(u64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Number(n) => n.to_string().parse(),
-            Raw::Text(t) => t.parse(),
+        use crate::config::{Found, NumberOrText};
+        const EXPECTED: &str = "a number of MiB or \"unlimited\"";
+        match d.deserialize_any(NumberOrText(EXPECTED))? {
+            Found::Whole(n) => n.to_string().parse(),
+            Found::Text(t) => t.parse(),
+            Found::Fraction(f) => {
+                return Err(serde::de::Error::invalid_value(
+                    serde::de::Unexpected::Float(f),
+                    &EXPECTED,
+                ))
+            }
         }
         .map_err(serde::de::Error::custom)
     }

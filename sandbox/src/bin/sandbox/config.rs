@@ -18,6 +18,26 @@ use sandbox::{Lane, NetworkMode};
 use crate::args::{BackendArg, MemoryArg, PolicyArgs};
 use crate::error::CliError;
 
+/// The policy file's keys, in [`PolicyFile`]'s order: what `--config`'s help lists. A test
+/// holds it to the keys the file accepts.
+pub const KEYS: [&str; 15] = [
+    "backend",
+    "workspace",
+    "read",
+    "write",
+    "network",
+    "allow-hosts",
+    "host-ports",
+    "publish",
+    "env",
+    "timeout",
+    "max-output",
+    "memory",
+    "lane",
+    "image",
+    "snapshot",
+];
+
 /// The file, as written.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -47,11 +67,61 @@ pub struct PolicyFile {
 }
 
 /// One `publish` entry of the policy file: a port, or `"PORT[:HOSTPORT]"`.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Clone, Debug)]
 enum PublishEntry {
     Port(u64),
     Spec(String),
+}
+
+/// A number, or a string: the visitor of the keys that take either, so that a value of
+/// neither type is reported with the type the key expects (not serde's "untagged enum").
+pub(crate) struct NumberOrText(pub(crate) &'static str);
+
+/// What [`NumberOrText`] found.
+pub(crate) enum Found {
+    Whole(u64),
+    Fraction(f64),
+    Text(String),
+}
+
+impl serde::de::Visitor<'_> for NumberOrText {
+    type Value = Found;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Found, E> {
+        Ok(Found::Whole(v))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Found, E> {
+        u64::try_from(v)
+            .map(Found::Whole)
+            .map_err(|_| E::invalid_value(serde::de::Unexpected::Signed(v), &self))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Found, E> {
+        Ok(Found::Fraction(v))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Found, E> {
+        Ok(Found::Text(v.to_string()))
+    }
+}
+
+impl<'de> Deserialize<'de> for PublishEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        const EXPECTED: &str = "a port number or a string \"PORT:HOSTPORT\"";
+        match d.deserialize_any(NumberOrText(EXPECTED))? {
+            Found::Whole(n) => Ok(Self::Port(n)),
+            Found::Text(t) => Ok(Self::Spec(t)),
+            Found::Fraction(f) => Err(serde::de::Error::invalid_value(
+                serde::de::Unexpected::Float(f),
+                &EXPECTED,
+            )),
+        }
+    }
 }
 
 impl PublishEntry {
@@ -66,11 +136,24 @@ impl PublishEntry {
 }
 
 /// A number of seconds, whole or not.
-#[derive(Clone, Copy, Debug, Deserialize)]
-#[serde(untagged)]
+#[derive(Clone, Copy, Debug)]
 enum Seconds {
     Whole(u64),
     Fraction(f64),
+}
+
+impl<'de> Deserialize<'de> for Seconds {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        const EXPECTED: &str = "a number of seconds (such as 30 or 2.5)";
+        match d.deserialize_any(NumberOrText(EXPECTED))? {
+            Found::Whole(n) => Ok(Self::Whole(n)),
+            Found::Fraction(f) => Ok(Self::Fraction(f)),
+            Found::Text(t) => Err(serde::de::Error::invalid_type(
+                serde::de::Unexpected::Str(&t),
+                &EXPECTED,
+            )),
+        }
+    }
 }
 
 /// The host's policy, from the file and the flags, paths absolute: everything `run` and
@@ -108,9 +191,41 @@ impl PolicyFile {
         })
     }
 
+    /// The file's keys, or what is wrong in one line: the key, its line, and what it
+    /// expects (not the parser's excerpt of the file).
     pub(crate) fn parse(text: &str) -> Result<Self, String> {
-        toml::from_str(text).map_err(|e| e.to_string().trim().replace('\n', " "))
+        toml::from_str(text).map_err(|e| {
+            let message = e.message().trim().replace('\n', " ");
+            match e.span().and_then(|span| key_at(text, span.start)) {
+                Some((key, line)) if !message.contains(&format!("`{key}`")) => {
+                    format!("`{key}` (line {line}): {message}")
+                }
+                Some((_, line)) => format!("line {line}: {message}"),
+                None => message,
+            }
+        })
     }
+}
+
+/// The key whose value is at byte `offset` of `text`, and its line: the nearest line at or
+/// before it that assigns one (a multi-line array's elements are on later lines).
+fn key_at(text: &str, offset: usize) -> Option<(String, usize)> {
+    let before = text.get(..offset)?;
+    let line = before.matches('\n').count() + 1;
+    let key = before
+        .lines()
+        .chain(text[offset..].lines().next())
+        .rev()
+        .find_map(|l| {
+            let (key, _) = l.split_once('=')?;
+            let key = key.trim().trim_matches('"');
+            let bare = !key.is_empty()
+                && key
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            bare.then(|| key.to_string())
+        })?;
+    Some((key, line))
 }
 
 #[cfg(test)]
@@ -260,6 +375,53 @@ mod tests {
             Command::Run(r) => r.policy,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_value_of_the_wrong_type_names_its_key_and_the_expected_type() {
+        for (text, key, expected) in [
+            ("timeout = \"soon\"", "timeout", "a number of seconds"),
+            (
+                "\nread = [\"a\"]\ntimeout = [1]",
+                "timeout",
+                "a number of seconds",
+            ),
+            (
+                "publish = [\n  8080,\n  1.5,\n]",
+                "publish",
+                "a port number",
+            ),
+            ("publish = [true]", "publish", "a port number"),
+            ("memory = true", "memory", "MiB"),
+            ("read = \"/etc\"", "read", "sequence"),
+        ] {
+            let e = PolicyFile::parse(text).unwrap_err();
+            assert!(e.contains(&format!("`{key}`")), "{text}: {e}");
+            assert!(e.contains(expected), "{text}: {e}");
+            assert!(!e.contains("untagged") && !e.contains('|'), "{text}: {e}");
+            assert!(!e.contains('\n'), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_listed_keys_are_the_keys_the_file_accepts() {
+        // serde lists every field it accepts, in order, when it meets one it does not.
+        let e = PolicyFile::parse("no-such-key = 1").unwrap_err();
+        let expected: Vec<String> = KEYS.iter().map(|k| format!("`{k}`")).collect();
+        assert!(
+            e.contains(&format!("expected one of {}", expected.join(", "))),
+            "{e}"
+        );
+        let mut cmd = <crate::args::Cli as clap::CommandFactory>::command();
+        let help = cmd
+            .find_subcommand_mut("run")
+            .unwrap()
+            .render_help()
+            .to_string()
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(help.contains(&KEYS.join(", ")), "{help}");
     }
 
     #[test]

@@ -296,6 +296,210 @@ mod tests {
         );
     }
 
+    /// The string literals of a Rust source, continuation lines joined, comments and
+    /// character literals skipped.
+    fn literals(src: &str) -> Vec<String> {
+        let b = src.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < b.len() {
+            match b[i] {
+                b'/' if b.get(i + 1) == Some(&b'/') => {
+                    while i < b.len() && b[i] != b'\n' {
+                        i += 1;
+                    }
+                }
+                // A character literal (`'"'`, `'\''`), not a lifetime.
+                b'\'' if b.get(i + 1) == Some(&b'\\') => {
+                    i += 2;
+                    while i < b.len() && b[i] != b'\'' {
+                        i += 1;
+                    }
+                    i += 1;
+                }
+                b'\'' if b.get(i + 2) == Some(&b'\'') => i += 3,
+                b'r' if (b.get(i + 1) == Some(&b'"') || b.get(i + 1) == Some(&b'#'))
+                    && !b[..i]
+                        .last()
+                        .is_some_and(|c| c.is_ascii_alphanumeric() || *c == b'_') =>
+                {
+                    let hashes = b[i + 1..].iter().take_while(|&&c| c == b'#').count();
+                    let start = i + 1 + hashes;
+                    if b.get(start) != Some(&b'"') {
+                        i += 1;
+                        continue;
+                    }
+                    let end = format!("\"{}", "#".repeat(hashes));
+                    let rest = &src[start + 1..];
+                    let len = rest.find(&end).unwrap_or(rest.len());
+                    out.push(rest[..len].to_string());
+                    i = start + 1 + len + end.len();
+                }
+                b'"' => {
+                    let mut text = String::new();
+                    i += 1;
+                    while i < b.len() && b[i] != b'"' {
+                        if b[i] == b'\\' && b.get(i + 1) == Some(&b'\n') {
+                            // A continuation: the line break and the next line's indent
+                            // are not part of the text.
+                            i += 2;
+                            while i < b.len() && b[i].is_ascii_whitespace() {
+                                i += 1;
+                            }
+                            continue;
+                        }
+                        if b[i] == b'\\' {
+                            text.push(b[i] as char);
+                            i += 1;
+                        }
+                        let ch = src[i..].chars().next().unwrap_or(' ');
+                        text.push(ch);
+                        i += ch.len_utf8();
+                    }
+                    i += 1;
+                    out.push(text);
+                }
+                _ => i += 1,
+            }
+        }
+        out
+    }
+
+    /// The `--flag`s a literal names as the command's own: in prose, not an argument
+    /// the product passes to another program (a literal that is one flag, `"--ro-bind"`),
+    /// nor another program's flag in a quoted command (`` `cargo build --features X` ``)
+    /// or after its name (`runsc --rootless`).
+    fn own_flags(text: &str) -> Vec<String> {
+        const OTHER_PROGRAMS: [&str; 6] = ["runsc", "bwrap", "docker", "cargo", "git", "curl"];
+        let trimmed = text.trim();
+        if trimmed.starts_with("--") && !trimmed.contains(' ') {
+            return Vec::new();
+        }
+        let mut flags = Vec::new();
+        let mut from = 0;
+        while let Some(at) = text[from..].find("--").map(|a| a + from) {
+            from = at + 2;
+            let before = text[..at].chars().last();
+            if before.is_some_and(|c| c.is_alphanumeric() || c == '-' || c == '_') {
+                continue;
+            }
+            let name: String = text[at + 2..]
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '-')
+                .collect();
+            if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+                continue;
+            }
+            let pre = &text[..at];
+            let span_start = pre.rfind('`').map_or(0, |q| q + 1);
+            let quoted = pre.matches('`').count() % 2 == 1;
+            let first_word = pre[span_start..].split_whitespace().next().unwrap_or("");
+            if quoted && !first_word.is_empty() && first_word != "sandbox" {
+                continue;
+            }
+            let previous_word = pre
+                .split_whitespace()
+                .last()
+                .unwrap_or("")
+                .trim_matches(|c: char| !c.is_alphanumeric());
+            if OTHER_PROGRAMS.contains(&previous_word) {
+                continue;
+            }
+            flags.push(name);
+        }
+        flags
+    }
+
+    /// Every `--flag` a message of the product names as the command's (remedies, hints,
+    /// help) is a real flag of `sandbox`: the sources of every product crate are read, up
+    /// to their test module, and each flag is looked up in clap's definition.
+    #[test]
+    fn every_flag_a_message_names_exists() {
+        use clap::CommandFactory;
+        let cli = crate::args::Cli::command();
+        let mut real: Vec<String> = vec!["help".into(), "version".into()];
+        for sub in cli.get_subcommands() {
+            real.extend(
+                sub.get_arguments()
+                    .filter_map(|a| a.get_long())
+                    .map(str::to_string),
+            );
+        }
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut sources = Vec::new();
+        let mut dirs: Vec<PathBuf> = std::fs::read_dir(&root)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n == "sandbox" || n.starts_with("sandbox-"))
+            })
+            .map(|p| p.join("src"))
+            .collect();
+        while let Some(dir) = dirs.pop() {
+            for e in std::fs::read_dir(&dir).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    sources.push(p);
+                }
+            }
+        }
+        assert!(
+            sources.len() > 20,
+            "found the product's sources: {sources:?}"
+        );
+        let mut wrong = Vec::new();
+        let mut named = 0;
+        // What `--help` says, too: clap's texts come from doc comments the scan skips.
+        let mut cmd = crate::args::Cli::command();
+        for sub in cmd.get_subcommands_mut() {
+            let help = sub.render_long_help().to_string();
+            for flag in own_flags(&help) {
+                named += 1;
+                if !real.contains(&flag) {
+                    wrong.push(format!("{} --help: --{flag}", sub.get_name()));
+                }
+            }
+        }
+        for path in &sources {
+            let src = std::fs::read_to_string(path).unwrap();
+            let src = src
+                .find("#[cfg(test)]\nmod tests")
+                .map_or(src.as_str(), |end| &src[..end]);
+            for text in literals(src) {
+                for flag in own_flags(&text) {
+                    named += 1;
+                    if !real.contains(&flag) {
+                        wrong.push(format!("{}: --{flag} in {text:?}", path.display()));
+                    }
+                }
+            }
+        }
+        assert!(named > 10, "the scan finds the flags messages name");
+        assert!(
+            wrong.is_empty(),
+            "flags `sandbox` does not have: {wrong:#?}"
+        );
+    }
+
+    #[test]
+    fn the_flag_scan_reads_prose_and_skips_other_programs() {
+        let src = "let a = \"--ro-bind\"; // \"--not-this\"\nlet c = '\"'; \
+                   let b = \"set it (--memory, \\\n    --max-procs) or `cargo b --features x`\";";
+        let lits = literals(src);
+        assert_eq!(lits.len(), 2, "{lits:?}");
+        let flags: Vec<String> = lits.iter().flat_map(|l| own_flags(l)).collect();
+        assert_eq!(flags, ["memory", "max-procs"]);
+        assert!(own_flags("runsc --rootless needs").is_empty());
+        assert!(own_flags("(runsc --rootless has none)").is_empty());
+        assert_eq!(own_flags("add `--lane trusted`"), ["lane"]);
+        assert_eq!(own_flags("`sandbox run --nope` x"), ["nope"]);
+    }
+
     #[test]
     fn explanations_are_single_lines_with_the_flag_named() {
         let e = CliError::from(SandboxError::invalid(

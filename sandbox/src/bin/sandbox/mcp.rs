@@ -26,8 +26,12 @@
 //!
 //! The result carries the exit status, stdout and stderr as the library captured them
 //! (capped at `--max-output`, head and tail kept around a marker, with `*_truncated` set),
-//! and the effective policy in one line; as text for the model and as `structuredContent`
-//! for programs. Where the client sent a `progressToken`, output also streams as
+//! the effective policy in one line, what the sandbox refused (`denials`) and the proxy's
+//! connection record (`connections`); as text for the model and as `structuredContent`
+//! for programs, whose shape the tool declares as its `outputSchema` (protocol 2025-06-18).
+//! A command that ran is a result whatever its status: `isError` is set only when nothing
+//! ran (refused, invalid, cancelled before it started), since an agent reads it as "the
+//! tool is broken", which a failing build is not. Where the client sent a `progressToken`, output also streams as
 //! `notifications/progress` while the command runs (best effort: a client that reads
 //! slowly misses chunks, and the next notification says how many bytes it missed; the
 //! result is always complete).
@@ -467,11 +471,20 @@ fn outcome_result(o: &SandboxOutcome, timeout: Option<Duration>) -> CallToolResu
         };
         let _ = writeln!(text, "--- {name}{note} ---\n{body}");
     }
-    let mut r = if o.status.success() {
-        CallToolResult::success(vec![ContentBlock::text(text)])
-    } else {
-        CallToolResult::error(vec![ContentBlock::text(text)])
-    };
+    // What was refused, as `sandbox run` prints it: the proxy's refusals one line each,
+    // then the rest counted.
+    for line in o.denied_lines() {
+        let _ = writeln!(text, "{line}");
+    }
+    if let Some(line) = o
+        .denials
+        .summary_besides(Some(sandbox::DenialMechanism::Proxy))
+    {
+        let _ = writeln!(text, "sandbox: {line}");
+    }
+    // A command that ran is a result whatever its status: `isError` tells an agent the
+    // tool itself is broken, which a failing build or test is not.
+    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
     r.structured_content = Some(json!({
         "status": o.status.kind(),
         "exit_code": o.status.code(),
@@ -485,6 +498,9 @@ fn outcome_result(o: &SandboxOutcome, timeout: Option<Duration>) -> CallToolResu
         "stderr_bytes": o.stderr.total_bytes,
         "wall_time_secs": o.wall_time.as_secs_f64(),
         "policy": policy,
+        "backend": o.backend,
+        "denials": &o.denials,
+        "connections": &o.connections,
     }));
     r
 }
@@ -683,6 +699,128 @@ fn run_command_tool() -> Tool {
          network the host allows; call explain_policy to see exactly what it allows.",
         json_object(schema),
     )
+    .with_raw_output_schema(json_object(run_command_output_schema()))
+}
+
+/// The shape of `run_command`'s `structuredContent`: a command that ran (whatever its
+/// status), or a call that ran nothing (`refused`). Declared so that a client can check
+/// and read it without parsing the text; the entries of `denials` and `connections` are
+/// the library's own records, as `sandbox run --json` prints them.
+fn run_command_output_schema() -> Value {
+    let int = json!({"type": "integer", "minimum": 0});
+    let opt_int = json!({"type": ["integer", "null"]});
+    let denial = json!({
+        "type": "object",
+        "properties": {
+            "kind": {"type": "string", "enum": [
+                "file_read", "file_write", "exec", "network_connect", "network_bind",
+                "syscall", "signal", "ptrace"
+            ]},
+            "target": {"type": "string"},
+            "mechanism": {"type": "string", "enum": [
+                "landlock", "seccomp", "namespace", "proxy", "engine"
+            ]},
+            "count": int
+        },
+        "required": ["kind", "target", "mechanism", "count"],
+        "additionalProperties": false
+    });
+    let connection = json!({
+        "type": "object",
+        "properties": {
+            "at": {"type": "number", "description": "Unix seconds of the first attempt."},
+            "last_at": {"type": "number", "description": "Unix seconds of the last attempt."},
+            "count": int,
+            "protocol": {"type": "string", "enum": ["connect", "http", "socks5", "host_port"]},
+            "host": {"type": "string"},
+            "port": int,
+            "decision": {"type": "string", "enum": ["allowed", "denied"]},
+            "rule": {
+                "type": "string",
+                "description": "The allowlist pattern that allowed it, or why it was denied."
+            },
+            "peer": {"type": ["string", "null"]},
+            "bytes_out": int,
+            "bytes_in": int,
+            "error": {
+                "type": ["string", "null"],
+                "description": "Why an allowed connection could not be made."
+            }
+        },
+        "required": [
+            "at", "last_at", "count", "protocol", "host", "port", "decision", "rule", "peer",
+            "bytes_out", "bytes_in", "error"
+        ],
+        "additionalProperties": false
+    });
+    let ran = json!({
+        "type": "object",
+        "properties": {
+            "status": {"type": "string", "enum": [
+                "exited", "signaled", "timed_out", "killed", "out_of_memory"
+            ]},
+            "exit_code": opt_int,
+            "signal": opt_int,
+            "exit_status": {
+                "type": "integer",
+                "description": "What `sandbox run` would exit with: the code, 128+signal, 124 on a timeout."
+            },
+            "stdout": {"type": "string"},
+            "stderr": {"type": "string"},
+            "stdout_truncated": {"type": "boolean"},
+            "stderr_truncated": {"type": "boolean"},
+            "stdout_bytes": int,
+            "stderr_bytes": int,
+            "wall_time_secs": {"type": "number"},
+            "policy": {"type": "string"},
+            "backend": {"type": "string"},
+            "denials": {
+                "type": "object",
+                "description": "What the sandbox refused while the command ran.",
+                "properties": {
+                    "entries": {"type": "array", "items": denial},
+                    "more": int
+                },
+                "required": ["entries", "more"],
+                "additionalProperties": false
+            },
+            "connections": {
+                "type": "object",
+                "description": "Network `proxy`: every connection attempt, allowed or denied.",
+                "properties": {
+                    "entries": {"type": "array", "items": connection},
+                    "more": {
+                        "type": "object",
+                        "properties": {
+                            "attempts": int, "denied": int, "bytes_out": int, "bytes_in": int
+                        },
+                        "required": ["attempts", "denied", "bytes_out", "bytes_in"],
+                        "additionalProperties": false
+                    }
+                },
+                "required": ["entries", "more"],
+                "additionalProperties": false
+            }
+        },
+        "required": [
+            "status", "exit_code", "signal", "exit_status", "stdout", "stderr",
+            "stdout_truncated", "stderr_truncated", "stdout_bytes", "stderr_bytes",
+            "wall_time_secs", "policy", "backend", "denials", "connections"
+        ],
+        "additionalProperties": false
+    });
+    let refused = json!({
+        "type": "object",
+        "properties": {
+            "status": {"type": "string", "enum": ["refused"]},
+            "error": {"type": "string"},
+            "reason": {"type": "string"},
+            "remedy": {"type": "string"}
+        },
+        "required": ["status", "error", "reason", "remedy"],
+        "additionalProperties": false
+    });
+    json!({"type": "object", "oneOf": [ran, refused]})
 }
 
 fn explain_policy_tool() -> Tool {

@@ -127,6 +127,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         }
     }
     opts.output_sink = Some(terminal.sink());
+    let memory_limit = opts.limits.memory_bytes;
     let (choice, config) = choice_of(&spec);
 
     // No preflight here unless `auto` has nothing cached: a launch that fails is
@@ -174,6 +175,12 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         }
     };
     terminal.finish();
+    // An exit status of 124 or 137 alone does not say the sandbox ended the command.
+    if by_signal.is_none() {
+        if let Some(line) = ended_by_sandbox(outcome.status, spec.timeout, memory_limit) {
+            eprintln!("{line}");
+        }
+    }
     // After the command's own output: what the proxy refused, one line each with its
     // reason; then the summary, which counts those lines without naming them again.
     for line in outcome.denied_lines() {
@@ -207,6 +214,31 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         print_json(&j);
     }
     Ok(code)
+}
+
+/// The line that says the sandbox ended the command, with the option that decided it: a
+/// timeout, or the out-of-memory killer at the memory limit.
+fn ended_by_sandbox(
+    status: Status,
+    timeout: Option<std::time::Duration>,
+    memory: Option<u64>,
+) -> Option<String> {
+    match status {
+        Status::TimedOut => Some(format!(
+            "sandbox: timed out after {} s: the command's whole process tree was killed \
+             (exit 124); remedy: a longer --timeout",
+            timeout.map_or(0.0, |t| t.as_secs_f64())
+        )),
+        Status::OutOfMemory => Some(format!(
+            "sandbox: out of memory: the command used its whole {} and was killed (exit \
+             137); remedy: a higher --memory",
+            memory.map_or("memory limit".to_string(), |m| format!(
+                "memory limit of {} MiB",
+                m >> 20
+            ))
+        )),
+        _ => None,
+    }
 }
 
 /// The backend the policy names (or `auto`), and the selection's configuration, with this
@@ -386,6 +418,27 @@ struct ErrorBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_and_an_oom_kill_each_say_so_in_one_line() {
+        use std::time::Duration;
+        let t =
+            ended_by_sandbox(Status::TimedOut, Some(Duration::from_millis(1500)), None).unwrap();
+        assert!(
+            t.contains("timed out after 1.5 s") && t.contains("--timeout"),
+            "{t}"
+        );
+        let m = ended_by_sandbox(Status::OutOfMemory, None, Some(64 << 20)).unwrap();
+        assert!(m.contains("64 MiB") && m.contains("--memory"), "{m}");
+        for line in [t, m] {
+            assert!(!line.contains('\n') && line.len() < 160, "{line}");
+        }
+        assert_eq!(
+            ended_by_sandbox(Status::Exited { code: 124 }, None, None),
+            None
+        );
+        assert_eq!(ended_by_sandbox(Status::Killed, None, None), None);
+    }
 
     #[test]
     fn env_items_pass_or_set() {

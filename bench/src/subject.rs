@@ -209,7 +209,7 @@ impl std::fmt::Debug for Direct {
 fn own_launch(launcher: Arc<dyn Launcher>) -> Direct {
     let prepare = move |opts: &SandboxOpts| {
         let plan = Plan::new(opts, launcher.name(), &launcher.capability())?;
-        launcher.prepare(&plan)
+        launcher.prepare(&plan, None)
     };
     Direct::Launch {
         label: "its own launch (program, argv, environment, descriptors, steps between fork \

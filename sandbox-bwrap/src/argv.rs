@@ -67,7 +67,7 @@ pub(crate) struct Layout<'a> {
 }
 
 /// Descriptors the arguments refer to (their numbers in bwrap).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Fds {
     /// The seccomp program.
     pub seccomp: RawFd,
@@ -78,9 +78,9 @@ pub(crate) struct Fds {
     /// The write end of the ready pipe (the waiter writes a byte once the sandbox is set
     /// up, before the command starts).
     pub ready: RawFd,
-    /// Network mode `proxy` or host ports: the unix socket the waiter sends the listeners
-    /// on (the proxy's, then each host port's).
-    pub proxy: Option<RawFd>,
+    /// The run's door (network mode `proxy`, host or published ports): the unix socket the
+    /// waiter sends the listeners on, and the ports it makes them for, in order.
+    pub proxy: Option<(RawFd, Vec<u16>)>,
 }
 
 /// bwrap's arguments: the options (handed over on a descriptor with `--args`, so that
@@ -389,9 +389,7 @@ pub(crate) fn build(
         ready: fds.ready,
         flags,
         nproc: plan.limits.max_processes,
-        proxy: fds
-            .proxy
-            .map(|fd| (fd, sandbox_proxy::handover_ports(plan))),
+        proxy: fds.proxy,
         program: plan.program.clone(),
         argv: plan.argv.clone(),
     };

@@ -142,7 +142,7 @@ use sandbox_host::handover;
 use sandbox_host::idmap::SPARE_COMMAND_ID;
 use sandbox_host::pipeline::run_true;
 use sandbox_host::pipeline::ProcessSandbox;
-use sandbox_host::process::{HostSupport, Launch, Launcher};
+use sandbox_host::process::{DoorEnd, HostSupport, Launch, Launcher};
 
 use crate::error::BwrapError;
 use crate::host::{HostFacts, SystemEntry};
@@ -368,7 +368,7 @@ impl Launcher for BwrapBackend {
         Ok(Preflight::new(NAME, self.facts.version.clone(), details))
     }
 
-    fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
+    fn prepare(&self, plan: &Plan, door: Option<DoorEnd>) -> Result<Launch, SandboxError> {
         let bwrap = self.bwrap()?;
         let own_network = plan.network != NetworkMode::Full;
         // A root host: bwrap runs as an unprivileged id with the writable trees handed to
@@ -423,7 +423,7 @@ impl Launcher for BwrapBackend {
         if plan.network == NetworkMode::Full && layout.scope_abstract_unix {
             notes.push("abstract unix sockets confined (landlock)".into());
         }
-        let mut launch = seam::launch(bwrap, plan, &layout, &hidden, notes)?;
+        let mut launch = seam::launch(bwrap, plan, &layout, &hidden, notes, door)?;
         if let Ok(h) = &handover {
             let enter = handover::Enter::new(h, &plan.cwd)
                 .map_err(|e| SandboxError::io("preparing the handover", e))?;

@@ -10,7 +10,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use sandbox_core::{Plan, SandboxError, TreeKill};
-use sandbox_host::process::{waiter, Launch};
+use sandbox_host::process::{waiter, DoorEnd, Launch};
 use sandbox_host::seccomp::{SeccompProgram, SyscallPolicy};
 
 use crate::argv::{self, BwrapArgs, Fds, Layout};
@@ -51,7 +51,8 @@ pub(crate) fn launch(
     plan: &Plan,
     layout: &Layout<'_>,
     hidden: &[Hidden],
-    mut notes: Vec<String>,
+    notes: Vec<String>,
+    door: Option<DoorEnd>,
 ) -> Result<Launch, SandboxError> {
     // The same program the landlock backend installs, so both deny the same kernel surface.
     // The pid namespace is the tree kill here, so setsid stays allowed.
@@ -65,9 +66,8 @@ pub(crate) fn launch(
     let waiter = waiter::readable().map_err(io_err("the waiter"))?;
     let (status_r, status_w) = pipe().map_err(io_err("the status pipe"))?;
     let (ready_r, ready_w) = pipe().map_err(io_err("the ready pipe"))?;
-    // Network mode `proxy`: the waiter makes the listener inside bwrap's network namespace
-    // and sends it here, to the proxy this run owns.
-    let handover = sandbox_proxy::start_for_plan(plan)?;
+    // The door (network mode `proxy`, host and published ports): the waiter makes the
+    // listeners inside bwrap's network namespace and sends them to the host on its end.
     let BwrapArgs { options, command } = argv::build(
         plan,
         layout,
@@ -77,7 +77,7 @@ pub(crate) fn launch(
             waiter: waiter.as_raw_fd(),
             status: status_w.as_raw_fd(),
             ready: ready_w.as_raw_fd(),
-            proxy: handover.as_ref().map(|h| h.child_end.as_raw_fd()),
+            proxy: door.as_ref().map(|d| (d.sock.as_raw_fd(), d.ports.clone())),
         },
     )?;
     let opts_fd = memfd("sandbox-bwrap-args", &nul_separated(&options))
@@ -88,10 +88,8 @@ pub(crate) fn launch(
     // bwrap itself needs no environment: the command's is set with --clearenv/--setenv.
     let mut launch = Launch::wrapped(bwrap.to_path_buf(), args, Vec::new(), plan);
     launch.pass_fds = vec![opts_fd, seccomp, waiter, status_w, ready_w];
-    if let Some(h) = handover {
-        launch.pass_fds.push(h.child_end);
-        launch.egress = Some(Box::new(h.run));
-        notes.push(sandbox_proxy::note(plan));
+    if let Some(d) = door {
+        launch.pass_fds.push(d.sock);
     }
     launch.exit_status_pipe = Some(status_r);
     // bwrap that cannot set the sandbox up (user namespaces refused since the set-up

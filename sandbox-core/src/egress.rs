@@ -59,6 +59,14 @@ impl Resolver for SystemResolver {
 /// far more than a build's package fetches make.
 pub const MAX_CONNECTIONS: usize = 1000;
 
+/// The most host ports one run may forward (each is a listener handed over at start).
+pub const MAX_HOST_PORTS: usize = 32;
+
+/// The most descriptors one run hands over through its door: the proxy, every host port,
+/// and the network namespace (for published ports). Both sides of the hand-over size their
+/// control message by it.
+pub const MAX_LISTENERS: usize = MAX_HOST_PORTS + 2;
+
 /// The longest host an entry keeps, in bytes; a longer one (only a refused, malformed
 /// request can carry one) is cut at a character boundary, so a command cannot grow the
 /// host's memory through the names it asks for.

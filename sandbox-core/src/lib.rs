@@ -63,7 +63,7 @@ pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};
 pub use denial::{Denial, DenialKind, DenialKinds, DenialMechanism, Denials};
 pub use egress::{
     ConnectionRecord, Connections, EgressRun, FoldedConnections, ProxyProtocol, Publish,
-    PublishSink, Published, Resolver, SystemResolver, MAX_CONNECTIONS, PROXY_PORT,
+    PublishSink, Published, Resolver, SystemResolver, MAX_CONNECTIONS, MAX_HOST_PORTS, PROXY_PORT,
 };
 pub use error::{Result, SandboxError};
 pub use options::{
@@ -74,6 +74,6 @@ pub use outcome::{
     Captured, EffectivePolicy, Grant, LimitMechanism, LimitRecord, Logs, SandboxOutcome, Status,
     TreeKill,
 };
-pub use plan::{Plan, DEFAULT_PATH, MAX_HOST_PORTS};
+pub use plan::{Plan, DEFAULT_PATH};
 pub use policy::{Allowlist, Decision, HostPattern, Lane, NetworkMode};
 pub use sandbox::{Backend, DynSandbox, Preflight, Sandbox, SandboxExt};

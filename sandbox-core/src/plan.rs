@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::admission::{check_lane, LaneRequest};
 use crate::capability::Capability;
-use crate::egress::PROXY_PORT;
+use crate::egress::{MAX_HOST_PORTS, PROXY_PORT};
 use crate::options::{OutputSink, ResourceLimits, SandboxOpts, Stdin};
 use crate::outcome::{EffectivePolicy, Grant};
 use crate::{Allowlist, Lane, NetworkMode, Resolver, SandboxError};
@@ -409,9 +409,6 @@ fn check_allow_hosts(opts: &SandboxOpts) -> Result<Allowlist, SandboxError> {
     Allowlist::parse(&opts.allow_hosts)
         .map_err(|e| SandboxError::invalid("allow_hosts", e.to_string()))
 }
-
-/// The most host ports one run may forward (each is a listener handed over at start).
-pub const MAX_HOST_PORTS: usize = 32;
 
 /// Host ports: only with `loopback` or `proxy` (with `full` the host's loopback is already
 /// the command's; with `none` there is no network to put them in), distinct, not the

@@ -4,7 +4,7 @@
 //! The container gets network `none` (a namespace holding only its loopback), exactly like
 //! `loopback`. Before its command runs, the host enters that namespace on a thread of its
 //! own, makes a listener on `127.0.0.1:PORT` for the proxy and each host port there, and
-//! serves them with the run's [`ProxyRun`] (`sandbox-proxy`): the command sees the proxy at
+//! serves them with the run's [`ProxyRun`] (the host crate's door stage, `InNamespace`): the command sees the proxy at
 //! the same address, with the same environment, as on the other backends, and nothing of
 //! the host's is reachable from the namespace. The container runs the pool's waiter (see
 //! `pool.rs`) until the listeners are made, whether it was pooled or made for this run, so
@@ -29,8 +29,7 @@ use std::os::fd::OwnedFd;
 use bollard::query_parameters::InspectContainerOptions;
 use bollard::Docker;
 use sandbox_core::{Plan, SandboxError};
-use sandbox_proxy::publish::{NetnsSockets, PublishRun};
-use sandbox_proxy::ProxyRun;
+use sandbox_host::door::{InNamespace, ProxyRun, PublishRun};
 
 use crate::error::DockerError;
 
@@ -45,64 +44,33 @@ pub(crate) fn listeners_possible() -> bool {
     local && nix::unistd::geteuid().is_root()
 }
 
-/// Whether `plan` needs listeners inside its container.
-pub(crate) fn needs_listeners(plan: &Plan) -> bool {
-    !sandbox_proxy::inside_ports(plan).is_empty()
-}
-
 /// Make `plan`'s listeners inside running container `id` and serve them; `None` when the
 /// plan asks for neither the proxy nor host ports. The command must not run yet.
 pub(crate) async fn start(
     docker: &Docker,
     id: &str,
     plan: &Plan,
+    door: &InNamespace,
 ) -> Result<Option<ProxyRun>, SandboxError> {
-    let ports = sandbox_proxy::inside_ports(plan);
-    if ports.is_empty() {
+    if !door.needs_listeners() {
         return Ok(None);
     }
-    let netns = netns(docker, id).await?;
-    let listeners =
-        tokio::task::spawn_blocking(move || sandbox_proxy::listen_in_namespace(netns, &ports))
-            .await
-            .map_err(|e| SandboxError::io("making the proxy's listeners", e.into()))?
-            .map_err(|e| SandboxError::io("making the proxy's listeners in the container", e))?;
-    sandbox_proxy::serve_for_plan(plan, listeners).map(Some)
+    door.serve(plan, netns(docker, id).await?).await
 }
 
-/// Serve the published ports whose host listeners are `bound` (made before anything ran)
-/// with sockets made in running container `id`'s namespace; tell the plan's sink and the
-/// policy where they are. `None` when nothing is published.
+/// Serve the published ports (their host listeners bound before anything ran) with sockets
+/// made in running container `id`'s namespace; `None` when nothing is published.
 pub(crate) async fn publish(
     docker: &Docker,
     id: &str,
     plan: &Plan,
-    bound: Vec<(std::net::TcpListener, sandbox_core::Published)>,
+    door: InNamespace,
     policy: &mut sandbox_core::EffectivePolicy,
 ) -> Result<Option<PublishRun>, SandboxError> {
-    if bound.is_empty() {
+    if !door.publishes() {
         return Ok(None);
     }
-    let maker = std::sync::Arc::new(NetnsSockets(netns(docker, id).await?));
-    let run = sandbox_proxy::publish::serve(bound, sandbox_proxy::publish::ready(maker))
-        .map_err(|e| SandboxError::io("serving the published ports", e))?;
-    if let Some(r) = &run {
-        policy.published = r.published().to_vec();
-        let list: Vec<String> = r
-            .published()
-            .iter()
-            .map(|p| format!("{} at {}", p.port, p.host))
-            .collect();
-        policy.notes.push(format!(
-            "published: the command's 127.0.0.1 ports {} on the host (connections made \
-             by the host inside the container's namespace)",
-            list.join(", ")
-        ));
-        if let Some(sink) = &plan.on_published {
-            (sink.0)(r.published());
-        }
-    }
-    Ok(run)
+    door.publish(plan, netns(docker, id).await?, policy)
 }
 
 /// Container `id`'s network namespace, opened and checked to be the container's (see

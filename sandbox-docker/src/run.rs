@@ -42,6 +42,7 @@ use crate::handover::{Handover, Identity, Via};
 use crate::pool::{Engine, Pool, Warm};
 use crate::resources::Resources;
 use crate::{copy, egress, labels, prepare, report, spec, NAME};
+use sandbox_host::door::{self, InNamespace, ProxyRun, PublishRun};
 
 /// How long teardown waits for a killed container to stop.
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
@@ -75,10 +76,10 @@ pub(crate) async fn start(
     prepare::copyable(&handovers)?;
     // The proxy's listeners are made after the start and before the command: its
     // container waits for its argv behind the pool's waiter (see `egress.rs`).
-    let waiter = egress::needs_listeners(&plan);
     // Published ports: the host's listeners now, so a port in use is refused before
     // anything is made.
-    let bound = sandbox_proxy::publish::bind_for_plan(&plan)?;
+    let door = InNamespace::bind(&plan)?;
+    let waiter = door.needs_listeners();
     if waiter {
         let missing = match engine.as_ref().map(|e| &e.pool) {
             Some(Ok(_)) => None,
@@ -188,7 +189,7 @@ pub(crate) async fn start(
                         published: None,
                         layer: None,
                     };
-                    return start_warm(run, warm, pool, &key, config, &identity, bound).await;
+                    return start_warm(run, warm, pool, &key, config, &identity, door).await;
                 }
                 if pool.seen_before(&key) {
                     refill = Some((Arc::downgrade(e), key, pooled));
@@ -217,12 +218,14 @@ pub(crate) async fn start(
         .map_err(SandboxError::from);
     // The command waits for its argv: its proxy first.
     let started = match made {
-        Ok(m) if waiter => egress::start(&docker, &m.id, &plan).await.map(|e| (m, e)),
+        Ok(m) if waiter => egress::start(&docker, &m.id, &plan, &door)
+            .await
+            .map(|e| (m, e)),
         Ok(m) => Ok((m, None)),
         Err(e) => Err(e),
     };
     let started = match started {
-        Ok((m, e)) => egress::publish(&docker, &m.id, &plan, bound, &mut policy)
+        Ok((m, e)) => egress::publish(&docker, &m.id, &plan, door, &mut policy)
             .await
             .map(|p| (m, e, p)),
         Err(e) => Err(e),
@@ -237,7 +240,7 @@ pub(crate) async fn start(
         }
     };
     if egress.is_some() {
-        policy.notes.push(sandbox_proxy::note(&plan));
+        policy.notes.push(door::note(&plan));
     }
     let Made {
         id,
@@ -288,7 +291,7 @@ async fn start_warm(
     key: &str,
     config: &DockerConfig,
     identity: &Identity,
-    bound: Vec<(std::net::TcpListener, sandbox_core::Published)>,
+    door: InNamespace,
 ) -> Result<RunHandle, SandboxError> {
     run.id = warm.id.clone();
     run.resources.container(warm.id.clone());
@@ -317,9 +320,9 @@ async fn start_warm(
         // The output, attached before the command exists (it has none until then).
         let output = create::attach(&run.docker, &run.id, false).await?.output;
         // The proxy's listeners, in the container's namespace, before the command.
-        run.egress = egress::start(&run.docker, &run.id, &run.plan).await?;
+        run.egress = egress::start(&run.docker, &run.id, &run.plan, &door).await?;
         run.published =
-            egress::publish(&run.docker, &run.id, &run.plan, bound, &mut run.policy).await?;
+            egress::publish(&run.docker, &run.id, &run.plan, door, &mut run.policy).await?;
         warm.deliver(&argv)
             .await
             .map_err(|e| DockerError::io("handing the command to its container", e))?;
@@ -335,7 +338,7 @@ async fn start_warm(
         }
     };
     if run.egress.is_some() {
-        run.policy.notes.push(sandbox_proxy::note(&run.plan));
+        run.policy.notes.push(door::note(&run.plan));
     }
     run.policy.notes.append(&mut warm.notes);
     run.policy
@@ -423,9 +426,9 @@ struct Run {
     refill: Option<(Weak<Engine>, String, ContainerCreateBody)>,
     /// The egress proxy and host ports, served from the host on listeners in the
     /// container's namespace; finished once the container has stopped.
-    egress: Option<sandbox_proxy::ProxyRun>,
+    egress: Option<ProxyRun>,
     /// The published ports' host listeners and relays; finished with the proxy.
-    published: Option<sandbox_proxy::publish::PublishRun>,
+    published: Option<PublishRun>,
     /// The layer the workspace's bind comes from (a review): scanned once the container
     /// and its staging mounts are gone. After `resources`, so a dropped run unmounts the
     /// staging view of it before it is removed.

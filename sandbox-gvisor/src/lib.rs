@@ -115,7 +115,7 @@ use sandbox_core::{
 };
 use sandbox_host::pipeline::run_true;
 use sandbox_host::pipeline::ProcessSandbox;
-use sandbox_host::process::{HostSupport, Launch, Launcher};
+use sandbox_host::process::{DoorEnd, HostSupport, Launch, Launcher};
 
 use crate::error::GvisorError;
 use crate::host::HostFacts;
@@ -337,7 +337,15 @@ impl Launcher for GvisorBackend {
         Ok(Preflight::new(NAME, self.facts.version.clone(), details))
     }
 
-    fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
+    fn prepare(&self, plan: &Plan, door: Option<DoorEnd>) -> Result<Launch, SandboxError> {
+        if door.is_some() {
+            // Its capability claims no door, so the plan asked for none; never run open.
+            return Err(SandboxError::NotSupported {
+                backend: NAME,
+                feature: "the egress proxy, host ports or published ports".into(),
+                remedy: "run `sandbox doctor` to see which backends enforce them".into(),
+            });
+        }
         let runsc = self.runsc()?;
         let rootless = !self.facts.is_root;
         if rootless && plan.network == NetworkMode::Full {

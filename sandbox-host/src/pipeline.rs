@@ -7,10 +7,13 @@
 //!    ([`crate::sweep`]), on a blocking thread beside the start, awaited on every path;
 //! 2. **layer**: the copy-on-write layer over the workspace, under the run's deadline
 //!    ([`crate::changes`]);
-//! 3. **the backend's own stage**: [`Launcher::prepare`], the pure turn of the plan into a
-//!    [`Launch`];
-//! 4. **start**: the spawn under supervision ([`crate::process`]);
-//! 5. **ready**: the backend's helper says the sandbox is set up, or nothing ran.
+//! 3. **door**: where the plan asks for the egress proxy, host ports or published ports,
+//!    the host's side of the door (`sandbox-proxy`: the published ports bound, the proxy
+//!    served on the listeners the sandbox will send) and the sandbox's end of it;
+//! 4. **the backend's own stage**: [`Launcher::prepare`], the pure turn of the plan (and
+//!    the door's end) into a [`Launch`];
+//! 5. **start**: the spawn under supervision ([`crate::process`]);
+//! 6. **ready**: the backend's helper says the sandbox is set up, or nothing ran.
 
 use std::any::Any;
 use std::os::fd::OwnedFd;
@@ -25,6 +28,7 @@ use sandbox_core::{
 };
 
 use crate::changes::layer_within;
+use crate::door;
 use crate::fs::tree;
 use crate::process::{supervise, Launcher};
 
@@ -157,7 +161,15 @@ async fn start_launch<L: Launcher>(
     if let Some(d) = deadline {
         plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
     }
-    let mut launch = launcher.prepare(&plan)?;
+    let (egress, door_end) = match door::hand_over(&plan)? {
+        Some((run, end)) => (Some(run), Some(end)),
+        None => (None, None),
+    };
+    let mut launch = launcher.prepare(&plan, door_end)?;
+    if let Some(run) = egress {
+        launch.egress = Some(Box::new(run));
+        launch.notes.push(door::note(&plan));
+    }
     if let Some(mut step) = mount {
         if launch.born_in.user {
             // Born in a user namespace of its own, already mapped: the overlay is mounted

@@ -12,7 +12,7 @@ use sandbox_core::{
     Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, Sandbox, SandboxError, SandboxOpts,
 };
 use sandbox_host::pipeline::ProcessSandbox;
-use sandbox_host::process::{HostSupport, Launch, Launcher};
+use sandbox_host::process::{DoorEnd, HostSupport, Launch, Launcher};
 
 #[derive(Debug)]
 struct Direct;
@@ -37,7 +37,7 @@ impl Launcher for Direct {
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
         Ok(Preflight::new("spawn-drop-test", None, Vec::new()))
     }
-    fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
+    fn prepare(&self, plan: &Plan, _door: Option<DoorEnd>) -> Result<Launch, SandboxError> {
         Ok(Launch::direct(plan))
     }
 }

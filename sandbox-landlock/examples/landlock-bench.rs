@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use sandbox_core::{
     Capability, Lane, Plan, Preflight, SandboxError, SandboxExt, SandboxOpts, TreeKill,
 };
-use sandbox_host::process::{Launch, Launcher};
+use sandbox_host::process::{DoorEnd, Launch, Launcher};
 
 /// Core's machinery with nothing of landlock's: what every process backend pays.
 #[derive(Clone, Debug)]
@@ -27,7 +27,7 @@ impl Launcher for CoreOnly {
     async fn preflight(&self) -> Result<Preflight, SandboxError> {
         Ok(Preflight::new("core-only", None, vec![]))
     }
-    fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
+    fn prepare(&self, plan: &Plan, _door: Option<DoorEnd>) -> Result<Launch, SandboxError> {
         let mut l = Launch::direct(plan);
         l.tree_kill = Some(TreeKill::ProcessGroup);
         Ok(l)
@@ -121,7 +121,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let plan = Plan::new(&o, "landlock", &sandbox_core::Backend::capability(&backend))?;
     let t = Instant::now();
     for _ in 0..n {
-        drop(backend.prepare(&plan)?);
+        drop(backend.prepare(&plan, None)?);
     }
     let prepare = t.elapsed();
 

@@ -148,7 +148,7 @@ use sandbox_core::{
 };
 use sandbox_host::facts::HostRecord;
 use sandbox_host::pipeline::ProcessSandbox;
-use sandbox_host::process::{HostSupport, Launch, Launcher};
+use sandbox_host::process::{DoorEnd, HostSupport, Launch, Launcher};
 
 use crate::child::{DropCapabilities, ProcessLimit, RestrictSelf};
 use crate::error::Error;
@@ -431,7 +431,7 @@ impl Launcher for LandlockBackend {
         ))
     }
 
-    fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
+    fn prepare(&self, plan: &Plan, mut door: Option<DoorEnd>) -> Result<Launch, SandboxError> {
         let kernel = self.kernel_abi(plan.host_is_root)?;
         let ns = self.host.ns.as_ref().ok();
         let mount_ns = if ns.is_some() {
@@ -570,14 +570,9 @@ impl Launcher for LandlockBackend {
             // The proxy and host ports: right after the namespaces are made, their listeners
             // are created in the network one and handed to the host, then closed here,
             // before the command runs.
-            if let Some(h) = sandbox_proxy::start_for_plan(plan)? {
-                launch.pre_exec.push(Box::new(sandbox_proxy::SendListener {
-                    sock: std::os::fd::AsRawFd::as_raw_fd(&h.child_end),
-                    ports: h.ports,
-                }));
-                launch.keep_alive.push(Box::new(h.child_end));
-                launch.egress = Some(Box::new(h.run));
-                launch.notes.push(sandbox_proxy::note(plan));
+            if let Some(d) = door.take().filter(|_| net) {
+                launch.pre_exec.push(Box::new(d.send_step()));
+                launch.keep_alive.push(Box::new(d.sock));
             }
             let by_rlimit =
                 HostSupport::detect(false).processes == Some(sandbox_core::LimitMechanism::Rlimit);
@@ -595,6 +590,15 @@ impl Launcher for LandlockBackend {
                  own files outside the workspace are not confined"
                     .into(),
             );
+        }
+        if door.is_some() {
+            // The door's listeners are made in the command's own network namespace; without
+            // one the plan should have been refused by the capability. Never run it open.
+            return Err(SandboxError::NotSupported {
+                backend: NAME,
+                feature: "the egress proxy or host ports without a network namespace".into(),
+                remedy: "run `sandbox doctor` to see what this host refuses".into(),
+            });
         }
         if plan.host_is_root || userns || self.host.has_caps {
             launch.pre_exec.push(Box::new(DropCapabilities {

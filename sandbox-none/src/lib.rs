@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
 use sandbox_core::{Capability, Enforcement, Plan, Preflight, SandboxError};
 use sandbox_host::pipeline::ProcessSandbox;
-use sandbox_host::process::{HostSupport, Launch, Launcher};
+use sandbox_host::process::{DoorEnd, HostSupport, Launch, Launcher};
 use std::sync::Arc;
 
 /// The backend's name.
@@ -117,7 +117,15 @@ impl Launcher for NoneBackend {
         ))
     }
 
-    fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
+    fn prepare(&self, plan: &Plan, door: Option<DoorEnd>) -> Result<Launch, SandboxError> {
+        if door.is_some() {
+            // Its capability claims no door, so the plan asked for none; never run open.
+            return Err(SandboxError::NotSupported {
+                backend: NAME,
+                feature: "the egress proxy, host ports or published ports".into(),
+                remedy: "run `sandbox doctor` to see which backends enforce them".into(),
+            });
+        }
         Ok(Launch::direct(plan))
     }
 }

@@ -73,10 +73,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-pub use handover::{
-    listen_in_namespace, receive_handover, receive_listener, receive_listeners, send_listeners_raw,
-    SendListener,
-};
+pub use handover::{listen_in_namespace, receive_handover, receive_listener, receive_listeners};
 pub use resolve::TableResolver;
 
 /// How long an upstream connect may take.

@@ -27,8 +27,8 @@ use crate::{project_root, Result};
 /// of lower floors. Test, bench and automation crates are not product crates.
 const CRATES: &[(&str, u8)] = &[
     ("sandbox-core", 0),
-    ("sandbox-host", 1),
-    ("sandbox-proxy", 2),
+    ("sandbox-proxy", 1),
+    ("sandbox-host", 2),
     ("sandbox-none", 3),
     ("sandbox-bwrap", 3),
     ("sandbox-landlock", 3),
@@ -80,6 +80,7 @@ const MODULE_FLOORS: &[(&str, &[(&str, u8)])] = &[
             ("handover", 3),
             ("process", 4),
             ("sweep", 5),
+            ("door", 5),
             ("pipeline", 6),
         ],
     ),

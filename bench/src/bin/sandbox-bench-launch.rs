@@ -109,7 +109,7 @@ fn main() {
     let plan = Plan::new(&opts, launcher.name(), &launcher.capability())
         .unwrap_or_else(|e| fail(&e.to_string()));
     let launch = launcher
-        .prepare(&plan)
+        .prepare(&plan, None)
         .unwrap_or_else(|e| fail(&e.to_string()));
     if launch.needs_host_alive() {
         fail("the launch needs its host alive while the command runs (a proxy, a temp dir)");

@@ -609,7 +609,7 @@ fn proxy_mode_unshares_the_network_and_names_the_handover_socket_to_the_waiter()
     o.allow_hosts = vec!["crates.io".into()];
     let p = plan(&o);
     let fds = Fds {
-        proxy: Some(13),
+        proxy: Some((13, vec![sandbox_core::PROXY_PORT])),
         ..FDS
     };
     let args = build(&p, &layout(&merged()), &[], fds).unwrap();

@@ -96,8 +96,9 @@ pub struct Launch {
     /// cgroup; the CPU-time limit and a cgroup memory limit still bind the launcher's
     /// whole tree, which is where the command's time and memory are spent.
     pub limits_inside: bool,
-    /// Network mode `proxy`: the run's proxy, started by the backend in `prepare`. Core
-    /// ends it once the command's tree is dead and puts its record in the outcome.
+    /// Network mode `proxy`, host ports, published ports: the run's proxy, started by the
+    /// pipeline's door stage. Core ends it once the command's tree is dead and puts its
+    /// record in the outcome.
     pub egress: Option<Box<dyn EgressRun>>,
     /// The host's end of a socket pair on which a step of the child sends the listener of
     /// a notifying seccomp filter ([`crate::seccomp::InstallNotifying`]). Core then serves
@@ -299,8 +300,35 @@ pub trait Launcher: Send + Sync + fmt::Debug + 'static {
     /// See [`Sandbox::preflight`].
     async fn preflight(&self) -> Result<Preflight, SandboxError>;
     /// Turn a checked plan into what to spawn. Called once per run, before anything runs;
-    /// an error here starts nothing.
-    fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError>;
+    /// an error here starts nothing. `door` is the sandbox's end of the run's door (the
+    /// egress proxy, host ports, published ports), made by the pipeline's door stage when
+    /// the plan asks for one: the launch makes its listeners inside the command's network
+    /// namespace and sends them on it before the command runs ([`DoorEnd::send_step`], or
+    /// the waiter). A launcher whose capability claims none of those never gets one.
+    fn prepare(&self, plan: &Plan, door: Option<DoorEnd>) -> Result<Launch, SandboxError>;
+}
+
+/// The sandbox's end of a run's door, as the pipeline hands it to [`Launcher::prepare`].
+#[derive(Debug)]
+pub struct DoorEnd {
+    /// The socket the listeners are sent on (the host holds the other end).
+    pub sock: OwnedFd,
+    /// What to make, in the order the host expects them: a listener on `127.0.0.1:PORT`,
+    /// or for `0` the network namespace itself (for published ports).
+    pub ports: Vec<u16>,
+}
+
+impl DoorEnd {
+    /// The step that makes and sends the listeners between fork and exec, for a launch
+    /// whose child makes the network namespace itself: put it right after the namespaces
+    /// are made and before anything restricts sockets, and keep [`sock`](Self::sock) alive
+    /// in the launch.
+    pub fn send_step(&self) -> crate::sys::door::SendListener {
+        crate::sys::door::SendListener {
+            sock: std::os::fd::AsRawFd::as_raw_fd(&self.sock),
+            ports: self.ports.clone(),
+        }
+    }
 }
 
 /// How the host enforces limits and tree kill for process-based backends: the part of a

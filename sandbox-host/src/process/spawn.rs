@@ -510,7 +510,7 @@ mod tests {
     use super::*;
     use crate::pipeline::ProcessSandbox;
     use crate::process::cgroup::CgroupSupport;
-    use crate::process::{HostSupport, Launcher};
+    use crate::process::{DoorEnd, HostSupport, Launcher};
     use sandbox_core::{
         Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, Sandbox, SandboxError,
         SandboxOpts,
@@ -549,7 +549,7 @@ mod tests {
         async fn preflight(&self) -> Result<Preflight, SandboxError> {
             Ok(Preflight::new("spawn-test", None, Vec::new()))
         }
-        fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
+        fn prepare(&self, plan: &Plan, _door: Option<DoorEnd>) -> Result<Launch, SandboxError> {
             let mut l = Launch::direct(plan);
             if let Some(p) = &self.program {
                 l.program = p.clone();
@@ -588,7 +588,7 @@ mod tests {
         async fn preflight(&self) -> Result<Preflight, SandboxError> {
             Ok(Preflight::new("spawn-test", None, Vec::new()))
         }
-        fn prepare(&self, plan: &Plan) -> Result<Launch, SandboxError> {
+        fn prepare(&self, plan: &Plan, _door: Option<DoorEnd>) -> Result<Launch, SandboxError> {
             let mut l = Launch::direct(plan);
             l.pre_exec.push((self.0)());
             Ok(l)

@@ -18,6 +18,8 @@
 //! host's other threads, until it execs. On top of the rule above it writes nothing but
 //! its own stack (everything else it would write, the host would see).
 
+pub mod door;
+
 use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};

@@ -174,7 +174,7 @@ pub(crate) struct Request<'a> {
 /// Decide how each path of the plan reaches the container.
 ///
 /// A writable tree is copied instead of bound when the workspace mode says so, or in
-/// snapshot mode (the workspace only: the original must not be touched). When the host is
+/// snapshot mode without a layer (the workspace only: the original must not be touched). When the host is
 /// root and a writable tree's host side is not the command uid's own, it is bound through
 /// an idmapped mount, or copied when `idmap` is false (the host cannot make one). With a
 /// layer, the workspace's host side is the layer's tree (and the carve-outs inside it are
@@ -203,7 +203,9 @@ pub(crate) fn plan_handovers(r: &Request<'_>) -> Vec<Handover> {
     };
     let workspace = r.workspace;
     let mut out = Vec::new();
-    let ws_via = if copy || r.snapshot {
+    // A snapshot over a layer binds the layer (a host copy that keeps holes, under core's
+    // cap); without one it is a volume, which the engine fills densely.
+    let ws_via = if copy || (r.snapshot && r.layer.is_none()) {
         Via::Volume {
             write_back: !r.snapshot,
         }
@@ -463,6 +465,10 @@ mod tests {
     }
 
     fn plan_layer(root: bool, id: u32, idmap: bool) -> Vec<Handover> {
+        plan_layer_as(root, id, idmap, false)
+    }
+
+    fn plan_layer_as(root: bool, id: u32, idmap: bool, snapshot: bool) -> Vec<Handover> {
         let ident = Identity {
             uid: id,
             gid: id,
@@ -477,7 +483,7 @@ mod tests {
             read_only: &[p("/ro")],
             writable: &[p("/rw")],
             mode: WorkspaceMode::Bind,
-            snapshot: false,
+            snapshot,
             host_is_root: root,
             identity: &ident,
             idmap,
@@ -525,6 +531,19 @@ mod tests {
         // Without idmapped mounts it would travel by copy, which a run refuses.
         let hs = plan_layer(true, 1000, false);
         assert_eq!(at(&hs, "/ws").1, Via::Volume { write_back: true });
+    }
+
+    #[test]
+    fn a_snapshot_on_a_layer_binds_the_layer_instead_of_a_volume() {
+        let hs = plan_layer_as(false, 1000, true, true);
+        assert_eq!(at(&hs, "/ws"), (p("/tmp/layer/copy"), Via::Bind));
+        let hs = plan_layer_as(true, NOBODY, true, true);
+        assert_eq!(
+            at(&hs, "/ws"),
+            (p("/tmp/layer/copy"), Via::IdmappedBind { from: (0, 0) })
+        );
+        // The original is never bound writable.
+        assert!(hs.iter().all(|h| h.source != p("/ws")));
     }
 
     #[test]

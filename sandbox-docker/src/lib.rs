@@ -68,8 +68,11 @@
 //! writes land on the host as they happen. [`WorkspaceMode::Copy`] uploads every named
 //! path into a volume of its own before the start and copies the changes of writable ones
 //! back after the end: the mode for a remote engine, whose disk is not ours (in bind
-//! mode such an engine fails the run with that remedy). Snapshot runs always use a copy
-//! that is thrown away; captured files are then read from the container.
+//! mode such an engine fails the run with that remedy). A snapshot in bind mode runs on
+//! core's layer (below), thrown away after the run: a host copy that keeps a sparse file's
+//! holes and stops at core's cap. In copy mode it is a volume that is thrown away (the
+//! engine writes every hole out, so a file counts at its whole length against the cap);
+//! captured files are then read from the container.
 //!
 //! # A change set to review
 //!

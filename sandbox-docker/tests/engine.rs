@@ -1204,6 +1204,28 @@ async fn host_ports_reach_exactly_the_hosts_port_fresh_and_pooled_and_nothing_is
 /// source itself, or (through an idmapped staging mount, as root) the tree that mount
 /// shows, as the host's mount table names it.
 fn running_layer(ws: &Path) -> PathBuf {
+    let source = running_source(ws);
+    let source = source.to_str().unwrap();
+    let named = |p: &str| {
+        p.split('/')
+            .find(|c| c.starts_with("sandbox-layer@"))
+            .map(|c| std::env::temp_dir().join(c))
+    };
+    if let Some(p) = named(source) {
+        return p;
+    }
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    table
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 4 && f[4] == source)
+        .and_then(|f| named(f[3]))
+        .unwrap_or_else(|| panic!("the staging mount {source} shows no layer"))
+}
+
+/// The host path the one running container's mount at `ws` comes from, as the engine
+/// reports it: a layer, a staging mount of one, or a volume's directory.
+fn running_source(ws: &Path) -> PathBuf {
     let ids = ours().0;
     assert_eq!(ids.len(), 1, "one container runs: {ids:?}");
     let out = std::process::Command::new("docker")
@@ -1216,27 +1238,62 @@ fn running_layer(ws: &Path) -> PathBuf {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let source = text
-        .lines()
+    text.lines()
         .filter_map(|l| l.split_once(' '))
         .find(|(_, dst)| Path::new(dst) == ws)
-        .map(|(src, _)| src.to_string())
-        .unwrap_or_else(|| panic!("no bind at the workspace: {text}"));
-    let named = |p: &str| {
-        p.split('/')
-            .find(|c| c.starts_with("sandbox-layer@"))
-            .map(|c| std::env::temp_dir().join(c))
-    };
-    if let Some(p) = named(&source) {
-        return p;
+        .map(|(src, _)| PathBuf::from(src))
+        .unwrap_or_else(|| panic!("no mount at the workspace: {text}"))
+}
+
+#[tokio::test]
+async fn a_snapshot_keeps_a_sparse_files_holes_as_the_host_counts_them() {
+    let _g = SERIAL.lock().await;
+    // As root: a root-owned workspace (through an idmapped mount) and a user's.
+    let mut trees = vec![dir()];
+    if is_root() {
+        let (d, p, _) = bind_dir();
+        trees.push((d, p));
     }
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    table
-        .lines()
-        .map(|l| l.split(' ').collect::<Vec<_>>())
-        .find(|f| f.len() > 4 && f[4] == source)
-        .and_then(|f| named(f[3]))
-        .unwrap_or_else(|| panic!("the staging mount {source} shows no layer"))
+    let b = backend(WorkspaceMode::Bind);
+    for (_d, ws) in trees {
+        let f = std::fs::File::create(ws.join("hole")).unwrap();
+        f.set_len(300 << 20).unwrap();
+        drop(f);
+        let mut opts = SandboxOpts::new(&ws, sh("echo started; busybox sleep 7824"));
+        opts.snapshot = true;
+        let sb = b.sandbox();
+        sb.run(opts).await.unwrap();
+        started(sb.as_ref()).await;
+        // The copy the command sees, counted by the host's kernel: a dense one allocates
+        // 300 MiB.
+        let copy = running_source(&ws).join("hole");
+        assert_ne!(copy, ws.join("hole"), "the original itself is bound");
+        let m = std::fs::metadata(&copy).unwrap();
+        sb.kill().await.unwrap();
+        let o = sb.wait().await.unwrap();
+        assert_eq!(o.status, Status::Killed);
+        assert_eq!(m.len(), 300 << 20);
+        assert!(
+            m.blocks() * 512 < 16 << 20,
+            "the snapshot of a sparse file allocated {} MiB",
+            (m.blocks() * 512) >> 20
+        );
+        assert!(
+            o.policy
+                .notes
+                .iter()
+                .any(|n| n.contains("changes discarded")),
+            "{:?}",
+            o.policy.notes
+        );
+        assert!(o.changes.is_none());
+        drop(sb);
+        assert!(alive(&["7824"]).is_empty());
+        assert_no_staging_left();
+        assert!(!copy.exists(), "the snapshot's copy was left");
+        assert_clean();
+    }
+    assert!(b.capability().sparse_snapshot);
 }
 
 /// Wait until the command has printed `started`.

@@ -120,8 +120,9 @@
 //! A Docker engine speaking API 1.30 or later at `DOCKER_HOST` (the local socket by
 //! default) that this user may use, with its init binary (`docker-init`), seccomp, and
 //! memory and pids cgroup controllers; the image on the engine (never pulled unless
-//! [`DockerConfig::allow_pull`]). With no registry, [`build_image_from_binaries`] makes
-//! one from host binaries. [`Sandbox::preflight`] checks all of it by running a real
+//! [`DockerConfig::allow_pull`]). With no registry, [`build_image_from_host`] (`sandbox
+//! image --from-host`) makes one of the host's system directories, without what others
+//! may not read, and [`build_image_from_binaries`] one from named host binaries. [`Sandbox::preflight`] checks all of it by running a real
 //! container with the full policy.
 //!
 //! # Tests
@@ -161,6 +162,7 @@ mod direct;
 mod egress;
 mod error;
 mod handover;
+mod hostimage;
 mod idmap;
 mod image;
 mod labels;
@@ -187,6 +189,7 @@ pub use bollard::Docker;
 pub use client::connect;
 pub use config::{DockerConfig, WorkspaceMode};
 pub use handover::NOBODY;
+pub use hostimage::{build_image_from_host, HOST_ROOTS};
 pub use image::build_image_from_binaries;
 pub use labels::{owner, LABEL, LABEL_OWNER, LABEL_ROLE, LABEL_VALUE};
 pub use leftovers::{cleanup_leftovers, Removed, Scope};
@@ -215,6 +218,12 @@ pub const INFO: BackendInfo = BackendInfo {
             Box::pin(async move {
                 let docker = connect().await?;
                 build_image_from_binaries(&docker, &tag, &files).await
+            })
+        },
+        build_from_host: |tag| {
+            Box::pin(async move {
+                let docker = connect().await?;
+                build_image_from_host(&docker, &tag).await
             })
         },
         direct: Some(direct::docker_run),

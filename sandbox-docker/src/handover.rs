@@ -155,6 +155,8 @@ pub(crate) struct Request<'a> {
     pub carveouts: &'a [PathBuf],
     /// Named read-only paths.
     pub read_only: &'a [PathBuf],
+    /// Read-only paths named through a host symlink: `(as named, canonical)`.
+    pub read_only_links: &'a [(PathBuf, PathBuf)],
     /// Named writable paths.
     pub writable: &'a [PathBuf],
     /// The backend's workspace mode.
@@ -251,6 +253,26 @@ pub(crate) fn plan_handovers(r: &Request<'_>) -> Vec<Handover> {
             source: p.clone(),
             role: Role::ReadOnly,
             via,
+            read_only: true,
+        });
+    }
+    // A read path named through a host symlink (`--read /lib` with `/lib -> usr/lib`):
+    // the container has a root of its own, where the name is the image's entry (or
+    // nothing), so the target is bound at the name too, read-only, as the process
+    // backends show it; the outcome's notes say so.
+    for (named, canon) in r.read_only_links {
+        if taken(&out, named) || !out.iter().any(|h| h.path == *canon) {
+            continue;
+        }
+        out.push(Handover {
+            path: named.clone(),
+            source: canon.clone(),
+            role: Role::ReadOnly,
+            via: if copy {
+                Via::Volume { write_back: false }
+            } else {
+                Via::Bind
+            },
             read_only: true,
         });
     }
@@ -353,6 +375,7 @@ mod tests {
             layer: None,
             carveouts: &[p("/ws/.git/hooks")],
             read_only: &[p("/ro"), p("/both")],
+            read_only_links: &[(p("/lib"), p("/ro")), (p("/gone"), p("/elsewhere"))],
             writable: &[p("/rw"), p("/both")],
             mode,
             snapshot,
@@ -366,6 +389,28 @@ mod tests {
     fn via(hs: &[Handover], path: &str) -> (Role, Via) {
         let h = hs.iter().find(|h| h.path == p(path)).unwrap();
         (h.role, h.via)
+    }
+
+    #[test]
+    fn a_read_path_named_through_a_link_is_bound_at_its_name_too() {
+        for (mode, via) in [
+            (WorkspaceMode::Bind, Via::Bind),
+            (WorkspaceMode::Copy, Via::Volume { write_back: false }),
+        ] {
+            let hs = plan(mode, false, false, 1000, 1000);
+            let lib = hs.iter().find(|h| h.path == p("/lib")).unwrap();
+            assert_eq!(
+                (&lib.source, lib.role, lib.via, lib.read_only),
+                (&p("/ro"), Role::ReadOnly, via, true)
+            );
+            assert_eq!(via_of(&hs, "/ro"), via);
+            // Only for a path that is handed over.
+            assert!(hs.iter().all(|h| h.path != p("/gone")));
+        }
+    }
+
+    fn via_of(hs: &[Handover], path: &str) -> Via {
+        via(hs, path).1
     }
 
     #[test]
@@ -452,6 +497,7 @@ mod tests {
             layer: None,
             carveouts: &[p("/ws")],
             read_only: &[],
+            read_only_links: &[],
             writable: &[],
             mode: WorkspaceMode::Bind,
             snapshot: false,
@@ -481,6 +527,7 @@ mod tests {
             layer: Some(&p("/tmp/layer/copy")),
             carveouts: &[p("/ws/.git/hooks")],
             read_only: &[p("/ro")],
+            read_only_links: &[],
             writable: &[p("/rw")],
             mode: WorkspaceMode::Bind,
             snapshot,

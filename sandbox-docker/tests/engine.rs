@@ -1535,3 +1535,37 @@ async fn copy_mode_refuses_a_review_by_capability_before_anything_is_made() {
     drop(b);
     assert_clean();
 }
+
+#[tokio::test]
+async fn a_read_path_named_through_a_host_symlink_shows_its_target_at_the_name() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws, _) = bind_dir();
+    let (_o, other) = dir();
+    std::fs::create_dir(other.join("real")).unwrap();
+    std::fs::write(other.join("real/f"), "through the link\n").unwrap();
+    std::os::unix::fs::symlink("real", other.join("link")).unwrap();
+    let link = other.join("link");
+    for mode in [WorkspaceMode::Bind, WorkspaceMode::Copy] {
+        let mut opts = SandboxOpts::new(
+            &ws,
+            vec![
+                "/bin/busybox".to_string(),
+                "cat".into(),
+                link.join("f").display().to_string(),
+            ],
+        );
+        opts.read_only_paths = vec![link.clone()];
+        let o = run(&backend(mode), opts).await;
+        assert_eq!(o.status, Status::Exited { code: 0 }, "{mode:?}: {o:?}");
+        assert_eq!(o.stdout.text(), "through the link\n");
+        assert!(
+            o.policy
+                .notes
+                .iter()
+                .any(|n| n.starts_with(&format!("{}: a symlink on the host", link.display()))),
+            "{:?}",
+            o.policy.notes
+        );
+        assert_clean();
+    }
+}

@@ -1569,3 +1569,49 @@ async fn a_read_path_named_through_a_host_symlink_shows_its_target_at_the_name()
         assert_clean();
     }
 }
+
+#[tokio::test]
+async fn an_image_whose_sbin_leads_under_a_handed_over_path_is_one_line_with_its_remedy() {
+    let _g = SERIAL.lock().await;
+    // `/sbin -> usr/sbin`, as on a merged-/usr host, and busybox.
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Symlink);
+    h.set_size(0);
+    h.set_mode(0o777);
+    b.append_link(&mut h, "sbin", "usr/sbin").unwrap();
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_size(busybox.len() as u64);
+    h.set_mode(0o755);
+    b.append_data(&mut h, "bin/busybox", &busybox[..]).unwrap();
+    let archive = b.into_inner().unwrap();
+    let tag = "sandbox-docker-test-sbin-link:latest";
+    let mut import = std::process::Command::new("docker")
+        .args(["import", "-", tag])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut import.stdin.take().unwrap(), &archive).unwrap();
+    assert!(import.wait().unwrap().success());
+
+    let (_d, ws, _) = bind_dir();
+    let backend = DockerBackend::new(DockerConfig::new(tag)).unwrap();
+    let mut opts = SandboxOpts::new(&ws, ["/bin/busybox", "true"]);
+    opts.read_only_paths = vec!["/usr".into()];
+    let e = backend.sandbox().execute(opts).await.unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, SandboxError::Unavailable { .. }), "{text}");
+    assert!(!text.contains("shim") && !text.contains('\n'), "{text}");
+    assert!(
+        text.contains("/sbin/docker-init") && text.contains("--read /usr"),
+        "{text}"
+    );
+    drop(backend);
+    assert_clean();
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", tag])
+        .output();
+}

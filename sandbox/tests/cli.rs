@@ -506,6 +506,14 @@ fn not_found_is_127(backend: &str) {
     let err = text(&o.stderr);
     assert_eq!(code(&o), 127, "{err}");
     assert!(err.contains("definitely-not-a-program-xyz"), "{err}");
+    // In an image, the backend works and the image lacks the program: the remedy is an
+    // image that has it, never doctor (which says the backend works).
+    if capability(backend)["host_programs"] == false {
+        assert!(
+            err.contains("sandbox image --from-host") && !err.contains("sandbox doctor"),
+            "{err}"
+        );
+    }
 }
 
 fn not_executable_is_126(backend: &str) {

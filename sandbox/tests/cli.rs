@@ -408,6 +408,45 @@ fn doctor_reports_every_compiled_in_backend_in_json_and_text() {
     assert_eq!(code(&o), if confines { 0 } else { 1 }, "{human}");
 }
 
+/// A user who may not open the engine's socket hears that first, with its remedy, and not
+/// "no image named" (an image would not help them). Run as root, as uid 65534 without
+/// groups, where the engine's default socket is closed to others.
+#[test]
+fn doctor_names_an_engine_this_user_may_not_reach_before_a_missing_image() {
+    use std::os::unix::fs::MetadataExt;
+    let socket = Path::new("/var/run/docker.sock");
+    let closed = std::fs::metadata(socket).is_ok_and(|m| m.mode() & 0o006 == 0);
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root || !closed || std::env::var_os("DOCKER_HOST").is_some() {
+        eprintln!("skipped: needs root and a default engine socket closed to others");
+        return;
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args(["doctor", "--json"])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let j: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o.stderr)));
+    let image_backends: Vec<&Value> = j["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["needs_image"] == true)
+        .collect();
+    for b in image_backends {
+        let problem = b["problem"].as_str().unwrap_or_default();
+        let remedy = b["remedy"].as_str().unwrap_or_default();
+        assert!(b["works"] == false && b["checked"] == true, "{b}");
+        assert!(
+            !problem.contains("no container image") && problem.contains("ermission denied"),
+            "{b}"
+        );
+        assert!(remedy.contains("group"), "{b}");
+    }
+}
+
 #[test]
 fn completions_are_printed_for_each_shell() {
     for shell in ["bash", "zsh", "fish"] {

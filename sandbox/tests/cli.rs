@@ -935,6 +935,17 @@ fn doctor_prove_proves_the_backend(backend: &str) {
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {}", text(&o.stderr)));
     assert_eq!(j[0]["backend"], backend, "{j}");
     let info = sandbox::select::info(backend).unwrap();
+    // What it is doing, as it goes, on stderr: the backend it starts on, an image build.
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!("sandbox: {backend}: proving")),
+        "{err}"
+    );
+    assert_eq!(
+        err.contains("building the probe image"),
+        info.image.is_some() && !info.unconfined,
+        "{err}"
+    );
     if info.unconfined {
         assert_eq!(code(&o), 1, "{j}");
         assert_eq!(j[0]["result"], "not_proved", "{j}");

@@ -36,6 +36,11 @@ pub struct Plan {
     pub readonly_carveouts: Vec<PathBuf>,
     /// Canonical extra readable paths.
     pub read_only_paths: Vec<PathBuf>,
+    /// Each extra readable path named through a symlink: `(as named, made absolute,
+    /// canonical)`. A backend that shows host paths at their own paths needs nothing
+    /// more; one with a root of its own (a container image) binds the target at the named
+    /// path too, or the name would show the image's own entry instead.
+    pub read_only_links: Vec<(PathBuf, PathBuf)>,
     /// Canonical extra writable paths.
     pub writable_paths: Vec<PathBuf>,
     /// The complete environment of the command, in order.
@@ -210,6 +215,16 @@ impl Plan {
             .iter()
             .map(|p| grant("read_only_paths", p))
             .collect::<Result<Vec<_>, _>>()?;
+        let read_only_links = opts
+            .read_only_paths
+            .iter()
+            .zip(&read_only_paths)
+            .filter_map(|(given, canon)| {
+                let named = std::path::absolute(given).ok()?;
+                let plain = named.components().all(|c| c != Component::ParentDir);
+                (plain && named != *canon).then(|| (named, canon.clone()))
+            })
+            .collect();
         let writable_paths = opts
             .writable_paths
             .iter()
@@ -308,6 +323,7 @@ impl Plan {
             cwd,
             readonly_carveouts,
             read_only_paths,
+            read_only_links,
             writable_paths,
             env,
             network: opts.network,
@@ -799,6 +815,20 @@ mod tests {
             matches!(e, SandboxError::InvalidConfig { field: "cwd", .. }),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_read_path_named_through_a_link_keeps_its_name() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().canonicalize().unwrap().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = d.path().canonicalize().unwrap().join("link");
+        std::os::unix::fs::symlink("real", &link).unwrap();
+        let mut opts = SandboxOpts::new(d.path(), ["/bin/true"]);
+        opts.read_only_paths = vec![link.clone(), real.clone()];
+        let p = Plan::new(&opts, "t", &cap()).unwrap();
+        assert_eq!(p.read_only_paths, [real.clone(), real.clone()]);
+        assert_eq!(p.read_only_links, [(link, real)]);
     }
 
     #[test]

@@ -177,7 +177,7 @@ fn no_subcommand_is_125_and_help_is_0() {
 
 #[test]
 fn every_subcommand_help_explains_the_exit_statuses() {
-    for sub in ["run", "doctor", "completions"] {
+    for sub in ["run", "doctor", "image", "completions"] {
         let o = sandbox().args([sub, "--help"]).output().unwrap();
         let help = text(&o.stdout);
         assert!(help.contains("Exit status"), "{sub}: {help}");
@@ -408,6 +408,45 @@ fn doctor_reports_every_compiled_in_backend_in_json_and_text() {
     assert_eq!(code(&o), if confines { 0 } else { 1 }, "{human}");
 }
 
+/// A user who may not open the engine's socket hears that first, with its remedy, and not
+/// "no image named" (an image would not help them). Run as root, as uid 65534 without
+/// groups, where the engine's default socket is closed to others.
+#[test]
+fn doctor_names_an_engine_this_user_may_not_reach_before_a_missing_image() {
+    use std::os::unix::fs::MetadataExt;
+    let socket = Path::new("/var/run/docker.sock");
+    let closed = std::fs::metadata(socket).is_ok_and(|m| m.mode() & 0o006 == 0);
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root || !closed || std::env::var_os("DOCKER_HOST").is_some() {
+        eprintln!("skipped: needs root and a default engine socket closed to others");
+        return;
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args(["doctor", "--json"])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let j: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o.stderr)));
+    let image_backends: Vec<&Value> = j["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["needs_image"] == true)
+        .collect();
+    for b in image_backends {
+        let problem = b["problem"].as_str().unwrap_or_default();
+        let remedy = b["remedy"].as_str().unwrap_or_default();
+        assert!(b["works"] == false && b["checked"] == true, "{b}");
+        assert!(
+            !problem.contains("no container image") && problem.contains("ermission denied"),
+            "{b}"
+        );
+        assert!(remedy.contains("group"), "{b}");
+    }
+}
+
 #[test]
 fn completions_are_printed_for_each_shell() {
     for shell in ["bash", "zsh", "fish"] {
@@ -567,6 +606,14 @@ fn not_found_is_127(backend: &str) {
     let err = text(&o.stderr);
     assert_eq!(code(&o), 127, "{err}");
     assert!(err.contains("definitely-not-a-program-xyz"), "{err}");
+    // In an image, the backend works and the image lacks the program: the remedy is an
+    // image that has it, never doctor (which says the backend works).
+    if capability(backend)["host_programs"] == false {
+        assert!(
+            err.contains("sandbox image --from-host") && !err.contains("sandbox doctor"),
+            "{err}"
+        );
+    }
 }
 
 fn not_executable_is_126(backend: &str) {
@@ -949,6 +996,17 @@ fn doctor_prove_proves_the_backend(backend: &str) {
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {}", text(&o.stderr)));
     assert_eq!(j[0]["backend"], backend, "{j}");
     let info = sandbox::select::info(backend).unwrap();
+    // What it is doing, as it goes, on stderr: the backend it starts on, an image build.
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!("sandbox: {backend}: proving")),
+        "{err}"
+    );
+    assert_eq!(
+        err.contains("building the probe image"),
+        info.image.is_some() && !info.unconfined,
+        "{err}"
+    );
     if info.unconfined {
         assert_eq!(code(&o), 1, "{j}");
         assert_eq!(j[0]["result"], "not_proved", "{j}");
@@ -1005,6 +1063,138 @@ fn doctor_prove_proves_the_backend(backend: &str) {
     }
 }
 
+/// Host files and directories under `/etc` an unprivileged user may not read (by mode).
+fn unreadable_by_others(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    use std::os::unix::fs::MetadataExt;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let m = std::fs::symlink_metadata(e.path()).unwrap();
+        let others = m.mode() & 0o7;
+        if m.is_dir() && others & 0o5 == 0o5 {
+            unreadable_by_others(&e.path(), out);
+        } else if (m.is_dir() && others & 0o5 != 0o5) || (m.is_file() && others & 0o4 == 0) {
+            out.push(e.path());
+        }
+    }
+}
+
+/// `sandbox image --from-host` builds an image of the host's system directories on the
+/// engine of a backend that runs images: the engine's export of it (read from here) holds
+/// the host's `/etc` and `/usr`, `/bin` and `/sbin` as the host has them (links kept), no
+/// home, and no file or directory others may not read (each one the host has under `/etc`
+/// checked absent by name); a command runs in it through the backend, as the host's own
+/// programs. A second build of the same host keeps the image.
+fn an_image_from_the_host_holds_no_file_others_cannot_read(backend: &str) {
+    if sandbox::select::info(backend).unwrap().image.is_none() {
+        eprintln!("skipped: {backend} runs no image");
+        return;
+    }
+    let tag = "sandbox-host:latest";
+    let ws = workspace();
+    let o = run_in(ws.path(), &["image", "--from-host", "--tag", tag]);
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), 0, "{err}");
+    assert!(err.contains(&format!("--image {tag}")), "{err}");
+    let mut hidden = Vec::new();
+    unreadable_by_others(Path::new("/etc"), &mut hidden);
+    assert!(
+        hidden.iter().any(|p| p == Path::new("/etc/shadow")),
+        "the host has no /etc/shadow others cannot read: {hidden:?}"
+    );
+
+    // The image's filesystem, as the engine exports a container of it.
+    let created = Command::new("docker")
+        .args(["create", tag, "/bin/true"])
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{}", text(&created.stderr));
+    let id = text(&created.stdout).trim().to_string();
+    let mut export = Command::new("docker")
+        .args(["export", &id])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut entries = std::collections::BTreeMap::new();
+    for e in tar::Archive::new(export.stdout.take().unwrap())
+        .entries()
+        .unwrap()
+    {
+        let e = e.unwrap();
+        let path = e.path().unwrap().display().to_string();
+        let link = e.link_name().unwrap().map(|l| l.display().to_string());
+        let h = e.header();
+        entries.insert(
+            path.trim_end_matches('/').to_string(),
+            (h.entry_type(), h.mode().unwrap(), link),
+        );
+    }
+    assert!(export.wait().unwrap().success());
+    let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+
+    for p in &hidden {
+        let rel = p.strip_prefix("/").unwrap().display().to_string();
+        assert!(!entries.contains_key(&rel), "{rel} is in the image");
+    }
+    for (path, (ty, mode, _)) in &entries {
+        if ty.is_file() {
+            assert!(
+                mode & 0o004 != 0,
+                "{path} ({mode:o}) is not readable by others"
+            );
+            assert!(mode & 0o6000 == 0, "{path} ({mode:o}) keeps a set-id bit");
+        }
+        if ty.is_dir() {
+            assert!(
+                mode & 0o005 == 0o005,
+                "{path} ({mode:o}) is closed to others"
+            );
+        }
+        assert!(
+            !path.starts_with("home/") && !path.starts_with("root/"),
+            "{path}: a home in the image"
+        );
+    }
+    for top in ["bin", "sbin", "lib"] {
+        let host = std::fs::read_link(Path::new("/").join(top)).ok();
+        let image = entries.get(top).and_then(|e| e.2.clone());
+        assert_eq!(
+            image.map(std::path::PathBuf::from),
+            host,
+            "/{top} is not as the host has it"
+        );
+    }
+    assert!(entries.contains_key("etc/passwd") && entries.contains_key("usr/bin/env"));
+
+    // A command runs in it through the backend: the host's own shell and files.
+    let mut args: Vec<String> = vec!["run".into()];
+    args.extend(backend_flags(backend));
+    let at = args.iter().position(|f| f == "--image").unwrap() + 1;
+    args[at] = tag.into();
+    args.extend(
+        [
+            "--",
+            "sh",
+            "-c",
+            "test ! -e /etc/shadow && cat /etc/os-release",
+        ]
+        .map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = run_in(ws.path(), &args);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stdout),
+        std::fs::read_to_string("/etc/os-release").unwrap()
+    );
+
+    let o = run_in(ws.path(), &["image", "--from-host", "--tag", tag]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("up to date"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
 macro_rules! backend_cases {
     ($module:ident, $feature:literal) => {
         #[cfg(feature = $feature)]
@@ -1034,6 +1224,7 @@ macro_rules! backend_cases {
             case!(changes_are_asked_applied_or_refused);
             case!(allow_host_reaches_the_allowlist_and_prints_each_denied_attempt);
             case!(doctor_prove_proves_the_backend);
+            case!(an_image_from_the_host_holds_no_file_others_cannot_read);
         }
     };
 }

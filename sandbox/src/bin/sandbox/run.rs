@@ -158,7 +158,18 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     tokio::select! {
         r = sandbox.run(opts) => {
             if let Err(e) = r {
-                return Err(startup::diagnose(&chosen, e).await.into());
+                let e = startup::diagnose(&chosen, e).await;
+                // A program missing from an image: the backend works (doctor would say
+                // so); the image lacks it.
+                let hint = (e.is_not_found() && !backend.capability().host_programs).then(|| {
+                    format!(
+                        "check the name, or run it in an image that holds it: `sandbox image \
+                         --from-host` builds one of this host's system directories (then \
+                         `--image {}`)",
+                        crate::args::HOST_IMAGE_TAG
+                    )
+                });
+                return Err(CliError::Sandbox { source: e, hint });
             }
         }
         n = signals.recv() => return Ok(128 + n),

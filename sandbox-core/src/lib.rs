@@ -33,6 +33,8 @@
 //! - [`owner`]: who made a host object, and the removal of what dead makers left.
 //! - [`changes`]: the copy-on-write layer over the workspace and the change set a host
 //!   reviews, applies or discards.
+//! - [`escape()`]: text that came from the command (names, paths, diff lines), made safe
+//!   to print on a terminal.
 //! - [`syscalls`]: the one table of denied system calls, rendered to the BPF program
 //!   (`seccomp`, behind the feature of that name) and to container profiles.
 //! - [`registry`]: what each backend crate says about itself ([`registry::BackendInfo`]),
@@ -56,6 +58,7 @@ pub mod changes;
 pub mod denial;
 pub mod egress;
 mod error;
+pub mod escape;
 pub mod facts;
 mod grants;
 pub mod handover;
@@ -83,6 +86,7 @@ pub use egress::{
     PublishSink, Published, Resolver, SystemResolver, MAX_CONNECTIONS, PROXY_PORT,
 };
 pub use error::{Result, SandboxError};
+pub use escape::escape;
 pub use options::{
     EnvPolicy, OutputSink, ResourceLimits, SandboxOpts, Stdin, StreamKind, DEFAULT_MAX_PROCESSES,
     DEFAULT_MEMORY_BYTES, DEFAULT_OUTPUT_LIMIT,

@@ -227,8 +227,16 @@ pub struct PolicyArgs {
     #[arg(long)]
     pub snapshot: bool,
 
+    /// Let the command write the hooks and config of the repositories that exist in the
+    /// workspace (`.git/hooks`, `.git/config`, `.git/config.worktree`, `.git/info`, the
+    /// same for submodules and nested repositories), which are read-only by default: git
+    /// runs what they name on the host
+    #[arg(long)]
+    pub writable_git: bool,
+
     /// A TOML policy file holding any of the options above (keys: backend, workspace,
-    /// read, write, network, env, timeout, max-output, memory, lane, image, snapshot);
+    /// read, write, network, env, timeout, max-output, memory, lane, image, snapshot,
+    /// writable-git);
     /// unknown keys are an error, flags override it, its relative paths are taken against
     /// the file's directory
     #[arg(long, value_name = "FILE")]

@@ -44,6 +44,7 @@ pub struct PolicyFile {
     lane: Option<Lane>,
     image: Option<String>,
     snapshot: Option<bool>,
+    writable_git: Option<bool>,
 }
 
 /// One `publish` entry of the policy file: a port, or `"PORT[:HOSTPORT]"`.
@@ -93,6 +94,8 @@ pub struct RunSpec {
     pub lane: Lane,
     pub image: Option<String>,
     pub snapshot: bool,
+    /// The repositories' hooks and config are writable (`--writable-git`).
+    pub writable_git: bool,
 }
 
 impl PolicyFile {
@@ -244,6 +247,7 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         lane: args.lane.map(Lane::from).or(file.lane).unwrap_or_default(),
         image: args.image.or(file.image),
         snapshot: args.snapshot || file.snapshot.unwrap_or(false),
+        writable_git: args.writable_git || file.writable_git.unwrap_or(false),
     })
 }
 
@@ -285,6 +289,7 @@ mod tests {
             lane = "fast"
             image = "debian"
             snapshot = true
+            writable-git = true
             "#
         ))
         .unwrap();

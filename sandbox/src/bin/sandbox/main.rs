@@ -8,6 +8,7 @@ mod args;
 mod changes;
 mod config;
 mod error;
+mod git;
 #[cfg(feature = "mcp")]
 mod mcp;
 #[cfg(test)]

@@ -247,6 +247,9 @@ fn warn_over_grants(plan: &Plan, backend: &str) {
 /// both `sandbox run` and `sandbox mcp` turn the policy into options.
 pub fn policy_opts(spec: &RunSpec, argv: Vec<OsString>) -> Result<SandboxOpts, CliError> {
     let mut opts = SandboxOpts::new(&spec.workspace, argv);
+    if !spec.writable_git {
+        opts.readonly_carveouts = crate::git::carveouts(&spec.workspace);
+    }
     opts.read_only_paths = spec.read.clone();
     opts.writable_paths = spec.write.clone();
     opts.network = spec.network;

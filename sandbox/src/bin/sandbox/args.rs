@@ -118,9 +118,16 @@ pub struct RunArgs {
     #[arg(long, value_enum, value_name = "WHAT")]
     pub changes: Option<ChangesArg>,
 
-    /// With `--changes`: show a unified diff of the changed text files
+    /// With `--changes`: show the change set as a patch `git apply` takes (on a terminal,
+    /// escaped and cut at 256 KiB, the complete patch kept in a file whose path is printed)
     #[arg(long)]
     pub changes_diff: bool,
+
+    /// With `--changes apply` or `ask`: apply over files that changed in the workspace
+    /// while the command ran (a conflict); never over a refusal (a link out of the
+    /// workspace, a device, a set-id bit)
+    #[arg(long)]
+    pub changes_force: bool,
 
     /// Do not print the one-line summary of denied operations on stderr after the run
     /// (`--json` carries the whole list either way)

@@ -91,6 +91,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     })?;
     let json = args.json;
     let changes_diff = args.changes_diff;
+    let changes_force = args.changes_force;
     let args_quiet = args.quiet;
     let spec = config::resolve(args.policy, &cwd)?;
     // `--snapshot` (policy) is `--changes discard` (how this run's writes are handled).
@@ -108,6 +109,12 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         return Err(CliError::option(
             "changes-diff",
             "shows the change set of --changes ask|apply|discard; give one",
+        ));
+    }
+    if changes_force && !matches!(changes_mode, Some(ChangesArg::Apply | ChangesArg::Ask)) {
+        return Err(CliError::option(
+            "changes-force",
+            "forces --changes apply|ask over a conflict; give one",
         ));
     }
     let terminal = Terminal::new(
@@ -138,6 +145,21 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         n = signals.recv() => return Ok(128 + n),
     };
     let backend = Arc::clone(&chosen.backend);
+    // A discarded change set is still shown (`--changes-diff`) and listed (`--json`):
+    // the layer is kept for the review where the backend can, and thrown away after it.
+    if changes_mode == Some(ChangesArg::Discard) && (changes_diff || json) {
+        let mut review = opts.clone();
+        review.changes = Changes::Review;
+        if Plan::new(&review, backend.name(), &backend.capability()).is_ok() {
+            opts = review;
+        } else if changes_diff {
+            eprintln!(
+                "sandbox: backend `{}` keeps no change set to show: the changes will be \
+                 discarded unseen",
+                backend.name()
+            );
+        }
+    }
     if !json {
         match &chosen.plan {
             Some(plan) => warn_over_grants(plan, backend.name()),
@@ -190,7 +212,14 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     let mut code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
     // A change set is only acted on when the command ended by itself.
     let settled = match (&outcome.changes, changes_mode, by_signal) {
-        (Some(set), Some(mode), None) => Some(changes::settle(set, mode, changes_diff)),
+        (Some(set), Some(mode), None) => Some(changes::settle(
+            set,
+            changes::Review {
+                mode,
+                diff: changes_diff,
+                force: changes_force,
+            },
+        )),
         (Some(set), Some(_), Some(_)) => {
             set.discard();
             eprintln!("sandbox: interrupted: the command's changes were discarded");

@@ -1137,6 +1137,29 @@ fn a_repository_s_hooks_and_config_are_read_only(backend: &str) {
         assert_eq!(std::fs::read(w.join(".git/config")).unwrap(), config);
     }
 
+    // Without a hooks directory, creating one would plant a hook: the whole `.git` is
+    // read-only, and stderr says so with the remedy.
+    let bare = workspace();
+    git_init(bare.path());
+    std::fs::remove_dir_all(bare.path().join(".git/hooks")).unwrap();
+    let o = run_with(
+        backend,
+        bare.path(),
+        &[],
+        &[
+            "sh",
+            "-c",
+            "mkdir .git/hooks && echo 'echo pwned' > .git/hooks/pre-commit",
+        ],
+    );
+    assert_ne!(code(&o), 0, "{}", text(&o.stderr));
+    assert!(!bare.path().join(".git/hooks").exists());
+    assert!(
+        text(&o.stderr).contains("read-only as a whole"),
+        "{}",
+        text(&o.stderr)
+    );
+
     let o = run_with(
         backend,
         w,

@@ -281,7 +281,7 @@ fn git_name(prefix: &str, path: &Path) -> Vec<u8> {
     let mut out = Vec::new();
     if !b
         .iter()
-        .any(|&c| c < 0x20 || c >= 0x7f || c == b'"' || c == b'\\')
+        .any(|&c| !(0x20..0x7f).contains(&c) || c == b'"' || c == b'\\')
     {
         out.extend_from_slice(prefix.as_bytes());
         out.extend_from_slice(b);
@@ -300,7 +300,9 @@ fn git_name(prefix: &str, path: &Path) -> Vec<u8> {
             b'\r' => out.extend_from_slice(b"\\r"),
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
-            c if c < 0x20 || c >= 0x7f => out.extend_from_slice(format!("\\{c:03o}").as_bytes()),
+            c if !(0x20..0x7f).contains(&c) => {
+                out.extend_from_slice(format!("\\{c:03o}").as_bytes())
+            }
             c => out.push(c),
         }
     }

@@ -21,6 +21,7 @@
 //! a repository the command creates is its own.
 
 use std::collections::BTreeSet;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 /// The entries of a repository's directory the command may not write.
@@ -30,6 +31,25 @@ const PROTECTED: [&str; 4] = ["hooks", "config", "config.worktree", "info"];
 /// and inside the workspace (a link out of it is not followed: outside the workspace the
 /// command cannot write anyway, unless granted).
 pub fn carveouts(workspace: &Path) -> Vec<PathBuf> {
+    let all = protected(workspace);
+    // A repository carved out whole: say why, since `git commit` fails inside it.
+    for p in all.iter().filter(|p| {
+        p.file_name()
+            .is_some_and(|n| !PROTECTED.iter().any(|x| n == *x))
+    }) {
+        eprintln!(
+            "sandbox: the repository {} is read-only as a whole: it has no `hooks` directory \
+             (or no `config.worktree` where its config turns one on), which the command could \
+             create to run code; remedy: `mkdir {0}/hooks`, or --writable-git",
+            // A name an earlier command may have chosen.
+            sandbox::escape(p.as_os_str().as_bytes())
+        );
+    }
+    all
+}
+
+/// [`carveouts`], without a word.
+fn protected(workspace: &Path) -> Vec<PathBuf> {
     let Ok(ws) = workspace.canonicalize() else {
         // The library refuses a workspace that does not resolve, naming it.
         return Vec::new();
@@ -174,7 +194,7 @@ mod tests {
             "vendor/lib/.git/hooks/",
             "vendor/lib/.git/config",
         ]);
-        let got = rel(d.path(), carveouts(d.path()));
+        let got = rel(d.path(), protected(d.path()));
         assert_eq!(
             got,
             [
@@ -193,7 +213,7 @@ mod tests {
     #[test]
     fn without_hooks_the_whole_repository_is_read_only() {
         let d = tree(&[".git/config", ".git/objects/"]);
-        assert_eq!(rel(d.path(), carveouts(d.path())), [".git"]);
+        assert_eq!(rel(d.path(), protected(d.path())), [".git"]);
     }
 
     #[test]
@@ -202,7 +222,7 @@ mod tests {
         std::fs::write(d.path().join("wt/.git"), "gitdir: ../repo.git\n").unwrap();
         std::fs::write(d.path().join(".git"), "gitdir: /nonexistent/x\n").unwrap();
         assert_eq!(
-            rel(d.path(), carveouts(d.path())),
+            rel(d.path(), protected(d.path())),
             ["repo.git/config", "repo.git/hooks"]
         );
     }
@@ -215,12 +235,12 @@ mod tests {
             "[extensions]\n\tworktreeConfig = true\n",
         )
         .unwrap();
-        assert_eq!(rel(d.path(), carveouts(d.path())), [".git"]);
+        assert_eq!(rel(d.path(), protected(d.path())), [".git"]);
     }
 
     #[test]
     fn no_repository_no_carveouts() {
         let d = tree(&["src/main.rs", "git/hooks/"]);
-        assert!(carveouts(d.path()).is_empty());
+        assert!(protected(d.path()).is_empty());
     }
 }

@@ -1425,6 +1425,42 @@ fn a_conflict_keeps_a_patch_and_force_applies(backend: &str) {
     }
 }
 
+/// A host name the command asked the proxy for (SOCKS5 takes any bytes), holding escape
+/// sequences, is escaped in the line that says it was denied, on a terminal.
+fn a_denied_host_name_is_escaped_on_a_terminal(backend: &str) {
+    let cap = capability(backend);
+    if cap["host_programs"] != true || cap["network_proxy"]["kind"] != "exact" {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: backend {backend} runs no host python3 or enforces no proxy exactly (its \
+             capability), and this case asks the proxy from python3"
+        );
+        return;
+    }
+    let ws = workspace();
+    let script = "import socket\n\
+                  host = b'x\\x1b[2K\\x1b[1Ay.example'\n\
+                  s = socket.create_connection(('127.0.0.1', 3128))\n\
+                  s.sendall(b'\\x05\\x01\\x00'); s.recv(2)\n\
+                  s.sendall(b'\\x05\\x01\\x00\\x03' + bytes([len(host)]) + host + b'\\x01\\xbb')\n\
+                  s.recv(10)\n";
+    let flags = backend_flags(backend);
+    let mut args: Vec<&str> = vec!["run"];
+    args.extend(flags.iter().map(String::as_str));
+    args.extend(["--allow-host", "example.com", "--", "python3", "-c", script]);
+    let (status, seen) = run_on_terminal(ws.path(), &args);
+    let shown = text(&seen);
+    assert_eq!(status, 0, "{shown}");
+    assert!(
+        shown.contains("denied connect to x\\x1b[2K\\x1b[1Ay.example"),
+        "{shown:?}"
+    );
+    assert!(
+        !seen.contains(&0x1b),
+        "an ESC byte reached the terminal: {shown:?}"
+    );
+}
+
 macro_rules! backend_cases {
     ($module:ident, $feature:literal) => {
         #[cfg(feature = $feature)]
@@ -1456,6 +1492,7 @@ macro_rules! backend_cases {
             case!(the_diff_is_a_patch_git_applies);
             case!(a_long_diff_on_a_terminal_is_capped_and_kept_whole_in_a_patch);
             case!(a_conflict_keeps_a_patch_and_force_applies);
+            case!(a_denied_host_name_is_escaped_on_a_terminal);
             case!(allow_host_reaches_the_allowlist_and_prints_each_denied_attempt);
             case!(doctor_prove_proves_the_backend);
         }

@@ -2,6 +2,7 @@
 //! its status to ours.
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::Arc;
 
@@ -198,8 +199,14 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     terminal.finish();
     // After the command's own output: what the proxy refused, one line each with its
     // reason; then the summary, which counts those lines without naming them again.
+    // A host name is the command's choice (SOCKS5 takes any bytes): escaped on a terminal.
+    let on_terminal = std::io::stderr().is_terminal();
     for line in outcome.denied_lines() {
-        eprintln!("{line}");
+        if on_terminal {
+            eprintln!("{}", sandbox::escape(line.as_bytes()));
+        } else {
+            eprintln!("{line}");
+        }
     }
     if !args_quiet {
         if let Some(line) = outcome

@@ -1461,6 +1461,32 @@ fn a_denied_host_name_is_escaped_on_a_terminal(backend: &str) {
     );
 }
 
+/// A file name that is not UTF-8 (the command's choice) cannot make `--json` unwritable:
+/// the change set is there, the name written lossily with its exact bytes beside it.
+fn a_name_that_is_not_utf8_is_in_the_json_outcome(backend: &str) {
+    if !reviews_changes(backend) {
+        return;
+    }
+    let ws = workspace();
+    let o = run_with(
+        backend,
+        ws.path(),
+        &["--changes", "discard", "--json"],
+        &["sh", "-c", "touch \"$(printf 'bad\\377name')\""],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let j = json_of(&o);
+    let c = &j["changes"]["changes"][0];
+    assert_eq!(c["path"], "bad\u{fffd}name", "{j}");
+    let bytes: Vec<u64> = c["path_bytes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{j}"))
+        .iter()
+        .map(|b| b.as_u64().unwrap())
+        .collect();
+    assert_eq!(bytes, b"bad\xffname".map(u64::from), "{j}");
+}
+
 macro_rules! backend_cases {
     ($module:ident, $feature:literal) => {
         #[cfg(feature = $feature)]
@@ -1493,6 +1519,7 @@ macro_rules! backend_cases {
             case!(a_long_diff_on_a_terminal_is_capped_and_kept_whole_in_a_patch);
             case!(a_conflict_keeps_a_patch_and_force_applies);
             case!(a_denied_host_name_is_escaped_on_a_terminal);
+            case!(a_name_that_is_not_utf8_is_in_the_json_outcome);
             case!(allow_host_reaches_the_allowlist_and_prints_each_denied_attempt);
             case!(doctor_prove_proves_the_backend);
         }

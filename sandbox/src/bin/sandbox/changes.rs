@@ -641,6 +641,76 @@ pub fn settle(set: &ChangeSet, review: Review) -> Settled {
     }
 }
 
+/// The change set as `--json` shows it: the library's shape, except that a name which is
+/// not UTF-8 (the command's choice) is written lossily in `path` (or `target`) with its
+/// exact bytes beside it in `path_bytes` (`target_bytes`), so that such a name cannot make
+/// the whole outcome unwritable.
+#[derive(Debug)]
+pub struct JsonChanges<'a>(pub &'a ChangeSet);
+
+/// A path as JSON can carry it: a string, and its bytes when the string is not exact.
+fn lossy(p: &Path) -> (String, Option<&[u8]>) {
+    match p.to_str() {
+        Some(s) => (s.to_owned(), None),
+        None => (
+            String::from_utf8_lossy(p.as_os_str().as_bytes()).into_owned(),
+            Some(p.as_os_str().as_bytes()),
+        ),
+    }
+}
+
+impl Serialize for JsonChanges<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("ChangeSet", 3)?;
+        st.serialize_field("mechanism", &self.0.mechanism())?;
+        st.serialize_field("workspace", &lossy(self.0.workspace()).0)?;
+        let changes: Vec<JsonChange<'_>> = self.0.changes().iter().map(JsonChange).collect();
+        st.serialize_field("changes", &changes)?;
+        st.end()
+    }
+}
+
+struct JsonChange<'a>(&'a Change);
+
+impl Serialize for JsonChange<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let c = self.0;
+        let mut m = s.serialize_map(None)?;
+        let (path, bytes) = lossy(&c.path);
+        m.serialize_entry("path", &path)?;
+        if let Some(b) = bytes {
+            m.serialize_entry("path_bytes", b)?;
+        }
+        let kind = match &c.kind {
+            ChangeKind::Added => "added",
+            ChangeKind::Modified => "modified",
+            ChangeKind::Deleted { .. } => "deleted",
+            ChangeKind::ModeChanged => "mode_changed",
+            ChangeKind::Symlink { .. } => "symlink",
+            ChangeKind::DirAdded => "dir_added",
+            ChangeKind::Special => "special",
+        };
+        m.serialize_entry("kind", kind)?;
+        match &c.kind {
+            ChangeKind::Deleted { dir } => m.serialize_entry("dir", dir)?,
+            ChangeKind::Symlink { target } => {
+                let (t, bytes) = lossy(target);
+                m.serialize_entry("target", &t)?;
+                if let Some(b) = bytes {
+                    m.serialize_entry("target_bytes", b)?;
+                }
+            }
+            _ => {}
+        }
+        m.serialize_entry("size", &c.size)?;
+        m.serialize_entry("old_mode", &c.old_mode)?;
+        m.serialize_entry("mode", &c.mode)?;
+        m.end()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -657,6 +727,17 @@ mod tests {
             b"\"a/n\\033[2K.txt\""
         );
         assert_eq!(git_name("a/", Path::new("é")), b"\"a/\\303\\251\"");
+    }
+
+    #[test]
+    fn a_name_that_is_not_utf8_is_lossy_with_its_bytes_beside_it() {
+        use std::os::unix::ffi::OsStrExt;
+        let p = Path::new(std::ffi::OsStr::from_bytes(b"bad\xffname"));
+        assert_eq!(
+            lossy(p),
+            ("bad\u{fffd}name".to_string(), Some(&b"bad\xffname"[..]))
+        );
+        assert_eq!(lossy(Path::new("ok")), ("ok".to_string(), None));
     }
 
     #[test]

@@ -11,8 +11,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    ChangeSet, Changes, Connections, Denials, DynSandbox, EffectivePolicy, EnvPolicy, Plan,
-    SandboxError, SandboxOpts, SandboxOutcome, Status,
+    Changes, Connections, Denials, DynSandbox, EffectivePolicy, EnvPolicy, Plan, SandboxError,
+    SandboxOpts, SandboxOutcome, Status,
 };
 
 use crate::args::{ChangesArg, RunArgs};
@@ -372,7 +372,7 @@ struct JsonOutcome<'a> {
     policy: &'a EffectivePolicy,
     /// With `--changes`: every change the command made in its layer.
     #[serde(skip_serializing_if = "Option::is_none")]
-    changes: Option<&'a ChangeSet>,
+    changes: Option<changes::JsonChanges<'a>>,
     /// With `--changes`: whether they were applied, and why not.
     #[serde(skip_serializing_if = "Option::is_none")]
     changes_settled: Option<&'a changes::Settled>,
@@ -399,7 +399,7 @@ impl<'a> JsonOutcome<'a> {
             backend: o.backend,
             exit_status,
             policy: &o.policy,
-            changes: o.changes.as_ref(),
+            changes: o.changes.as_ref().map(changes::JsonChanges),
             changes_settled: None,
             connections: &o.connections,
             denials: &o.denials,

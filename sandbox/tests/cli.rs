@@ -1024,6 +1024,8 @@ fn run_on_terminal(dir: &Path, args: &[&str]) -> (i32, Vec<u8>) {
 /// erase the line above and move the cursor up.
 const FORGED_NAME: &str = "n\x1b[2K\x1b[1A.txt";
 const FORGED_LINE: &str = "x\x1b[2K\x1b[1Ay";
+/// A name with a line break, spelling a summary entry of its own.
+const FORGED_ENTRY: &str = "m\n fake.txt | +1 B (added)";
 
 /// The review printed on a terminal shows a name and a diff line the command filled with
 /// escape sequences escaped (no ESC byte reaches the terminal); output that is not a
@@ -1043,10 +1045,11 @@ fn the_review_on_a_terminal_escapes_what_the_command_wrote(backend: &str) {
         "--",
         "sh",
         "-c",
-        "printf '%s\\n' \"$2\" > \"$1\"",
+        "printf '%s\\n' \"$2\" > \"$1\"; : > \"$3\"",
         "sh",
         FORGED_NAME,
         FORGED_LINE,
+        FORGED_ENTRY,
     ]);
     let (status, seen) = run_on_terminal(ws.path(), &args);
     let shown = text(&seen);
@@ -1061,6 +1064,11 @@ fn the_review_on_a_terminal_escapes_what_the_command_wrote(backend: &str) {
     );
     assert!(shown.contains("n\\x1b[2K\\x1b[1A.txt"), "{shown:?}");
     assert!(shown.contains("+x\\x1b[2K\\x1b[1Ay"), "{shown:?}");
+    assert!(
+        !shown.lines().any(|l| l.starts_with(" fake.txt")),
+        "a name started a line of its own: {shown:?}"
+    );
+    assert!(shown.contains("m\\n fake.txt"), "{shown:?}");
 
     // Not a terminal: the bytes as the command wrote them.
     let o = run_in(ws.path(), &args);

@@ -71,7 +71,18 @@ impl Out {
         }
     }
 
-    /// `text` as shown here: escaped on a terminal, line by line (the line breaks kept),
+    /// A name or message from the command as shown here: escaped whole on a terminal (a
+    /// line break in it shown as `\n`, so it cannot start a line of its own), else as it
+    /// is.
+    fn text(&self, text: &[u8]) -> Vec<u8> {
+        if self.terminal {
+            escape(text).into_owned().into_bytes()
+        } else {
+            text.to_vec()
+        }
+    }
+
+    /// A patch as shown here: escaped on a terminal line by line (the line breaks kept),
     /// else as it is.
     fn render(&self, text: &[u8]) -> Vec<u8> {
         if !self.terminal {
@@ -91,18 +102,21 @@ impl Out {
         out
     }
 
-    fn print(&self, text: &[u8]) {
-        let _ = std::io::stderr().lock().write_all(&self.render(text));
+    /// Write what is already as it should be shown.
+    fn write(&self, shown: &[u8]) {
+        let _ = std::io::stderr().lock().write_all(shown);
     }
 
     /// One line of `sandbox`'s own, holding text from the command.
     fn line(&self, text: &str) {
-        self.print(format!("sandbox: {text}").as_bytes());
-        eprintln!();
+        let mut l = b"sandbox: ".to_vec();
+        l.extend_from_slice(&self.text(text.as_bytes()));
+        l.push(b'\n');
+        self.write(&l);
     }
 }
 
-fn what(c: &Change) -> Vec<u8> {
+fn what(c: &Change, out: &Out) -> Vec<u8> {
     match &c.kind {
         ChangeKind::Added => format!("+{} B (added)", c.size).into_bytes(),
         ChangeKind::Modified => match (c.old_mode, c.mode) {
@@ -120,7 +134,7 @@ fn what(c: &Change) -> Vec<u8> {
         .into_bytes(),
         ChangeKind::Symlink { target } => {
             let mut v = b"-> ".to_vec();
-            v.extend_from_slice(target.as_os_str().as_bytes());
+            v.extend_from_slice(&out.text(target.as_os_str().as_bytes()));
             v.extend_from_slice(b" (symlink)");
             v
         }
@@ -135,29 +149,30 @@ fn under_git(p: &Path) -> bool {
         .any(|c| matches!(c, Component::Normal(n) if n == ".git"))
 }
 
-/// The `git diff --stat`-like summary, as the command wrote the names; changes under
-/// `.git` listed apart, after the others.
-pub fn summary(set: &ChangeSet) -> Vec<u8> {
+/// The `git diff --stat`-like summary, names as `on` shows them; changes under `.git`
+/// listed apart, after the others.
+fn summary(set: &ChangeSet, on: &Out) -> Vec<u8> {
     if set.is_empty() {
         return b"sandbox: the command changed nothing in the workspace\n".to_vec();
     }
+    let shown = |c: &Change| on.text(c.path.as_os_str().as_bytes());
     let width = set
         .changes()
         .iter()
-        .map(|c| c.path.as_os_str().len())
+        .map(|c| shown(c).len())
         .max()
         .unwrap_or(0)
         .min(60);
-    let mut out = Vec::new();
-    let entry = |out: &mut Vec<u8>, c: &Change| {
-        let name = c.path.as_os_str().as_bytes();
-        out.push(b' ');
-        out.extend_from_slice(name);
-        out.resize(out.len() + width.saturating_sub(name.len()), b' ');
-        out.extend_from_slice(b" | ");
-        out.extend_from_slice(&what(c));
-        out.push(b'\n');
+    let entry = |v: &mut Vec<u8>, c: &Change| {
+        let name = shown(c);
+        v.push(b' ');
+        v.extend_from_slice(&name);
+        v.resize(v.len() + width.saturating_sub(name.len()), b' ');
+        v.extend_from_slice(b" | ");
+        v.extend_from_slice(&what(c, on));
+        v.push(b'\n');
     };
+    let mut out = Vec::new();
     let (git, rest): (Vec<&Change>, Vec<&Change>) =
         set.changes().iter().partition(|c| under_git(&c.path));
     for c in rest {
@@ -515,14 +530,10 @@ fn show_diff(set: &ChangeSet, out: &Out) -> Option<PathBuf> {
 
 /// Ask on the terminal whether to apply.
 fn ask(set: &ChangeSet, out: &Out) -> bool {
-    out.print(
-        format!(
-            "Apply these {} changes to {}? [y/N] ",
-            set.changes().len(),
-            set.workspace().display()
-        )
-        .as_bytes(),
-    );
+    let mut prompt = format!("Apply these {} changes to ", set.changes().len()).into_bytes();
+    prompt.extend_from_slice(&out.text(set.workspace().as_os_str().as_bytes()));
+    prompt.extend_from_slice(b"? [y/N] ");
+    out.write(&prompt);
     let _ = std::io::stderr().flush();
     let mut line = String::new();
     if std::io::stdin().lock().read_line(&mut line).is_err() {
@@ -601,7 +612,7 @@ fn apply(set: &ChangeSet, force: bool, out: &Out, mut patch: Option<PathBuf>) ->
 pub fn settle(set: &ChangeSet, review: Review) -> Settled {
     let out = Out::stderr();
     if review.mode != ChangesArg::Discard || review.diff {
-        out.print(&summary(set));
+        out.write(&summary(set, &out));
     }
     let patch = if review.diff && !set.is_empty() {
         show_diff(set, &out)

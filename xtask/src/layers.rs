@@ -48,6 +48,7 @@ const MODULE_FLOORS: &[(&str, &[(&str, u8)])] = &[
         "sandbox-core",
         &[
             ("error", 0),
+            ("escape", 0),
             ("policy", 0),
             ("changes", 0),
             ("egress", 1),

@@ -133,9 +133,16 @@ pub struct RunArgs {
     #[arg(long, value_enum, value_name = "WHAT")]
     pub changes: Option<ChangesArg>,
 
-    /// With `--changes`: show a unified diff of the changed text files
+    /// With `--changes`: show the change set as a patch `git apply` takes (on a terminal,
+    /// escaped and cut at 256 KiB, the complete patch kept in a file whose path is printed)
     #[arg(long)]
     pub changes_diff: bool,
+
+    /// With `--changes apply` or `ask`: apply over files that changed in the workspace
+    /// while the command ran (a conflict); never over a refusal (a link out of the
+    /// workspace, a device, a set-id bit)
+    #[arg(long)]
+    pub changes_force: bool,
 
     /// Do not print the one-line summary of denied operations on stderr after the run
     /// (`--json` carries the whole list either way)
@@ -241,6 +248,13 @@ pub struct PolicyArgs {
     /// `sandbox run`, the same as `--changes discard`)
     #[arg(long)]
     pub snapshot: bool,
+
+    /// Let the command write the hooks and config of the repositories that exist in the
+    /// workspace (`.git/hooks`, `.git/config`, `.git/config.worktree`, `.git/info`, the
+    /// same for submodules and nested repositories), which are read-only by default: git
+    /// runs what they name on the host
+    #[arg(long)]
+    pub writable_git: bool,
 
     /// A TOML policy file holding any of the options above; unknown keys are an error,
     /// flags override it, its relative paths are taken against the file's directory

@@ -9,6 +9,7 @@ mod args;
 mod changes;
 mod config;
 mod error;
+mod git;
 mod image;
 #[cfg(feature = "mcp")]
 mod mcp;

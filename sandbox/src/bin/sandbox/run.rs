@@ -2,6 +2,7 @@
 //! its status to ours.
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::sync::Arc;
 
@@ -10,8 +11,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    ChangeSet, Changes, Connections, Denials, DynSandbox, EffectivePolicy, EnvPolicy, Plan,
-    SandboxError, SandboxOpts, SandboxOutcome, Status,
+    Changes, Connections, Denials, DynSandbox, EffectivePolicy, EnvPolicy, Plan, SandboxError,
+    SandboxOpts, SandboxOutcome, Status,
 };
 
 use crate::args::{ChangesArg, RunArgs};
@@ -91,6 +92,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     })?;
     let json = args.json;
     let changes_diff = args.changes_diff;
+    let changes_force = args.changes_force;
     let args_quiet = args.quiet;
     let spec = config::resolve(args.policy, &cwd)?;
     // `--snapshot` (policy) is `--changes discard` (how this run's writes are handled).
@@ -108,6 +110,12 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         return Err(CliError::option(
             "changes-diff",
             "shows the change set of --changes ask|apply|discard; give one",
+        ));
+    }
+    if changes_force && !matches!(changes_mode, Some(ChangesArg::Apply | ChangesArg::Ask)) {
+        return Err(CliError::option(
+            "changes-force",
+            "forces --changes apply|ask over a conflict; give one",
         ));
     }
     let terminal = Terminal::new(
@@ -139,6 +147,21 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         n = signals.recv() => return Ok(128 + n),
     };
     let backend = Arc::clone(&chosen.backend);
+    // A discarded change set is still shown (`--changes-diff`) and listed (`--json`):
+    // the layer is kept for the review where the backend can, and thrown away after it.
+    if changes_mode == Some(ChangesArg::Discard) && (changes_diff || json) {
+        let mut review = opts.clone();
+        review.changes = Changes::Review;
+        if Plan::new(&review, backend.name(), &backend.capability()).is_ok() {
+            opts = review;
+        } else if changes_diff {
+            eprintln!(
+                "sandbox: backend `{}` keeps no change set to show: the changes will be \
+                 discarded unseen",
+                backend.name()
+            );
+        }
+    }
     if !json {
         match &chosen.plan {
             Some(plan) => warn_over_grants(plan, backend.name()),
@@ -194,8 +217,14 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     }
     // After the command's own output: what the proxy refused, one line each with its
     // reason; then the summary, which counts those lines without naming them again.
+    // A host name is the command's choice (SOCKS5 takes any bytes): escaped on a terminal.
+    let on_terminal = std::io::stderr().is_terminal();
     for line in outcome.denied_lines() {
-        eprintln!("{line}");
+        if on_terminal {
+            eprintln!("{}", sandbox::escape(line.as_bytes()));
+        } else {
+            eprintln!("{line}");
+        }
     }
     if !args_quiet {
         if let Some(line) = outcome
@@ -208,7 +237,14 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     let mut code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
     // A change set is only acted on when the command ended by itself.
     let settled = match (&outcome.changes, changes_mode, by_signal) {
-        (Some(set), Some(mode), None) => Some(changes::settle(set, mode, changes_diff)),
+        (Some(set), Some(mode), None) => Some(changes::settle(
+            set,
+            changes::Review {
+                mode,
+                diff: changes_diff,
+                force: changes_force,
+            },
+        )),
         (Some(set), Some(_), Some(_)) => {
             set.discard();
             eprintln!("sandbox: interrupted: the command's changes were discarded");
@@ -290,6 +326,9 @@ fn warn_over_grants(plan: &Plan, backend: &str) {
 /// both `sandbox run` and `sandbox mcp` turn the policy into options.
 pub fn policy_opts(spec: &RunSpec, argv: Vec<OsString>) -> Result<SandboxOpts, CliError> {
     let mut opts = SandboxOpts::new(&spec.workspace, argv);
+    if !spec.writable_git {
+        opts.readonly_carveouts = crate::git::carveouts(&spec.workspace);
+    }
     opts.read_only_paths = spec.read.clone();
     opts.writable_paths = spec.write.clone();
     opts.network = spec.network;
@@ -376,7 +415,7 @@ struct JsonOutcome<'a> {
     policy: &'a EffectivePolicy,
     /// With `--changes`: every change the command made in its layer.
     #[serde(skip_serializing_if = "Option::is_none")]
-    changes: Option<&'a ChangeSet>,
+    changes: Option<changes::JsonChanges<'a>>,
     /// With `--changes`: whether they were applied, and why not.
     #[serde(skip_serializing_if = "Option::is_none")]
     changes_settled: Option<&'a changes::Settled>,
@@ -403,7 +442,7 @@ impl<'a> JsonOutcome<'a> {
             backend: o.backend,
             exit_status,
             policy: &o.policy,
-            changes: o.changes.as_ref(),
+            changes: o.changes.as_ref().map(changes::JsonChanges),
             changes_settled: None,
             connections: &o.connections,
             denials: &o.denials,

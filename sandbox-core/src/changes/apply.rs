@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::fsx::{self, Kind};
 use super::layer::Layer;
+use super::resolve::After;
 use super::{Change, ChangeKind, Stamp};
 use crate::process::tree;
 
@@ -23,10 +24,23 @@ use crate::process::tree;
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Escape {
-    /// A symlink whose target, taken from where it sits, leaves the workspace.
+    /// A symlink that, resolved as the kernel will once the change set is applied (every
+    /// link on the way followed, the change set's own included), leaves the workspace for
+    /// somewhere other than the host's programs and libraries.
     SymlinkOutside {
         /// The target as written.
         target: PathBuf,
+        /// Where it leads on the host (`None`: through more links than the kernel follows).
+        resolved: Option<PathBuf>,
+    },
+    /// A symlink the workspace already has, left as it is, that the change set turns out of
+    /// the workspace (a directory on its way replaced by a link).
+    Redirected {
+        /// The target as written.
+        target: PathBuf,
+        /// Where it would lead after the apply (`None`: through more links than the kernel
+        /// follows).
+        resolved: Option<PathBuf>,
     },
     /// A character or block device node.
     Device,
@@ -52,13 +66,34 @@ pub enum Escape {
 impl fmt::Display for Escape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::SymlinkOutside { target } => {
-                write!(
+            Self::SymlinkOutside { target, resolved } => match resolved {
+                Some(r) => write!(
                     f,
-                    "a symlink to {} (out of the workspace)",
+                    "a symlink to {}, which leads to {} (out of the workspace)",
+                    target.display(),
+                    r.display()
+                ),
+                None => write!(
+                    f,
+                    "a symlink to {}, which goes through more links than the kernel follows",
                     target.display()
-                )
-            }
+                ),
+            },
+            Self::Redirected { target, resolved } => match resolved {
+                Some(r) => write!(
+                    f,
+                    "the workspace's symlink to {}, which the changes would make lead to {} \
+                     (out of the workspace)",
+                    target.display(),
+                    r.display()
+                ),
+                None => write!(
+                    f,
+                    "the workspace's symlink to {}, which the changes would make go through \
+                     more links than the kernel follows",
+                    target.display()
+                ),
+            },
             Self::Device => f.write_str("a device node"),
             Self::Fifo => f.write_str("a FIFO"),
             Self::Socket => f.write_str("a socket"),
@@ -165,33 +200,6 @@ pub struct ApplyReport {
     pub forced: Vec<PathBuf>,
 }
 
-/// Lexically resolve `target` from the directory `parent` (relative to the workspace
-/// `ws`): does it stay inside `ws`?
-fn stays_inside(ws: &Path, parent: &Path, target: &Path) -> bool {
-    let mut stack: Vec<&OsStr> = Vec::new();
-    let base: Vec<&OsStr> = if target.is_absolute() {
-        Vec::new()
-    } else {
-        ws.components()
-            .chain(parent.components())
-            .filter_map(|c| match c {
-                Component::Normal(n) => Some(n),
-                _ => None,
-            })
-            .collect()
-    };
-    stack.extend(base);
-    for c in target.components() {
-        match c {
-            Component::Normal(n) => stack.push(n),
-            Component::ParentDir if stack.pop().is_none() => return false,
-            _ => {}
-        }
-    }
-    let resolved: PathBuf = std::iter::once(OsStr::new("/")).chain(stack).collect();
-    resolved.starts_with(ws)
-}
-
 fn nix_err(path: &Path) -> impl Fn(nix::Error) -> ApplyError + '_ {
     move |e| ApplyError::Io {
         path: path.to_path_buf(),
@@ -257,6 +265,8 @@ pub(crate) fn apply(
         .map(|c| c.path.as_path())
         .collect();
 
+    let after = After::new(ws, real.as_fd(), changes);
+
     // 1. Escapes: never applied, forced or not.
     let mut refusals = Vec::new();
     let mut conflicts = Vec::new();
@@ -280,10 +290,11 @@ pub(crate) fn apply(
                 refusals.push(refuse(escape));
             }
             ChangeKind::Symlink { target } => {
-                let parent = c.path.parent().unwrap_or(Path::new(""));
-                if !stays_inside(ws, parent, target) {
+                let place = after.resolve(&c.path, target);
+                if !place.allowed() {
                     refusals.push(refuse(Escape::SymlinkOutside {
                         target: target.clone(),
+                        resolved: place.outside(),
                     }));
                 }
             }
@@ -314,6 +325,20 @@ pub(crate) fn apply(
                     conflicts.push(c.path.clone());
                 }
             }
+        }
+    }
+    if changes
+        .iter()
+        .any(|c| matches!(c.kind, ChangeKind::Symlink { .. }))
+    {
+        for (path, target, place) in after.redirected().map_err(io_err(Path::new(".")))? {
+            refusals.push(Refusal {
+                path,
+                escape: Escape::Redirected {
+                    target,
+                    resolved: place.outside(),
+                },
+            });
         }
     }
     if !refusals.is_empty() {
@@ -467,26 +492,4 @@ fn write_beside(
     fill(new.file())?;
     fchmod(new.file().as_fd(), mode_bits(mode)).map_err(fsx::nix_io)?;
     new.rename_over(name)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn symlink_targets_are_judged_from_where_they_sit() {
-        let ws = Path::new("/w/s");
-        assert!(stays_inside(ws, Path::new("a"), Path::new("../b")));
-        assert!(stays_inside(ws, Path::new(""), Path::new("a/../b")));
-        assert!(!stays_inside(ws, Path::new(""), Path::new("../x")));
-        assert!(!stays_inside(
-            ws,
-            Path::new("a/b"),
-            Path::new("../../../s2")
-        ));
-        assert!(stays_inside(ws, Path::new("a"), Path::new("/w/s/c")));
-        assert!(!stays_inside(ws, Path::new("a"), Path::new("/etc/passwd")));
-        assert!(!stays_inside(ws, Path::new("a"), Path::new("/w/s/../x")));
-        assert!(!stays_inside(ws, Path::new(""), Path::new("/w/sx")));
-    }
 }

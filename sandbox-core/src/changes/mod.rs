@@ -31,9 +31,12 @@
 //!
 //! [`ChangeSet::apply`] first checks everything, and writes nothing if any check fails:
 //!
-//! - **escapes** ([`Escape`]): a symlink pointing out of the workspace, a device node, a
-//!   FIFO or socket, a set-id bit, a hard link to a file outside the layer, a path through
-//!   a symlink in the real workspace;
+//! - **escapes** ([`Escape`]): a symlink leading out of the workspace (resolved as the
+//!   kernel will once the set is applied: every link on the way followed, the set's own
+//!   included; the host's program and library directories excepted), a symlink of the
+//!   workspace's own that the set turns out of it, a device node, a FIFO or socket, a
+//!   set-id bit, a hard link to a file outside the layer, a path through a symlink in the
+//!   real workspace;
 //! - **conflicts**: a real file the change set touches that changed after the run started
 //!   (its `ctime` is not before a stamp taken when the layer was made) or after the scan;
 //!   overridden by `force`.
@@ -51,6 +54,7 @@ pub(crate) mod apply;
 pub(crate) mod fsx;
 mod host;
 pub(crate) mod layer;
+mod resolve;
 pub(crate) mod scan;
 
 use std::fmt;

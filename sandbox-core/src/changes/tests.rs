@@ -216,13 +216,13 @@ fn escapes_are_refused_before_anything_is_written() {
     let has = |f: &dyn Fn(&Escape) -> bool| got.iter().any(f);
     assert!(
         has(
-            &|e| matches!(e, Escape::SymlinkOutside { target } if target == Path::new("/etc/shadow"))
+            &|e| matches!(e, Escape::SymlinkOutside { target, .. } if target == Path::new("/etc/shadow"))
         ),
         "{got:?}"
     );
     assert!(
         has(
-            &|e| matches!(e, Escape::SymlinkOutside { target } if target == Path::new("../../etc"))
+            &|e| matches!(e, Escape::SymlinkOutside { target, .. } if target == Path::new("../../etc"))
         ),
         "{got:?}"
     );
@@ -274,4 +274,158 @@ fn a_file_changed_after_the_start_is_a_conflict_unless_forced() {
     assert_eq!(r.forced, vec![PathBuf::from("mod")]);
     assert_eq!(fs::read_to_string(ws.join("mod")).unwrap(), "cmd");
     assert_eq!(fs::read_to_string(ws.join("keep")).unwrap(), "cmd");
+}
+
+/// `n` steps of `step` joined by `/`.
+fn steps(step: &str, n: usize) -> String {
+    vec![step; n].join("/")
+}
+
+/// The paths refused, and for each where it leads.
+fn refused_links(set: &ChangeSet) -> Vec<(String, Option<PathBuf>)> {
+    match set.apply(true) {
+        Err(ApplyError::Refused { refusals }) => refusals
+            .into_iter()
+            .map(|r| match r.escape {
+                Escape::SymlinkOutside { resolved, .. } => (r.path.display().to_string(), resolved),
+                other => panic!("{}: refused for {other}", r.path.display()),
+            })
+            .collect(),
+        other => panic!("not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn links_are_resolved_as_the_kernel_will_after_the_apply() {
+    let (_t, ws) = workspace();
+    // Enough `..` to reach `/` from the workspace (more stay at `/`).
+    let n = ws.components().count() + 1;
+    let outside = ws.parent().unwrap().to_path_buf();
+    // The real workspace's own links count as well.
+    symlink(".", ws.join("rup")).unwrap();
+    settle();
+    let before = tree(&ws);
+    let set = copy_set(&ws, |c| {
+        // A chain: `up` is the workspace, so `up/up/...` never goes deeper.
+        symlink(".", c.join("up")).unwrap();
+        let esc = format!("{}/{}/etc", steps("up", n), steps("..", n));
+        symlink(&esc, c.join("chain")).unwrap();
+        // Through a link the real workspace already has.
+        let esc = format!("{}/{}/root", steps("rup", n), steps("..", n));
+        symlink(&esc, c.join("real-chain")).unwrap();
+        // `..` after a link: `a/self` is the workspace, its `..` the workspace's parent.
+        fs::create_dir(c.join("a")).unwrap();
+        symlink("..", c.join("a/self")).unwrap();
+        symlink("a/self/../x", c.join("dotdot")).unwrap();
+        // A chain of links that are each inside, used by one that is not.
+        fs::create_dir_all(c.join("b/c")).unwrap();
+        symlink("c2", c.join("b/c/c1")).unwrap();
+        symlink("l", c.join("b/c/c2")).unwrap();
+        symlink("../..", c.join("b/c/l")).unwrap();
+        symlink("b/c/c1/../../../y", c.join("long-chain")).unwrap();
+        // A directory replaced by a link: `gone` is the workspace after the apply.
+        fs::remove_dir_all(c.join("gone")).unwrap();
+        symlink(".", c.join("gone")).unwrap();
+        symlink("gone/../z", c.join("replaced")).unwrap();
+        // Links that never end.
+        symlink("loop2", c.join("loop1")).unwrap();
+        symlink("loop1", c.join("loop2")).unwrap();
+    });
+    let mut got = refused_links(&set);
+    got.sort();
+    let want = vec![
+        ("chain".to_string(), Some(PathBuf::from("/etc"))),
+        ("dotdot".into(), Some(outside.join("x"))),
+        (
+            "long-chain".into(),
+            Some(outside.parent().unwrap().join("y")),
+        ),
+        ("loop1".into(), None),
+        ("loop2".into(), None),
+        ("real-chain".into(), Some(PathBuf::from("/root"))),
+        ("replaced".into(), Some(outside.join("z"))),
+    ];
+    assert_eq!(got, want);
+    assert_eq!(tree(&ws), before, "a refused apply wrote something");
+}
+
+#[test]
+fn links_inside_or_into_the_system_are_applied() {
+    let (_t, ws) = workspace();
+    let elsewhere = tempfile::tempdir().unwrap();
+    // The host's own link out, which the command replaces by a directory.
+    symlink(elsewhere.path(), ws.join("l")).unwrap();
+    settle();
+    let set = copy_set(&ws, |c| {
+        // A virtual environment: links to the host's interpreter and within itself.
+        fs::create_dir_all(c.join(".venv/bin")).unwrap();
+        fs::create_dir_all(c.join(".venv/lib")).unwrap();
+        symlink("/usr/bin/python3", c.join(".venv/bin/python")).unwrap();
+        symlink("python", c.join(".venv/bin/python3")).unwrap();
+        symlink("lib", c.join(".venv/lib64")).unwrap();
+        // `/bin` is `/usr/bin` on a merged-`/usr` host, a directory of its own on others.
+        symlink("/bin/sh", c.join(".venv/bin/sh")).unwrap();
+        // A link replaced by a directory: `..` in it is the workspace, not `elsewhere`.
+        fs::remove_file(c.join("l")).unwrap();
+        fs::create_dir_all(c.join("l/x")).unwrap();
+        symlink("../../keep", c.join("l/x/e")).unwrap();
+        // Links through links that stay inside.
+        symlink(".", c.join("up")).unwrap();
+        symlink("up/up/keep", c.join("via")).unwrap();
+    });
+    let want = tree(&set.layer_dir().unwrap().join("copy"));
+    set.apply(false).unwrap();
+    assert_eq!(tree(&ws), want);
+    assert!(
+        fs::read_dir(elsewhere.path()).unwrap().next().is_none(),
+        "the apply wrote through the host's old link"
+    );
+}
+
+#[test]
+fn a_whiteout_in_a_copy_layer_is_refused() {
+    let (_t, ws) = workspace();
+    let before = tree(&ws);
+    let set = copy_set(&ws, |c| {
+        let w =
+            std::ffi::CString::new(c.join("keep").into_os_string().into_encoded_bytes()).unwrap();
+        fs::remove_file(c.join("keep")).unwrap();
+        // SAFETY: a C string we own; a character device 0:0 (an overlay whiteout), which
+        // Linux lets anyone make.
+        let r = unsafe { libc::mknod(w.as_ptr(), libc::S_IFCHR | 0o600, libc::makedev(0, 0)) };
+        assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
+    });
+    assert_eq!(refused(&set), vec![Escape::Device]);
+    assert_eq!(tree(&ws), before, "a refused apply wrote something");
+}
+
+#[test]
+fn a_link_the_workspace_has_is_judged_as_the_changes_leave_it() {
+    let (_t, ws) = workspace();
+    let outside = ws.parent().unwrap().to_path_buf();
+    // Inside while `src` is a directory; out once `src` is the workspace itself.
+    symlink("src/../keep", ws.join("e")).unwrap();
+    // Out already before the run: the host's own, not the command's doing.
+    symlink("/etc/hostname", ws.join("own")).unwrap();
+    settle();
+    let before = tree(&ws);
+    let set = copy_set(&ws, |c| {
+        fs::remove_dir_all(c.join("src")).unwrap();
+        symlink(".", c.join("src")).unwrap();
+    });
+    let got = match set.apply(true) {
+        Err(ApplyError::Refused { refusals }) => refusals,
+        other => panic!("not refused: {other:?}"),
+    };
+    assert_eq!(
+        got,
+        vec![Refusal {
+            path: "e".into(),
+            escape: Escape::Redirected {
+                target: "src/../keep".into(),
+                resolved: Some(outside.join("keep")),
+            },
+        }]
+    );
+    assert_eq!(tree(&ws), before, "a refused apply wrote something");
 }

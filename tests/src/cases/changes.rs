@@ -327,7 +327,7 @@ pub async fn apply_refuses_escapes(ctx: Arc<Context>) -> CaseResult {
         (
             "absolute symlink out",
             vec!["symlink", "/etc/passwd", "leak"],
-            |e| matches!(e, Escape::SymlinkOutside { target } if target == Path::new("/etc/passwd")),
+            |e| matches!(e, Escape::SymlinkOutside { target, .. } if target == Path::new("/etc/passwd")),
         ),
         (
             "relative symlink out",
@@ -396,6 +396,114 @@ pub async fn apply_refuses_escapes(ctx: Arc<Context>) -> CaseResult {
             "{what}: a refused change set was dropped instead of left for a discard"
         );
     }
+    Ok(())
+}
+
+/// Apply resolves every new link as the kernel will once it is applied (links followed,
+/// the change set's own included, `..` from where a link led): a chain through `up -> .`,
+/// a `..` after a link, a directory replaced by a link are refused, each named, though
+/// their text stays inside; links within the workspace, a virtual environment's links to
+/// the host's interpreter, and links in a directory that replaced the host's link out are
+/// applied, and nothing is written through that old link.
+pub async fn apply_resolves_links_physically(ctx: Arc<Context>) -> CaseResult {
+    let outside = ctx.dir("cow-links-outside", 0o755)?;
+    plant(outside.path(), "secret", "host")?;
+    let ws = ctx.workspace("cow-links")?;
+    plant(ws.path(), "a.txt", "original")?;
+    plant(ws.path(), "gone/inner", "i")?;
+    settle().await;
+    // Enough `..` to reach `/` from the workspace.
+    let n = ws.path().components().count() + 1;
+    let chain = format!(
+        "{}/{}/etc",
+        vec!["up"; n].join("/"),
+        vec![".."; n].join("/")
+    );
+    #[rustfmt::skip]
+    let ops = [
+        "symlink", ".", "up", ",", "symlink", &chain, "chain", ",",
+        "mkdir", "a", ",", "symlink", "..", "a/self", ",", "symlink", "a/self/../x", "dotdot", ",",
+        "remove", "gone", ",", "symlink", ".", "gone", ",", "symlink", "gone/../z", "replaced",
+    ];
+    let (_out, set) = review(&ctx, ws.path(), &ops).await?;
+    let before = host_tree(&ctx, ws.path())?;
+    let parent = ws
+        .path()
+        .parent()
+        .ok_or_else(|| Failure::Broken("the workspace has no parent".into()))?;
+    let want: BTreeSet<(PathBuf, Option<PathBuf>)> = [
+        ("chain", PathBuf::from("/etc")),
+        ("dotdot", parent.join("x")),
+        ("replaced", parent.join("z")),
+    ]
+    .into_iter()
+    .map(|(p, r)| (PathBuf::from(p), Some(r)))
+    .collect();
+    match set.apply(true) {
+        Err(ApplyError::Refused { refusals }) => {
+            let got: BTreeSet<(PathBuf, Option<PathBuf>)> = refusals
+                .iter()
+                .map(|r| match &r.escape {
+                    Escape::SymlinkOutside { resolved, .. } => (r.path.clone(), resolved.clone()),
+                    other => (r.path.clone(), Some(PathBuf::from(other.to_string()))),
+                })
+                .collect();
+            ensure!(
+                got == want,
+                "refused {got:?}, want {want:?} (changes {:?})",
+                listed(&set)
+            );
+        }
+        other => {
+            return Err(Failure::Broken(format!(
+                "links out by way of other links were applied: {other:?}; changes {:?}",
+                listed(&set)
+            )))
+        }
+    }
+    ensure!(
+        host_tree(&ctx, ws.path())? == before,
+        "a refused apply changed the workspace"
+    );
+    set.discard();
+
+    // What is kept.
+    let ws = ctx.workspace("cow-links-kept")?;
+    plant(ws.path(), "a.txt", "original")?;
+    std::os::unix::fs::symlink(outside.path(), ws.join("l"))?;
+    settle().await;
+    let outside_before = host_tree(&ctx, outside.path())?;
+    #[rustfmt::skip]
+    let ops = [
+        "mkdir", ".venv", ",", "mkdir", ".venv/bin", ",", "mkdir", ".venv/lib", ",",
+        "symlink", "/usr/bin/python3", ".venv/bin/python", ",",
+        "symlink", "python", ".venv/bin/python3", ",", "symlink", "lib", ".venv/lib64", ",",
+        "remove", "l", ",", "mkdir", "l", ",", "mkdir", "l/x", ",",
+        "symlink", "../../a.txt", "l/x/e", ",", "write", "l/x/f", "new", ",",
+        "symlink", ".", "up", ",", "symlink", "up/up/a.txt", "via", ",", "tree",
+    ];
+    let (out, set) = review(&ctx, ws.path(), &ops).await?;
+    let seen: Vec<String> = out
+        .stdout
+        .text()
+        .lines()
+        .filter(|l| !l.starts_with('{'))
+        .map(str::to_owned)
+        .collect();
+    set.apply(false).map_err(|e| {
+        Failure::Broken(format!(
+            "links that stay inside or reach the host's programs were refused: {e}"
+        ))
+    })?;
+    let real = host_tree(&ctx, ws.path())?;
+    ensure!(
+        real == seen,
+        "after apply the workspace differs from the command's view:\n  real: {real:?}\n  seen: {seen:?}"
+    );
+    ensure!(
+        host_tree(&ctx, outside.path())? == outside_before,
+        "the apply wrote through the host's old link out"
+    );
     Ok(())
 }
 

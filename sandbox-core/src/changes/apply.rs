@@ -1,23 +1,24 @@
 //! Apply a change set into the real workspace: check everything first, write nothing if a
 //! check fails, then write each file beside its target and rename it over.
 
-use std::collections::BTreeSet;
-use std::ffi::OsStr;
+use std::collections::{BTreeSet, HashMap};
+use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
 
-use nix::fcntl::renameat;
+use nix::fcntl::{renameat, OFlag};
 use nix::sys::stat::{fchmod, mkdirat, Mode};
-use nix::unistd::{symlinkat, unlinkat, UnlinkatFlags};
+use nix::unistd::symlinkat;
+use rustix::fs::RenameFlags;
 use serde::Serialize;
 
 use super::fsx::{self, Kind};
+use super::journal::{self, chmod_at, Journal, Step};
 use super::layer::Layer;
 use super::resolve::After;
 use super::{Change, ChangeKind, Stamp};
-use crate::process::tree;
 
 /// Why a change cannot be applied at all, forced or not: it would reach out of the
 /// workspace or plant something the host might trip over.
@@ -160,11 +161,32 @@ pub enum ApplyError {
         /// Entries (inodes) free.
         inodes: u64,
     },
+    /// Writing failed, and undoing what was written failed for some paths: the workspace
+    /// is part way. The old entries and the journal are kept in `staging`; the next apply
+    /// or run with a change layer on this workspace undoes what it can again.
+    #[error(
+        "applying {}: {source}; undoing it failed for {}: the journal and the old entries \
+         are in {}, undone again by the next apply or layered run on this workspace",
+        .path.display(),
+        list_paths(.stuck),
+        .staging.display()
+    )]
+    Stuck {
+        /// Where it failed, relative to the workspace.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+        /// The paths not put back, relative to the workspace.
+        stuck: Vec<PathBuf>,
+        /// The staging directory holding the journal and the old entries.
+        staging: PathBuf,
+    },
     /// The change set was already applied or discarded.
     #[error("the change set was already applied or discarded")]
     Gone,
-    /// Writing failed part-way; the changes before `path` were applied.
-    #[error("applying {}: {source}", .path.display())]
+    /// Writing failed; what was written before was undone, so nothing is applied. The
+    /// change set is kept: fix the cause and apply again, or discard.
+    #[error("applying {}: {source}; nothing applied (undone)", .path.display())]
     Io {
         /// Where it failed, relative to the workspace.
         path: PathBuf,
@@ -251,12 +273,20 @@ fn mode_bits(m: u32) -> Mode {
     Mode::from_bits_truncate(m & 0o7777)
 }
 
+/// The stamps of real paths an undone apply put back: they moved (their `ctime`), but by
+/// the apply's own hand, so they are no conflict while they stay as the undo left them.
+pub(crate) type Restored = HashMap<PathBuf, Option<Stamp>>;
+
 pub(crate) fn apply(
     layer: &Layer,
     changes: &[Change],
     force: bool,
+    restored: &mut Restored,
 ) -> Result<ApplyReport, super::ApplyError> {
     let ws = layer.workspace();
+    // An apply of an earlier process killed half way is undone first: this one is judged
+    // against the workspace as it was before that one.
+    journal::recover(ws).map_err(io_err(Path::new(".")))?;
     let real = fsx::open_root(ws).map_err(io_err(Path::new(".")))?;
     let src = fsx::open_root(layer.source()).map_err(io_err(Path::new(".")))?;
     let created: BTreeSet<&Path> = changes
@@ -321,7 +351,7 @@ pub(crate) fn apply(
                     .map_err(io_err(&c.path))?
                     .map(|s| Stamp::of(&s));
                 let moved = now != c.real || now.is_some_and(|s| s.ctime >= layer.start());
-                if moved {
+                if moved && restored.get(&c.path) != Some(&now) {
                     conflicts.push(c.path.clone());
                 }
             }
@@ -358,90 +388,270 @@ pub(crate) fn apply(
     //    room meanwhile: then the write fails with ENOSPC at that path.)
     room(real.as_fd(), ws, changes)?;
 
-    // 4. Deletions, deepest first.
-    for c in changes.iter().rev().filter(|c| c.is_deletion()) {
-        let Ok(Some(parent)) = fsx::open_parent(real.as_fd(), &c.path) else {
-            continue;
-        };
-        let name = fsx::file_name(&c.path);
-        let Some(st) = fsx::stat_at(parent.as_fd(), name).map_err(io_err(&c.path))? else {
-            continue;
-        };
-        let flag = if fsx::kind(&st) == Kind::Dir {
-            UnlinkatFlags::RemoveDir
-        } else {
-            UnlinkatFlags::NoRemoveDir
-        };
-        unlinkat(parent.as_fd(), name, flag).map_err(nix_err(&c.path))?;
-        report.deleted += 1;
-    }
-
-    // 5. Additions, parents first; directory modes afterwards, deepest first.
-    let mut dir_modes = Vec::new();
-    for c in changes.iter().filter(|c| !c.is_deletion()) {
-        let parent = fsx::open_parent(real.as_fd(), &c.path)
-            .map_err(io_err(&c.path))?
-            .ok_or_else(|| ApplyError::Io {
-                path: c.path.clone(),
-                source: io::Error::from_raw_os_error(libc::ENOENT),
-            })?;
-        let name = fsx::file_name(&c.path);
-        match &c.kind {
-            ChangeKind::DirAdded => {
-                match mkdirat(parent.as_fd(), name, Mode::from_bits_truncate(0o700)) {
-                    Ok(()) | Err(nix::Error::EEXIST) => {}
-                    Err(e) => return Err(nix_err(&c.path)(e)),
+    // 4. Stage every new file and link before the first step that changes the workspace,
+    //    then take the steps under a journal that undoes them all if one fails.
+    let mut journal = Journal::begin(real.as_fd()).map_err(io_err(Path::new(".")))?;
+    let staging = journal.path();
+    let done = stage(&src, &mut journal, changes)
+        .and_then(|staged| write(real.as_fd(), &mut journal, changes, &staged, &mut report));
+    match done {
+        Ok(()) => {
+            journal.commit();
+            Ok(report)
+        }
+        Err(e) => {
+            let stuck = journal.roll_back();
+            if stuck.is_empty() {
+                for c in changes {
+                    if let Ok(Way::Dir(parent)) = way(real.as_fd(), &c.path, &created) {
+                        if let Ok(now) = fsx::stat_at(parent.as_fd(), fsx::file_name(&c.path)) {
+                            restored.insert(c.path.clone(), now.map(|s| Stamp::of(&s)));
+                        }
+                    }
                 }
-                dir_modes.push(c);
-                report.written += 1;
+                Err(e)
+            } else {
+                let (path, source) = match e {
+                    ApplyError::Io { path, source } => (path, source),
+                    other => (PathBuf::from("."), io::Error::other(other.to_string())),
+                };
+                Err(ApplyError::Stuck {
+                    path,
+                    source,
+                    stuck: stuck.into_iter().map(|(p, _)| p).collect(),
+                    staging: ws.join(staging),
+                })
             }
+        }
+    }
+}
+
+/// A staged entry: its name in the staging directory and its inode.
+pub(super) type Staged = HashMap<usize, (OsString, u64)>;
+
+/// Copy every new file's contents (and make every new link) in the staging directory, with
+/// its final mode: whatever fails here (a file of the layer the host cannot read, a full
+/// disk) fails before the workspace is touched.
+pub(super) fn stage(
+    src: &OwnedFd,
+    journal: &mut Journal,
+    changes: &[Change],
+) -> Result<Staged, ApplyError> {
+    let mut staged = HashMap::new();
+    for (i, c) in changes.iter().enumerate() {
+        let name = fsx::file_name(&c.path);
+        let slot = journal.slot();
+        match &c.kind {
             ChangeKind::Added | ChangeKind::Modified => {
                 let from = fsx::open_parent(src.as_fd(), &c.path)
                     .map_err(io_err(&c.path))?
                     .ok_or_else(|| io_err(&c.path)(io::Error::from_raw_os_error(libc::ENOENT)))?;
-                let mut from = fsx::open_file_at(from.as_fd(), name).map_err(io_err(&c.path))?;
-                write_beside(parent.as_fd(), name, c.mode.unwrap_or(0o644), |mut out| {
-                    io::copy(&mut from, &mut out).map(|_| ())
-                })
-                .map_err(io_err(&c.path))?;
-                report.written += 1;
+                let mut input = open_source(from.as_fd(), name).map_err(io_err(&c.path))?;
+                let fd = nix::fcntl::openat(
+                    journal.dir(),
+                    slot.as_os_str(),
+                    OFlag::O_WRONLY
+                        | OFlag::O_CREAT
+                        | OFlag::O_EXCL
+                        | OFlag::O_NOFOLLOW
+                        | OFlag::O_CLOEXEC,
+                    Mode::from_bits_truncate(0o600),
+                )
+                .map_err(nix_err(&c.path))?;
+                let mut out = std::fs::File::from(fd);
+                io::copy(&mut input, &mut out).map_err(io_err(&c.path))?;
+                fchmod(out.as_fd(), mode_bits(c.mode.unwrap_or(0o644)))
+                    .map_err(nix_err(&c.path))?;
+                let ino = nix::sys::stat::fstat(&out)
+                    .map_err(nix_err(&c.path))?
+                    .st_ino;
+                staged.insert(i, (slot, ino));
             }
             ChangeKind::Symlink { target } => {
-                let tmp = tree::temp_name();
-                symlinkat(target.as_path(), parent.as_fd(), tmp.as_os_str())
+                symlinkat(target.as_path(), journal.dir(), slot.as_os_str())
                     .map_err(nix_err(&c.path))?;
-                if let Err(e) = renameat(parent.as_fd(), tmp.as_os_str(), parent.as_fd(), name) {
-                    let _ = unlinkat(parent.as_fd(), tmp.as_os_str(), UnlinkatFlags::NoRemoveDir);
-                    return Err(nix_err(&c.path)(e));
+                let ino = fsx::stat_at(journal.dir(), &slot)
+                    .map_err(io_err(&c.path))?
+                    .map_or(0, |st| st.st_ino);
+                staged.insert(i, (slot, ino));
+            }
+            _ => {}
+        }
+    }
+    Ok(staged)
+}
+
+/// Open the regular file `name` of the layer for reading. The layer is the host's own, so
+/// a file the command left unreadable (mode 000) is made readable to its owner first: the
+/// mode the change set applies is the one recorded, not the layer's.
+fn open_source(dir: BorrowedFd<'_>, name: &OsStr) -> io::Result<std::fs::File> {
+    match fsx::open_file_at(dir, name) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            let st = fsx::stat_at(dir, name)?.ok_or(e)?;
+            if fsx::kind(&st) != Kind::File {
+                return Err(io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            chmod_at(dir, name, (st.st_mode & 0o7777) | 0o400)?;
+            fsx::open_file_at(dir, name)
+        }
+        r => r,
+    }
+}
+
+/// Take every step into the real workspace, each written in the journal first.
+pub(super) fn write(
+    real: BorrowedFd<'_>,
+    journal: &mut Journal,
+    changes: &[Change],
+    staged: &Staged,
+    report: &mut ApplyReport,
+) -> Result<(), ApplyError> {
+    // Deletions, shallowest first: a directory moves aside whole, with what it held.
+    let mut trashed: Vec<&Path> = Vec::new();
+    for c in changes.iter().filter(|c| c.is_deletion()) {
+        if trashed.iter().any(|t| c.path.starts_with(t)) {
+            report.deleted += 1;
+            continue;
+        }
+        let Ok(Some(parent)) = fsx::open_parent(real, &c.path) else {
+            continue;
+        };
+        let name = fsx::file_name(&c.path);
+        if fsx::stat_at(parent.as_fd(), name)
+            .map_err(io_err(&c.path))?
+            .is_none()
+        {
+            continue;
+        }
+        let slot = journal.slot();
+        journal
+            .record(Step::Trash {
+                path: c.path.clone(),
+                slot: slot.clone(),
+            })
+            .map_err(io_err(&c.path))?;
+        renameat(parent.as_fd(), name, journal.dir(), slot.as_os_str())
+            .map_err(nix_err(&c.path))?;
+        trashed.push(&c.path);
+        report.deleted += 1;
+    }
+
+    // Additions, parents first; directory modes afterwards, deepest first.
+    let mut dir_modes = Vec::new();
+    for (i, c) in changes.iter().enumerate().filter(|(_, c)| !c.is_deletion()) {
+        let parent = fsx::open_parent(real, &c.path)
+            .map_err(io_err(&c.path))?
+            .ok_or_else(|| io_err(&c.path)(io::Error::from_raw_os_error(libc::ENOENT)))?;
+        let name = fsx::file_name(&c.path);
+        let now = fsx::stat_at(parent.as_fd(), name).map_err(io_err(&c.path))?;
+        match &c.kind {
+            ChangeKind::DirAdded => {
+                if now.as_ref().map(fsx::kind) != Some(Kind::Dir) {
+                    journal
+                        .record(Step::New {
+                            path: c.path.clone(),
+                            ino: None,
+                        })
+                        .map_err(io_err(&c.path))?;
+                    mkdirat(parent.as_fd(), name, Mode::from_bits_truncate(0o700))
+                        .map_err(nix_err(&c.path))?;
                 }
+                dir_modes.push((c, 0o700));
                 report.written += 1;
             }
-            ChangeKind::ModeChanged => {
-                let st = fsx::stat_at(parent.as_fd(), name).map_err(io_err(&c.path))?;
-                if st.as_ref().map(fsx::kind) == Some(Kind::Dir) {
-                    dir_modes.push(c);
-                } else {
-                    let f = fsx::open_file_at(parent.as_fd(), name).map_err(io_err(&c.path))?;
-                    fchmod(f.as_fd(), mode_bits(c.mode.unwrap_or(0o644)))
-                        .map_err(nix_err(&c.path))?;
+            ChangeKind::Added | ChangeKind::Modified | ChangeKind::Symlink { .. } => {
+                let Some((slot, ino)) = staged.get(&i) else {
+                    return Err(io_err(&c.path)(io::Error::other("not staged")));
+                };
+                place(journal, parent.as_fd(), c, slot, *ino, now.is_some())?;
+                report.written += 1;
+            }
+            ChangeKind::ModeChanged => match now {
+                Some(st) if fsx::kind(&st) == Kind::Dir => dir_modes.push((c, st.st_mode & 0o7777)),
+                Some(st) => {
+                    journal
+                        .record(Step::Mode {
+                            path: c.path.clone(),
+                            old: st.st_mode & 0o7777,
+                        })
+                        .map_err(io_err(&c.path))?;
+                    chmod_at(parent.as_fd(), name, c.mode.unwrap_or(0o644))
+                        .map_err(io_err(&c.path))?;
                     report.modes += 1;
                 }
-            }
+                None => return Err(io_err(&c.path)(io::Error::from_raw_os_error(libc::ENOENT))),
+            },
             ChangeKind::Deleted { .. } | ChangeKind::Special => {}
         }
     }
-    for c in dir_modes.into_iter().rev() {
-        let Some(parent) = fsx::open_parent(real.as_fd(), &c.path).map_err(io_err(&c.path))? else {
-            continue;
-        };
-        let d =
-            fsx::open_dir_at(parent.as_fd(), fsx::file_name(&c.path)).map_err(io_err(&c.path))?;
-        fchmod(d.as_fd(), mode_bits(c.mode.unwrap_or(0o755))).map_err(nix_err(&c.path))?;
+    for (c, old) in dir_modes.into_iter().rev() {
+        let parent = fsx::open_parent(real, &c.path)
+            .map_err(io_err(&c.path))?
+            .ok_or_else(|| io_err(&c.path)(io::Error::from_raw_os_error(libc::ENOENT)))?;
+        journal
+            .record(Step::Mode {
+                path: c.path.clone(),
+                old,
+            })
+            .map_err(io_err(&c.path))?;
+        chmod_at(
+            parent.as_fd(),
+            fsx::file_name(&c.path),
+            c.mode.unwrap_or(0o755),
+        )
+        .map_err(io_err(&c.path))?;
         if c.kind == ChangeKind::ModeChanged {
             report.modes += 1;
         }
     }
-    Ok(report)
+    Ok(())
+}
+
+/// Put the staged `slot` at `c`'s path: exchanged with the old entry (a reader sees the old
+/// one or the new one, and the old one is kept for an undo), else renamed where nothing is
+/// (a name someone made meanwhile is not overwritten).
+fn place(
+    journal: &mut Journal,
+    parent: BorrowedFd<'_>,
+    c: &Change,
+    slot: &OsStr,
+    ino: u64,
+    exists: bool,
+) -> Result<(), ApplyError> {
+    let name = fsx::file_name(&c.path);
+    if exists {
+        journal
+            .record(Step::Swap {
+                path: c.path.clone(),
+                slot: slot.to_os_string(),
+                ino,
+            })
+            .map_err(io_err(&c.path))?;
+        match rustix::fs::renameat_with(journal.dir(), slot, parent, name, RenameFlags::EXCHANGE) {
+            Ok(()) => return Ok(()),
+            // A filesystem without exchange: move the old one aside, then place.
+            Err(rustix::io::Errno::INVAL) => {
+                let aside = journal.slot();
+                journal
+                    .record(Step::Trash {
+                        path: c.path.clone(),
+                        slot: aside.clone(),
+                    })
+                    .map_err(io_err(&c.path))?;
+                renameat(parent, name, journal.dir(), aside.as_os_str())
+                    .map_err(nix_err(&c.path))?;
+            }
+            Err(e) => return Err(io_err(&c.path)(e.into())),
+        }
+    }
+    journal
+        .record(Step::New {
+            path: c.path.clone(),
+            ino: Some(ino),
+        })
+        .map_err(io_err(&c.path))?;
+    rustix::fs::renameat_with(journal.dir(), slot, parent, name, RenameFlags::NOREPLACE)
+        .map_err(|e| io_err(&c.path)(e.into()))
 }
 
 /// Whether the filesystem of the workspace (`real`) holds what `changes` add.
@@ -478,18 +688,4 @@ fn room(real: BorrowedFd<'_>, ws: &Path, changes: &[Change]) -> Result<(), Apply
         });
     }
     Ok(())
-}
-
-/// Create a new file beside `name` in `dir`, fill it, give it `mode`, and rename it over
-/// `name`: a reader sees the old file or the new one, never half of it.
-fn write_beside(
-    dir: BorrowedFd<'_>,
-    name: &OsStr,
-    mode: u32,
-    fill: impl FnOnce(&std::fs::File) -> io::Result<()>,
-) -> io::Result<()> {
-    let new = tree::Beside::create(dir)?;
-    fill(new.file())?;
-    fchmod(new.file().as_fd(), mode_bits(mode)).map_err(fsx::nix_io)?;
-    new.rename_over(name)
 }

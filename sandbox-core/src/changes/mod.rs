@@ -41,8 +41,12 @@
 //!   (its `ctime` is not before a stamp taken when the layer was made) or after the scan;
 //!   overridden by `force`.
 //!
-//! Then each file is written beside its target and renamed over it (atomic per file);
-//! deletions go deepest first, directory modes last.
+//! Then every new file's contents and every new link are staged in a directory at the
+//! workspace's top, before anything of the workspace changes; the steps (deletions moved
+//! aside, new entries renamed in, old ones exchanged out, modes) are written in a journal
+//! before each is taken, and one that fails undoes them all: the workspace is as before,
+//! names, contents and modes. A host killed half way leaves the journal, which the next
+//! apply or layered run on the workspace undoes (`journal`).
 //!
 //! Dropping the last clone of a [`ChangeSet`] (or calling [`ChangeSet::discard`]) removes
 //! the layer: nothing stays on disk.
@@ -53,6 +57,7 @@
 pub(crate) mod apply;
 pub(crate) mod fsx;
 mod host;
+mod journal;
 pub(crate) mod layer;
 mod resolve;
 pub(crate) mod scan;
@@ -171,6 +176,8 @@ impl Change {
 pub struct ChangeSet {
     summary: Arc<Summary>,
     store: Arc<Mutex<Option<Layer>>>,
+    /// What an undone apply put back (see [`apply::Restored`]).
+    restored: Arc<Mutex<apply::Restored>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -201,6 +208,7 @@ impl ChangeSet {
                 changes,
             }),
             store: Arc::new(Mutex::new(Some(layer))),
+            restored: Arc::default(),
         }
     }
 
@@ -243,13 +251,11 @@ impl ChangeSet {
     pub fn apply(&self, force: bool) -> Result<ApplyReport, ApplyError> {
         let mut guard = self.store.lock().map_err(|_| ApplyError::Gone)?;
         let layer = guard.as_ref().ok_or(ApplyError::Gone)?;
-        let report = apply::apply(layer, &self.summary.changes, force);
-        // A refusal or conflict leaves the layer for the caller to look at, force, or
-        // discard; anything that wrote drops it.
-        if !matches!(
-            report,
-            Err(ApplyError::Refused { .. } | ApplyError::Conflict { .. })
-        ) {
+        let mut restored = self.restored.lock().map_err(|_| ApplyError::Gone)?;
+        let report = apply::apply(layer, &self.summary.changes, force, &mut restored);
+        // A refusal, a conflict or a failed write (undone) leaves the layer for the caller
+        // to look at, force, apply again or discard; an apply that went through drops it.
+        if report.is_ok() {
             guard.take();
         }
         report

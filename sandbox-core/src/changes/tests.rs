@@ -429,3 +429,135 @@ fn a_link_the_workspace_has_is_judged_as_the_changes_leave_it() {
     );
     assert_eq!(tree(&ws), before, "a refused apply wrote something");
 }
+
+/// Makes `dir` (a directory of the real workspace) refuse what an apply puts in it:
+/// immutable (`chattr +i`, which stops root too) as root, mode 0555 otherwise. Undone on
+/// drop.
+struct Obstacle(PathBuf);
+
+/// `FS_IMMUTABLE_FL` of `linux/fs.h` (the libc crate does not name it).
+const FS_IMMUTABLE_FL: libc::c_int = 0x10;
+
+fn immutable(dir: &Path, on: bool) {
+    use std::os::fd::AsRawFd;
+    let d = fs::File::open(dir).unwrap();
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS/SETFLAGS on a live descriptor, with an int as the kernel reads.
+    unsafe {
+        assert_eq!(
+            libc::ioctl(d.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags),
+            0
+        );
+        if on {
+            flags |= FS_IMMUTABLE_FL;
+        } else {
+            flags &= !FS_IMMUTABLE_FL;
+        }
+        let r = libc::ioctl(d.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags);
+        assert_eq!(r, 0, "chattr +i: {}", std::io::Error::last_os_error());
+    }
+}
+
+impl Obstacle {
+    fn new(dir: &Path) -> Self {
+        if nix::unistd::geteuid().is_root() {
+            immutable(dir, true);
+        } else {
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o555)).unwrap();
+        }
+        Self(dir.to_path_buf())
+    }
+}
+
+impl Drop for Obstacle {
+    fn drop(&mut self) {
+        if nix::unistd::geteuid().is_root() {
+            immutable(&self.0, false);
+        } else {
+            let _ = fs::set_permissions(&self.0, fs::Permissions::from_mode(0o755));
+        }
+    }
+}
+
+/// Every kind of step, the last (`zz/new`, in path order) one the obstacle refuses.
+fn all_kinds(c: &Path) {
+    edits(c);
+    // A new file nobody may read, which the host must still stage.
+    fs::write(c.join("nd/locked"), "secret").unwrap();
+    fs::set_permissions(c.join("nd/locked"), fs::Permissions::from_mode(0o000)).unwrap();
+    fs::write(c.join("zz/new"), "z").unwrap();
+}
+
+fn with_zz() -> (tempfile::TempDir, PathBuf) {
+    let (t, ws) = workspace();
+    fs::create_dir(ws.join("zz")).unwrap();
+    settle();
+    (t, ws)
+}
+
+#[test]
+fn a_write_that_fails_half_way_is_undone() {
+    let (_t, ws) = with_zz();
+    let set = copy_set(&ws, all_kinds);
+    let want = tree(&set.layer_dir().unwrap().join("copy"));
+    let obstacle = Obstacle::new(&ws.join("zz"));
+    let before = tree(&ws);
+    match set.apply(false) {
+        Err(ApplyError::Io { path, .. }) => assert_eq!(path, Path::new("zz/new")),
+        other => panic!("the obstacle did not stop the apply: {other:?}"),
+    }
+    assert_eq!(tree(&ws), before, "a failed apply left part of itself");
+    assert!(set.is_pending(), "a failed apply dropped the change set");
+    drop(obstacle);
+    set.apply(false).unwrap();
+    assert_eq!(tree(&ws), want);
+    let locked = fs::symlink_metadata(ws.join("nd/locked")).unwrap();
+    assert_eq!(locked.permissions().mode() & 0o7777, 0);
+}
+
+#[test]
+fn an_apply_killed_half_way_is_undone_by_the_next_start() {
+    let (_t, ws) = with_zz();
+    let set = copy_set(&ws, all_kinds);
+    let obstacle = Obstacle::new(&ws.join("zz"));
+    let before = tree(&ws);
+    {
+        // The apply's own steps, stopped where the obstacle stops them and then left as a
+        // killed host leaves them: no undo, the journal on disk, its lock released.
+        let guard = set.store.lock().unwrap();
+        let layer = guard.as_ref().unwrap();
+        let real = fsx::open_root(&ws).unwrap();
+        let src = fsx::open_root(layer.source()).unwrap();
+        let mut j = journal::Journal::begin(std::os::fd::AsFd::as_fd(&real)).unwrap();
+        let staged = apply::stage(&src, &mut j, set.changes()).unwrap();
+        let mut report = ApplyReport::default();
+        let r = apply::write(
+            std::os::fd::AsFd::as_fd(&real),
+            &mut j,
+            set.changes(),
+            &staged,
+            &mut report,
+        );
+        assert!(r.is_err(), "the obstacle did not stop the steps");
+        assert!(report.deleted > 0 && report.written > 0, "{report:?}");
+    }
+    drop(obstacle);
+    assert_ne!(tree(&ws), before, "nothing was half done");
+    // The next start over this workspace (a layer for a run) undoes it first.
+    let next = Layer::prepare(
+        &ws,
+        LayerMechanism::Copy,
+        &crate::process::tree::Budget::default(),
+    )
+    .unwrap();
+    assert_eq!(
+        tree(&ws),
+        before,
+        "the next start did not undo the killed apply"
+    );
+    assert_eq!(
+        tree(next.source()),
+        before,
+        "the next run saw the killed apply"
+    );
+}

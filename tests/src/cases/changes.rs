@@ -507,6 +507,131 @@ pub async fn apply_resolves_links_physically(ctx: Arc<Context>) -> CaseResult {
     Ok(())
 }
 
+/// Makes a directory of the real workspace refuse what an apply puts in it: immutable
+/// (`chattr +i`, which stops root too) when the host is root, mode 0555 otherwise. Undone
+/// on drop.
+struct Obstacle {
+    dir: PathBuf,
+    immutable: bool,
+}
+
+/// `FS_IMMUTABLE_FL` of `linux/fs.h` (the libc crate does not name it).
+const FS_IMMUTABLE_FL: libc::c_int = 0x10;
+
+/// Set or clear the immutable flag of the directory `dir`.
+fn immutable(dir: &Path, on: bool) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let d = std::fs::File::open(dir)?;
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS/SETFLAGS on a live descriptor, with an int as the kernel reads.
+    unsafe {
+        if libc::ioctl(d.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if on {
+            flags |= FS_IMMUTABLE_FL;
+        } else {
+            flags &= !FS_IMMUTABLE_FL;
+        }
+        if libc::ioctl(d.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+impl Obstacle {
+    fn new(dir: &Path) -> Result<Self, Failure> {
+        let root = crate::context::is_root();
+        if root {
+            immutable(dir, true).map_err(|e| {
+                Failure::Broken(format!(
+                    "making {} immutable (the workspace's filesystem must take chattr +i): {e}",
+                    dir.display()
+                ))
+            })?;
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555))?;
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            immutable: root,
+        })
+    }
+}
+
+impl Drop for Obstacle {
+    fn drop(&mut self) {
+        if self.immutable {
+            let _ = immutable(&self.dir, false);
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o755));
+        }
+    }
+}
+
+/// An apply that fails half way (at its last path, into a directory that refuses it) leaves
+/// the workspace as before, names, contents and modes, and keeps the change set; applied
+/// again once the obstacle is gone, it goes through, a new file of mode 000 included.
+pub async fn apply_is_all_or_nothing(ctx: Arc<Context>) -> CaseResult {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = ctx.workspace("cow-atomic")?;
+    plant_tree(ws.path())?;
+    plant(ws.path(), "zz/.keep", "")?;
+    settle().await;
+    let mut ops = EDITS.to_vec();
+    #[rustfmt::skip]
+    ops.extend_from_slice(&[
+        ",", "mkdir", "nd", ",", "write", "nd/locked", "secret", ",", "chmod", "nd/locked", "000",
+        ",", "write", "zz/new", "z",
+    ]);
+    let (_out, set) = review(&ctx, ws.path(), &ops).await?;
+    let obstacle = Obstacle::new(&ws.join("zz"))?;
+    let before = host_tree(&ctx, ws.path())?;
+    match set.apply(false) {
+        Err(ApplyError::Io { path, .. }) if path == Path::new("zz/new") => {}
+        other => {
+            return Err(Failure::Broken(format!(
+                "the apply was not stopped at zz/new: {other:?}"
+            )))
+        }
+    }
+    let after = host_tree(&ctx, ws.path())?;
+    ensure!(
+        after == before,
+        "a failed apply left part of itself:\n  after: {after:?}\n  before: {before:?}"
+    );
+    ensure!(set.is_pending(), "a failed apply dropped the change set");
+    drop(obstacle);
+    set.apply(false)
+        .map_err(|e| Failure::Broken(format!("applied again, it failed: {e}")))?;
+    let read = |p: &str| std::fs::read_to_string(ws.join(p)).ok();
+    let locked = std::fs::symlink_metadata(ws.join("nd/locked"))?;
+    ensure!(
+        locked.permissions().mode() & 0o7777 == 0 && locked.len() == 6,
+        "nd/locked is mode {:o}, {} bytes (want 0, 6)",
+        locked.permissions().mode() & 0o7777,
+        locked.len()
+    );
+    ensure!(
+        read("mod.txt").as_deref() == Some("new!")
+            && read("zz/new").as_deref() == Some("z")
+            && read("del.txt").is_none()
+            && !ws.join("gone").exists(),
+        "applied again, the workspace lacks the changes: {:?}",
+        host_tree(&ctx, ws.path())
+    );
+    let left: Vec<_> = std::fs::read_dir(ws.path())?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with(".sandbox"))
+        .collect();
+    ensure!(left.is_empty(), "the apply left {left:?} in the workspace");
+    Ok(())
+}
+
 /// A file changed in the real workspace after the run started is a conflict: nothing is
 /// applied unless forced, and forcing overwrites it.
 pub async fn conflict_detected(ctx: Arc<Context>) -> CaseResult {

@@ -154,7 +154,13 @@ fn apply(set: &ChangeSet) -> Settled {
                 ApplyError::NoSpace { .. } => {
                     "nothing was written; free space on the workspace's disk and re-run"
                 }
-                _ => "check the workspace: the changes before the failing path were applied",
+                ApplyError::Io { .. } => {
+                    "nothing was written (what was, was undone); fix the cause and re-run"
+                }
+                _ => {
+                    "check the workspace: it is part way; the next layered run on it undoes \
+                     the rest"
+                }
             };
             eprintln!("sandbox: changes not applied: {e}; remedy: {remedy}");
             set.discard();

@@ -1,0 +1,396 @@
+//! The apply's journal: every step that changes the real workspace is written down before
+//! it is taken, with what undoes it, so that an apply that fails half way is undone and
+//! one whose host was killed half way is undone by the next one that looks
+//! ([`recover`]).
+//!
+//! Nothing the workspace held is destroyed while the apply runs: a deleted entry, and the
+//! old file a new one replaces, are moved into a staging directory at the workspace's top
+//! (`.sandbox-apply-*`, on the workspace's filesystem so that every step is a rename),
+//! where the new contents were staged too. Only once every step is done is the journal
+//! marked done and the staging directory removed.
+//!
+//! The journal is written, not synced: it survives the host process being killed, which
+//! is what it is for, not a power cut (the renames it records are not synced either).
+//! While an apply runs its journal is locked (`flock`), so [`recover`] never undoes an
+//! apply that another process is still making.
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{self, BufRead, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::{fchmodat, mkdirat, FchmodatFlags, Mode};
+use nix::unistd::{unlinkat, UnlinkatFlags};
+use rustix::fs::RenameFlags;
+
+use super::fsx::{self, Kind};
+
+/// The names of staging directories at the workspace's top.
+pub(crate) const PREFIX: &str = ".sandbox-apply-";
+const JOURNAL: &str = "journal";
+
+/// One step, with what undoes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Step {
+    /// The entry at `path` moved to the staging directory's `slot`: moved back.
+    Trash { path: PathBuf, slot: OsString },
+    /// A new entry made at `path` (a file or link staged as inode `ino`, or a directory):
+    /// removed, if it is still the one made.
+    New { path: PathBuf, ino: Option<u64> },
+    /// The staged entry `slot` (inode `ino`) exchanged with the old one at `path`:
+    /// exchanged back, if it took place.
+    Swap {
+        path: PathBuf,
+        slot: OsString,
+        ino: u64,
+    },
+    /// The permission bits of `path` were `old`: set back.
+    Mode { path: PathBuf, old: u32 },
+}
+
+/// The journal of one apply, and its staging directory.
+pub(crate) struct Journal {
+    real: OwnedFd,
+    name: OsString,
+    dir: OwnedFd,
+    file: File,
+    steps: Vec<Step>,
+    next: u64,
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| s.get(i..i + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+        .collect()
+}
+
+fn os(b: Vec<u8>) -> OsString {
+    OsString::from_vec(b)
+}
+
+impl Step {
+    fn line(&self) -> String {
+        let p = |p: &Path| hex(p.as_os_str().as_bytes());
+        match self {
+            Self::Trash { path, slot } => format!("trash {} {}\n", p(path), hex(slot.as_bytes())),
+            Self::New { path, ino } => {
+                format!("new {} {}\n", p(path), ino.map_or(-1, |i| i as i128))
+            }
+            Self::Swap { path, slot, ino } => {
+                format!("swap {} {} {ino}\n", p(path), hex(slot.as_bytes()))
+            }
+            Self::Mode { path, old } => format!("mode {} {old}\n", p(path)),
+        }
+    }
+
+    fn parse(line: &str) -> Option<Self> {
+        let w: Vec<&str> = line.split(' ').collect();
+        let path = || unhex(w.get(1)?).map(|b| PathBuf::from(os(b)));
+        let slot = || unhex(w.get(2)?).map(os);
+        Some(match *w.first()? {
+            "trash" => Self::Trash {
+                path: path()?,
+                slot: slot()?,
+            },
+            "new" => Self::New {
+                path: path()?,
+                ino: u64::try_from(w.get(2)?.parse::<i128>().ok()?).ok(),
+            },
+            "swap" => Self::Swap {
+                path: path()?,
+                slot: slot()?,
+                ino: w.get(3)?.parse().ok()?,
+            },
+            "mode" => Self::Mode {
+                path: path()?,
+                old: w.get(2)?.parse().ok()?,
+            },
+            _ => return None,
+        })
+    }
+}
+
+fn flock(f: &File, wait: bool) -> io::Result<()> {
+    let mut op = libc::LOCK_EX;
+    if !wait {
+        op |= libc::LOCK_NB;
+    }
+    // SAFETY: a live descriptor.
+    if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+impl Journal {
+    /// A new staging directory at the top of the workspace `real`, its journal locked.
+    pub(crate) fn begin(real: BorrowedFd<'_>) -> io::Result<Self> {
+        let real = nix::unistd::dup(real).map_err(fsx::nix_io)?;
+        static N: AtomicU64 = AtomicU64::new(0);
+        let mut tries = 0;
+        let name = loop {
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.subsec_nanos());
+            let name = OsString::from(format!(
+                "{PREFIX}{}-{}-{nanos}",
+                std::process::id(),
+                N.fetch_add(1, Ordering::Relaxed)
+            ));
+            match mkdirat(
+                real.as_fd(),
+                name.as_os_str(),
+                Mode::from_bits_truncate(0o700),
+            ) {
+                Ok(()) => break name,
+                Err(nix::Error::EEXIST) if tries < 100 => tries += 1,
+                Err(e) => return Err(fsx::nix_io(e)),
+            }
+        };
+        let dir = fsx::open_dir_at(real.as_fd(), &name)?;
+        let fd = openat(
+            dir.as_fd(),
+            JOURNAL,
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .map_err(fsx::nix_io)?;
+        let file = File::from(fd);
+        flock(&file, true)?;
+        Ok(Self {
+            real,
+            name,
+            dir,
+            file,
+            steps: Vec::new(),
+            next: 0,
+        })
+    }
+
+    /// The staging directory.
+    pub(crate) fn dir(&self) -> BorrowedFd<'_> {
+        self.dir.as_fd()
+    }
+
+    /// The staging directory's path, relative to the workspace.
+    pub(crate) fn path(&self) -> PathBuf {
+        PathBuf::from(&self.name)
+    }
+
+    /// A fresh name in the staging directory.
+    pub(crate) fn slot(&mut self) -> OsString {
+        self.next += 1;
+        OsString::from(format!("s{}", self.next))
+    }
+
+    /// Write `step` down; call before taking it.
+    pub(crate) fn record(&mut self, step: Step) -> io::Result<()> {
+        self.file.write_all(step.line().as_bytes())?;
+        self.steps.push(step);
+        Ok(())
+    }
+
+    /// Every step done: the staging directory (the old entries with it) goes.
+    pub(crate) fn commit(mut self) {
+        let _ = self.file.write_all(b"done\n");
+        remove(self.real.as_fd(), &self.name, self.dir.as_fd());
+    }
+
+    /// Undo every step written down, last first, then remove the staging directory. The
+    /// paths that could not be put back, with why; when there are any, the staging
+    /// directory and its journal stay, for [`recover`] or the user.
+    pub(crate) fn roll_back(self) -> Vec<(PathBuf, io::Error)> {
+        let failed = undo(self.real.as_fd(), self.dir.as_fd(), &self.steps);
+        if failed.is_empty() {
+            remove(self.real.as_fd(), &self.name, self.dir.as_fd());
+        }
+        failed
+    }
+}
+
+fn remove(real: BorrowedFd<'_>, name: &OsStr, dir: BorrowedFd<'_>) {
+    if fsx::clear_dir(dir).is_ok() {
+        let _ = unlinkat(real, name, UnlinkatFlags::RemoveDir);
+    }
+}
+
+fn parent_of(real: BorrowedFd<'_>, path: &Path) -> io::Result<OwnedFd> {
+    fsx::open_parent(real, path)?.ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
+}
+
+fn undo_one(real: BorrowedFd<'_>, staging: BorrowedFd<'_>, step: &Step) -> io::Result<()> {
+    match step {
+        Step::Trash { path, slot } => {
+            if fsx::stat_at(staging, slot)?.is_none() {
+                return Ok(()); // never moved
+            }
+            let parent = parent_of(real, path)?;
+            rustix::fs::renameat_with(
+                staging,
+                slot.as_os_str(),
+                parent.as_fd(),
+                fsx::file_name(path),
+                RenameFlags::NOREPLACE,
+            )
+            .map_err(io::Error::from)
+        }
+        Step::New { path, ino } => {
+            let Ok(parent) = parent_of(real, path) else {
+                return Ok(());
+            };
+            let name = fsx::file_name(path);
+            let Some(st) = fsx::stat_at(parent.as_fd(), name)? else {
+                return Ok(()); // never made
+            };
+            match ino {
+                Some(i) if st.st_ino != *i => Ok(()),
+                Some(_) => {
+                    unlinkat(parent.as_fd(), name, UnlinkatFlags::NoRemoveDir).map_err(fsx::nix_io)
+                }
+                None if fsx::kind(&st) == Kind::Dir => {
+                    unlinkat(parent.as_fd(), name, UnlinkatFlags::RemoveDir).map_err(fsx::nix_io)
+                }
+                None => Ok(()),
+            }
+        }
+        Step::Swap { path, slot, ino } => {
+            let parent = parent_of(real, path)?;
+            let name = fsx::file_name(path);
+            match fsx::stat_at(parent.as_fd(), name)? {
+                Some(st) if st.st_ino == *ino => rustix::fs::renameat_with(
+                    staging,
+                    slot.as_os_str(),
+                    parent.as_fd(),
+                    name,
+                    RenameFlags::EXCHANGE,
+                )
+                .map_err(io::Error::from),
+                _ => Ok(()), // never exchanged
+            }
+        }
+        Step::Mode { path, old } => {
+            let parent = parent_of(real, path)?;
+            chmod_at(parent.as_fd(), fsx::file_name(path), *old)
+        }
+    }
+}
+
+fn undo(
+    real: BorrowedFd<'_>,
+    staging: BorrowedFd<'_>,
+    steps: &[Step],
+) -> Vec<(PathBuf, io::Error)> {
+    let mut failed = Vec::new();
+    for s in steps.iter().rev() {
+        if let Err(e) = undo_one(real, staging, s) {
+            let (Step::Trash { path, .. }
+            | Step::New { path, .. }
+            | Step::Swap { path, .. }
+            | Step::Mode { path, .. }) = s;
+            failed.push((path.clone(), e));
+        }
+    }
+    failed
+}
+
+/// Set the permission bits of `name` in `dir`, never through a symlink, and whether or
+/// not the caller may open it (a mode-000 file, a directory without `r`).
+pub(crate) fn chmod_at(dir: BorrowedFd<'_>, name: &OsStr, mode: u32) -> io::Result<()> {
+    fchmodat(
+        dir,
+        name,
+        Mode::from_bits_truncate(mode & 0o7777),
+        FchmodatFlags::NoFollowSymlink,
+    )
+    .map_err(fsx::nix_io)
+}
+
+/// Finish what an apply killed half way left in the workspace `ws`: each staging directory
+/// whose journal nobody holds is undone (or, if the journal says done, only removed).
+/// Returns how many were found.
+pub(crate) fn recover(ws: &Path) -> io::Result<usize> {
+    let real = fsx::open_root(ws)?;
+    let mut found = 0;
+    for name in fsx::list(real.as_fd())? {
+        if !name.as_bytes().starts_with(PREFIX.as_bytes()) {
+            continue;
+        }
+        let Ok(dir) = fsx::open_dir_at(real.as_fd(), &name) else {
+            continue;
+        };
+        let Ok(fd) = openat(
+            dir.as_fd(),
+            JOURNAL,
+            OFlag::O_RDWR | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
+            Mode::empty(),
+        ) else {
+            continue;
+        };
+        let file = File::from(fd);
+        if flock(&file, false).is_err() {
+            continue; // an apply still running
+        }
+        found += 1;
+        let mut steps = Vec::new();
+        let mut done = false;
+        for line in io::BufReader::new(&file).lines() {
+            let line = line?;
+            if line == "done" {
+                done = true;
+            } else if let Some(s) = Step::parse(&line) {
+                steps.push(s);
+            }
+        }
+        if done || undo(real.as_fd(), dir.as_fd(), &steps).is_empty() {
+            remove(real.as_fd(), &name, dir.as_fd());
+        }
+    }
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_read_back_as_written() {
+        let steps = [
+            Step::Trash {
+                path: PathBuf::from(os(b"a b/\n\xff".to_vec())),
+                slot: "s1".into(),
+            },
+            Step::New {
+                path: "x".into(),
+                ino: Some(7),
+            },
+            Step::New {
+                path: "d".into(),
+                ino: None,
+            },
+            Step::Swap {
+                path: "y".into(),
+                slot: "s2".into(),
+                ino: 9,
+            },
+            Step::Mode {
+                path: "z".into(),
+                old: 0o4755,
+            },
+        ];
+        for s in steps {
+            let line = s.line();
+            assert_eq!(line.matches('\n').count(), 1);
+            assert_eq!(Step::parse(line.trim_end()), Some(s));
+        }
+    }
+}

@@ -43,6 +43,9 @@ pub enum Escape {
         /// follows).
         resolved: Option<PathBuf>,
     },
+    /// A name at the workspace's top that the apply keeps for its own staging and journal
+    /// (`.sandbox-apply-*`): a planted journal would be obeyed by the next start.
+    Reserved,
     /// A character or block device node.
     Device,
     /// A FIFO.
@@ -95,6 +98,7 @@ impl fmt::Display for Escape {
                     target.display()
                 ),
             },
+            Self::Reserved => f.write_str("a name the apply keeps for its own journal"),
             Self::Device => f.write_str("a device node"),
             Self::Fifo => f.write_str("a FIFO"),
             Self::Socket => f.write_str("a socket"),
@@ -334,6 +338,9 @@ pub(crate) fn apply(
                 }
             }
             ChangeKind::DirAdded | ChangeKind::Deleted { .. } => {}
+        }
+        if journal::reserved(&c.path) {
+            refusals.push(refuse(Escape::Reserved));
         }
         if let Some(m) = c.mode.filter(|m| m & 0o6000 != 0) {
             refusals.push(refuse(Escape::SetId { mode: m }));

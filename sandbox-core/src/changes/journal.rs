@@ -92,10 +92,23 @@ impl Step {
         }
     }
 
+    /// A step read back; `None` for anything this module would not have written (a path
+    /// that is not plain names, a slot that is not one of [`Journal::slot`]'s).
     fn parse(line: &str) -> Option<Self> {
         let w: Vec<&str> = line.split(' ').collect();
-        let path = || unhex(w.get(1)?).map(|b| PathBuf::from(os(b)));
-        let slot = || unhex(w.get(2)?).map(os);
+        let path = || {
+            unhex(w.get(1)?).map(|b| PathBuf::from(os(b))).filter(|p| {
+                p.components().count() > 0
+                    && p.components()
+                        .all(|c| matches!(c, std::path::Component::Normal(_)))
+            })
+        };
+        let slot = || {
+            unhex(w.get(2)?).map(os).filter(|s| {
+                let b = s.as_bytes();
+                b.len() > 1 && b[0] == b's' && b[1..].iter().all(u8::is_ascii_digit)
+            })
+        };
         Some(match *w.first()? {
             "trash" => Self::Trash {
                 path: path()?,
@@ -328,6 +341,12 @@ pub(crate) fn recover(ws: &Path) -> io::Result<usize> {
         let Ok(dir) = fsx::open_dir_at(real.as_fd(), &name) else {
             continue;
         };
+        // Only a staging directory this user made, private as `begin` makes it: one a
+        // command planted (a confined one writes as another user, or its change set is
+        // refused such a name) is never obeyed.
+        if !private(dir.as_fd()) {
+            continue;
+        }
         let Ok(fd) = openat(
             dir.as_fd(),
             JOURNAL,
@@ -337,6 +356,9 @@ pub(crate) fn recover(ws: &Path) -> io::Result<usize> {
             continue;
         };
         let file = File::from(fd);
+        if !private(file.as_fd()) {
+            continue;
+        }
         if flock(&file, false).is_err() {
             continue; // an apply still running
         }
@@ -356,6 +378,19 @@ pub(crate) fn recover(ws: &Path) -> io::Result<usize> {
         }
     }
     Ok(found)
+}
+
+/// Owned by this user and closed to everyone else.
+fn private(fd: BorrowedFd<'_>) -> bool {
+    nix::sys::stat::fstat(fd)
+        .is_ok_and(|st| st.st_uid == nix::unistd::geteuid().as_raw() && st.st_mode & 0o077 == 0)
+}
+
+/// Whether `rel` (relative to the workspace) is a name the apply keeps for its staging.
+pub(crate) fn reserved(rel: &Path) -> bool {
+    rel.components()
+        .next()
+        .is_some_and(|c| c.as_os_str().as_bytes().starts_with(PREFIX.as_bytes()))
 }
 
 #[cfg(test)]
@@ -387,6 +422,14 @@ mod tests {
                 old: 0o4755,
             },
         ];
+        for bad in [
+            "trash 2e2e 7331",
+            "trash 61 2e2e2f78",
+            "mode 2f657463 420",
+            "new  5",
+        ] {
+            assert_eq!(Step::parse(bad), None, "{bad}");
+        }
         for s in steps {
             let line = s.line();
             assert_eq!(line.matches('\n').count(), 1);

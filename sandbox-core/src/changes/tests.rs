@@ -561,3 +561,20 @@ fn an_apply_killed_half_way_is_undone_by_the_next_start() {
         "the next run saw the killed apply"
     );
 }
+
+#[test]
+fn a_journal_planted_by_the_command_is_refused() {
+    let (_t, ws) = workspace();
+    let before = tree(&ws);
+    let set = copy_set(&ws, |c| {
+        let j = c.join(".sandbox-apply-1-1-1");
+        fs::create_dir(&j).unwrap();
+        fs::set_permissions(&j, fs::Permissions::from_mode(0o700)).unwrap();
+        // Would set a set-id bit on `keep` at the next start.
+        fs::write(j.join("journal"), "mode 6b656570 2541\n").unwrap();
+        fs::set_permissions(j.join("journal"), fs::Permissions::from_mode(0o600)).unwrap();
+    });
+    let got = refused(&set);
+    assert_eq!(got, vec![Escape::Reserved, Escape::Reserved], "{got:?}");
+    assert_eq!(tree(&ws), before, "a refused apply wrote something");
+}

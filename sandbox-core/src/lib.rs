@@ -83,6 +83,7 @@ pub use egress::{
     PublishSink, Published, Resolver, SystemResolver, MAX_CONNECTIONS, PROXY_PORT,
 };
 pub use error::{Result, SandboxError};
+pub use grants::state_dir;
 pub use options::{
     EnvPolicy, OutputSink, ResourceLimits, SandboxOpts, Stdin, StreamKind, DEFAULT_MAX_PROCESSES,
     DEFAULT_MEMORY_BYTES, DEFAULT_OUTPUT_LIMIT,

@@ -245,9 +245,10 @@ impl ChangeSet {
         layer::read_under(&self.summary.workspace, path, cap)
     }
 
-    /// Check every change, then write them into the real workspace. Nothing is written
-    /// when a check fails: an escape always refuses; a conflict refuses unless `force`.
-    /// Consumes the layer: a second call is an [`ApplyError::Gone`].
+    /// Check every change, then write them into the real workspace, all or nothing.
+    /// Nothing is written when a check fails: an escape always refuses; a conflict
+    /// refuses unless `force`; a write that fails is undone. An apply that went through
+    /// consumes the layer: a second call is an [`ApplyError::Gone`].
     pub fn apply(&self, force: bool) -> Result<ApplyReport, ApplyError> {
         let mut guard = self.store.lock().map_err(|_| ApplyError::Gone)?;
         let layer = guard.as_ref().ok_or(ApplyError::Gone)?;

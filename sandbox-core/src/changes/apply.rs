@@ -394,6 +394,9 @@ pub(crate) fn apply(
     //    contents must fit before anything is written. (Another writer may still take the
     //    room meanwhile: then the write fails with ENOSPC at that path.)
     room(real.as_fd(), ws, changes)?;
+    if changes.is_empty() {
+        return Ok(report);
+    }
 
     // 4. Stage every new file and link before the first step that changes the workspace,
     //    then take the steps under a journal that undoes them all if one fails.

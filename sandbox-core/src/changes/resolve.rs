@@ -160,7 +160,7 @@ impl<'a> After<'a> {
         let mut cur = Cur::Ws(at.parent().unwrap_or(Path::new("")).to_path_buf());
         let mut todo = VecDeque::new();
         if expand(&mut todo, target) {
-            cur = Cur::Host(PathBuf::from("/"));
+            cur = self.enter(PathBuf::from("/"));
         }
         let mut links = 0;
         while let Some(step) = todo.pop_front() {
@@ -185,7 +185,7 @@ impl<'a> After<'a> {
                                 return Place::Loop;
                             }
                             if expand(&mut todo, &t) {
-                                Cur::Host(PathBuf::from("/"))
+                                self.enter(PathBuf::from("/"))
                             } else {
                                 Cur::Ws(rel)
                             }
@@ -206,7 +206,7 @@ impl<'a> After<'a> {
                                 return Place::Loop;
                             }
                             if expand(&mut todo, &t) {
-                                Cur::Host(PathBuf::from("/"))
+                                self.enter(PathBuf::from("/"))
                             } else {
                                 Cur::Host(p)
                             }
@@ -245,7 +245,13 @@ impl<'a> After<'a> {
         rel: &Path,
         out: &mut Vec<(PathBuf, PathBuf, Place)>,
     ) -> io::Result<()> {
-        for name in fsx::list(dir)? {
+        // A directory the host cannot read (its own, mode 000) is skipped: nothing in it
+        // can be listed, and the kernel resolves no path through it for this user either.
+        let names = match fsx::list(dir) {
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) => return Ok(()),
+            r => r?,
+        };
+        for name in names {
             let path = rel.join(&name);
             // What the change set replaces or deletes is not the real workspace's any more.
             if !matches!(self.entries.get(path.as_path()), None | Some(Entry::Real)) {
@@ -256,7 +262,10 @@ impl<'a> After<'a> {
             };
             match fsx::kind(&st) {
                 Kind::Dir => {
-                    let sub = fsx::open_dir_at(dir, &name)?;
+                    let sub = match fsx::open_dir_at(dir, &name) {
+                        Err(e) if e.raw_os_error() == Some(libc::EACCES) => continue,
+                        r => r?,
+                    };
                     self.walk(before, sub.as_fd(), &path, out)?;
                 }
                 Kind::Symlink => {

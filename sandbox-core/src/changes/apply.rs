@@ -1,5 +1,6 @@
 //! Apply a change set into the real workspace: check everything first, write nothing if a
-//! check fails, then write each file beside its target and rename it over.
+//! check fails, then stage every new file and take the steps under a journal that undoes
+//! them all if one fails ([`super::journal`]).
 
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::{OsStr, OsString};
@@ -527,11 +528,21 @@ pub(super) fn write(
             continue;
         };
         let name = fsx::file_name(&c.path);
-        if fsx::stat_at(parent.as_fd(), name)
-            .map_err(io_err(&c.path))?
-            .is_none()
-        {
+        let Some(st) = fsx::stat_at(parent.as_fd(), name).map_err(io_err(&c.path))? else {
             continue;
+        };
+        // Moving a directory to another parent rewrites its `..`, which takes write
+        // permission on it (an `rmdir` of the empty one would not): a read-only directory of
+        // the host's own is made writable first, and that is undone with the rest.
+        let old = st.st_mode & 0o7777;
+        if fsx::kind(&st) == Kind::Dir && old & 0o200 == 0 && !nix::unistd::geteuid().is_root() {
+            journal
+                .record(Step::Mode {
+                    path: c.path.clone(),
+                    old,
+                })
+                .map_err(io_err(&c.path))?;
+            chmod_at(parent.as_fd(), name, old | 0o700).map_err(io_err(&c.path))?;
         }
         let slot = journal.slot();
         journal

@@ -580,12 +580,15 @@ pub async fn apply_is_all_or_nothing(ctx: Arc<Context>) -> CaseResult {
     let ws = ctx.workspace("cow-atomic")?;
     plant_tree(ws.path())?;
     plant(ws.path(), "zz/.keep", "")?;
+    // An empty directory nobody may write: its deletion must not need that.
+    std::fs::create_dir(ws.join("ro"))?;
+    std::fs::set_permissions(ws.join("ro"), std::fs::Permissions::from_mode(0o555))?;
     settle().await;
     let mut ops = EDITS.to_vec();
     #[rustfmt::skip]
     ops.extend_from_slice(&[
         ",", "mkdir", "nd", ",", "write", "nd/locked", "secret", ",", "chmod", "nd/locked", "000",
-        ",", "write", "zz/new", "z",
+        ",", "remove", "ro", ",", "write", "zz/new", "z",
     ]);
     let (_out, set) = review(&ctx, ws.path(), &ops).await?;
     let obstacle = Obstacle::new(&ws.join("zz"))?;
@@ -619,7 +622,8 @@ pub async fn apply_is_all_or_nothing(ctx: Arc<Context>) -> CaseResult {
         read("mod.txt").as_deref() == Some("new!")
             && read("zz/new").as_deref() == Some("z")
             && read("del.txt").is_none()
-            && !ws.join("gone").exists(),
+            && !ws.join("gone").exists()
+            && !ws.join("ro").exists(),
         "applied again, the workspace lacks the changes: {:?}",
         host_tree(&ctx, ws.path())
     );

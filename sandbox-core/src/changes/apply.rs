@@ -577,13 +577,22 @@ pub(super) fn write(
                     mkdirat(parent.as_fd(), name, Mode::from_bits_truncate(0o700))
                         .map_err(nix_err(&c.path))?;
                 }
-                dir_modes.push((c, 0o700));
+                let old = now
+                    .as_ref()
+                    .filter(|st| fsx::kind(st) == Kind::Dir)
+                    .map_or(0o700, |st| st.st_mode & 0o7777);
+                dir_modes.push((c, old));
                 report.written += 1;
             }
             ChangeKind::Added | ChangeKind::Modified | ChangeKind::Symlink { .. } => {
                 let Some((slot, ino)) = staged.get(&i) else {
                     return Err(io_err(&c.path)(io::Error::other("not staged")));
                 };
+                // A directory here now is someone's since the checks (the change set's own
+                // was moved aside): never exchanged away.
+                if now.as_ref().map(fsx::kind) == Some(Kind::Dir) {
+                    return Err(io_err(&c.path)(io::Error::from_raw_os_error(libc::EISDIR)));
+                }
                 place(journal, parent.as_fd(), c, slot, *ino, now.is_some())?;
                 report.written += 1;
             }

@@ -403,7 +403,7 @@ pub(crate) fn apply(
     //    then take the steps under a journal that undoes them all if one fails.
     let mut journal = Journal::begin(real.as_fd()).map_err(io_err(Path::new(".")))?;
     let staging = journal.path();
-    let done = stage(&src, &mut journal, changes)
+    let done = stage(real.as_fd(), &src, &mut journal, changes)
         .and_then(|staged| write(real.as_fd(), &mut journal, changes, &staged, &mut report));
     match done {
         Ok(()) => {
@@ -437,21 +437,52 @@ pub(crate) fn apply(
     }
 }
 
-/// A staged entry: its name in the staging directory and its inode.
-pub(super) type Staged = HashMap<usize, (OsString, u64)>;
+/// A staged entry, by the index of its change: its staging directory, its name there, its
+/// path relative to the workspace, and its inode.
+pub(super) type Staged = HashMap<usize, (usize, OsString, PathBuf, u64)>;
+
+/// The deepest directory of `rel`'s parent that exists in the real workspace, and its path:
+/// where `rel` will be written (the directories the change set adds below it are made on
+/// its filesystem).
+fn nearest_dir(real: BorrowedFd<'_>, rel: &Path) -> io::Result<(PathBuf, OwnedFd)> {
+    let mut cur = nix::unistd::dup(real).map_err(fsx::nix_io)?;
+    let mut at = PathBuf::new();
+    for c in rel.parent().unwrap_or(Path::new("")).components() {
+        let Component::Normal(n) = c else { continue };
+        match fsx::open_dir_at(cur.as_fd(), n) {
+            Ok(fd) => {
+                cur = fd;
+                at.push(n);
+            }
+            Err(_) => break,
+        }
+    }
+    Ok((at, cur))
+}
 
 /// Copy every new file's contents (and make every new link) in the staging directory, with
 /// its final mode: whatever fails here (a file of the layer the host cannot read, a full
 /// disk) fails before the workspace is touched.
 pub(super) fn stage(
+    real: BorrowedFd<'_>,
     src: &OwnedFd,
     journal: &mut Journal,
     changes: &[Change],
 ) -> Result<Staged, ApplyError> {
     let mut staged = HashMap::new();
     for (i, c) in changes.iter().enumerate() {
+        if !matches!(
+            c.kind,
+            ChangeKind::Added | ChangeKind::Modified | ChangeKind::Symlink { .. }
+        ) {
+            continue;
+        }
         let name = fsx::file_name(&c.path);
-        let slot = journal.slot();
+        let (at, dir) = nearest_dir(real, &c.path).map_err(io_err(&c.path))?;
+        let k = journal
+            .stage_for(&at, dir.as_fd())
+            .map_err(io_err(&c.path))?;
+        let (slot, rel) = journal.slot(k);
         match &c.kind {
             ChangeKind::Added | ChangeKind::Modified => {
                 let from = fsx::open_parent(src.as_fd(), &c.path)
@@ -459,7 +490,7 @@ pub(super) fn stage(
                     .ok_or_else(|| io_err(&c.path)(io::Error::from_raw_os_error(libc::ENOENT)))?;
                 let mut input = open_source(from.as_fd(), name).map_err(io_err(&c.path))?;
                 let fd = nix::fcntl::openat(
-                    journal.dir(),
+                    journal.dir(k),
                     slot.as_os_str(),
                     OFlag::O_WRONLY
                         | OFlag::O_CREAT
@@ -476,15 +507,15 @@ pub(super) fn stage(
                 let ino = nix::sys::stat::fstat(&out)
                     .map_err(nix_err(&c.path))?
                     .st_ino;
-                staged.insert(i, (slot, ino));
+                staged.insert(i, (k, slot, rel, ino));
             }
             ChangeKind::Symlink { target } => {
-                symlinkat(target.as_path(), journal.dir(), slot.as_os_str())
+                symlinkat(target.as_path(), journal.dir(k), slot.as_os_str())
                     .map_err(nix_err(&c.path))?;
-                let ino = fsx::stat_at(journal.dir(), &slot)
+                let ino = fsx::stat_at(journal.dir(k), &slot)
                     .map_err(io_err(&c.path))?
                     .map_or(0, |st| st.st_ino);
-                staged.insert(i, (slot, ino));
+                staged.insert(i, (k, slot, rel, ino));
             }
             _ => {}
         }
@@ -544,14 +575,17 @@ pub(super) fn write(
                 .map_err(io_err(&c.path))?;
             chmod_at(parent.as_fd(), name, old | 0o700).map_err(io_err(&c.path))?;
         }
-        let slot = journal.slot();
+        let k = journal
+            .stage_for(c.path.parent().unwrap_or(Path::new("")), parent.as_fd())
+            .map_err(io_err(&c.path))?;
+        let (slot, rel) = journal.slot(k);
         journal
             .record(Step::Trash {
                 path: c.path.clone(),
-                slot: slot.clone(),
+                slot: rel,
             })
             .map_err(io_err(&c.path))?;
-        renameat(parent.as_fd(), name, journal.dir(), slot.as_os_str())
+        renameat(parent.as_fd(), name, journal.dir(k), slot.as_os_str())
             .map_err(nix_err(&c.path))?;
         trashed.push(&c.path);
         report.deleted += 1;
@@ -585,7 +619,7 @@ pub(super) fn write(
                 report.written += 1;
             }
             ChangeKind::Added | ChangeKind::Modified | ChangeKind::Symlink { .. } => {
-                let Some((slot, ino)) = staged.get(&i) else {
+                let Some(slot) = staged.get(&i) else {
                     return Err(io_err(&c.path)(io::Error::other("not staged")));
                 };
                 // A directory here now is someone's since the checks (the change set's own
@@ -593,7 +627,7 @@ pub(super) fn write(
                 if now.as_ref().map(fsx::kind) == Some(Kind::Dir) {
                     return Err(io_err(&c.path)(io::Error::from_raw_os_error(libc::EISDIR)));
                 }
-                place(journal, parent.as_fd(), c, slot, *ino, now.is_some())?;
+                place(journal, parent.as_fd(), c, slot, now.is_some())?;
                 report.written += 1;
             }
             ChangeKind::ModeChanged => match now {
@@ -644,31 +678,31 @@ fn place(
     journal: &mut Journal,
     parent: BorrowedFd<'_>,
     c: &Change,
-    slot: &OsStr,
-    ino: u64,
+    (k, slot, rel, ino): &(usize, OsString, PathBuf, u64),
     exists: bool,
 ) -> Result<(), ApplyError> {
+    let (k, slot, ino) = (*k, slot.as_os_str(), *ino);
     let name = fsx::file_name(&c.path);
     if exists {
         journal
             .record(Step::Swap {
                 path: c.path.clone(),
-                slot: slot.to_os_string(),
+                slot: rel.clone(),
                 ino,
             })
             .map_err(io_err(&c.path))?;
-        match rustix::fs::renameat_with(journal.dir(), slot, parent, name, RenameFlags::EXCHANGE) {
+        match rustix::fs::renameat_with(journal.dir(k), slot, parent, name, RenameFlags::EXCHANGE) {
             Ok(()) => return Ok(()),
             // A filesystem without exchange: move the old one aside, then place.
             Err(rustix::io::Errno::INVAL) => {
-                let aside = journal.slot();
+                let (aside, aside_rel) = journal.slot(k);
                 journal
                     .record(Step::Trash {
                         path: c.path.clone(),
-                        slot: aside.clone(),
+                        slot: aside_rel,
                     })
                     .map_err(io_err(&c.path))?;
-                renameat(parent, name, journal.dir(), aside.as_os_str())
+                renameat(parent, name, journal.dir(k), aside.as_os_str())
                     .map_err(nix_err(&c.path))?;
             }
             Err(e) => return Err(io_err(&c.path)(e.into())),
@@ -680,7 +714,7 @@ fn place(
             ino: Some(ino),
         })
         .map_err(io_err(&c.path))?;
-    rustix::fs::renameat_with(journal.dir(), slot, parent, name, RenameFlags::NOREPLACE)
+    rustix::fs::renameat_with(journal.dir(k), slot, parent, name, RenameFlags::NOREPLACE)
         .map_err(|e| io_err(&c.path)(e.into()))
 }
 

@@ -42,7 +42,8 @@
 //!   overridden by `force`.
 //!
 //! Then every new file's contents and every new link are staged in a directory at the
-//! workspace's top, before anything of the workspace changes; the steps (deletions moved
+//! workspace's top (and at the top of each filesystem mounted inside it that the set
+//! writes), before anything of the workspace changes; the steps (deletions moved
 //! aside, new entries renamed in, old ones exchanged out, modes) are written in a journal
 //! before each is taken, and one that fails undoes them all: the workspace is as before,
 //! names, contents and modes. A host killed half way leaves the journal, which the next

@@ -32,7 +32,9 @@ pub struct Plan {
     pub workspace: PathBuf,
     /// The canonical working directory, inside the workspace.
     pub cwd: PathBuf,
-    /// Canonical read-only carve-outs, inside the workspace.
+    /// Canonical read-only carve-outs: the caller's, inside the workspace; and the
+    /// sandbox's own state directory where the workspace or a writable path holds it
+    /// ([`state_dir`](crate::state_dir)).
     pub readonly_carveouts: Vec<PathBuf>,
     /// Canonical extra readable paths.
     pub read_only_paths: Vec<PathBuf>,
@@ -198,7 +200,7 @@ impl Plan {
                 format!("{} is not a directory", cwd.display()),
             ));
         }
-        let readonly_carveouts = opts
+        let mut readonly_carveouts = opts
             .readonly_carveouts
             .iter()
             .map(|p| inside("readonly_carveouts", &workspace, p))
@@ -230,6 +232,15 @@ impl Plan {
             .iter()
             .map(|p| grant("writable_paths", p))
             .collect::<Result<Vec<_>, _>>()?;
+        // The sandbox's own state, where a grant holds it, stays read-only (a backend that
+        // confines writes and cannot carve out is refused by the lane, as for any carve-out).
+        if cap.confine_writes {
+            for d in crate::grants::state_carveouts(&workspace, &writable_paths) {
+                if !readonly_carveouts.contains(&d) {
+                    readonly_carveouts.push(d);
+                }
+            }
+        }
         for p in &opts.capture_files {
             if p.is_absolute()
                 || p.components()
@@ -387,7 +398,18 @@ impl Plan {
         let old = self.workspace.clone();
         let map = |p: &Path| copy.join(p.strip_prefix(&old).unwrap_or(Path::new("")));
         self.cwd = map(&self.cwd);
-        self.readonly_carveouts = self.readonly_carveouts.iter().map(|p| map(p)).collect();
+        // A carve-out out of the workspace (the sandbox's state in a writable path) stays.
+        self.readonly_carveouts = self
+            .readonly_carveouts
+            .iter()
+            .map(|p| {
+                if p.starts_with(&old) {
+                    map(p)
+                } else {
+                    p.clone()
+                }
+            })
+            .collect();
         for (k, v) in self.env.iter_mut() {
             if k == "HOME" && Path::new(v.as_os_str()) == old {
                 *v = copy.as_os_str().to_owned();
@@ -919,9 +941,16 @@ mod tests {
         let mut opts = SandboxOpts::new(d.path(), ["true"]);
         opts.cwd = Some("sub".into());
         let mut p = Plan::new(&opts, "t", &cap()).unwrap();
+        // The sandbox's state in a writable path elsewhere stays where it is.
+        let state = PathBuf::from("/elsewhere/.cache/sandbox");
+        p.readonly_carveouts = vec![d.path().canonicalize().unwrap().join("sub"), state.clone()];
         p.rebase_workspace(Path::new("/copy"));
         assert_eq!(p.workspace, Path::new("/copy"));
         assert_eq!(p.cwd, Path::new("/copy/sub"));
+        assert_eq!(
+            p.readonly_carveouts,
+            vec![PathBuf::from("/copy/sub"), state]
+        );
         assert_eq!(p.env_var("HOME"), Some(OsStr::new("/copy")));
     }
 }

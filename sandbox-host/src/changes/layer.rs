@@ -36,6 +36,9 @@ impl Layer {
         best: LayerMechanism,
         budget: &crate::fs::tree::Budget,
     ) -> Result<Self, SandboxError> {
+        // An apply killed half way over this workspace is undone before the command sees
+        // it (best effort: the apply's own recovery says why if it cannot).
+        let _ = super::journal::recover(workspace);
         let tmp = crate::owner::temp_dir("layer")?;
         let dir = tmp.keep();
         let mut layer = Self {

@@ -587,7 +587,13 @@ fn apply(set: &ChangeSet, force: bool, out: &Out, mut patch: Option<PathBuf>) ->
                 ApplyError::NoSpace { .. } => {
                     "nothing was written; free space on the workspace's disk and re-run"
                 }
-                _ => "check the workspace: the changes before the failing path were applied",
+                ApplyError::Io { .. } => {
+                    "nothing was written (what was, was undone); fix the cause and re-run"
+                }
+                _ => {
+                    "check the workspace: it is part way; the next layered run on it undoes \
+                     the rest"
+                }
             };
             out.line(&format!("changes not applied: {e}; remedy: {remedy}"));
             if let (ApplyError::Conflict { .. }, Some(p)) = (&e, &patch) {

@@ -295,6 +295,10 @@ fn check(r: libc::c_int) -> io::Result<()> {
 // SAFETY: `unshare`, `open`/`write`/`close` of the id maps, `mount` and `chdir` on C
 // strings and byte buffers prepared before the fork; errors are raw errnos.
 unsafe impl PreExec for OverlayMount {
+    fn name(&self) -> &'static str {
+        "overlay mount"
+    }
+
     fn pre_exec(&self) -> io::Result<()> {
         let mut flags = libc::CLONE_NEWNS;
         if self.userns.is_some() {

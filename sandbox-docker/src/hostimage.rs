@@ -263,8 +263,11 @@ pub(crate) fn host_roots() -> Vec<PathBuf> {
 /// directories ([`HOST_ROOTS`]): see the module docs for what it holds and leaves out.
 /// An image with the same contents under `tag` is kept; otherwise the new one replaces
 /// it, and the old one is removed unless a container still uses it.
-pub async fn build_image_from_host(docker: &Docker, tag: &str) -> Result<HostImage, SandboxError> {
-    build_from_roots(docker, tag, host_roots()).await
+pub async fn build_image_from_host(
+    engine: &crate::DockerEngine,
+    tag: &str,
+) -> Result<HostImage, SandboxError> {
+    build_from_roots(&engine.0, tag, host_roots()).await
 }
 
 /// [`build_image_from_host`] from the trees at `roots` (absolute host paths, at the same

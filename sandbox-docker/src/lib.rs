@@ -185,8 +185,7 @@ use sandbox_core::registry::{
 use sandbox_core::{Backend, SandboxError};
 
 pub use backend::{capability, capability_in, DockerBackend, DockerSandbox, DockerStarter};
-pub use bollard::Docker;
-pub use client::connect;
+pub use client::{connect, DockerEngine};
 pub use config::{DockerConfig, WorkspaceMode};
 pub use handover::NOBODY;
 pub use hostimage::{build_image_from_host, HOST_ROOTS};

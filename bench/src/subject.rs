@@ -238,7 +238,7 @@ impl Parts {
     fn process(
         host: &Host,
         info: &BackendInfo,
-        launcher: sandbox_core::registry::LauncherFn,
+        launcher: sandbox::registry::LauncherFn,
     ) -> Result<Self, String> {
         // The backend first: the probes it makes are what the bench's store records.
         let backend = info.build(&host.config()).map_err(|e| e.to_string())?;
@@ -264,6 +264,7 @@ impl Parts {
         host: &Host,
         info: &'static BackendInfo,
         image: &ImageSupport,
+        tooling: &sandbox::registry::Tooling,
     ) -> Result<Self, String> {
         let mut files = vec![
             (host.true_program.clone(), PathBuf::from("/bin/true")),
@@ -278,7 +279,7 @@ impl Parts {
         let backend = info
             .build(&Config::with_image(&tag))
             .map_err(|e| e.to_string())?;
-        let direct = match image.direct {
+        let direct = match tooling.direct {
             Some(make) => make(&tag, host.scratch.path())
                 .map_err(|e| e.to_string())?
                 .map(Direct::Command),
@@ -338,8 +339,10 @@ impl Subject {
     /// reason it cannot be measured here.
     pub async fn open(name: &str, host: &Host) -> Result<Self, String> {
         let info = sandbox::select::info(name).map_err(|e| e.to_string())?;
-        let parts = match (&info.image, info.launcher) {
-            (Some(image), _) => Parts::image(host, info, image).await?,
+        let tooling = sandbox::registry::tooling(name)
+            .ok_or_else(|| format!("`{name}` has no tooling entry in this build"))?;
+        let parts = match (&info.image, tooling.launcher) {
+            (Some(image), _) => Parts::image(host, info, image, tooling).await?,
             (None, Some(launcher)) => Parts::process(host, info, launcher)?,
             (None, None) => {
                 return Err(format!(
@@ -361,7 +364,7 @@ impl Subject {
             slow: false,
             fresh: parts.fresh,
             preflight_time: std::time::Duration::ZERO,
-            cost: info.cost,
+            cost: tooling.cost,
         };
         let started = std::time::Instant::now();
         subject

@@ -135,7 +135,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, HostKey};
+use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, HostKey};
 use sandbox_core::{Capability, Enforcement, NetworkMode, Plan, Preflight, SandboxError};
 use sandbox_host::facts::HostRecord;
 use sandbox_host::handover;
@@ -166,14 +166,20 @@ pub const INFO: BackendInfo = BackendInfo {
     unprivileged: true,
     image: None,
     make: |config| Ok(Arc::new(BwrapBackend::with_config(config))),
-    launcher: Some(|config| sandbox_host::pipeline::erase(BwrapBackend::with_config(config))),
     host_key: HostKey::Program("bwrap"),
     leaves: None,
+};
+
+/// What the workspace's own tools (the bench, CI) need to know of this backend.
+#[cfg(feature = "tooling")]
+pub const TOOLING: sandbox_core::registry::Tooling = sandbox_core::registry::Tooling {
+    launcher: Some(|config| sandbox_host::pipeline::erase(BwrapBackend::with_config(config))),
+    direct: None,
     host_packages: &["bubblewrap"],
     // A wrapper of bwrap: near bwrap run directly with the same argv (issue 7).
-    cost: CostTargets {
+    cost: sandbox_core::registry::CostTargets {
         startup_vs_direct: Some(1.05),
-        ..CostTargets::NONE
+        ..sandbox_core::registry::CostTargets::NONE
     },
 };
 

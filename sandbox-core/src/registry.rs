@@ -10,16 +10,20 @@
 //! The entry is a plain `const` of `fn` pointers and strings so that a list of them is a
 //! `static` built at compile time, with no registration at start-up.
 
+use std::collections::BTreeMap;
+#[cfg(feature = "tooling")]
 use std::ffi::OsString;
 use std::fmt;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+#[cfg(feature = "tooling")]
+use std::path::Path;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::Arc;
 
-use std::collections::BTreeMap;
-
-use crate::{Backend, Lane, SandboxError, SandboxOpts};
+#[cfg(feature = "tooling")]
+use crate::SandboxOpts;
+use crate::{Backend, Lane, SandboxError};
 
 /// Settings only some backends use, given to every backend's constructor.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -85,7 +89,6 @@ impl AutoRank {
         }
     }
 }
-
 /// What start-up a backend promises, as ratios that `cargo xtask bench` measures in one
 /// run and marks met or missed. `None`: no promise against that baseline.
 ///
@@ -93,6 +96,7 @@ impl AutoRank {
 /// the backend is for: one meant to cost next to nothing promises to stay near a bare
 /// spawn; one that wraps a tool, near that tool run directly; one with a warm pool, far
 /// below its engine's own client.
+#[cfg(feature = "tooling")]
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct CostTargets {
     /// Start-up (`run` + `wait` of `/bin/true`) at most this many times a bare
@@ -107,6 +111,7 @@ pub struct CostTargets {
     pub first_vs_direct: Option<f64>,
 }
 
+#[cfg(feature = "tooling")]
 impl CostTargets {
     /// No promise.
     pub const NONE: Self = Self {
@@ -116,7 +121,8 @@ impl CostTargets {
     };
 }
 
-/// Builds a backend's launcher with the given settings ([`BackendInfo::launcher`]).
+#[cfg(feature = "tooling")]
+/// Builds a backend's launcher with the given settings ([`Tooling::launcher`]).
 ///
 /// The launcher is the host crate's `process::Launcher`, which this crate cannot name (the
 /// contract does not depend on the machinery): it comes erased, and the bench, its one
@@ -178,20 +184,18 @@ pub struct ImageSupport {
     /// them, leaving out every file an unprivileged user could not read: what
     /// `sandbox image --from-host` makes, for a host with no registry.
     pub build_from_host: BuildFromHostFn,
-    /// The backend's own tool run directly for the same request (the engine's command
-    /// line starting the same container), which the bench measures start-up against; a
-    /// process backend's is its [`BackendInfo::launcher`]'s launch instead. `None`: the
-    /// bench compares it with a bare spawn only.
-    pub direct: Option<DirectFn>,
 }
 
+#[cfg(feature = "tooling")]
 /// Builds a [`DirectRun`] for the image `image`, with `scratch` for files the command line
 /// needs (a seccomp profile); `Ok(None)` where the tool is not installed.
 pub type DirectFn = fn(image: &str, scratch: &Path) -> Result<Option<DirectRun>, SandboxError>;
 
+#[cfg(feature = "tooling")]
 /// The arguments, after the program, that start what a run of the options would start.
 pub type DirectArgsFn = dyn Fn(&SandboxOpts) -> Result<Vec<OsString>, SandboxError> + Send + Sync;
 
+#[cfg(feature = "tooling")]
 /// A backend's own tool, run directly: the bench spawns `program` with `args(opts)` as the
 /// baseline of a run of `opts`.
 #[derive(Clone)]
@@ -206,6 +210,7 @@ pub struct DirectRun {
     pub args: Arc<DirectArgsFn>,
 }
 
+#[cfg(feature = "tooling")]
 impl fmt::Debug for DirectRun {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DirectRun")
@@ -310,10 +315,6 @@ pub struct BackendInfo {
     /// [`SandboxError::Unavailable`]. The host is checked by the backend's preflight, not
     /// here.
     pub make: fn(&BackendConfig) -> Result<Arc<dyn Backend>, SandboxError>,
-    /// For a backend that runs a host process: its launcher, built with the same settings
-    /// as [`make`](Self::make) builds the backend, whose launch the bench spawns without
-    /// the library (and applies in a process of its own) as a baseline.
-    pub launcher: Option<LauncherFn>,
     /// The host facts whether this backend works here depends on (the identity of the
     /// host program it runs, a kernel ABI), cheap to read: no process is started. The
     /// command line keys its on-disk record of what `auto` picked on it, so that a changed
@@ -323,6 +324,23 @@ pub struct BackendInfo {
     /// What its runs can leave on the host beyond what core cleans up for every backend;
     /// `None`: nothing.
     pub leaves: Option<HostObjects>,
+}
+
+/// What a backend crate says about itself for the workspace's own tools (the bench, CI, the
+/// suite), behind the `tooling` feature that neither the library nor the command enables:
+/// its `pub const TOOLING`, beside its [`BackendInfo`].
+#[cfg(feature = "tooling")]
+#[derive(Clone, Copy, Debug)]
+pub struct Tooling {
+    /// For a backend that runs a host process: its launcher, built with the same settings
+    /// as [`BackendInfo::make`] builds the backend, whose launch the bench spawns without
+    /// the library (and applies in a process of its own) as a baseline.
+    pub launcher: Option<LauncherFn>,
+    /// The backend's own tool run directly for the same request (the engine's command
+    /// line starting the same container), which the bench measures start-up against; a
+    /// process backend's is its launcher's launch instead. `None`: the bench compares it
+    /// with a bare spawn only.
+    pub direct: Option<DirectFn>,
     /// The Debian packages that provide what it needs on the host (`apt-get install`):
     /// what `scripts/test-all` and CI install before requiring it.
     pub host_packages: &'static [&'static str],
@@ -401,10 +419,8 @@ impl fmt::Debug for BackendInfo {
             .field("unconfined", &self.unconfined)
             .field("unprivileged", &self.unprivileged)
             .field("image", &self.image)
-            .field("launcher", &self.launcher.is_some())
             .field("host_key", &self.host_key)
             .field("leaves", &self.leaves)
-            .field("host_packages", &self.host_packages)
             .finish_non_exhaustive()
     }
 }

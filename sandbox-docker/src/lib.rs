@@ -158,6 +158,7 @@ mod client;
 mod config;
 mod copy;
 mod create;
+#[cfg(feature = "tooling")]
 mod direct;
 mod egress;
 mod error;
@@ -180,7 +181,7 @@ mod transfer;
 use std::sync::Arc;
 
 use sandbox_core::registry::{
-    AutoRank, BackendConfig, BackendInfo, CostTargets, HostKey, HostObjects, ImageSupport,
+    AutoRank, BackendConfig, BackendInfo, HostKey, HostObjects, ImageSupport,
 };
 use sandbox_core::{Backend, SandboxError};
 
@@ -225,10 +226,8 @@ pub const INFO: BackendInfo = BackendInfo {
                 build_image_from_host(&docker, &tag).await
             })
         },
-        direct: Some(direct::docker_run),
     }),
     make: make_for_registry,
-    launcher: None,
     // The engine is reached over its socket on every run; one that went away is a launch
     // that fails, which the command line diagnoses with the preflight.
     host_key: HostKey::Nothing,
@@ -236,12 +235,19 @@ pub const INFO: BackendInfo = BackendInfo {
         what: "containers and volumes",
         made_by: |pid| Box::pin(leftovers::made_by(pid)),
     }),
+};
+
+/// What the workspace's own tools (the bench, CI) need to know of this backend.
+#[cfg(feature = "tooling")]
+pub const TOOLING: sandbox_core::registry::Tooling = sandbox_core::registry::Tooling {
+    launcher: None,
+    direct: Some(direct::docker_run),
     // The engine is the host's own (Docker Engine, or Debian's `docker.io`), not installed
     // for the tests.
     host_packages: &[],
     // Issue 12: repeated commands come from the warm pool, far below `docker run --rm`; a
     // first command, with nothing warm, no slower than it.
-    cost: CostTargets {
+    cost: sandbox_core::registry::CostTargets {
         startup_vs_bare_spawn: None,
         startup_vs_direct: Some(0.3),
         first_vs_direct: Some(1.0),

@@ -108,7 +108,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, HostKey};
+use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, HostKey};
 use sandbox_core::{
     Capability, Enforcement, LimitMechanism, NetworkMode, Plan, Preflight, SandboxError, TreeKill,
     DEFAULT_PATH,
@@ -140,11 +140,17 @@ pub const INFO: BackendInfo = BackendInfo {
     unprivileged: true,
     image: None,
     make: |config| Ok(Arc::new(GvisorBackend::with_config(config))),
-    launcher: Some(|config| sandbox_host::pipeline::erase(GvisorBackend::with_config(config))),
     host_key: HostKey::Program("runsc"),
     leaves: None,
+};
+
+/// What the workspace's own tools (the bench, CI) need to know of this backend.
+#[cfg(feature = "tooling")]
+pub const TOOLING: sandbox_core::registry::Tooling = sandbox_core::registry::Tooling {
+    launcher: Some(|config| sandbox_host::pipeline::erase(GvisorBackend::with_config(config))),
+    direct: None,
     host_packages: &["runsc"],
-    cost: CostTargets::NONE,
+    cost: sandbox_core::registry::CostTargets::NONE,
 };
 
 /// A sandbox run by gVisor.

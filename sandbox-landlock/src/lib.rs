@@ -141,7 +141,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, CostTargets, HostKey};
+use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, HostKey};
 use sandbox_core::{
     Capability, Changes, DenialKinds, Enforcement, Lane, NetworkMode, Plan, Preflight,
     SandboxError, SandboxExt, SandboxOpts, Status, TreeKill,
@@ -181,17 +181,23 @@ pub const INFO: BackendInfo = BackendInfo {
     unprivileged: true,
     image: None,
     make: |config| Ok(Arc::new(LandlockBackend::with_config(config))),
-    launcher: Some(|config| sandbox_host::pipeline::erase(LandlockBackend::with_config(config))),
     // Whether the backend works here is the kernel's landlock ABI; seccomp and namespaces
     // come with the kernel release, which the command line's key holds already.
     host_key: HostKey::Fact(|| format!("landlock {:?}", host::Landlock::detect())),
     leaves: None,
+};
+
+/// What the workspace's own tools (the bench, CI) need to know of this backend.
+#[cfg(feature = "tooling")]
+pub const TOOLING: sandbox_core::registry::Tooling = sandbox_core::registry::Tooling {
+    launcher: Some(|config| sandbox_host::pipeline::erase(LandlockBackend::with_config(config))),
+    direct: None,
     // The kernel is all it needs.
     host_packages: &[],
     // The backend meant to cost next to nothing: near a bare spawn (issue 7).
-    cost: CostTargets {
+    cost: sandbox_core::registry::CostTargets {
         startup_vs_bare_spawn: Some(1.3),
-        ..CostTargets::NONE
+        ..sandbox_core::registry::CostTargets::NONE
     },
 };
 

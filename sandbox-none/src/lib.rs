@@ -14,7 +14,7 @@
 //! Dependencies: `sandbox-core` (everything), `async-trait` (the launcher trait).
 
 use async_trait::async_trait;
-use sandbox_core::registry::{AutoRank, BackendInfo, CostTargets, HostKey};
+use sandbox_core::registry::{AutoRank, BackendInfo, HostKey};
 use sandbox_core::{Capability, Enforcement, Plan, Preflight, SandboxError};
 use sandbox_host::pipeline::ProcessSandbox;
 use sandbox_host::process::{DoorEnd, HostSupport, Launch, Launcher};
@@ -33,11 +33,17 @@ pub const INFO: BackendInfo = BackendInfo {
     unprivileged: true,
     image: None,
     make: |_| Ok(Arc::new(NoneBackend::new())),
-    launcher: Some(|_| Arc::new(NoneBackend::new())),
     host_key: HostKey::Nothing,
     leaves: None,
+};
+
+/// What the workspace's own tools (the bench, CI) need to know of this backend.
+#[cfg(feature = "tooling")]
+pub const TOOLING: sandbox_core::registry::Tooling = sandbox_core::registry::Tooling {
+    launcher: Some(|_| sandbox_host::pipeline::erase(NoneBackend::new())),
+    direct: None,
     host_packages: &[],
-    cost: CostTargets::NONE,
+    cost: sandbox_core::registry::CostTargets::NONE,
 };
 
 /// A sandbox that runs its command unconfined.

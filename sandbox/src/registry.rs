@@ -10,8 +10,12 @@
 //! `Cargo.toml`).
 
 pub use sandbox_core::registry::{
-    AutoRank, BackendConfig, BackendInfo, BoxFuture, BuildFromHostFn, BuildImageFn, CostTargets,
-    DirectArgsFn, DirectFn, DirectRun, HostImage, HostKey, HostObjects, ImageSupport,
+    AutoRank, BackendConfig, BackendInfo, BoxFuture, BuildFromHostFn, BuildImageFn, HostImage,
+    HostKey, HostObjects, ImageSupport,
+};
+#[cfg(feature = "tooling")]
+pub use sandbox_core::registry::{
+    CostTargets, DirectArgsFn, DirectFn, DirectRun, LauncherFn, Tooling,
 };
 use sandbox_core::SandboxError;
 
@@ -22,6 +26,10 @@ pub struct Known {
     pub name: &'static str,
     /// What its crate says about it, when this build has it.
     pub info: Option<&'static BackendInfo>,
+    /// What its crate says for the workspace's own tools, when this build has it and the
+    /// `tooling` feature.
+    #[cfg(feature = "tooling")]
+    pub tooling: Option<&'static Tooling>,
 }
 
 impl Known {
@@ -65,6 +73,17 @@ macro_rules! backends {
                         None
                     }
                 },
+                #[cfg(feature = "tooling")]
+                tooling: {
+                    #[cfg(feature = $feature)]
+                    {
+                        Some(&$krate::TOOLING)
+                    }
+                    #[cfg(not(feature = $feature))]
+                    {
+                        None
+                    }
+                },
             },
         )*];
 
@@ -102,6 +121,13 @@ pub fn known(name: &str) -> Option<&'static Known> {
 /// The backends compiled into this build, in [`KNOWN`] order.
 pub fn compiled_in() -> impl Iterator<Item = &'static BackendInfo> {
     KNOWN.iter().filter_map(|k| k.info)
+}
+
+/// What the backend `name`'s crate says for the workspace's own tools, where this build has
+/// it.
+#[cfg(feature = "tooling")]
+pub fn tooling(name: &str) -> Option<&'static Tooling> {
+    known(name).and_then(|k| k.tooling)
 }
 
 /// The names of every known backend, in [`KNOWN`] order.

@@ -90,8 +90,11 @@ fn main() -> std::process::ExitCode {
                 if let Some(program) = info.host_key.program() {
                     line.push_str(&format!(" program={program}"));
                 }
-                if !info.host_packages.is_empty() {
-                    line.push_str(&format!(" packages={}", info.host_packages.join(",")));
+                let packages = sandbox::registry::tooling(info.name)
+                    .map(|t| t.host_packages)
+                    .unwrap_or_default();
+                if !packages.is_empty() {
+                    line.push_str(&format!(" packages={}", packages.join(",")));
                 }
             }
             println!("{line}");

@@ -92,7 +92,7 @@ fn main() {
             .unwrap_or_else(|| fail("BACKEND, LANE and FACTS are text"))
     };
     let info = sandbox::select::info(text(1)).unwrap_or_else(|e| fail(&e.to_string()));
-    let Some(make) = info.launcher else {
+    let Some(make) = sandbox::registry::tooling(info.name).and_then(|t| t.launcher) else {
         fail(&format!("`{}` does not launch a host process", info.name));
     };
     let lane: Lane = text(2).parse().unwrap_or_else(|e: String| fail(&e));

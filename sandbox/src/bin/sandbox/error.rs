@@ -370,7 +370,9 @@ mod tests {
     /// nor another program's flag in a quoted command (`` `cargo build --features X` ``)
     /// or after its name (`runsc --rootless`).
     fn own_flags(text: &str) -> Vec<String> {
-        const OTHER_PROGRAMS: [&str; 6] = ["runsc", "bwrap", "docker", "cargo", "git", "curl"];
+        // Flags of other programs: their names, and `diff` for the header line of a patch.
+        const OTHER_PROGRAMS: [&str; 7] =
+            ["runsc", "bwrap", "docker", "cargo", "git", "curl", "diff"];
         let trimmed = text.trim();
         if trimmed.starts_with("--") && !trimmed.contains(' ') {
             return Vec::new();

@@ -491,13 +491,23 @@ pub(crate) fn spec(
     Ok(spec)
 }
 
+/// The rights a root host's read layer handles: reading, and `REFER`. Landlock denies
+/// every rename or link across directories (`EXDEV`) in a layer that does not grant
+/// `REFER` on both sides, whether or not it handles the right; so the read layer handles
+/// it and grants it exactly where the run's own layer does ([`refer_rules`]), or a
+/// `cargo build` fails moving its `.rmeta` out of a temp directory.
+fn read_layer_rights() -> BitFlags<AccessFs> {
+    read_rights() | AccessFs::Refer
+}
+
 /// The first layer of a root host: read rights only, granted on `view` (the unprivileged
-/// view, [`crate::system::unprivileged_view`]).
+/// view, [`crate::system::unprivileged_view`]); `REFER` is handled but granted only by the
+/// run's [`refer_rules`].
 pub(crate) fn read_layer(view: &[(PathBuf, Kind)], abi: ABI) -> Spec {
     Spec {
         abi,
         needed: ROOT_ABI,
-        handled_fs: read_rights(),
+        handled_fs: read_layer_rights(),
         handled_net: BitFlags::EMPTY,
         scopes: BitFlags::EMPTY,
         rules: view
@@ -536,6 +546,24 @@ pub(crate) fn uncovered(layer: &Spec, run: &Spec) -> Vec<PathRule> {
                 access: need,
                 why: r.why,
             })
+        })
+        .collect()
+}
+
+/// The `REFER` rules a root host's read layer adds for this run: one for each writable
+/// grant of the run's own layer (the workspace, its writable parts, the writable paths)
+/// that grants `REFER` there, and nothing else. A rename or link then passes the read
+/// layer only between two writable places, which the run's own layer demands as well:
+/// the intersection grants nothing the run's layer did not.
+pub(crate) fn refer_rules(run: &Spec) -> Vec<PathRule> {
+    run.rules
+        .iter()
+        .filter(|r| matches!(r.why, Why::Workspace | Why::WorkspacePart | Why::Writable))
+        .filter(|r| r.access.contains(AccessFs::Refer))
+        .map(|r| PathRule {
+            path: r.path.clone(),
+            access: AccessFs::Refer.into(),
+            why: r.why,
         })
         .collect()
 }
@@ -994,7 +1022,7 @@ mod tests {
             (PathBuf::from("/dev"), Kind::Dir),
         ];
         let layer = read_layer(&view, ABI::V7);
-        assert_eq!(layer.handled_fs, read_rights());
+        assert_eq!(layer.handled_fs, read_layer_rights());
         assert!(layer.handled_net.is_empty() && layer.scopes.is_empty());
         assert_eq!(
             rule(&layer, "/etc/passwd").unwrap().access,
@@ -1018,6 +1046,42 @@ mod tests {
         let got: Vec<_> = extra.iter().map(|x| x.path.display().to_string()).collect();
         assert_eq!(got, ["/out", "/home/me/tool"]);
         assert!(extra.iter().all(|x| (x.access & !read_rights()).is_empty()));
+    }
+
+    #[test]
+    fn the_read_layer_grants_refer_only_where_the_run_may_write() {
+        let fs = host();
+        let layer = read_layer(&[(PathBuf::from("/ws"), Kind::Dir)], ABI::V7);
+        assert!(layer.handled_fs.contains(AccessFs::Refer));
+        assert!(layer
+            .rules
+            .iter()
+            .all(|r| !r.access.contains(AccessFs::Refer)));
+        // A private mount namespace: the workspace and a writable directory, never a
+        // read-only path, a system path or the program.
+        let mut r = req(&[], &[]);
+        let ro = p(&["/data"]);
+        let rw = p(&["/out"]);
+        r.read_only = &ro;
+        r.writable = &rw;
+        r.program = Path::new("/home/me/tool");
+        r.mount_ns = MountNs::Private;
+        let run = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
+        let refer = refer_rules(&run);
+        let got: Vec<_> = refer.iter().map(|x| x.path.display().to_string()).collect();
+        assert_eq!(got, ["/ws", "/out"]);
+        assert!(refer
+            .iter()
+            .all(|x| x.access == BitFlags::from(AccessFs::Refer)));
+        // Split rules: the workspace itself is fixed (no REFER), its writable parts keep it.
+        let carve = p(&["/ws/.git/hooks"]);
+        let run = spec(&req(&carve, &[]), &system(&fs), ABI::V7, &fs).unwrap();
+        let got: Vec<_> = refer_rules(&run)
+            .iter()
+            .map(|x| x.path.display().to_string())
+            .collect();
+        assert!(!got.contains(&"/ws".to_string()) && got.contains(&"/ws/src".to_string()));
+        assert!(!got.iter().any(|g| g.starts_with("/ws/.git/hooks")));
     }
 
     #[test]

@@ -588,3 +588,72 @@ pub async fn cross_directory_rename_and_link(ctx: Arc<Context>) -> CaseResult {
     }
     Ok(())
 }
+
+/// A toolchain grant shows the toolchain, never the credentials in it: a world-readable
+/// file planted at `.cargo/credentials.toml` of a granted home behind a `0700` directory
+/// is unreadable inside and listed in the outcome; a backend that cannot hide it refuses
+/// before anything runs.
+pub async fn toolchain_credentials_hidden(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("toolchain")?;
+    let home = ctx.dir("home", 0o700)?;
+    let cargo = home.join(".cargo");
+    std::fs::create_dir_all(cargo.join("bin"))?;
+    for d in [&cargo, &cargo.join("bin")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let t = token();
+    plant(&cargo.join("config.toml"), &t, 0o644)?;
+    let secret_token = format!("secret-{}", token());
+    let secret = cargo.join("credentials.toml");
+    // World-readable: only the sandbox can stop the read.
+    plant(&secret, &secret_token, 0o644)?;
+    let opts = |path: &Path| {
+        let mut o = ctx.opts(ws.path(), [OsStr::new("read"), os(path)]);
+        o.toolchains = vec![cargo.clone()];
+        o
+    };
+
+    if !ctx.claimed().hide_paths {
+        let sb = ctx.sandbox();
+        return match sb.run(opts(&secret)).await {
+            Err(SandboxError::NotSupported { .. }) => {
+                ensure!(
+                    matches!(sb.wait().await, Err(SandboxError::State { .. })),
+                    "refused, yet something was started"
+                );
+                Ok(())
+            }
+            Ok(()) => {
+                let out = sb.wait().await?;
+                Err(Failure::Violation(format!(
+                    "a backend that cannot hide credentials ran the toolchain grant: {}",
+                    describe(&out)
+                )))
+            }
+            Err(e) => Err(Failure::Broken(format!("neither ran nor refused: {e}"))),
+        };
+    }
+
+    let p = ctx.probe_run(opts(&cargo.join("config.toml"))).await?;
+    ensure!(
+        p.succeeded() && p.stdout_contains(&t),
+        "a file of the granted toolchain home cannot be read: {}",
+        p.describe()
+    );
+    let p = ctx.probe_run(opts(&secret)).await?;
+    p.report()?;
+    let mut checks = Forbidden::new(&ctx);
+    checks.check(
+        "read the credentials of a granted toolchain home",
+        p.succeeded() || p.stdout_contains(&secret_token),
+        || format!("{} was read: {}", secret.display(), p.describe()),
+    );
+    checks.finish()?;
+    ensure!(
+        p.outcome.policy.hidden_paths == [secret.clone()],
+        "the outcome lists {:?} as hidden, not {}",
+        p.outcome.policy.hidden_paths,
+        secret.display()
+    );
+    Ok(())
+}

@@ -236,6 +236,21 @@ pub(crate) fn build(
     for p in &plan.readonly_carveouts {
         t.user(p, Origin::Carveout);
     }
+    // Each directory between the workspace and a carve-out is bound onto itself: a mount
+    // point cannot be renamed, so the command cannot move it away with the carve-out in it
+    // and make its own in its place (`mv .git x; mkdir -p .git/hooks`).
+    for p in &plan.readonly_carveouts {
+        let Ok(rel) = p.strip_prefix(&plan.workspace) else {
+            continue;
+        };
+        let mut at = plan.workspace.clone();
+        for c in rel.parent().into_iter().flat_map(Path::components) {
+            at.push(c);
+            if !t.mounts.contains_key(&at) {
+                t.user(&at, Origin::Workspace);
+            }
+        }
+    }
 
     // Root-only entries of the system directories and of the named paths: a granted
     // directory shows what anyone may read in it, never what only root's power opens. Not

@@ -127,8 +127,9 @@ pub trait PendingLayer: Send + fmt::Debug {
     fn dir(&self) -> &Path;
     /// The new contents of the regular file `path` (relative), at most `cap` bytes.
     fn read_source(&self, path: &Path, cap: usize) -> Option<Vec<u8>>;
-    /// Check every change, then write them into the real workspace (see [`ChangeSet::apply`]).
-    fn apply(&self, changes: &[Change], force: bool) -> Result<ApplyReport, ApplyError>;
+    /// Check every change, then write them into the real workspace, all or nothing (see
+    /// [`ChangeSet::apply`]); a failed apply may be tried again.
+    fn apply(&mut self, changes: &[Change], force: bool) -> Result<ApplyReport, ApplyError>;
 }
 
 #[derive(Debug, Serialize)]
@@ -197,19 +198,17 @@ impl ChangeSet {
         (self.real)(&self.summary.workspace, path, cap)
     }
 
-    /// Check every change, then write them into the real workspace. Nothing is written
-    /// when a check fails: an escape always refuses; a conflict refuses unless `force`.
-    /// Consumes the layer: a second call is an [`ApplyError::Gone`].
+    /// Check every change, then write them into the real workspace, all or nothing.
+    /// Nothing is written when a check fails: an escape always refuses; a conflict
+    /// refuses unless `force`; a write that fails is undone. An apply that went through
+    /// consumes the layer: a second call is an [`ApplyError::Gone`].
     pub fn apply(&self, force: bool) -> Result<ApplyReport, ApplyError> {
         let mut guard = self.store.lock().map_err(|_| ApplyError::Gone)?;
-        let layer = guard.as_ref().ok_or(ApplyError::Gone)?;
+        let layer = guard.as_mut().ok_or(ApplyError::Gone)?;
         let report = layer.apply(&self.summary.changes, force);
-        // A refusal or conflict leaves the layer for the caller to look at, force, or
-        // discard; anything that wrote drops it.
-        if !matches!(
-            report,
-            Err(ApplyError::Refused { .. } | ApplyError::Conflict { .. })
-        ) {
+        // A refusal, a conflict or a failed write (undone) leaves the layer for the caller
+        // to look at, force, apply again or discard; an apply that went through drops it.
+        if report.is_ok() {
             guard.take();
         }
         report
@@ -263,11 +262,27 @@ impl LayerMechanism {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Escape {
-    /// A symlink whose target, taken from where it sits, leaves the workspace.
+    /// A symlink that, resolved as the kernel will once the change set is applied (every
+    /// link on the way followed, the change set's own included), leaves the workspace for
+    /// somewhere other than the host's programs and libraries.
     SymlinkOutside {
         /// The target as written.
         target: PathBuf,
+        /// Where it leads on the host (`None`: through more links than the kernel follows).
+        resolved: Option<PathBuf>,
     },
+    /// A symlink the workspace already has, left as it is, that the change set turns out of
+    /// the workspace (a directory on its way replaced by a link).
+    Redirected {
+        /// The target as written.
+        target: PathBuf,
+        /// Where it would lead after the apply (`None`: through more links than the kernel
+        /// follows).
+        resolved: Option<PathBuf>,
+    },
+    /// A name at the workspace's top that the apply keeps for its own staging and journal
+    /// (`.sandbox-apply-*`): a planted journal would be obeyed by the next start.
+    Reserved,
     /// A character or block device node.
     Device,
     /// A FIFO.
@@ -292,13 +307,35 @@ pub enum Escape {
 impl fmt::Display for Escape {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Self::SymlinkOutside { target } => {
-                write!(
+            Self::SymlinkOutside { target, resolved } => match resolved {
+                Some(r) => write!(
                     f,
-                    "a symlink to {} (out of the workspace)",
+                    "a symlink to {}, which leads to {} (out of the workspace)",
+                    target.display(),
+                    r.display()
+                ),
+                None => write!(
+                    f,
+                    "a symlink to {}, which goes through more links than the kernel follows",
                     target.display()
-                )
-            }
+                ),
+            },
+            Self::Redirected { target, resolved } => match resolved {
+                Some(r) => write!(
+                    f,
+                    "the workspace's symlink to {}, which the changes would make lead to {} \
+                     (out of the workspace)",
+                    target.display(),
+                    r.display()
+                ),
+                None => write!(
+                    f,
+                    "the workspace's symlink to {}, which the changes would make go through \
+                     more links than the kernel follows",
+                    target.display()
+                ),
+            },
+            Self::Reserved => f.write_str("a name the apply keeps for its own journal"),
             Self::Device => f.write_str("a device node"),
             Self::Fifo => f.write_str("a FIFO"),
             Self::Socket => f.write_str("a socket"),
@@ -324,7 +361,7 @@ pub struct Refusal {
     pub escape: Escape,
 }
 
-/// Why [`ChangeSet::apply`](super::ChangeSet::apply) wrote nothing, or stopped.
+/// Why [`ChangeSet::apply`](ChangeSet::apply) wrote nothing, or stopped.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ApplyError {
@@ -365,11 +402,32 @@ pub enum ApplyError {
         /// Entries (inodes) free.
         inodes: u64,
     },
+    /// Writing failed, and undoing what was written failed for some paths: the workspace
+    /// is part way. The old entries and the journal are kept in `staging`; the next apply
+    /// or run with a change layer on this workspace undoes what it can again.
+    #[error(
+        "applying {}: {source}; undoing it failed for {}: the journal and the old entries \
+         are in {}, undone again by the next apply or layered run on this workspace",
+        .path.display(),
+        list_paths(.stuck),
+        .staging.display()
+    )]
+    Stuck {
+        /// Where it failed, relative to the workspace.
+        path: PathBuf,
+        /// The error.
+        source: io::Error,
+        /// The paths not put back, relative to the workspace.
+        stuck: Vec<PathBuf>,
+        /// The staging directory holding the journal and the old entries.
+        staging: PathBuf,
+    },
     /// The change set was already applied or discarded.
     #[error("the change set was already applied or discarded")]
     Gone,
-    /// Writing failed part-way; the changes before `path` were applied.
-    #[error("applying {}: {source}", .path.display())]
+    /// Writing failed; what was written before was undone, so nothing is applied. The
+    /// change set is kept: fix the cause and apply again, or discard.
+    #[error("applying {}: {source}; nothing applied (undone)", .path.display())]
     Io {
         /// Where it failed, relative to the workspace.
         path: PathBuf,

@@ -156,6 +156,37 @@ pub(crate) fn check(field: &'static str, path: &Path) -> Result<(), SandboxError
     Ok(())
 }
 
+/// Where the sandbox keeps its own state between runs, in the host process's environment:
+/// `$XDG_CACHE_HOME/sandbox`, else `~/.cache/sandbox` (the command-line tool's start-up
+/// cache and the backends' recorded host facts). A command that could write there would
+/// choose what the next run starts from, so a grant that holds it gets it back read-only
+/// ([`state_carveouts`]).
+pub fn state_dir() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .filter(|p| p.is_absolute())
+                .map(|h| h.join(".cache"))
+        })?;
+    Some(base.join("sandbox"))
+}
+
+/// The sandbox's state directories (canonical, existing) that the workspace or a writable
+/// path holds: carved out read-only, so `--write ~/.cache` or a workspace of `$HOME` still
+/// runs. One that does not exist yet is not carved out: whoever keeps state there makes it
+/// before the run (the command-line tool does).
+pub(crate) fn state_carveouts(workspace: &Path, writable: &[PathBuf]) -> Vec<PathBuf> {
+    state_dir()
+        .and_then(|d| d.canonicalize().ok())
+        .filter(|d| d.is_dir())
+        .filter(|d| d.starts_with(workspace) || writable.iter().any(|w| d.starts_with(w)))
+        .into_iter()
+        .collect()
+}
+
 /// Whether the grant (by device and inode) is the socket itself or its directory: a bind
 /// mount of the directory elsewhere is the same inode under another name.
 fn same_or_parent_of(

@@ -31,6 +31,8 @@
 //! - [`changes`]: the change set a host reviews, applies or discards.
 //! - [`registry`]: what each backend crate says about itself ([`registry::BackendInfo`]).
 //! - [`egress`] and [`denial`]: the records of connections and refusals an outcome carries.
+//! - [`escape()`]: text that came from the command (names, paths, diff lines), made safe
+//!   to print on a terminal.
 //!
 //! # Dependencies
 //!
@@ -48,6 +50,7 @@ pub mod credentials;
 pub mod denial;
 pub mod egress;
 mod error;
+pub mod escape;
 mod grants;
 pub mod options;
 pub mod outcome;
@@ -67,6 +70,8 @@ pub use egress::{
     PublishSink, Published, Resolver, SystemResolver, MAX_CONNECTIONS, MAX_HOST_PORTS, PROXY_PORT,
 };
 pub use error::{Result, SandboxError};
+pub use escape::escape;
+pub use grants::state_dir;
 pub use options::{
     EnvPolicy, OutputSink, ResourceLimits, SandboxOpts, Stdin, StreamKind, DEFAULT_MAX_PROCESSES,
     DEFAULT_MEMORY_BYTES, DEFAULT_OUTPUT_LIMIT,

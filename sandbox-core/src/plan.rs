@@ -32,13 +32,20 @@ pub struct Plan {
     pub workspace: PathBuf,
     /// The canonical working directory, inside the workspace.
     pub cwd: PathBuf,
-    /// Canonical read-only carve-outs, inside the workspace.
+    /// Canonical read-only carve-outs: the caller's, inside the workspace; and the
+    /// sandbox's own state directory where the workspace or a writable path holds it
+    /// ([`state_dir`](crate::state_dir)).
     pub readonly_carveouts: Vec<PathBuf>,
     /// Canonical extra readable paths (the toolchain homes included).
     pub read_only_paths: Vec<PathBuf>,
     /// Credential paths inside a toolchain home that must stay unreadable
     /// ([`crate::credentials`]); a backend that cannot hide them refuses the run.
     pub hidden_paths: Vec<PathBuf>,
+    /// Each extra readable path named through a symlink: `(as named, made absolute,
+    /// canonical)`. A backend that shows host paths at their own paths needs nothing
+    /// more; one with a root of its own (a container image) binds the target at the named
+    /// path too, or the name would show the image's own entry instead.
+    pub read_only_links: Vec<(PathBuf, PathBuf)>,
     /// Canonical extra writable paths.
     pub writable_paths: Vec<PathBuf>,
     /// The complete environment of the command, in order.
@@ -196,7 +203,7 @@ impl Plan {
                 format!("{} is not a directory", cwd.display()),
             ));
         }
-        let readonly_carveouts = opts
+        let mut readonly_carveouts = opts
             .readonly_carveouts
             .iter()
             .map(|p| inside("readonly_carveouts", &workspace, p))
@@ -213,6 +220,16 @@ impl Plan {
             .iter()
             .map(|p| grant("read_only_paths", p))
             .collect::<Result<Vec<_>, _>>()?;
+        let read_only_links = opts
+            .read_only_paths
+            .iter()
+            .zip(&read_only_paths)
+            .filter_map(|(given, canon)| {
+                let named = std::path::absolute(given).ok()?;
+                let plain = named.components().all(|c| c != Component::ParentDir);
+                (plain && named != *canon).then(|| (named, canon.clone()))
+            })
+            .collect();
         let writable_paths = opts
             .writable_paths
             .iter()
@@ -262,6 +279,15 @@ impl Plan {
         for t in toolchains {
             if !read_only_paths.contains(&t) {
                 read_only_paths.push(t);
+            }
+        }
+        // The sandbox's own state, where a grant holds it, stays read-only (a backend that
+        // confines writes and cannot carve out is refused by the lane, as for any carve-out).
+        if cap.confine_writes {
+            for d in crate::grants::state_carveouts(&workspace, &writable_paths) {
+                if !readonly_carveouts.contains(&d) {
+                    readonly_carveouts.push(d);
+                }
             }
         }
         for p in &opts.capture_files {
@@ -358,6 +384,7 @@ impl Plan {
             readonly_carveouts,
             read_only_paths,
             hidden_paths,
+            read_only_links,
             writable_paths,
             env,
             network: opts.network,
@@ -422,7 +449,18 @@ impl Plan {
         let old = self.workspace.clone();
         let map = |p: &Path| copy.join(p.strip_prefix(&old).unwrap_or(Path::new("")));
         self.cwd = map(&self.cwd);
-        self.readonly_carveouts = self.readonly_carveouts.iter().map(|p| map(p)).collect();
+        // A carve-out out of the workspace (the sandbox's state in a writable path) stays.
+        self.readonly_carveouts = self
+            .readonly_carveouts
+            .iter()
+            .map(|p| {
+                if p.starts_with(&old) {
+                    map(p)
+                } else {
+                    p.clone()
+                }
+            })
+            .collect();
         for (k, v) in self.env.iter_mut() {
             if k == "HOME" && Path::new(v.as_os_str()) == old {
                 *v = copy.as_os_str().to_owned();
@@ -853,6 +891,20 @@ mod tests {
     }
 
     #[test]
+    fn a_read_path_named_through_a_link_keeps_its_name() {
+        let d = tempfile::tempdir().unwrap();
+        let real = d.path().canonicalize().unwrap().join("real");
+        std::fs::create_dir(&real).unwrap();
+        let link = d.path().canonicalize().unwrap().join("link");
+        std::os::unix::fs::symlink("real", &link).unwrap();
+        let mut opts = SandboxOpts::new(d.path(), ["/bin/true"]);
+        opts.read_only_paths = vec![link.clone(), real.clone()];
+        let p = Plan::new(&opts, "t", &cap()).unwrap();
+        assert_eq!(p.read_only_paths, [real.clone(), real.clone()]);
+        assert_eq!(p.read_only_links, [(link, real)]);
+    }
+
+    #[test]
     fn program_is_resolved_to_a_canonical_absolute_path() {
         let d = ws();
         let opts = SandboxOpts::new(d.path(), ["true"]);
@@ -940,9 +992,16 @@ mod tests {
         let mut opts = SandboxOpts::new(d.path(), ["true"]);
         opts.cwd = Some("sub".into());
         let mut p = Plan::new(&opts, "t", &cap()).unwrap();
+        // The sandbox's state in a writable path elsewhere stays where it is.
+        let state = PathBuf::from("/elsewhere/.cache/sandbox");
+        p.readonly_carveouts = vec![d.path().canonicalize().unwrap().join("sub"), state.clone()];
         p.rebase_workspace(Path::new("/copy"));
         assert_eq!(p.workspace, Path::new("/copy"));
         assert_eq!(p.cwd, Path::new("/copy/sub"));
+        assert_eq!(
+            p.readonly_carveouts,
+            vec![PathBuf::from("/copy/sub"), state]
+        );
         assert_eq!(p.env_var("HOME"), Some(OsStr::new("/copy")));
     }
 }

@@ -135,6 +135,26 @@ pub type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
 pub type BuildImageFn =
     fn(tag: String, files: Vec<(PathBuf, PathBuf)>) -> BoxFuture<Result<(), SandboxError>>;
 
+/// Builds the image `tag` from the host's system directories (see
+/// [`ImageSupport::build_from_host`]).
+pub type BuildFromHostFn = fn(tag: String) -> BoxFuture<Result<HostImage, SandboxError>>;
+
+/// What an image built from the host holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostImage {
+    /// The host paths it was made of, in the image at the same paths.
+    pub roots: Vec<PathBuf>,
+    /// Directories, files and links in it.
+    pub entries: u64,
+    /// File data, in bytes.
+    pub bytes: u64,
+    /// Files and directories left out because others may not read them (`/etc/shadow`,
+    /// private keys).
+    pub left_out: u64,
+    /// An image with the same contents was already there under the tag, and was kept.
+    pub unchanged: bool,
+}
+
 /// A tag for an image that a build tree makes for itself with a [`BuildImageFn`] (the
 /// suite's, the bench's): `REPO:HASH`, the hash of `built_from` (a program of that tree, such
 /// as the probe). Each tree (a worktree, a CI checkout) gets its own tag, so two trees on one
@@ -154,6 +174,10 @@ pub struct ImageSupport {
     /// and tools (python with its library, git with its helpers), and the bench its
     /// programs, where such a backend runs them.
     pub build_from_binaries: BuildImageFn,
+    /// Builds an image of the host's system directories, as the process backends show
+    /// them, leaving out every file an unprivileged user could not read: what
+    /// `sandbox image --from-host` makes, for a host with no registry.
+    pub build_from_host: BuildFromHostFn,
     /// The backend's own tool run directly for the same request (the engine's command
     /// line starting the same container), which the bench measures start-up against; a
     /// process backend's is its [`BackendInfo::launcher`]'s launch instead. `None`: the

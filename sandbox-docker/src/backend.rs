@@ -63,14 +63,16 @@ pub fn capability_in(mode: WorkspaceMode) -> Capability {
         // (`cleanup_leftovers`, dead owners only) removes it.
         dies_with_host: false,
         snapshot: true,
-        // The engine unpacks an upload densely, whatever the archive says.
-        sparse_snapshot: false,
+        // Bind mode: the snapshot is core's layer, a host copy that keeps holes. Copy mode
+        // uploads it into a volume, and the engine unpacks an upload densely, whatever the
+        // archive says (each file is charged at its whole length against the cap).
+        sparse_snapshot: mode == WorkspaceMode::Bind,
         // Bind mode: core's layer, made on the host (a copy: an overlay of core's lives in
         // a process's own mount namespace, which the engine's never sees) and bound at the
         // workspace's path, scanned after the run like every backend's. Copy mode refuses a
         // review: the tree would come back through an archive that drops FIFOs and hard
-        // links, and the change set would not be what the command did. (`Discard` uses the
-        // volume copy in both modes.)
+        // links, and the change set would not be what the command did. (`Discard` runs on
+        // the same layer in bind mode, on a volume copy in copy mode.)
         change_layer: match mode {
             WorkspaceMode::Bind => Some(sandbox_core::LayerMechanism::Copy),
             WorkspaceMode::Copy => None,

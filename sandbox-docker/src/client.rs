@@ -16,9 +16,15 @@ pub(crate) const MIN_API: (usize, usize) = (1, 30);
 /// Connect to the engine named by `DOCKER_HOST` (the local socket by default) and agree
 /// on an API version: the client library defaults to a newer API than Debian's engine
 /// speaks, and an engine refuses requests that name a version it does not know.
-pub async fn connect() -> Result<Docker, sandbox_core::SandboxError> {
-    Ok(connect_inner().await?)
+pub async fn connect() -> Result<DockerEngine, sandbox_core::SandboxError> {
+    Ok(DockerEngine(connect_inner().await?))
 }
+
+/// A connection to the container engine, for the crate's free functions (leftovers,
+/// images). Opaque: which client library speaks to the engine is this crate's own business,
+/// so a new version of it is no breaking change for callers.
+#[derive(Clone, Debug)]
+pub struct DockerEngine(pub(crate) Docker);
 
 pub(crate) async fn connect_inner() -> Result<Docker, DockerError> {
     let docker = Docker::connect_with_defaults().map_err(|e| match e {

@@ -14,7 +14,7 @@ use sandbox_core::{Plan, Stdin};
 
 use crate::config::DockerConfig;
 use crate::error::DockerError;
-use crate::handover::{Handover, Identity};
+use crate::handover::{Handover, Identity, Role};
 use crate::resources::Resources;
 use crate::{copy, labels, program, spec};
 
@@ -116,7 +116,7 @@ pub(crate) async fn make(
             body,
         )
         .await
-        .map_err(|e| mount_error(e, handovers, "create the container"))?;
+        .map_err(|e| mount_error(e, handovers, &config.image, "create the container"))?;
     resources.container(created.id.clone());
     let notes = check_warnings(&created.warnings)?;
     let id = created.id;
@@ -132,7 +132,7 @@ pub(crate) async fn make(
             None::<bollard::query_parameters::StartContainerOptions>,
         )
         .await
-        .map_err(|e| mount_error(e, handovers, "start the container"))?;
+        .map_err(|e| mount_error(e, handovers, &config.image, "start the container"))?;
     Ok(Made {
         id,
         uploaded,
@@ -219,13 +219,31 @@ pub(crate) fn check_warnings(warnings: &[String]) -> Result<Vec<String>, DockerE
     Ok(notes)
 }
 
-/// A bind source the engine cannot find means the engine does not share our disk.
+/// A bind source the engine cannot find means the engine does not share our disk; an init
+/// the runtime cannot find at `/sbin/docker-init` means the image's `/sbin` is not a
+/// directory of its own (see [`DockerError::InitHidden`]).
 pub(crate) fn mount_error(
     e: bollard::errors::Error,
     handovers: &[Handover],
+    image: &str,
     action: &str,
 ) -> DockerError {
     if let bollard::errors::Error::DockerResponseServerError { message, .. } = &e {
+        if message.contains("/sbin/docker-init") {
+            // The top-level directories handed over: where a symlinked `/sbin` may lead.
+            let covering = handovers
+                .iter()
+                .filter(|h| {
+                    matches!(h.role, Role::ReadOnly | Role::Writable)
+                        && h.path.components().count() == 2
+                })
+                .map(|h| h.path.display().to_string())
+                .collect();
+            return DockerError::InitHidden {
+                image: image.to_string(),
+                covering,
+            };
+        }
         if message.contains("bind source path does not exist")
             || message.contains("no such file or directory") && message.contains("mount")
         {
@@ -246,6 +264,41 @@ pub(crate) fn mount_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_init_the_runtime_cannot_find_is_one_line_with_its_cause_and_remedy() {
+        let raw = "failed to create shim task: OCI runtime create failed: runc create failed: \
+                   unable to start container process: exec: \"/sbin/docker-init\": stat \
+                   /sbin/docker-init: no such file or directory: unknown";
+        let hand = |p: &str| Handover {
+            path: PathBuf::from(p),
+            source: PathBuf::from(p),
+            role: Role::ReadOnly,
+            via: crate::handover::Via::Bind,
+            read_only: true,
+        };
+        let e = mount_error(
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 400,
+                message: raw.into(),
+            },
+            &[hand("/tmp/ws"), hand("/usr")],
+            "img:1",
+            "start the container",
+        );
+        assert!(
+            matches!(&e, DockerError::InitHidden { covering, .. } if covering == &["/usr"]),
+            "{e:?}"
+        );
+        let e = sandbox_core::SandboxError::from(e);
+        let text = e.to_string();
+        assert!(!text.contains("shim") && !text.contains('\n'), "{text}");
+        assert!(text.contains("/sbin") && text.contains("img:1"), "{text}");
+        assert!(
+            text.contains("--read /usr") && text.contains("sandbox image --from-host"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn limit_warnings_fail_closed_and_others_do_not() {

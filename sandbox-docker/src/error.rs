@@ -117,6 +117,23 @@ pub(crate) enum DockerError {
         /// The engine's words.
         message: String,
     },
+    /// The runtime found no engine init at `/sbin/docker-init`, where the engine binds it:
+    /// the image's `/sbin` is a symlink into a directory the image lacks, or into one a
+    /// path handed to the command covers (`--read /usr` over an image whose `/sbin` is
+    /// `usr/sbin`).
+    #[error(
+        "the container engine could not place its init at /sbin/docker-init: in image \
+         `{image}`, /sbin is not a directory of its own but leads into one the image lacks{}",
+        if covering.is_empty() { String::new() } else {
+            format!(" or one a path handed to the command covers ({})", covering.join(", "))
+        }
+    )]
+    InitHidden {
+        /// The image.
+        image: String,
+        /// Top-level directories handed to the command.
+        covering: Vec<String>,
+    },
     /// A change set to review in copy mode: the tree would come back through an archive
     /// that drops FIFOs and hard links, so the change set would not be what the command did.
     #[error("a change set to review needs the workspace bound (WorkspaceMode::Bind), not copied")]
@@ -287,6 +304,19 @@ impl From<DockerError> for SandboxError {
                 "the engine runs on another machine: use `WorkspaceMode::Copy`, which uploads \
                  the paths instead of binding them",
             ),
+            DockerError::InitHidden { ref covering, .. } => SandboxError::Unavailable {
+                backend: NAME,
+                reason: e.to_string(),
+                remedy: match covering.first() {
+                    Some(dir) => format!(
+                        "do not hand {dir} over (`--read {dir}`): an image made by `sandbox \
+                         image --from-host` already holds the host's system directories"
+                    ),
+                    None => "use an image whose /sbin is a directory or leads into one it \
+                             holds (`sandbox image --from-host` makes one)"
+                        .into(),
+                },
+            },
             DockerError::LayerNeedsBind => SandboxError::NotSupported {
                 backend: NAME,
                 feature: e.to_string(),

@@ -155,6 +155,8 @@ pub(crate) struct Request<'a> {
     pub carveouts: &'a [PathBuf],
     /// Named read-only paths.
     pub read_only: &'a [PathBuf],
+    /// Read-only paths named through a host symlink: `(as named, canonical)`.
+    pub read_only_links: &'a [(PathBuf, PathBuf)],
     /// Named writable paths.
     pub writable: &'a [PathBuf],
     /// The backend's workspace mode.
@@ -174,7 +176,7 @@ pub(crate) struct Request<'a> {
 /// Decide how each path of the plan reaches the container.
 ///
 /// A writable tree is copied instead of bound when the workspace mode says so, or in
-/// snapshot mode (the workspace only: the original must not be touched). When the host is
+/// snapshot mode without a layer (the workspace only: the original must not be touched). When the host is
 /// root and a writable tree's host side is not the command uid's own, it is bound through
 /// an idmapped mount, or copied when `idmap` is false (the host cannot make one). With a
 /// layer, the workspace's host side is the layer's tree (and the carve-outs inside it are
@@ -203,7 +205,9 @@ pub(crate) fn plan_handovers(r: &Request<'_>) -> Vec<Handover> {
     };
     let workspace = r.workspace;
     let mut out = Vec::new();
-    let ws_via = if copy || r.snapshot {
+    // A snapshot over a layer binds the layer (a host copy that keeps holes, under core's
+    // cap); without one it is a volume, which the engine fills densely.
+    let ws_via = if copy || (r.snapshot && r.layer.is_none()) {
         Via::Volume {
             write_back: !r.snapshot,
         }
@@ -249,6 +253,26 @@ pub(crate) fn plan_handovers(r: &Request<'_>) -> Vec<Handover> {
             source: p.clone(),
             role: Role::ReadOnly,
             via,
+            read_only: true,
+        });
+    }
+    // A read path named through a host symlink (`--read /lib` with `/lib -> usr/lib`):
+    // the container has a root of its own, where the name is the image's entry (or
+    // nothing), so the target is bound at the name too, read-only, as the process
+    // backends show it; the outcome's notes say so.
+    for (named, canon) in r.read_only_links {
+        if taken(&out, named) || !out.iter().any(|h| h.path == *canon) {
+            continue;
+        }
+        out.push(Handover {
+            path: named.clone(),
+            source: canon.clone(),
+            role: Role::ReadOnly,
+            via: if copy {
+                Via::Volume { write_back: false }
+            } else {
+                Via::Bind
+            },
             read_only: true,
         });
     }
@@ -351,6 +375,7 @@ mod tests {
             layer: None,
             carveouts: &[p("/ws/.git/hooks")],
             read_only: &[p("/ro"), p("/both")],
+            read_only_links: &[(p("/lib"), p("/ro")), (p("/gone"), p("/elsewhere"))],
             writable: &[p("/rw"), p("/both")],
             mode,
             snapshot,
@@ -364,6 +389,28 @@ mod tests {
     fn via(hs: &[Handover], path: &str) -> (Role, Via) {
         let h = hs.iter().find(|h| h.path == p(path)).unwrap();
         (h.role, h.via)
+    }
+
+    #[test]
+    fn a_read_path_named_through_a_link_is_bound_at_its_name_too() {
+        for (mode, via) in [
+            (WorkspaceMode::Bind, Via::Bind),
+            (WorkspaceMode::Copy, Via::Volume { write_back: false }),
+        ] {
+            let hs = plan(mode, false, false, 1000, 1000);
+            let lib = hs.iter().find(|h| h.path == p("/lib")).unwrap();
+            assert_eq!(
+                (&lib.source, lib.role, lib.via, lib.read_only),
+                (&p("/ro"), Role::ReadOnly, via, true)
+            );
+            assert_eq!(via_of(&hs, "/ro"), via);
+            // Only for a path that is handed over.
+            assert!(hs.iter().all(|h| h.path != p("/gone")));
+        }
+    }
+
+    fn via_of(hs: &[Handover], path: &str) -> Via {
+        via(hs, path).1
     }
 
     #[test]
@@ -450,6 +497,7 @@ mod tests {
             layer: None,
             carveouts: &[p("/ws")],
             read_only: &[],
+            read_only_links: &[],
             writable: &[],
             mode: WorkspaceMode::Bind,
             snapshot: false,
@@ -463,6 +511,10 @@ mod tests {
     }
 
     fn plan_layer(root: bool, id: u32, idmap: bool) -> Vec<Handover> {
+        plan_layer_as(root, id, idmap, false)
+    }
+
+    fn plan_layer_as(root: bool, id: u32, idmap: bool, snapshot: bool) -> Vec<Handover> {
         let ident = Identity {
             uid: id,
             gid: id,
@@ -475,9 +527,10 @@ mod tests {
             layer: Some(&p("/tmp/layer/copy")),
             carveouts: &[p("/ws/.git/hooks")],
             read_only: &[p("/ro")],
+            read_only_links: &[],
             writable: &[p("/rw")],
             mode: WorkspaceMode::Bind,
-            snapshot: false,
+            snapshot,
             host_is_root: root,
             identity: &ident,
             idmap,
@@ -525,6 +578,19 @@ mod tests {
         // Without idmapped mounts it would travel by copy, which a run refuses.
         let hs = plan_layer(true, 1000, false);
         assert_eq!(at(&hs, "/ws").1, Via::Volume { write_back: true });
+    }
+
+    #[test]
+    fn a_snapshot_on_a_layer_binds_the_layer_instead_of_a_volume() {
+        let hs = plan_layer_as(false, 1000, true, true);
+        assert_eq!(at(&hs, "/ws"), (p("/tmp/layer/copy"), Via::Bind));
+        let hs = plan_layer_as(true, NOBODY, true, true);
+        assert_eq!(
+            at(&hs, "/ws"),
+            (p("/tmp/layer/copy"), Via::IdmappedBind { from: (0, 0) })
+        );
+        // The original is never bound writable.
+        assert!(hs.iter().all(|h| h.source != p("/ws")));
     }
 
     #[test]

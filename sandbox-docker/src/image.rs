@@ -384,10 +384,11 @@ const CONTENT_LABEL: &str = "sandbox.content";
 /// Used by this crate's tests, the bench, and the conformance suite, which builds
 /// `sandbox-conformance:HASH` around its probe with python, git and curl from the host.
 pub async fn build_image_from_binaries(
-    docker: &Docker,
+    engine: &crate::DockerEngine,
     tag: &str,
     files: &[(PathBuf, PathBuf)],
 ) -> Result<(), SandboxError> {
+    let docker = &engine.0;
     let files = files.to_vec();
     let layout = tokio::task::spawn_blocking(move || Layout::of(&files))
         .await

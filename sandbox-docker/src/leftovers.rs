@@ -51,8 +51,11 @@ fn wanted(scope: Scope, owner: Option<&str>) -> bool {
 /// this at start-up, or from a periodic job.
 ///
 /// [`LABEL`]: crate::LABEL
-pub async fn cleanup_leftovers(docker: &Docker, scope: Scope) -> Result<Removed, SandboxError> {
-    Ok(cleanup(docker, scope).await?)
+pub async fn cleanup_leftovers(
+    engine: &crate::DockerEngine,
+    scope: Scope,
+) -> Result<Removed, SandboxError> {
+    Ok(cleanup(&engine.0, scope).await?)
 }
 
 /// Our containers (id, owner label) and volumes (name, owner label) on the engine.
@@ -130,7 +133,7 @@ pub(crate) async fn cleanup(docker: &Docker, scope: Scope) -> Result<Removed, Do
 /// label), one line each: `container ID` or `volume NAME`. What the registry's
 /// [`HostObjects`](sandbox_core::registry::HostObjects) counts.
 pub(crate) async fn made_by(pid: u32) -> Result<Vec<String>, SandboxError> {
-    let (containers, volumes) = ours(&crate::connect().await?).await?;
+    let (containers, volumes) = ours(&crate::connect().await?.0).await?;
     let theirs = |owner: &Option<String>| {
         owner
             .as_deref()

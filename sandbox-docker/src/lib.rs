@@ -68,8 +68,11 @@
 //! writes land on the host as they happen. [`WorkspaceMode::Copy`] uploads every named
 //! path into a volume of its own before the start and copies the changes of writable ones
 //! back after the end: the mode for a remote engine, whose disk is not ours (in bind
-//! mode such an engine fails the run with that remedy). Snapshot runs always use a copy
-//! that is thrown away; captured files are then read from the container.
+//! mode such an engine fails the run with that remedy). A snapshot in bind mode runs on
+//! core's layer (below), thrown away after the run: a host copy that keeps a sparse file's
+//! holes and stops at core's cap. In copy mode it is a volume that is thrown away (the
+//! engine writes every hole out, so a file counts at its whole length against the cap);
+//! captured files are then read from the container.
 //!
 //! # A change set to review
 //!
@@ -117,8 +120,9 @@
 //! A Docker engine speaking API 1.30 or later at `DOCKER_HOST` (the local socket by
 //! default) that this user may use, with its init binary (`docker-init`), seccomp, and
 //! memory and pids cgroup controllers; the image on the engine (never pulled unless
-//! [`DockerConfig::allow_pull`]). With no registry, [`build_image_from_binaries`] makes
-//! one from host binaries. [`Sandbox::preflight`] checks all of it by running a real
+//! [`DockerConfig::allow_pull`]). With no registry, [`build_image_from_host`] (`sandbox
+//! image --from-host`) makes one of the host's system directories, without what others
+//! may not read, and [`build_image_from_binaries`] one from named host binaries. [`Sandbox::preflight`] checks all of it by running a real
 //! container with the full policy.
 //!
 //! # Tests
@@ -158,6 +162,7 @@ mod direct;
 mod egress;
 mod error;
 mod handover;
+mod hostimage;
 mod idmap;
 mod image;
 mod labels;
@@ -180,10 +185,10 @@ use sandbox_core::registry::{
 use sandbox_core::{Backend, SandboxError};
 
 pub use backend::{capability, capability_in, DockerBackend, DockerSandbox, DockerStarter};
-pub use bollard::Docker;
-pub use client::connect;
+pub use client::{connect, DockerEngine};
 pub use config::{DockerConfig, WorkspaceMode};
 pub use handover::NOBODY;
+pub use hostimage::{build_image_from_host, HOST_ROOTS};
 pub use image::build_image_from_binaries;
 pub use labels::{owner, LABEL, LABEL_OWNER, LABEL_ROLE, LABEL_VALUE};
 pub use leftovers::{cleanup_leftovers, Removed, Scope};
@@ -212,6 +217,12 @@ pub const INFO: BackendInfo = BackendInfo {
             Box::pin(async move {
                 let docker = connect().await?;
                 build_image_from_binaries(&docker, &tag, &files).await
+            })
+        },
+        build_from_host: |tag| {
+            Box::pin(async move {
+                let docker = connect().await?;
+                build_image_from_host(&docker, &tag).await
             })
         },
         direct: Some(direct::docker_run),

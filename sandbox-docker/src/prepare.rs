@@ -41,6 +41,7 @@ pub(crate) fn handovers(
         layer,
         carveouts: &plan.readonly_carveouts,
         read_only: &plan.read_only_paths,
+        read_only_links: &plan.read_only_links,
         writable: &plan.writable_paths,
         mode: config.workspace_mode,
         snapshot: plan.snapshot,

@@ -129,6 +129,14 @@ pub(crate) fn policy(
                 "copied with the workspace, root-owned and read-only".to_string()
             }
         };
+        if h.role == Role::ReadOnly && h.source != h.path {
+            p.notes.push(format!(
+                "{}: a symlink on the host to {}, which is {how} at both paths",
+                h.path.display(),
+                h.source.display()
+            ));
+            continue;
+        }
         p.notes.push(format!("{}: {how}", h.path.display()));
     }
     p

@@ -97,19 +97,25 @@ pub(crate) async fn start(
             });
         }
     }
-    let layered = plan.changes == Changes::Review;
-    if layered && config.workspace_mode == WorkspaceMode::Copy {
+    let review = plan.changes == Changes::Review;
+    if review && config.workspace_mode == WorkspaceMode::Copy {
         // The capability says so and the plan refuses it first; never run it unlayered.
         return Err(DockerError::LayerNeedsBind.into());
     }
+    // A snapshot in bind mode runs on the same layer, thrown away after: core's copy keeps
+    // a sparse file's holes and stops at its cap, where the engine unpacking an upload
+    // into a volume writes every hole out.
+    let layered = review
+        || (plan.changes == Changes::Discard && config.workspace_mode == WorkspaceMode::Bind);
     let docker = match &engine {
         Some(e) => e.connection.get().await?,
         None => crate::client::connect_inner().await?,
     };
     let image = crate::image::ensure(&docker, config).await?;
 
-    // A review runs on core's layer, made on the host and bound at the workspace's path.
-    let layer = if layered {
+    // A review or a snapshot runs on core's layer, made on the host and bound at the
+    // workspace's path.
+    let mut layer = if layered {
         match HostLayer::prepare(&plan.workspace, deadline).await {
             Ok(l) => Some(l),
             Err(SandboxError::Io { source, .. }) if is_deadline(&source) => {
@@ -128,8 +134,8 @@ pub(crate) async fn start(
     if let Some(d) = deadline {
         plan.timeout = Some(d.saturating_duration_since(Instant::now()));
     }
-    let tree = layer.as_ref().map(|l| l.tree());
-    if tree.is_some() {
+    if layer.is_some() {
+        let tree = layer.as_ref().map(|l| l.tree());
         handovers = prepare::handovers(config, &plan, &identity, true, tree);
         layer_bindable(&handovers, tree, "the layer's owner cannot be read")?;
         body = spec_for(&plan, &handovers)?;
@@ -148,7 +154,15 @@ pub(crate) async fn start(
             if let Err(cleanup) = resources.remove_all().await {
                 tracing::error!("sandbox-docker: removing staging mounts: {cleanup}");
             }
-            // Not a weaker confinement: the same trees, handed over by copy instead.
+            // Not a weaker confinement: the same trees, handed over by copy instead. A
+            // snapshot's layer would travel by copy too: the workspace goes into a volume
+            // as it did before layers (holes filled, charged at full length).
+            if !review {
+                if let Some(l) = layer.take() {
+                    l.discard().await;
+                }
+            }
+            let tree = layer.as_ref().map(|l| l.tree());
             handovers = prepare::handovers(config, &plan, &identity, false, tree);
             layer_bindable(&handovers, tree, &e.to_string())?;
             notes.push(format!(
@@ -429,8 +443,9 @@ struct Run {
     egress: Option<ProxyRun>,
     /// The published ports' host listeners and relays; finished with the proxy.
     published: Option<PublishRun>,
-    /// The layer the workspace's bind comes from (a review): scanned once the container
-    /// and its staging mounts are gone. After `resources`, so a dropped run unmounts the
+    /// The layer the workspace's bind comes from (a review, or a snapshot in bind mode):
+    /// scanned (a review) or removed once the container and its staging mounts are gone.
+    /// After `resources`, so a dropped run unmounts the
     /// staging view of it before it is removed.
     layer: Option<HostLayer>,
 }
@@ -491,8 +506,9 @@ impl Job for Run {
         }
         // The container is gone and nothing else mounts the layer: it holds exactly what
         // the command left.
+        let review = self.plan.changes == Changes::Review;
         let changes = match (self.layer.take(), &result, &removed) {
-            (Some(l), Ok(_), Ok(())) => Some(l.into_change_set().await),
+            (Some(l), Ok(_), Ok(())) if review => Some(l.into_change_set().await),
             (Some(l), _, _) => {
                 l.discard().await;
                 None

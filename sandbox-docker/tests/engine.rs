@@ -883,8 +883,15 @@ async fn rebuilding_an_image_keeps_one_copy_and_skips_unchanged_contents() {
     let _g = SERIAL.lock().await;
     let docker = sandbox_docker::connect().await.unwrap();
     let tag = "sandbox-docker-test-rebuild:latest";
-    let id = |docker: sandbox_docker::Docker| async move {
-        docker.inspect_image(tag).await.ok().and_then(|i| i.id)
+    // Asked of the engine with its own client: the crate's connection is opaque.
+    let id = |_: &sandbox_docker::DockerEngine| async move {
+        let o = std::process::Command::new("docker")
+            .args(["image", "inspect", "--format", "{{.Id}}", tag])
+            .output()
+            .unwrap();
+        o.status
+            .success()
+            .then(|| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
     let exists = |image: &str| {
         std::process::Command::new("docker")
@@ -899,24 +906,22 @@ async fn rebuilding_an_image_keeps_one_copy_and_skips_unchanged_contents() {
     sandbox_docker::build_image_from_binaries(&docker, tag, &one)
         .await
         .unwrap();
-    let first = id(docker.clone()).await.unwrap();
+    let first = id(&docker).await.unwrap();
     sandbox_docker::build_image_from_binaries(&docker, tag, &one)
         .await
         .unwrap();
-    assert_eq!(id(docker.clone()).await.unwrap(), first, "unchanged: kept");
+    assert_eq!(id(&docker).await.unwrap(), first, "unchanged: kept");
     sandbox_docker::build_image_from_binaries(&docker, tag, &two)
         .await
         .unwrap();
-    let second = id(docker.clone()).await.unwrap();
+    let second = id(&docker).await.unwrap();
     assert_ne!(second, first);
     assert!(!exists(&first), "the replaced image is removed");
-    let _ = docker
-        .remove_image(
-            tag,
-            None::<bollard::query_parameters::RemoveImageOptions>,
-            None,
-        )
-        .await;
+    let removed = std::process::Command::new("docker")
+        .args(["image", "rm", tag])
+        .output()
+        .unwrap();
+    assert!(removed.status.success(), "{removed:?}");
     assert!(!exists(tag));
 }
 
@@ -1204,6 +1209,28 @@ async fn host_ports_reach_exactly_the_hosts_port_fresh_and_pooled_and_nothing_is
 /// source itself, or (through an idmapped staging mount, as root) the tree that mount
 /// shows, as the host's mount table names it.
 fn running_layer(ws: &Path) -> PathBuf {
+    let source = running_source(ws);
+    let source = source.to_str().unwrap();
+    let named = |p: &str| {
+        p.split('/')
+            .find(|c| c.starts_with("sandbox-layer@"))
+            .map(|c| std::env::temp_dir().join(c))
+    };
+    if let Some(p) = named(source) {
+        return p;
+    }
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    table
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .find(|f| f.len() > 4 && f[4] == source)
+        .and_then(|f| named(f[3]))
+        .unwrap_or_else(|| panic!("the staging mount {source} shows no layer"))
+}
+
+/// The host path the one running container's mount at `ws` comes from, as the engine
+/// reports it: a layer, a staging mount of one, or a volume's directory.
+fn running_source(ws: &Path) -> PathBuf {
     let ids = ours().0;
     assert_eq!(ids.len(), 1, "one container runs: {ids:?}");
     let out = std::process::Command::new("docker")
@@ -1216,27 +1243,62 @@ fn running_layer(ws: &Path) -> PathBuf {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let source = text
-        .lines()
+    text.lines()
         .filter_map(|l| l.split_once(' '))
         .find(|(_, dst)| Path::new(dst) == ws)
-        .map(|(src, _)| src.to_string())
-        .unwrap_or_else(|| panic!("no bind at the workspace: {text}"));
-    let named = |p: &str| {
-        p.split('/')
-            .find(|c| c.starts_with("sandbox-layer@"))
-            .map(|c| std::env::temp_dir().join(c))
-    };
-    if let Some(p) = named(&source) {
-        return p;
+        .map(|(src, _)| PathBuf::from(src))
+        .unwrap_or_else(|| panic!("no mount at the workspace: {text}"))
+}
+
+#[tokio::test]
+async fn a_snapshot_keeps_a_sparse_files_holes_as_the_host_counts_them() {
+    let _g = SERIAL.lock().await;
+    // As root: a root-owned workspace (through an idmapped mount) and a user's.
+    let mut trees = vec![dir()];
+    if is_root() {
+        let (d, p, _) = bind_dir();
+        trees.push((d, p));
     }
-    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
-    table
-        .lines()
-        .map(|l| l.split(' ').collect::<Vec<_>>())
-        .find(|f| f.len() > 4 && f[4] == source)
-        .and_then(|f| named(f[3]))
-        .unwrap_or_else(|| panic!("the staging mount {source} shows no layer"))
+    let b = backend(WorkspaceMode::Bind);
+    for (_d, ws) in trees {
+        let f = std::fs::File::create(ws.join("hole")).unwrap();
+        f.set_len(300 << 20).unwrap();
+        drop(f);
+        let mut opts = SandboxOpts::new(&ws, sh("echo started; busybox sleep 7824"));
+        opts.snapshot = true;
+        let sb = b.sandbox();
+        sb.run(opts).await.unwrap();
+        started(sb.as_ref()).await;
+        // The copy the command sees, counted by the host's kernel: a dense one allocates
+        // 300 MiB.
+        let copy = running_source(&ws).join("hole");
+        assert_ne!(copy, ws.join("hole"), "the original itself is bound");
+        let m = std::fs::metadata(&copy).unwrap();
+        sb.kill().await.unwrap();
+        let o = sb.wait().await.unwrap();
+        assert_eq!(o.status, Status::Killed);
+        assert_eq!(m.len(), 300 << 20);
+        assert!(
+            m.blocks() * 512 < 16 << 20,
+            "the snapshot of a sparse file allocated {} MiB",
+            (m.blocks() * 512) >> 20
+        );
+        assert!(
+            o.policy
+                .notes
+                .iter()
+                .any(|n| n.contains("changes discarded")),
+            "{:?}",
+            o.policy.notes
+        );
+        assert!(o.changes.is_none());
+        drop(sb);
+        assert!(alive(&["7824"]).is_empty());
+        assert_no_staging_left();
+        assert!(!copy.exists(), "the snapshot's copy was left");
+        assert_clean();
+    }
+    assert!(b.capability().sparse_snapshot);
 }
 
 /// Wait until the command has printed `started`.
@@ -1477,4 +1539,84 @@ async fn copy_mode_refuses_a_review_by_capability_before_anything_is_made() {
     assert!(o.changes.is_none() && !ws.join("x.txt").exists());
     drop(b);
     assert_clean();
+}
+
+#[tokio::test]
+async fn a_read_path_named_through_a_host_symlink_shows_its_target_at_the_name() {
+    let _g = SERIAL.lock().await;
+    let (_d, ws, _) = bind_dir();
+    let (_o, other) = dir();
+    std::fs::create_dir(other.join("real")).unwrap();
+    std::fs::write(other.join("real/f"), "through the link\n").unwrap();
+    std::os::unix::fs::symlink("real", other.join("link")).unwrap();
+    let link = other.join("link");
+    for mode in [WorkspaceMode::Bind, WorkspaceMode::Copy] {
+        let mut opts = SandboxOpts::new(
+            &ws,
+            vec![
+                "/bin/busybox".to_string(),
+                "cat".into(),
+                link.join("f").display().to_string(),
+            ],
+        );
+        opts.read_only_paths = vec![link.clone()];
+        let o = run(&backend(mode), opts).await;
+        assert_eq!(o.status, Status::Exited { code: 0 }, "{mode:?}: {o:?}");
+        assert_eq!(o.stdout.text(), "through the link\n");
+        assert!(
+            o.policy
+                .notes
+                .iter()
+                .any(|n| n.starts_with(&format!("{}: a symlink on the host", link.display()))),
+            "{:?}",
+            o.policy.notes
+        );
+        assert_clean();
+    }
+}
+
+#[tokio::test]
+async fn an_image_whose_sbin_leads_under_a_handed_over_path_is_one_line_with_its_remedy() {
+    let _g = SERIAL.lock().await;
+    // `/sbin -> usr/sbin`, as on a merged-/usr host, and busybox.
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Symlink);
+    h.set_size(0);
+    h.set_mode(0o777);
+    b.append_link(&mut h, "sbin", "usr/sbin").unwrap();
+    let busybox = std::fs::read("/bin/busybox").unwrap();
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Regular);
+    h.set_size(busybox.len() as u64);
+    h.set_mode(0o755);
+    b.append_data(&mut h, "bin/busybox", &busybox[..]).unwrap();
+    let archive = b.into_inner().unwrap();
+    let tag = "sandbox-docker-test-sbin-link:latest";
+    let mut import = std::process::Command::new("docker")
+        .args(["import", "-", tag])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut import.stdin.take().unwrap(), &archive).unwrap();
+    assert!(import.wait().unwrap().success());
+
+    let (_d, ws, _) = bind_dir();
+    let backend = DockerBackend::new(DockerConfig::new(tag)).unwrap();
+    let mut opts = SandboxOpts::new(&ws, ["/bin/busybox", "true"]);
+    opts.read_only_paths = vec!["/usr".into()];
+    let e = backend.sandbox().execute(opts).await.unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, SandboxError::Unavailable { .. }), "{text}");
+    assert!(!text.contains("shim") && !text.contains('\n'), "{text}");
+    assert!(
+        text.contains("/sbin/docker-init") && text.contains("--read /usr"),
+        "{text}"
+    );
+    drop(backend);
+    assert_clean();
+    let _ = std::process::Command::new("docker")
+        .args(["rmi", tag])
+        .output();
 }

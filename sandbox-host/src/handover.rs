@@ -223,6 +223,10 @@ impl Enter {
 // `setresuid` on C strings and descriptors prepared before the fork; iterating slices
 // allocated before it allocates nothing; errors are raw errnos.
 unsafe impl PreExec for Enter {
+    fn name(&self) -> &'static str {
+        "enter the hand-over"
+    }
+
     fn pre_exec(&self) -> io::Result<()> {
         let check = |r: libc::c_long| {
             if r < 0 {

@@ -487,6 +487,10 @@ impl InstallNotifying {
 // listed async-signal-safe); the message and its control buffer live on the stack, the
 // program was compiled before the fork and is kept alive by the Arc. Nothing allocates.
 unsafe impl PreExec for InstallNotifying {
+    fn name(&self) -> &'static str {
+        "seccomp filter (notifying)"
+    }
+
     fn pre_exec(&self) -> io::Result<()> {
         use std::os::fd::AsRawFd;
         let prog = libc::sock_fprog {
@@ -546,6 +550,10 @@ pub struct InstallSeccomp(Arc<SeccompProgram>);
 // SAFETY: `install` is async-signal-safe (its docs), on a program compiled before the fork
 // and kept alive by the Arc.
 unsafe impl PreExec for InstallSeccomp {
+    fn name(&self) -> &'static str {
+        "seccomp filter"
+    }
+
     fn pre_exec(&self) -> io::Result<()> {
         install(&self.0.program)
     }

@@ -277,6 +277,10 @@ impl Namespaces {
 // SAFETY: only the system calls the module docs list, on C strings, byte buffers and
 // fixed-size arrays prepared before the fork; errors are raw errnos.
 unsafe impl PreExec for Namespaces {
+    fn name(&self) -> &'static str {
+        "namespaces"
+    }
+
     fn pre_exec(&self) -> io::Result<()> {
         let mut flags = 0;
         // SAFETY: a plain query.
@@ -631,6 +635,10 @@ pub(crate) struct ProcessLimit(pub libc::rlim_t);
 
 // SAFETY: one `setrlimit` on a stack value.
 unsafe impl PreExec for ProcessLimit {
+    fn name(&self) -> &'static str {
+        "process limit"
+    }
+
     fn pre_exec(&self) -> io::Result<()> {
         let lim = libc::rlimit {
             rlim_cur: self.0,
@@ -685,6 +693,10 @@ pub(crate) struct DropCapabilities {
 // SAFETY: `prctl`, `setgroups`, `setresgid`, `setresuid`, `capset` and `capget` on stack
 // values; errors are raw errnos.
 unsafe impl PreExec for DropCapabilities {
+    fn name(&self) -> &'static str {
+        "drop capabilities"
+    }
+
     fn pre_exec(&self) -> io::Result<()> {
         // SAFETY: prctl/capset/capget on stack values (module docs).
         unsafe {
@@ -766,6 +778,10 @@ const PROC_ACCESS: u64 = (1 << 2) | (1 << 3);
 // descriptors opened before the fork and stack values; iterating a slice allocated before
 // the fork allocates nothing.
 unsafe impl PreExec for RestrictSelf {
+    fn name(&self) -> &'static str {
+        "landlock"
+    }
+
     fn pre_exec(&self) -> io::Result<()> {
         // SAFETY: system calls on descriptors opened before the fork; iterating a slice
         // allocated before the fork allocates nothing.
@@ -838,6 +854,10 @@ pub(crate) struct RulesOnLayer {
 // prepared before the fork; iterating a slice allocated before it allocates nothing;
 // errors are raw errnos.
 unsafe impl PreExec for RulesOnLayer {
+    fn name(&self) -> &'static str {
+        "landlock on the layer"
+    }
+
     fn pre_exec(&self) -> io::Result<()> {
         for (path, access) in &self.rules {
             // SAFETY: open/landlock_add_rule/close on a C string and a stack attribute
@@ -1086,6 +1106,10 @@ mod tests {
         struct Both(Namespaces, DropCapabilities);
         // SAFETY: runs two steps that are each async-signal-safe, in turn.
         unsafe impl PreExec for Both {
+            fn name(&self) -> &'static str {
+                "both"
+            }
+
             fn pre_exec(&self) -> io::Result<()> {
                 self.0.pre_exec()?;
                 self.1.pre_exec()

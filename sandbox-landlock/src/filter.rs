@@ -96,6 +96,10 @@ pub(crate) struct InstallFilter(pub Arc<BpfProgram>);
 // program compiled before the fork and kept alive by the Arc. It sets `no_new_privs`
 // again after the restrict step: that costs nothing and keeps this step correct alone.
 unsafe impl PreExec for InstallFilter {
+    fn name(&self) -> &'static str {
+        "seccomp filter"
+    }
+
     fn pre_exec(&self) -> io::Result<()> {
         sandbox_host::seccomp::install(&self.0)
     }

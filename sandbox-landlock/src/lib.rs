@@ -720,6 +720,48 @@ mod tests {
     use super::*;
     use std::fs;
 
+    /// The order of the steps between fork and exec, as `prepare` composes them for a
+    /// run with a door on `strict`: the namespaces first, then the door's listeners made in
+    /// the new network namespace (before anything restricts sockets), landlock before the
+    /// system-call filter, and the filter last (nothing after it could be refused its own
+    /// calls; the notifying one for denials comes after the plain one).
+    #[test]
+    fn the_steps_are_composed_in_the_order_their_rules_need() {
+        let b = LandlockBackend::new();
+        if b.host.ns.is_err() {
+            eprintln!("skipped: this host makes no namespaces ({:?})", b.host.ns);
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        let mut opts = SandboxOpts::new(ws.path(), ["true"]);
+        opts.network = NetworkMode::Proxy;
+        opts.allow_hosts = vec!["example.test".into()];
+        let plan = Plan::new(&opts, NAME, &Launcher::capability(&b)).unwrap();
+        let (sock, _host_end) = std::os::unix::net::UnixStream::pair().unwrap();
+        let door = DoorEnd {
+            sock: sock.into(),
+            ports: vec![sandbox_core::PROXY_PORT],
+        };
+        let launch = b.prepare(&plan, Some(door)).unwrap();
+        let names = launch.step_names();
+        let at = |n: &str| {
+            names
+                .iter()
+                .position(|s| s.starts_with(n))
+                .unwrap_or_else(|| panic!("no `{n}` step in {names:?}"))
+        };
+        assert_eq!(at("namespaces"), 0, "{names:?}");
+        assert!(at("send the door") > at("namespaces"), "{names:?}");
+        assert!(at("landlock") > at("send the door"), "{names:?}");
+        assert!(at("seccomp filter") > at("landlock"), "{names:?}");
+        assert!(
+            names[at("seccomp filter")..]
+                .iter()
+                .all(|s| s.starts_with("seccomp filter")),
+            "a step after the filters: {names:?}"
+        );
+    }
+
     /// This host's backend as it would be where no namespace can be made.
     fn without_namespaces() -> LandlockBackend {
         let mut host = Host::detect(&HostRecord::fresh(NAME));

@@ -209,6 +209,10 @@ async fn examine(info: &'static BackendInfo, config: &Config, is_root: bool) -> 
     let backend = match info.build(&own) {
         Ok(b) => b,
         Err(e) => {
+            if let Some(first) = engine_problem(info, &e).await {
+                report.set_problem(&first);
+                return report;
+            }
             report.set_problem(&e);
             return report;
         }
@@ -227,6 +231,25 @@ async fn examine(info: &'static BackendInfo, config: &Config, is_root: bool) -> 
     report
 }
 
+/// An image name no engine has: a backend that runs images is built with it when none was
+/// named, so that its preflight still says whether its engine can be reached at all.
+const NO_IMAGE: &str = "sandbox-doctor-no-image-named:absent";
+
+/// For a backend that runs images and was given none (`e` says so): what stops it before
+/// any image matters (an engine this user may not reach, one that cannot enforce the
+/// limits), which a person must hear first: "name an image" would send them after the
+/// wrong thing. `None` when only the image is missing.
+async fn engine_problem(info: &'static BackendInfo, e: &SandboxError) -> Option<SandboxError> {
+    if !info.needs_image() || !matches!(e, SandboxError::InvalidConfig { field: "image", .. }) {
+        return None;
+    }
+    let backend = info.build(&Config::with_image(NO_IMAGE)).ok()?;
+    match backend.sandbox().preflight().await {
+        Err(p) if !p.to_string().contains(NO_IMAGE) => Some(p),
+        _ => None,
+    }
+}
+
 /// The lanes that accept a default request from a backend with `cap`.
 fn default_lanes(name: &'static str, cap: &Capability, is_root: bool) -> Vec<Lane> {
     Lane::ALL
@@ -242,7 +265,9 @@ impl BackendReport {
                 self.checked = false;
                 (
                     "no container image named, and it runs every command in one".to_string(),
-                    "name an image the engine has: `sandbox doctor --image IMAGE`".to_string(),
+                    "name an image the engine has: `sandbox doctor --image IMAGE` (`sandbox \
+                     image --from-host` builds one of this host's system directories)"
+                        .to_string(),
                 )
             }
             SandboxError::Unavailable { reason, remedy, .. } => (reason.clone(), remedy.clone()),

@@ -10,8 +10,8 @@
 //! `Cargo.toml`).
 
 pub use sandbox_core::registry::{
-    AutoRank, BackendConfig, BackendInfo, BoxFuture, BuildImageFn, CostTargets, DirectArgsFn,
-    DirectFn, DirectRun, HostKey, HostObjects, ImageSupport,
+    AutoRank, BackendConfig, BackendInfo, BoxFuture, BuildFromHostFn, BuildImageFn, CostTargets,
+    DirectArgsFn, DirectFn, DirectRun, HostImage, HostKey, HostObjects, ImageSupport,
 };
 use sandbox_core::SandboxError;
 

@@ -10,7 +10,7 @@
 // Helpers of a test target panic on failure like the tests that call them.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -177,7 +177,7 @@ fn no_subcommand_is_125_and_help_is_0() {
 
 #[test]
 fn every_subcommand_help_explains_the_exit_statuses() {
-    for sub in ["run", "doctor", "completions"] {
+    for sub in ["run", "doctor", "image", "completions"] {
         let o = sandbox().args([sub, "--help"]).output().unwrap();
         let help = text(&o.stdout);
         assert!(help.contains("Exit status"), "{sub}: {help}");
@@ -408,6 +408,45 @@ fn doctor_reports_every_compiled_in_backend_in_json_and_text() {
     assert_eq!(code(&o), if confines { 0 } else { 1 }, "{human}");
 }
 
+/// A user who may not open the engine's socket hears that first, with its remedy, and not
+/// "no image named" (an image would not help them). Run as root, as uid 65534 without
+/// groups, where the engine's default socket is closed to others.
+#[test]
+fn doctor_names_an_engine_this_user_may_not_reach_before_a_missing_image() {
+    use std::os::unix::fs::MetadataExt;
+    let socket = Path::new("/var/run/docker.sock");
+    let closed = std::fs::metadata(socket).is_ok_and(|m| m.mode() & 0o006 == 0);
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
+    if !root || !closed || std::env::var_os("DOCKER_HOST").is_some() {
+        eprintln!("skipped: needs root and a default engine socket closed to others");
+        return;
+    }
+    let o = Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", BIN])
+        .args(["doctor", "--json"])
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let j: Value =
+        serde_json::from_slice(&o.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&o.stderr)));
+    let image_backends: Vec<&Value> = j["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["needs_image"] == true)
+        .collect();
+    for b in image_backends {
+        let problem = b["problem"].as_str().unwrap_or_default();
+        let remedy = b["remedy"].as_str().unwrap_or_default();
+        assert!(b["works"] == false && b["checked"] == true, "{b}");
+        assert!(
+            !problem.contains("no container image") && problem.contains("ermission denied"),
+            "{b}"
+        );
+        assert!(remedy.contains("group"), "{b}");
+    }
+}
+
 #[test]
 fn completions_are_printed_for_each_shell() {
     for shell in ["bash", "zsh", "fish"] {
@@ -607,6 +646,14 @@ fn not_found_is_127(backend: &str) {
     let err = text(&o.stderr);
     assert_eq!(code(&o), 127, "{err}");
     assert!(err.contains("definitely-not-a-program-xyz"), "{err}");
+    // In an image, the backend works and the image lacks the program: the remedy is an
+    // image that has it, never doctor (which says the backend works).
+    if capability(backend)["host_programs"] == false {
+        assert!(
+            err.contains("sandbox image --from-host") && !err.contains("sandbox doctor"),
+            "{err}"
+        );
+    }
 }
 
 fn not_executable_is_126(backend: &str) {
@@ -989,6 +1036,17 @@ fn doctor_prove_proves_the_backend(backend: &str) {
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {}", text(&o.stderr)));
     assert_eq!(j[0]["backend"], backend, "{j}");
     let info = sandbox::select::info(backend).unwrap();
+    // What it is doing, as it goes, on stderr: the backend it starts on, an image build.
+    let err = text(&o.stderr);
+    assert!(
+        err.contains(&format!("sandbox: {backend}: proving")),
+        "{err}"
+    );
+    assert_eq!(
+        err.contains("building the probe image"),
+        info.image.is_some() && !info.unconfined,
+        "{err}"
+    );
     if info.unconfined {
         assert_eq!(code(&o), 1, "{j}");
         assert_eq!(j[0]["result"], "not_proved", "{j}");
@@ -1045,6 +1103,689 @@ fn doctor_prove_proves_the_backend(backend: &str) {
     }
 }
 
+/// Host files and directories under `/etc` an unprivileged user may not read (by mode).
+fn unreadable_by_others(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    use std::os::unix::fs::MetadataExt;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let m = std::fs::symlink_metadata(e.path()).unwrap();
+        let others = m.mode() & 0o7;
+        if m.is_dir() && others & 0o5 == 0o5 {
+            unreadable_by_others(&e.path(), out);
+        } else if (m.is_dir() && others & 0o5 != 0o5) || (m.is_file() && others & 0o4 == 0) {
+            out.push(e.path());
+        }
+    }
+}
+
+/// `sandbox image --from-host` builds an image of the host's system directories on the
+/// engine of a backend that runs images: the engine's export of it (read from here) holds
+/// the host's `/etc` and `/usr`, `/bin` and `/sbin` as the host has them (links kept), no
+/// home, and no file or directory others may not read (each one the host has under `/etc`
+/// checked absent by name); a command runs in it through the backend, as the host's own
+/// programs. A second build of the same host keeps the image.
+fn an_image_from_the_host_holds_no_file_others_cannot_read(backend: &str) {
+    if sandbox::select::info(backend).unwrap().image.is_none() {
+        eprintln!("skipped: {backend} runs no image");
+        return;
+    }
+    let tag = "sandbox-host:latest";
+    let ws = workspace();
+    let o = run_in(ws.path(), &["image", "--from-host", "--tag", tag]);
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), 0, "{err}");
+    assert!(err.contains(&format!("--image {tag}")), "{err}");
+    let mut hidden = Vec::new();
+    unreadable_by_others(Path::new("/etc"), &mut hidden);
+    assert!(
+        hidden.iter().any(|p| p == Path::new("/etc/shadow")),
+        "the host has no /etc/shadow others cannot read: {hidden:?}"
+    );
+
+    // The image's filesystem, as the engine exports a container of it.
+    let created = Command::new("docker")
+        .args(["create", tag, "/bin/true"])
+        .output()
+        .unwrap();
+    assert!(created.status.success(), "{}", text(&created.stderr));
+    let id = text(&created.stdout).trim().to_string();
+    let mut export = Command::new("docker")
+        .args(["export", &id])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut entries = std::collections::BTreeMap::new();
+    for e in tar::Archive::new(export.stdout.take().unwrap())
+        .entries()
+        .unwrap()
+    {
+        let e = e.unwrap();
+        let path = e.path().unwrap().display().to_string();
+        let link = e.link_name().unwrap().map(|l| l.display().to_string());
+        let h = e.header();
+        entries.insert(
+            path.trim_end_matches('/').to_string(),
+            (h.entry_type(), h.mode().unwrap(), link),
+        );
+    }
+    assert!(export.wait().unwrap().success());
+    let _ = Command::new("docker").args(["rm", "-f", &id]).output();
+
+    for p in &hidden {
+        let rel = p.strip_prefix("/").unwrap().display().to_string();
+        assert!(!entries.contains_key(&rel), "{rel} is in the image");
+    }
+    for (path, (ty, mode, _)) in &entries {
+        if ty.is_file() {
+            assert!(
+                mode & 0o004 != 0,
+                "{path} ({mode:o}) is not readable by others"
+            );
+            assert!(mode & 0o6000 == 0, "{path} ({mode:o}) keeps a set-id bit");
+        }
+        if ty.is_dir() {
+            assert!(
+                mode & 0o005 == 0o005,
+                "{path} ({mode:o}) is closed to others"
+            );
+        }
+        assert!(
+            !path.starts_with("home/") && !path.starts_with("root/"),
+            "{path}: a home in the image"
+        );
+    }
+    for top in ["bin", "sbin", "lib"] {
+        let host = std::fs::read_link(Path::new("/").join(top)).ok();
+        let image = entries.get(top).and_then(|e| e.2.clone());
+        assert_eq!(
+            image.map(std::path::PathBuf::from),
+            host,
+            "/{top} is not as the host has it"
+        );
+    }
+    assert!(entries.contains_key("etc/passwd") && entries.contains_key("usr/bin/env"));
+
+    // A command runs in it through the backend: the host's own shell and files.
+    let mut args: Vec<String> = vec!["run".into()];
+    args.extend(backend_flags(backend));
+    let at = args.iter().position(|f| f == "--image").unwrap() + 1;
+    args[at] = tag.into();
+    args.extend(
+        [
+            "--",
+            "sh",
+            "-c",
+            "test ! -e /etc/shadow && cat /etc/os-release",
+        ]
+        .map(String::from),
+    );
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let o = run_in(ws.path(), &args);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stdout),
+        std::fs::read_to_string("/etc/os-release").unwrap()
+    );
+
+    let o = run_in(ws.path(), &["image", "--from-host", "--tag", tag]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("up to date"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// The change set's review: what a person reads before applying it.
+
+/// Whether `backend` makes a change layer here; a printed reason when not.
+fn reviews_changes(backend: &str) -> bool {
+    if !capability(backend)["change_layer"].is_null() {
+        return true;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: backend {backend} has no change layer (its capability), and this case \
+         reviews a change set"
+    );
+    false
+}
+
+/// `sandbox ARGS` in `dir` with its stdout and stderr on a terminal of its own (a pty) and
+/// stdin /dev/null: what a person sees. Its exit status and every byte the terminal got.
+fn run_on_terminal(dir: &Path, args: &[&str]) -> (i32, Vec<u8>) {
+    use std::ffi::CStr;
+    use std::io::Read;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::fs::OpenOptionsExt;
+
+    // SAFETY: posix_openpt takes no pointers; the descriptor it returns is owned below.
+    let raw = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC) };
+    assert!(
+        raw >= 0,
+        "posix_openpt: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: `raw` is a new descriptor nothing else owns.
+    let master = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut name = [0 as libc::c_char; 128];
+    // SAFETY: calls on our own descriptor; `name` is a buffer of the length given, which
+    // ptsname_r terminates with a NUL.
+    let peer = unsafe {
+        assert_eq!(libc::grantpt(master.as_raw_fd()), 0);
+        assert_eq!(libc::unlockpt(master.as_raw_fd()), 0);
+        assert_eq!(
+            libc::ptsname_r(master.as_raw_fd(), name.as_mut_ptr(), name.len()),
+            0
+        );
+        CStr::from_ptr(name.as_ptr()).to_str().unwrap().to_string()
+    };
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOCTTY)
+        .open(&peer)
+        .unwrap();
+    let mut child = sandbox()
+        .current_dir(dir)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(slave.try_clone().unwrap())
+        .stderr(slave)
+        .spawn()
+        .unwrap();
+    // The command (dropped above) held our copies of the terminal's peer: once `sandbox`
+    // exits, a read gets EIO.
+    let mut reader = std::fs::File::from(master);
+    let collect = std::thread::spawn(move || {
+        let mut all = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) | Err(_) => break all,
+                Ok(n) => all.extend_from_slice(&buf[..n]),
+            }
+        }
+    });
+    let status = child.wait().unwrap();
+    (status.code().unwrap(), collect.join().unwrap())
+}
+
+/// A file name and a line the command chose, each holding escape sequences that would
+/// erase the line above and move the cursor up.
+const FORGED_NAME: &str = "n\x1b[2K\x1b[1A.txt";
+const FORGED_LINE: &str = "x\x1b[2K\x1b[1Ay";
+/// A name with a line break, spelling a summary entry of its own.
+const FORGED_ENTRY: &str = "m\n fake.txt | +1 B (added)";
+
+/// The review printed on a terminal shows a name and a diff line the command filled with
+/// escape sequences escaped (no ESC byte reaches the terminal); output that is not a
+/// terminal keeps them raw.
+fn the_review_on_a_terminal_escapes_what_the_command_wrote(backend: &str) {
+    if !reviews_changes(backend) {
+        return;
+    }
+    let ws = workspace();
+    let flags = backend_flags(backend);
+    let mut args: Vec<&str> = vec!["run"];
+    args.extend(flags.iter().map(String::as_str));
+    args.extend([
+        "--changes",
+        "ask",
+        "--changes-diff",
+        "--",
+        "sh",
+        "-c",
+        "printf '%s\\n' \"$2\" > \"$1\"; : > \"$3\"",
+        "sh",
+        FORGED_NAME,
+        FORGED_LINE,
+        FORGED_ENTRY,
+    ]);
+    let (status, seen) = run_on_terminal(ws.path(), &args);
+    let shown = text(&seen);
+    assert_eq!(status, 0, "{shown}");
+    assert!(
+        shown.contains("no terminal to ask on"),
+        "the review did not run: {shown}"
+    );
+    assert!(
+        !seen.contains(&0x1b),
+        "an ESC byte reached the terminal: {shown:?}"
+    );
+    assert!(shown.contains("n\\x1b[2K\\x1b[1A.txt"), "{shown:?}");
+    assert!(shown.contains("+x\\x1b[2K\\x1b[1Ay"), "{shown:?}");
+    assert!(
+        !shown.lines().any(|l| l.starts_with(" fake.txt")),
+        "a name started a line of its own: {shown:?}"
+    );
+    assert!(shown.contains("m\\n fake.txt"), "{shown:?}");
+
+    // Not a terminal: the bytes as the command wrote them.
+    let o = run_in(ws.path(), &args);
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), 0, "{err}");
+    assert!(err.contains(&format!("+{FORGED_LINE}")), "{err:?}");
+    assert!(!ws.path().join(FORGED_NAME).exists(), "nothing was applied");
+}
+
+/// Makes `dir` a git repository, as a person's checkout is before the run.
+fn git_init(dir: &Path) {
+    let o = Command::new("git")
+        .args(["init", "-q"])
+        .arg(dir)
+        .output()
+        .expect("git runs");
+    assert!(o.status.success(), "git init: {}", text(&o.stderr));
+}
+
+/// In a repository that existed before the run, the command cannot write the hooks or the
+/// config of the repository, of a submodule's repository under `.git/modules` or of a
+/// nested repository (checked from the host), while the rest of the workspace (and of
+/// `.git`) stays writable; `--writable-git` lets it.
+fn a_repository_s_hooks_and_config_are_read_only(backend: &str) {
+    if !confines(backend) {
+        return;
+    }
+    let ws = workspace();
+    let w = ws.path();
+    git_init(w);
+    git_init(&w.join("nested"));
+    std::fs::create_dir_all(w.join(".git/modules/sub/hooks")).unwrap();
+    std::fs::write(w.join(".git/modules/sub/config"), "[core]\n").unwrap();
+    std::fs::write(w.join(".git/modules/sub/HEAD"), "ref: refs/heads/main\n").unwrap();
+    let config = std::fs::read(w.join(".git/config")).unwrap();
+    let script = "for f in .git/hooks/pre-commit .git/modules/sub/hooks/pre-commit \
+                  nested/.git/hooks/pre-commit; do \
+                    echo 'echo pwned' > $f 2>/dev/null && echo wrote $f; done; \
+                  echo '[core] fsmonitor = evil' >> .git/config 2>/dev/null && echo wrote config; \
+                  echo '[core] fsmonitor = evil' >> .git/info/attributes 2>/dev/null && echo wrote info; \
+                  echo ok > .git/FETCH_HEAD && echo ok > file.txt";
+    let o = run_with(backend, w, &[], &["sh", "-c", script]);
+    let out = text(&o.stdout);
+    assert_eq!(code(&o), 0, "{out}{}", text(&o.stderr));
+    for hook in [
+        ".git/hooks/pre-commit",
+        ".git/modules/sub/hooks/pre-commit",
+        "nested/.git/hooks/pre-commit",
+    ] {
+        assert!(!w.join(hook).exists(), "the command planted {hook}: {out}");
+    }
+    assert_eq!(
+        std::fs::read(w.join(".git/config")).unwrap(),
+        config,
+        "{out}"
+    );
+    assert!(!w.join(".git/info/attributes").exists(), "{out}");
+    assert_eq!(std::fs::read_to_string(w.join("file.txt")).unwrap(), "ok\n");
+    assert_eq!(
+        std::fs::read_to_string(w.join(".git/FETCH_HEAD")).unwrap(),
+        "ok\n",
+        "the rest of .git stays writable (git commit works)"
+    );
+
+    // The same through a change layer: nothing under the carve-outs reaches the change set.
+    if !capability(backend)["change_layer"].is_null() {
+        let o = run_with(backend, w, &["--changes", "apply"], &["sh", "-c", script]);
+        assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+        assert!(
+            !w.join(".git/hooks/pre-commit").exists(),
+            "{}",
+            text(&o.stdout)
+        );
+        assert_eq!(std::fs::read(w.join(".git/config")).unwrap(), config);
+    }
+
+    // Without a hooks directory, creating one would plant a hook: the whole `.git` is
+    // read-only, and stderr says so with the remedy.
+    let bare = workspace();
+    git_init(bare.path());
+    std::fs::remove_dir_all(bare.path().join(".git/hooks")).unwrap();
+    let o = run_with(
+        backend,
+        bare.path(),
+        &[],
+        &[
+            "sh",
+            "-c",
+            "mkdir .git/hooks && echo 'echo pwned' > .git/hooks/pre-commit",
+        ],
+    );
+    assert_ne!(code(&o), 0, "{}", text(&o.stderr));
+    assert!(!bare.path().join(".git/hooks").exists());
+    assert!(
+        text(&o.stderr).contains("read-only as a whole"),
+        "{}",
+        text(&o.stderr)
+    );
+
+    let o = run_with(
+        backend,
+        w,
+        &["--writable-git"],
+        &["sh", "-c", "echo 'echo hi' > .git/hooks/pre-commit"],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert!(w.join(".git/hooks/pre-commit").exists());
+}
+
+/// The whole review as text that is not a terminal (stderr piped), the summary and the
+/// diff, from `sandbox run --changes discard --changes-diff --json` in `ws`; and the JSON.
+fn reviewed(backend: &str, ws: &Path, argv: &[&str]) -> (String, Value) {
+    let o = run_with(
+        backend,
+        ws,
+        &["--changes", "discard", "--changes-diff", "--json"],
+        argv,
+    );
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), 0, "{err}");
+    (err, json_of(&o))
+}
+
+/// The diff between the first `diff --git` and the next line of `sandbox`'s own.
+fn patch_of(review: &str) -> String {
+    let start = review
+        .find("diff --git ")
+        .unwrap_or_else(|| panic!("no diff: {review}"));
+    review[start..]
+        .lines()
+        .take_while(|l| !l.starts_with("sandbox: "))
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+fn git_apply(ws: &Path, patch: &Path, check: bool) -> Output {
+    let mut cmd = Command::new("git");
+    cmd.current_dir(ws).arg("apply");
+    if check {
+        cmd.arg("--check");
+    }
+    cmd.arg(patch).output().expect("git runs")
+}
+
+/// `--changes discard --changes-diff` prints the summary and a diff `git apply` takes
+/// (added and deleted files against /dev/null, mode changes, a symlink, names git quotes),
+/// and `--json` carries the change set; the patch applied by hand makes what the command
+/// made.
+fn the_diff_is_a_patch_git_applies(backend: &str) {
+    if !reviews_changes(backend) {
+        return;
+    }
+    let ws = workspace();
+    let w = ws.path();
+    std::fs::write(w.join("a.txt"), "one\ntwo\nthree\n").unwrap();
+    std::fs::write(w.join("old.txt"), "going\n").unwrap();
+    std::fs::write(w.join("run.sh"), "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(w.join("run.sh"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let script = "printf 'one\\n2\\nthree\\n' > a.txt; rm old.txt; chmod 755 run.sh; \
+                  echo new > new.txt; printf 'no newline' > 'q\"uo te.txt'; \
+                  printf 'tab\\n' > \"$(printf 't\\tab.txt')\"; : > empty.txt; \
+                  ln -s a.txt link; mkdir d; echo in > d/f.txt";
+    let (review, j) = reviewed(backend, w, &["sh", "-c", script]);
+    assert!(
+        review.contains("changes discarded"),
+        "a summary line on discard: {review}"
+    );
+    assert!(review.contains(" new.txt "), "{review}");
+    let paths: Vec<&str> = j["changes"]["changes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("--json has the change set on discard: {j}"))
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert!(
+        paths.contains(&"new.txt") && paths.contains(&"old.txt"),
+        "{j}"
+    );
+    assert_eq!(j["changes_settled"]["applied"], false, "{j}");
+
+    let patch = patch_of(&review);
+    assert!(patch.contains("--- /dev/null\n+++ b/new.txt"), "{patch}");
+    assert!(patch.contains("--- a/old.txt\n+++ /dev/null"), "{patch}");
+    assert!(
+        patch.contains("old mode 100644\nnew mode 100755"),
+        "{patch}"
+    );
+    assert!(
+        patch.contains("\"b/t\\tab.txt\""),
+        "git quotes a tab: {patch}"
+    );
+    let file = w.join("../review.patch");
+    std::fs::write(&file, &patch).unwrap();
+    let check = git_apply(w, &file, true);
+    assert!(
+        check.status.success(),
+        "git apply --check: {}\n{patch}",
+        text(&check.stderr)
+    );
+    let applied = git_apply(w, &file, false);
+    assert!(applied.status.success(), "{}", text(&applied.stderr));
+    let read = |p: &str| std::fs::read_to_string(w.join(p)).unwrap();
+    assert_eq!(read("a.txt"), "one\n2\nthree\n");
+    assert!(!w.join("old.txt").exists());
+    assert_eq!(
+        std::fs::metadata(w.join("run.sh"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o111,
+        0o111
+    );
+    assert_eq!(read("new.txt"), "new\n");
+    assert_eq!(read("q\"uo te.txt"), "no newline");
+    assert_eq!(read("t\tab.txt"), "tab\n");
+    assert_eq!(read("empty.txt"), "");
+    assert_eq!(read("d/f.txt"), "in\n");
+    assert_eq!(
+        std::fs::read_link(w.join("link")).unwrap(),
+        Path::new("a.txt")
+    );
+    let _ = std::fs::remove_file(file);
+}
+
+/// On a terminal the diff is streamed file by file up to a cap: past it, how many files
+/// were left out and the path of the complete patch, which `git apply` takes. Not on a
+/// terminal, the whole diff.
+fn a_long_diff_on_a_terminal_is_capped_and_kept_whole_in_a_patch(backend: &str) {
+    if !reviews_changes(backend) {
+        return;
+    }
+    let ws = workspace();
+    let w = ws.path();
+    // 64 files of 16 KiB each: 1 MiB of diff.
+    let script = "i=0; while [ $i -lt 64 ]; do \
+                    awk -v n=$i 'BEGIN { for (l = 0; l < 1024; l++) printf \"file %d line %08d\\n\", n, l }' > f$i.txt; \
+                    i=$((i+1)); done";
+    let flags = backend_flags(backend);
+    let mut args: Vec<&str> = vec!["run"];
+    args.extend(flags.iter().map(String::as_str));
+    args.extend([
+        "--changes",
+        "ask",
+        "--changes-diff",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]);
+    let (status, seen) = run_on_terminal(w, &args);
+    let shown = text(&seen);
+    assert_eq!(status, 0, "{}", &shown[shown.len().saturating_sub(2000)..]);
+    assert!(
+        seen.len() < 512 * 1024,
+        "the terminal got {} bytes",
+        seen.len()
+    );
+    let line = shown
+        .lines()
+        .find(|l| l.contains("left out of the diff"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no line saying what was left out: {}",
+                &shown[shown.len().saturating_sub(2000)..]
+            )
+        });
+    let patch = line
+        .split_whitespace()
+        .find(|w| w.ends_with(".patch"))
+        .unwrap_or_else(|| panic!("no patch path: {line}"));
+    let patch = Path::new(patch.trim_end_matches([',', ';', ')']));
+    let whole = std::fs::read_to_string(patch).unwrap();
+    assert_eq!(whole.matches("diff --git ").count(), 64, "{line}");
+    let check = git_apply(w, patch, true);
+    assert!(check.status.success(), "{}", text(&check.stderr));
+    let _ = std::fs::remove_file(patch);
+
+    let o = run_in(w, &args);
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), 0, "{err}");
+    assert_eq!(err.matches("diff --git ").count(), 64);
+    assert!(!err.contains("left out"));
+}
+
+/// A change set that conflicts with the user's edit (made while the command ran) is kept
+/// as a patch whose path is printed; the conflict names only the file the user changed;
+/// `--changes-force` writes it over the edit.
+fn a_conflict_keeps_a_patch_and_force_applies(backend: &str) {
+    if !reviews_changes(backend) {
+        return;
+    }
+    for force in [false, true] {
+        let ws = workspace();
+        let w = ws.path();
+        std::fs::write(w.join("a.txt"), "one\n").unwrap();
+        std::fs::write(w.join("b.txt"), "bee\n").unwrap();
+        let go = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(go.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let go_s = go.path().to_str().unwrap().to_string();
+        let script = format!(
+            "echo cmd >> a.txt; echo new > c.txt; echo ready; \
+             while [ ! -e {go_s}/go ]; do sleep 0.05; done"
+        );
+        let flags = backend_flags(backend);
+        let mut args: Vec<&str> = vec!["run"];
+        args.extend(flags.iter().map(String::as_str));
+        args.extend(["--read", &go_s, "--changes", "apply"]);
+        if force {
+            args.push("--changes-force");
+        }
+        args.extend(["--", "sh", "-c", &script]);
+        let mut child = sandbox()
+            .current_dir(w)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "ready\n");
+        // The user's edit, while the command runs.
+        std::fs::write(w.join("a.txt"), "user\n").unwrap();
+        std::fs::write(go.path().join("go"), "").unwrap();
+        let o = child.wait_with_output().unwrap();
+        let err = text(&o.stderr);
+        if force {
+            assert_eq!(code(&o), 0, "{err}");
+            assert_eq!(
+                std::fs::read_to_string(w.join("a.txt")).unwrap(),
+                "one\ncmd\n"
+            );
+            assert_eq!(std::fs::read_to_string(w.join("c.txt")).unwrap(), "new\n");
+            continue;
+        }
+        assert_eq!(code(&o), 125, "{err}");
+        let conflict = err
+            .lines()
+            .find(|l| l.contains("conflict"))
+            .unwrap_or_else(|| panic!("{err}"));
+        assert!(conflict.contains("a.txt"), "{conflict}");
+        assert!(
+            !conflict.contains("b.txt") && !conflict.contains("c.txt"),
+            "names a file the user did not change: {conflict}"
+        );
+        assert_eq!(std::fs::read_to_string(w.join("a.txt")).unwrap(), "user\n");
+        assert!(!w.join("c.txt").exists());
+        let kept = err
+            .split_whitespace()
+            .find(|w| w.ends_with(".patch"))
+            .unwrap_or_else(|| panic!("no patch path printed: {err}"));
+        let patch = std::fs::read_to_string(kept).unwrap();
+        assert!(
+            patch.contains("+++ b/c.txt") && patch.contains("+cmd"),
+            "{patch}"
+        );
+        let _ = std::fs::remove_file(kept);
+    }
+}
+
+/// A host name the command asked the proxy for (SOCKS5 takes any bytes), holding escape
+/// sequences, is escaped in the line that says it was denied, on a terminal.
+fn a_denied_host_name_is_escaped_on_a_terminal(backend: &str) {
+    let cap = capability(backend);
+    if cap["host_programs"] != true || cap["network_proxy"]["kind"] != "exact" {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: backend {backend} runs no host python3 or enforces no proxy exactly (its \
+             capability), and this case asks the proxy from python3"
+        );
+        return;
+    }
+    let ws = workspace();
+    let script = "import socket\n\
+                  host = b'x\\x1b[2K\\x1b[1Ay.example'\n\
+                  s = socket.create_connection(('127.0.0.1', 3128))\n\
+                  s.sendall(b'\\x05\\x01\\x00'); s.recv(2)\n\
+                  s.sendall(b'\\x05\\x01\\x00\\x03' + bytes([len(host)]) + host + b'\\x01\\xbb')\n\
+                  s.recv(10)\n";
+    let flags = backend_flags(backend);
+    let mut args: Vec<&str> = vec!["run"];
+    args.extend(flags.iter().map(String::as_str));
+    args.extend(["--allow-host", "example.com", "--", "python3", "-c", script]);
+    let (status, seen) = run_on_terminal(ws.path(), &args);
+    let shown = text(&seen);
+    assert_eq!(status, 0, "{shown}");
+    assert!(
+        shown.contains("denied connect to x\\x1b[2K\\x1b[1Ay.example"),
+        "{shown:?}"
+    );
+    assert!(
+        !seen.contains(&0x1b),
+        "an ESC byte reached the terminal: {shown:?}"
+    );
+}
+
+/// A file name that is not UTF-8 (the command's choice) cannot make `--json` unwritable:
+/// the change set is there, the name written lossily with its exact bytes beside it.
+fn a_name_that_is_not_utf8_is_in_the_json_outcome(backend: &str) {
+    if !reviews_changes(backend) {
+        return;
+    }
+    let ws = workspace();
+    let o = run_with(
+        backend,
+        ws.path(),
+        &["--changes", "discard", "--json"],
+        &["sh", "-c", "touch \"$(printf 'bad\\377name')\""],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let j = json_of(&o);
+    let c = &j["changes"]["changes"][0];
+    assert_eq!(c["path"], "bad\u{fffd}name", "{j}");
+    let bytes: Vec<u64> = c["path_bytes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{j}"))
+        .iter()
+        .map(|b| b.as_u64().unwrap())
+        .collect();
+    assert_eq!(bytes, b"bad\xffname".map(u64::from), "{j}");
+}
+
 macro_rules! backend_cases {
     ($module:ident, $feature:literal) => {
         #[cfg(feature = $feature)]
@@ -1073,8 +1814,16 @@ macro_rules! backend_cases {
             case!(interrupting_sandbox_kills_the_tree_and_exits_128_plus_n);
             case!(a_reader_that_goes_away_ends_the_program_as_sigpipe_would);
             case!(changes_are_asked_applied_or_refused);
+            case!(the_review_on_a_terminal_escapes_what_the_command_wrote);
+            case!(a_repository_s_hooks_and_config_are_read_only);
+            case!(the_diff_is_a_patch_git_applies);
+            case!(a_long_diff_on_a_terminal_is_capped_and_kept_whole_in_a_patch);
+            case!(a_conflict_keeps_a_patch_and_force_applies);
+            case!(a_denied_host_name_is_escaped_on_a_terminal);
+            case!(a_name_that_is_not_utf8_is_in_the_json_outcome);
             case!(allow_host_reaches_the_allowlist_and_prints_each_denied_attempt);
             case!(doctor_prove_proves_the_backend);
+            case!(an_image_from_the_host_holds_no_file_others_cannot_read);
         }
     };
 }

@@ -1064,3 +1064,71 @@ fn a_record_that_claims_namespaces_where_they_fail_fails_closed() {
     }
     println!("inner checks passed for: {}", checked.join(", "));
 }
+
+/// The sandbox's own state (`~/.cache/sandbox`: the start-up cache and the host facts the
+/// next run starts from) stays read-only to the command inside a grant that holds it, the
+/// workspace being `$HOME` or `--write ~/.cache`; the rest of the grant stays writable.
+#[test]
+fn the_sandboxs_own_state_stays_read_only_inside_a_grant_that_holds_it() {
+    for b in strict_host_backends() {
+        if !support::confines(b) {
+            continue;
+        }
+        let home = workspace();
+        let h = home.path().canonicalize().unwrap();
+        let state = h.join(".cache").join("sandbox");
+        let elsewhere = workspace();
+        let cache_grant = h.join(".cache").display().to_string();
+        let cases: [(&str, &Path, Vec<&str>); 2] = [
+            ("a workspace of $HOME", &h, vec![]),
+            (
+                "--write ~/.cache",
+                elsewhere.path(),
+                vec!["--write", &cache_grant],
+            ),
+        ];
+        for (what, ws, extra) in cases {
+            let mut cmd = Command::new(BIN);
+            cmd.current_dir(ws)
+                .env("HOME", &h)
+                .env_remove("XDG_CACHE_HOME")
+                .stdin(Stdio::null())
+                .arg("run")
+                .args(support::backend_flags(b))
+                .args(["--workspace", ws.to_str().unwrap()])
+                .args(&extra)
+                .args([
+                    "--",
+                    "sh",
+                    "-c",
+                    "echo forged > \"$1/facts-v1.json\"; echo planted > \"$1/new\"; \
+                     echo ok > \"$2/other.txt\"; exit 0",
+                    "sh",
+                ])
+                .arg(&state)
+                .arg(state.parent().unwrap());
+            let o = cmd.output().unwrap();
+            let err = text(&o.stderr);
+            assert_eq!(o.status.code(), Some(0), "{b}, {what}: {err}");
+            assert!(
+                state.is_dir(),
+                "{b}, {what}: the command-line tool did not make its state directory"
+            );
+            let facts = fs::read_to_string(state.join("facts-v1.json")).unwrap_or_default();
+            assert!(
+                !facts.contains("forged"),
+                "{b}, {what}: the command wrote the host facts"
+            );
+            assert!(
+                !state.join("new").exists(),
+                "{b}, {what}: the command planted a file in the sandbox's state"
+            );
+            assert_eq!(
+                fs::read_to_string(state.parent().unwrap().join("other.txt")).ok(),
+                Some("ok\n".into()),
+                "{b}, {what}: the rest of the grant was not writable: {err}"
+            );
+            let _ = fs::remove_file(state.parent().unwrap().join("other.txt"));
+        }
+    }
+}

@@ -385,6 +385,8 @@ pub fn cases() -> Vec<Case> {
         case!(changes::lists_exactly_what_changed, change_layer),
         case!(changes::apply_matches_the_command_view, change_layer),
         case!(changes::apply_refuses_escapes, change_layer),
+        case!(changes::apply_resolves_links_physically, change_layer),
+        case!(changes::apply_is_all_or_nothing, change_layer),
         case!(changes::conflict_detected, change_layer),
         case!(fs::reads_outside_denied, confine_reads, confinement),
         case!(fs::writes_outside_denied, confine_writes, confinement),

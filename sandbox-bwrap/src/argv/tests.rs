@@ -365,6 +365,29 @@ fn carveouts_are_read_only_on_top_of_the_workspace() {
 }
 
 #[test]
+fn the_directories_on_the_way_to_a_carveout_are_pinned_by_a_bind_onto_themselves() {
+    let ws = Ws::new();
+    let hooks = ws.sub("vendor/lib/.git/hooks");
+    let mut o = ws.opts();
+    o.readonly_carveouts = vec!["vendor/lib/.git/hooks".into()];
+    let ops = parse(&args_of(&plan(&o), &merged()));
+    let w = position(&ops, "--bind", &[s(&ws.path()), s(&ws.path())]).unwrap();
+    let mut last = w;
+    for d in ["vendor", "vendor/lib", "vendor/lib/.git"] {
+        let d = ws.path().join(d);
+        let at = position(&ops, "--bind", &[s(&d), s(&d)])
+            .unwrap_or_else(|| panic!("{} is not pinned", d.display()));
+        assert!(last < at, "{} before its parent", d.display());
+        last = at;
+    }
+    let c = position(&ops, "--ro-bind", &[s(&hooks), s(&hooks)]).unwrap();
+    assert!(
+        last < c,
+        "the carve-out goes on top of the pinned directories"
+    );
+}
+
+#[test]
 fn nested_paths_land_on_top_of_their_parent_whichever_list_they_came_from() {
     // A workspace inside a read-only path, a read-only path inside the workspace, a
     // writable path inside a read-only one.

@@ -89,8 +89,13 @@ pub(crate) fn layer_note(mechanism: LayerMechanism, changes: Changes) -> String 
 /// Scan `layer` on a blocking thread into the run's change set (which then holds it).
 pub(crate) async fn change_set(layer: Layer) -> Result<ChangeSet, SandboxError> {
     let scanned = tokio::task::spawn_blocking(move || {
-        super::scan::scan(&layer)
-            .map(|c| ChangeSet::new(Box::new(layer), c, super::layer::read_under))
+        super::scan::scan(&layer).map(|c| {
+            ChangeSet::new(
+                Box::new(super::Pending::new(layer)),
+                c,
+                super::layer::read_under,
+            )
+        })
     })
     .await;
     match scanned {

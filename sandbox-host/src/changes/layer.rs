@@ -36,6 +36,9 @@ impl Layer {
         best: LayerMechanism,
         budget: &crate::fs::tree::Budget,
     ) -> Result<Self, SandboxError> {
+        // An apply killed half way over this workspace is undone before the command sees
+        // it (best effort: the apply's own recovery says why if it cannot).
+        let _ = super::journal::recover(workspace);
         let tmp = crate::owner::temp_dir("layer")?;
         let dir = tmp.keep();
         let mut layer = Self {
@@ -292,6 +295,10 @@ fn check(r: libc::c_int) -> io::Result<()> {
 // SAFETY: `unshare`, `open`/`write`/`close` of the id maps, `mount` and `chdir` on C
 // strings and byte buffers prepared before the fork; errors are raw errnos.
 unsafe impl PreExec for OverlayMount {
+    fn name(&self) -> &'static str {
+        "overlay mount"
+    }
+
     fn pre_exec(&self) -> io::Result<()> {
         let mut flags = libc::CLONE_NEWNS;
         if self.userns.is_some() {

@@ -31,15 +31,23 @@
 //!
 //! [`ChangeSet::apply`] first checks everything, and writes nothing if any check fails:
 //!
-//! - **escapes** ([`Escape`]): a symlink pointing out of the workspace, a device node, a
-//!   FIFO or socket, a set-id bit, a hard link to a file outside the layer, a path through
-//!   a symlink in the real workspace;
+//! - **escapes** ([`Escape`]): a symlink leading out of the workspace (resolved as the
+//!   kernel will once the set is applied: every link on the way followed, the set's own
+//!   included; the host's program and library directories excepted), a symlink of the
+//!   workspace's own that the set turns out of it, a device node, a FIFO or socket, a
+//!   set-id bit, a hard link to a file outside the layer, a path through a symlink in the
+//!   real workspace;
 //! - **conflicts**: a real file the change set touches that changed after the run started
 //!   (its `ctime` is not before a stamp taken when the layer was made) or after the scan;
 //!   overridden by `force`.
 //!
-//! Then each file is written beside its target and renamed over it (atomic per file);
-//! deletions go deepest first, directory modes last.
+//! Then every new file's contents and every new link are staged in a directory at the
+//! workspace's top (and at the top of each filesystem mounted inside it that the set
+//! writes), before anything of the workspace changes; the steps (deletions moved
+//! aside, new entries renamed in, old ones exchanged out, modes) are written in a journal
+//! before each is taken, and one that fails undoes them all: the workspace is as before,
+//! names, contents and modes. A host killed half way leaves the journal, which the next
+//! apply or layered run on the workspace undoes (`journal`).
 //!
 //! Dropping the last clone of a [`ChangeSet`] (or calling [`ChangeSet::discard`]) removes
 //! the layer: nothing stays on disk.
@@ -49,7 +57,9 @@
 
 pub(crate) mod apply;
 mod host;
+mod journal;
 pub(crate) mod layer;
+mod resolve;
 pub(crate) mod scan;
 
 pub use host::HostLayer;
@@ -73,21 +83,38 @@ pub(crate) fn stamp_of(st: &nix::sys::stat::FileStat) -> Stamp {
     }
 }
 
-impl PendingLayer for Layer {
+/// A layer waiting for its host's decision, with what an undone apply put back (see
+/// [`apply::Restored`]): the contract holds it as a [`PendingLayer`].
+#[derive(Debug)]
+pub(crate) struct Pending {
+    layer: Layer,
+    restored: apply::Restored,
+}
+
+impl Pending {
+    pub(crate) fn new(layer: Layer) -> Self {
+        Self {
+            layer,
+            restored: apply::Restored::default(),
+        }
+    }
+}
+
+impl PendingLayer for Pending {
     fn mechanism(&self) -> LayerMechanism {
-        Layer::mechanism(self)
+        self.layer.mechanism()
     }
     fn workspace(&self) -> &std::path::Path {
-        Layer::workspace(self)
+        self.layer.workspace()
     }
     fn dir(&self) -> &std::path::Path {
-        Layer::dir(self)
+        self.layer.dir()
     }
     fn read_source(&self, path: &std::path::Path, cap: usize) -> Option<Vec<u8>> {
-        Layer::read_source(self, path, cap)
+        self.layer.read_source(path, cap)
     }
-    fn apply(&self, changes: &[Change], force: bool) -> Result<ApplyReport, ApplyError> {
-        apply::apply(self, changes, force)
+    fn apply(&mut self, changes: &[Change], force: bool) -> Result<ApplyReport, ApplyError> {
+        apply::apply(&self.layer, changes, force, &mut self.restored)
     }
 }
 

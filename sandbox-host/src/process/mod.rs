@@ -227,6 +227,11 @@ impl fmt::Debug for Launch {
 }
 
 impl Launch {
+    /// The steps between fork and exec, by name, in the order the child runs them.
+    pub fn step_names(&self) -> Vec<&'static str> {
+        self.pre_exec.iter().map(|s| s.name()).collect()
+    }
+
     /// Whether something on the host must stay alive while the command runs (a temp dir
     /// such as an OCI bundle, the run's proxy). A process that becomes the command by exec,
     /// as the bench's minimal launcher does, cannot keep them, so it cannot stand for such a

@@ -864,6 +864,10 @@ mod tests {
         struct Mark;
         // SAFETY: `getpid` and an atomic store; the store is the test's observation.
         unsafe impl PreExec for Mark {
+            fn name(&self) -> &'static str {
+                "mark"
+            }
+
             fn pre_exec(&self) -> io::Result<()> {
                 // SAFETY: a system call with no arguments.
                 SEEN.store(unsafe { libc::getpid() }, Ordering::SeqCst);
@@ -1023,6 +1027,10 @@ mod tests {
         struct Refuse;
         // SAFETY: returns a raw errno; no allocation, no call at all.
         unsafe impl PreExec for Refuse {
+            fn name(&self) -> &'static str {
+                "refuse"
+            }
+
             fn pre_exec(&self) -> io::Result<()> {
                 Err(io::Error::from_raw_os_error(libc::EXDEV))
             }

@@ -119,6 +119,10 @@ pub struct SendListener {
 // `close` on stack arrays and the port list allocated before the fork (only read here);
 // its errors are raw errnos (`last_os_error`, `from_raw_os_error`), which do not allocate.
 unsafe impl PreExec for SendListener {
+    fn name(&self) -> &'static str {
+        "send the door's listeners"
+    }
+
     fn pre_exec(&self) -> io::Result<()> {
         send_listeners_raw(self.sock, &self.ports)
     }

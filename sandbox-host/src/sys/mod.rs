@@ -428,6 +428,10 @@ pub(crate) unsafe fn report_and_exit(pipe: libc::c_int, errno: i32) -> ! {
 /// The trait is `unsafe` to implement so that every implementation says, in a `SAFETY`
 /// comment, why it keeps to this.
 pub unsafe trait PreExec: Send + Sync + 'static {
+    /// What the step does, in a few words: how a launch's steps are listed in order, so a
+    /// backend's composition (namespaces before the listeners, the filter last) is unit
+    /// tested without a fork.
+    fn name(&self) -> &'static str;
     /// Run in the child. An error aborts the spawn; the command never runs.
     fn pre_exec(&self) -> io::Result<()>;
 }

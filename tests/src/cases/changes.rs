@@ -327,7 +327,7 @@ pub async fn apply_refuses_escapes(ctx: Arc<Context>) -> CaseResult {
         (
             "absolute symlink out",
             vec!["symlink", "/etc/passwd", "leak"],
-            |e| matches!(e, Escape::SymlinkOutside { target } if target == Path::new("/etc/passwd")),
+            |e| matches!(e, Escape::SymlinkOutside { target, .. } if target == Path::new("/etc/passwd")),
         ),
         (
             "relative symlink out",
@@ -396,6 +396,243 @@ pub async fn apply_refuses_escapes(ctx: Arc<Context>) -> CaseResult {
             "{what}: a refused change set was dropped instead of left for a discard"
         );
     }
+    Ok(())
+}
+
+/// Apply resolves every new link as the kernel will once it is applied (links followed,
+/// the change set's own included, `..` from where a link led): a chain through `up -> .`,
+/// a `..` after a link, a directory replaced by a link are refused, each named, though
+/// their text stays inside; links within the workspace, a virtual environment's links to
+/// the host's interpreter, and links in a directory that replaced the host's link out are
+/// applied, and nothing is written through that old link.
+pub async fn apply_resolves_links_physically(ctx: Arc<Context>) -> CaseResult {
+    let outside = ctx.dir("cow-links-outside", 0o755)?;
+    plant(outside.path(), "secret", "host")?;
+    let ws = ctx.workspace("cow-links")?;
+    plant(ws.path(), "a.txt", "original")?;
+    plant(ws.path(), "gone/inner", "i")?;
+    settle().await;
+    // Enough `..` to reach `/` from the workspace.
+    let n = ws.path().components().count() + 1;
+    let chain = format!(
+        "{}/{}/etc",
+        vec!["up"; n].join("/"),
+        vec![".."; n].join("/")
+    );
+    #[rustfmt::skip]
+    let ops = [
+        "symlink", ".", "up", ",", "symlink", &chain, "chain", ",",
+        "mkdir", "a", ",", "symlink", "..", "a/self", ",", "symlink", "a/self/../x", "dotdot", ",",
+        "remove", "gone", ",", "symlink", ".", "gone", ",", "symlink", "gone/../z", "replaced",
+    ];
+    let (_out, set) = review(&ctx, ws.path(), &ops).await?;
+    let before = host_tree(&ctx, ws.path())?;
+    let parent = ws
+        .path()
+        .parent()
+        .ok_or_else(|| Failure::Broken("the workspace has no parent".into()))?;
+    let want: BTreeSet<(PathBuf, Option<PathBuf>)> = [
+        ("chain", PathBuf::from("/etc")),
+        ("dotdot", parent.join("x")),
+        ("replaced", parent.join("z")),
+    ]
+    .into_iter()
+    .map(|(p, r)| (PathBuf::from(p), Some(r)))
+    .collect();
+    match set.apply(true) {
+        Err(ApplyError::Refused { refusals }) => {
+            let got: BTreeSet<(PathBuf, Option<PathBuf>)> = refusals
+                .iter()
+                .map(|r| match &r.escape {
+                    Escape::SymlinkOutside { resolved, .. } => (r.path.clone(), resolved.clone()),
+                    other => (r.path.clone(), Some(PathBuf::from(other.to_string()))),
+                })
+                .collect();
+            ensure!(
+                got == want,
+                "refused {got:?}, want {want:?} (changes {:?})",
+                listed(&set)
+            );
+        }
+        other => {
+            return Err(Failure::Broken(format!(
+                "links out by way of other links were applied: {other:?}; changes {:?}",
+                listed(&set)
+            )))
+        }
+    }
+    ensure!(
+        host_tree(&ctx, ws.path())? == before,
+        "a refused apply changed the workspace"
+    );
+    set.discard();
+
+    // What is kept.
+    let ws = ctx.workspace("cow-links-kept")?;
+    plant(ws.path(), "a.txt", "original")?;
+    std::os::unix::fs::symlink(outside.path(), ws.join("l"))?;
+    settle().await;
+    let outside_before = host_tree(&ctx, outside.path())?;
+    #[rustfmt::skip]
+    let ops = [
+        "mkdir", ".venv", ",", "mkdir", ".venv/bin", ",", "mkdir", ".venv/lib", ",",
+        "symlink", "/usr/bin/python3", ".venv/bin/python", ",",
+        "symlink", "python", ".venv/bin/python3", ",", "symlink", "lib", ".venv/lib64", ",",
+        "remove", "l", ",", "mkdir", "l", ",", "mkdir", "l/x", ",",
+        "symlink", "../../a.txt", "l/x/e", ",", "write", "l/x/f", "new", ",",
+        "symlink", ".", "up", ",", "symlink", "up/up/a.txt", "via", ",", "tree",
+    ];
+    let (out, set) = review(&ctx, ws.path(), &ops).await?;
+    let seen: Vec<String> = out
+        .stdout
+        .text()
+        .lines()
+        .filter(|l| !l.starts_with('{'))
+        .map(str::to_owned)
+        .collect();
+    set.apply(false).map_err(|e| {
+        Failure::Broken(format!(
+            "links that stay inside or reach the host's programs were refused: {e}"
+        ))
+    })?;
+    let real = host_tree(&ctx, ws.path())?;
+    ensure!(
+        real == seen,
+        "after apply the workspace differs from the command's view:\n  real: {real:?}\n  seen: {seen:?}"
+    );
+    ensure!(
+        host_tree(&ctx, outside.path())? == outside_before,
+        "the apply wrote through the host's old link out"
+    );
+    Ok(())
+}
+
+/// Makes a directory of the real workspace refuse what an apply puts in it: immutable
+/// (`chattr +i`, which stops root too) when the host is root, mode 0555 otherwise. Undone
+/// on drop.
+struct Obstacle {
+    dir: PathBuf,
+    immutable: bool,
+}
+
+/// `FS_IMMUTABLE_FL` of `linux/fs.h` (the libc crate does not name it).
+const FS_IMMUTABLE_FL: libc::c_int = 0x10;
+
+/// Set or clear the immutable flag of the directory `dir`.
+fn immutable(dir: &Path, on: bool) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let d = std::fs::File::open(dir)?;
+    let mut flags: libc::c_int = 0;
+    // SAFETY: FS_IOC_GETFLAGS/SETFLAGS on a live descriptor, with an int as the kernel reads.
+    unsafe {
+        if libc::ioctl(d.as_raw_fd(), libc::FS_IOC_GETFLAGS, &mut flags) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if on {
+            flags |= FS_IMMUTABLE_FL;
+        } else {
+            flags &= !FS_IMMUTABLE_FL;
+        }
+        if libc::ioctl(d.as_raw_fd(), libc::FS_IOC_SETFLAGS, &flags) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+impl Obstacle {
+    fn new(dir: &Path) -> Result<Self, Failure> {
+        let root = crate::context::is_root();
+        if root {
+            immutable(dir, true).map_err(|e| {
+                Failure::Broken(format!(
+                    "making {} immutable (the workspace's filesystem must take chattr +i): {e}",
+                    dir.display()
+                ))
+            })?;
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o555))?;
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            immutable: root,
+        })
+    }
+}
+
+impl Drop for Obstacle {
+    fn drop(&mut self) {
+        if self.immutable {
+            let _ = immutable(&self.dir, false);
+        } else {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = std::fs::set_permissions(&self.dir, std::fs::Permissions::from_mode(0o755));
+        }
+    }
+}
+
+/// An apply that fails half way (at its last path, into a directory that refuses it) leaves
+/// the workspace as before, names, contents and modes, and keeps the change set; applied
+/// again once the obstacle is gone, it goes through, a new file of mode 000 included.
+pub async fn apply_is_all_or_nothing(ctx: Arc<Context>) -> CaseResult {
+    use std::os::unix::fs::PermissionsExt;
+    let ws = ctx.workspace("cow-atomic")?;
+    plant_tree(ws.path())?;
+    plant(ws.path(), "zz/.keep", "")?;
+    // An empty directory nobody may write: its deletion must not need that.
+    std::fs::create_dir(ws.join("ro"))?;
+    std::fs::set_permissions(ws.join("ro"), std::fs::Permissions::from_mode(0o555))?;
+    settle().await;
+    let mut ops = EDITS.to_vec();
+    #[rustfmt::skip]
+    ops.extend_from_slice(&[
+        ",", "mkdir", "nd", ",", "write", "nd/locked", "secret", ",", "chmod", "nd/locked", "000",
+        ",", "remove", "ro", ",", "write", "zz/new", "z",
+    ]);
+    let (_out, set) = review(&ctx, ws.path(), &ops).await?;
+    let obstacle = Obstacle::new(&ws.join("zz"))?;
+    let before = host_tree(&ctx, ws.path())?;
+    match set.apply(false) {
+        Err(ApplyError::Io { path, .. }) if path == Path::new("zz/new") => {}
+        other => {
+            return Err(Failure::Broken(format!(
+                "the apply was not stopped at zz/new: {other:?}"
+            )))
+        }
+    }
+    let after = host_tree(&ctx, ws.path())?;
+    ensure!(
+        after == before,
+        "a failed apply left part of itself:\n  after: {after:?}\n  before: {before:?}"
+    );
+    ensure!(set.is_pending(), "a failed apply dropped the change set");
+    drop(obstacle);
+    set.apply(false)
+        .map_err(|e| Failure::Broken(format!("applied again, it failed: {e}")))?;
+    let read = |p: &str| std::fs::read_to_string(ws.join(p)).ok();
+    let locked = std::fs::symlink_metadata(ws.join("nd/locked"))?;
+    ensure!(
+        locked.permissions().mode() & 0o7777 == 0 && locked.len() == 6,
+        "nd/locked is mode {:o}, {} bytes (want 0, 6)",
+        locked.permissions().mode() & 0o7777,
+        locked.len()
+    );
+    ensure!(
+        read("mod.txt").as_deref() == Some("new!")
+            && read("zz/new").as_deref() == Some("z")
+            && read("del.txt").is_none()
+            && !ws.join("gone").exists()
+            && !ws.join("ro").exists(),
+        "applied again, the workspace lacks the changes: {:?}",
+        host_tree(&ctx, ws.path())
+    );
+    let left: Vec<_> = std::fs::read_dir(ws.path())?
+        .filter_map(Result::ok)
+        .map(|e| e.file_name())
+        .filter(|n| n.to_string_lossy().starts_with(".sandbox"))
+        .collect();
+    ensure!(left.is_empty(), "the apply left {left:?} in the workspace");
     Ok(())
 }
 

@@ -40,6 +40,12 @@ Exit status of `sandbox mcp`:
   125    an option or policy error, or no backend here enforces the policy (nothing was
          served); one line on stderr gives the reason and the remedy";
 
+const IMAGE_EXIT_STATUS: &str = "\
+Exit status of `sandbox image`:
+  0      the image is on the engine (built, or already there with the same contents)
+  125    an option error, or the image could not be built; one line on stderr gives the
+         reason and the remedy";
+
 const COMPLETIONS_EXIT_STATUS: &str = "\
 Exit status of `sandbox completions`:
   0      the script was printed
@@ -91,6 +97,15 @@ pub enum Command {
     #[cfg(feature = "mcp")]
     #[command(after_help = MCP_EXIT_STATUS)]
     Mcp(Box<McpArgs>),
+    /// Build a container image of this host's system directories (`/usr`, `/etc`, `/bin`,
+    /// `/sbin`, `/lib*`), for `--image` with a backend that needs one, on its local engine
+    /// and without a registry.
+    ///
+    /// Links are kept as links; nothing of any home directory goes in, nor any file or
+    /// directory an unprivileged user may not read (`/etc/shadow`, host keys, private
+    /// keys): the rule is the mode bits, not a list of names.
+    #[command(after_help = IMAGE_EXIT_STATUS)]
+    Image(ImageArgs),
     /// Print the completion script for SHELL on stdout.
     #[command(after_help = COMPLETIONS_EXIT_STATUS)]
     Completions {
@@ -118,9 +133,16 @@ pub struct RunArgs {
     #[arg(long, value_enum, value_name = "WHAT")]
     pub changes: Option<ChangesArg>,
 
-    /// With `--changes`: show a unified diff of the changed text files
+    /// With `--changes`: show the change set as a patch `git apply` takes (on a terminal,
+    /// escaped and cut at 256 KiB, the complete patch kept in a file whose path is printed)
     #[arg(long)]
     pub changes_diff: bool,
+
+    /// With `--changes apply` or `ask`: apply over files that changed in the workspace
+    /// while the command ran (a conflict); never over a refusal (a link out of the
+    /// workspace, a device, a set-id bit)
+    #[arg(long)]
+    pub changes_force: bool,
 
     /// Do not print the one-line summary of denied operations on stderr after the run
     /// (`--json` carries the whole list either way)
@@ -233,6 +255,13 @@ pub struct PolicyArgs {
     #[arg(long)]
     pub snapshot: bool,
 
+    /// Let the command write the hooks and config of the repositories that exist in the
+    /// workspace (`.git/hooks`, `.git/config`, `.git/config.worktree`, `.git/info`, the
+    /// same for submodules and nested repositories), which are read-only by default: git
+    /// runs what they name on the host
+    #[arg(long)]
+    pub writable_git: bool,
+
     /// A TOML policy file holding any of the options above; unknown keys are an error,
     /// flags override it, its relative paths are taken against the file's directory
     #[arg(long, value_name = "FILE", help = config_help())]
@@ -259,6 +288,21 @@ pub struct McpArgs {
     /// Run at most N commands at once; further calls wait for a free slot
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent: u32,
+}
+
+/// The tag `sandbox image --from-host` gives its image unless told otherwise.
+pub const HOST_IMAGE_TAG: &str = "sandbox-host:latest";
+
+/// `sandbox image`.
+#[derive(Debug, Args)]
+pub struct ImageArgs {
+    /// Make it of the host's system directories (the only source there is, for now)
+    #[arg(long, required = true)]
+    pub from_host: bool,
+
+    /// The image's name
+    #[arg(long, value_name = "NAME", default_value = HOST_IMAGE_TAG)]
+    pub tag: String,
 }
 
 /// `sandbox doctor`.

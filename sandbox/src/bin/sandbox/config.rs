@@ -20,7 +20,7 @@ use crate::error::CliError;
 
 /// The policy file's keys, in [`PolicyFile`]'s order: what `--config`'s help lists. A test
 /// holds it to the keys the file accepts.
-pub const KEYS: [&str; 16] = [
+pub const KEYS: [&str; 17] = [
     "backend",
     "workspace",
     "read",
@@ -37,6 +37,7 @@ pub const KEYS: [&str; 16] = [
     "lane",
     "image",
     "snapshot",
+    "writable-git",
 ];
 
 /// The file, as written.
@@ -67,6 +68,7 @@ pub struct PolicyFile {
     lane: Option<Lane>,
     image: Option<String>,
     snapshot: Option<bool>,
+    writable_git: Option<bool>,
 }
 
 /// One `publish` entry of the policy file: a port, or `"PORT[:HOSTPORT]"`.
@@ -181,6 +183,8 @@ pub struct RunSpec {
     pub lane: Lane,
     pub image: Option<String>,
     pub snapshot: bool,
+    /// The repositories' hooks and config are writable (`--writable-git`).
+    pub writable_git: bool,
 }
 
 impl PolicyFile {
@@ -367,6 +371,7 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         lane: args.lane.map(Lane::from).or(file.lane).unwrap_or_default(),
         image: args.image.or(file.image),
         snapshot: args.snapshot || file.snapshot.unwrap_or(false),
+        writable_git: args.writable_git || file.writable_git.unwrap_or(false),
     })
 }
 
@@ -455,6 +460,7 @@ mod tests {
             lane = "fast"
             image = "debian"
             snapshot = true
+            writable-git = true
             "#
         ))
         .unwrap();

@@ -1,4 +1,5 @@
-//! The `sandbox` command: `sandbox run`, `sandbox doctor`, `sandbox mcp`, `sandbox completions`.
+//! The `sandbox` command: `sandbox run`, `sandbox doctor`, `sandbox image`, `sandbox mcp`,
+//! `sandbox completions`.
 //!
 //! Every error of `sandbox` itself, including a flag it does not know, exits 125 with the
 //! reason on stderr before anything runs, so a caller can always tell the program's own
@@ -8,6 +9,8 @@ mod args;
 mod changes;
 mod config;
 mod error;
+mod git;
+mod image;
 #[cfg(feature = "mcp")]
 mod mcp;
 #[cfg(test)]
@@ -57,6 +60,7 @@ fn main() {
         // threads.
         Command::Run(args) => with_runtime(Flavor::OneThread, run::run(*args)),
         Command::Doctor(args) => with_runtime(Flavor::Workers, doctor(args)),
+        Command::Image(args) => with_runtime(Flavor::Workers, image::image(args)),
         // Calls run concurrently, each with its own pumps.
         #[cfg(feature = "mcp")]
         Command::Mcp(args) => with_runtime(Flavor::Workers, mcp::serve(*args)),

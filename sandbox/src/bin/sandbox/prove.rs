@@ -67,6 +67,10 @@ async fn prove_one(name: &'static str, lane: Option<Lane>, exe: &Path) -> Backen
     // confinement is the engine's and the backend's, not the image's.
     let (config, probe) = match &info.image {
         Some(image) => {
+            eprintln!(
+                "sandbox: {name}: building the probe image {PROBE_IMAGE} from this program on \
+                 its engine (no registry; a first build takes a while)"
+            );
             let built = sandbox_conformance::prove::build_probe_image(
                 image.build_from_binaries,
                 PROBE_IMAGE,
@@ -231,6 +235,9 @@ pub async fn prove(args: DoctorArgs) -> i32 {
     let kernel = kernel();
     let mut proofs = Vec::new();
     for name in names {
+        // Progress on stderr (stdout is the report, JSON with --json): a backend's cases
+        // take seconds, an image build longer, and silence reads as a hang.
+        eprintln!("sandbox: {name}: proving the confinement cases on this host...");
         let p = prove_one(name, lane, &exe).await;
         if !args.json {
             print_text(&p, &kernel);

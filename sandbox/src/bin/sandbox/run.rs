@@ -2,6 +2,7 @@
 //! its status to ours.
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -11,8 +12,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use sandbox::select::{self, Choice, Config};
 use sandbox::{
-    ChangeSet, Changes, Connections, Denials, DynSandbox, EffectivePolicy, EnvPolicy, Plan,
-    SandboxError, SandboxOpts, SandboxOutcome, Status,
+    Changes, Connections, Denials, DynSandbox, EffectivePolicy, EnvPolicy, Plan, SandboxError,
+    SandboxOpts, SandboxOutcome, Status,
 };
 
 use crate::args::{ChangesArg, RunArgs};
@@ -92,6 +93,7 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     })?;
     let json = args.json;
     let changes_diff = args.changes_diff;
+    let changes_force = args.changes_force;
     let args_quiet = args.quiet;
     let spec = config::resolve(args.policy, &cwd)?;
     // `--snapshot` (policy) is `--changes discard` (how this run's writes are handled).
@@ -109,6 +111,12 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         return Err(CliError::option(
             "changes-diff",
             "shows the change set of --changes ask|apply|discard; give one",
+        ));
+    }
+    if changes_force && !matches!(changes_mode, Some(ChangesArg::Apply | ChangesArg::Ask)) {
+        return Err(CliError::option(
+            "changes-force",
+            "forces --changes apply|ask over a conflict; give one",
         ));
     }
     let terminal = Terminal::new(
@@ -140,6 +148,21 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
         n = signals.recv() => return Ok(128 + n),
     };
     let backend = Arc::clone(&chosen.backend);
+    // A discarded change set is still shown (`--changes-diff`) and listed (`--json`):
+    // the layer is kept for the review where the backend can, and thrown away after it.
+    if changes_mode == Some(ChangesArg::Discard) && (changes_diff || json) {
+        let mut review = opts.clone();
+        review.changes = Changes::Review;
+        if Plan::new(&review, backend.name(), &backend.capability()).is_ok() {
+            opts = review;
+        } else if changes_diff {
+            eprintln!(
+                "sandbox: backend `{}` keeps no change set to show: the changes will be \
+                 discarded unseen",
+                backend.name()
+            );
+        }
+    }
     if !json {
         match &chosen.plan {
             Some(plan) => warn_over_grants(plan, backend.name()),
@@ -159,7 +182,18 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     tokio::select! {
         r = sandbox.run(opts) => {
             if let Err(e) = r {
-                return Err(startup::diagnose(&chosen, e).await.into());
+                let e = startup::diagnose(&chosen, e).await;
+                // A program missing from an image: the backend works (doctor would say
+                // so); the image lacks it.
+                let hint = (e.is_not_found() && !backend.capability().host_programs).then(|| {
+                    format!(
+                        "check the name, or run it in an image that holds it: `sandbox image \
+                         --from-host` builds one of this host's system directories (then \
+                         `--image {}`)",
+                        crate::args::HOST_IMAGE_TAG
+                    )
+                });
+                return Err(CliError::Sandbox { source: e, hint });
             }
         }
         n = signals.recv() => return Ok(128 + n),
@@ -184,8 +218,14 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     }
     // After the command's own output: what the proxy refused, one line each with its
     // reason; then the summary, which counts those lines without naming them again.
+    // A host name is the command's choice (SOCKS5 takes any bytes): escaped on a terminal.
+    let on_terminal = std::io::stderr().is_terminal();
     for line in outcome.denied_lines() {
-        eprintln!("{line}");
+        if on_terminal {
+            eprintln!("{}", sandbox::escape(line.as_bytes()));
+        } else {
+            eprintln!("{line}");
+        }
     }
     if !args_quiet {
         if let Some(line) = outcome
@@ -198,7 +238,14 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
     let mut code = by_signal.map_or(outcome.status.shell_code(), |n| 128 + n);
     // A change set is only acted on when the command ended by itself.
     let settled = match (&outcome.changes, changes_mode, by_signal) {
-        (Some(set), Some(mode), None) => Some(changes::settle(set, mode, changes_diff)),
+        (Some(set), Some(mode), None) => Some(changes::settle(
+            set,
+            changes::Review {
+                mode,
+                diff: changes_diff,
+                force: changes_force,
+            },
+        )),
         (Some(set), Some(_), Some(_)) => {
             set.discard();
             eprintln!("sandbox: interrupted: the command's changes were discarded");
@@ -280,6 +327,9 @@ fn warn_over_grants(plan: &Plan, backend: &str) {
 /// both `sandbox run` and `sandbox mcp` turn the policy into options.
 pub fn policy_opts(spec: &RunSpec, argv: Vec<OsString>) -> Result<SandboxOpts, CliError> {
     let mut opts = SandboxOpts::new(&spec.workspace, argv);
+    if !spec.writable_git {
+        opts.readonly_carveouts = crate::git::carveouts(&spec.workspace);
+    }
     opts.read_only_paths = spec.read.clone();
     opts.writable_paths = spec.write.clone();
     opts.network = spec.network;
@@ -402,7 +452,7 @@ struct JsonOutcome<'a> {
     policy: &'a EffectivePolicy,
     /// With `--changes`: every change the command made in its layer.
     #[serde(skip_serializing_if = "Option::is_none")]
-    changes: Option<&'a ChangeSet>,
+    changes: Option<changes::JsonChanges<'a>>,
     /// With `--changes`: whether they were applied, and why not.
     #[serde(skip_serializing_if = "Option::is_none")]
     changes_settled: Option<&'a changes::Settled>,
@@ -429,7 +479,7 @@ impl<'a> JsonOutcome<'a> {
             backend: o.backend,
             exit_status,
             policy: &o.policy,
-            changes: o.changes.as_ref(),
+            changes: o.changes.as_ref().map(changes::JsonChanges),
             changes_settled: None,
             connections: &o.connections,
             denials: &o.denials,

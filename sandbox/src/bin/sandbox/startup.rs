@@ -359,18 +359,16 @@ fn write_private<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
     result
 }
 
-/// `$XDG_CACHE_HOME/sandbox`, else `~/.cache/sandbox`.
+/// [`sandbox::state_dir`] (`$XDG_CACHE_HOME/sandbox`, else `~/.cache/sandbox`), made now
+/// (mode 0700) if it is not there: a plan carves it out read-only from a grant that holds
+/// it only if it exists, and a command granted `~/.cache` must not be the one to make it.
 fn cache_dir() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .map(|h| h.join(".cache"))
-        })?;
-    Some(base.join("sandbox"))
+    let dir = sandbox::state_dir()?;
+    let _ = fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir);
+    Some(dir)
 }
 
 /// The effective uid, from `/proc/self/status`.

@@ -16,6 +16,8 @@
 //!   else shows it;
 //! - on a root host, the root-only entries of the system directories and of the named
 //!   paths hidden (see `rootview`), so a grant shows what anyone may read there;
+//! - credentials inside a toolchain grant (`Plan::hidden_paths`, from core's table) hidden
+//!   the same way, whatever the host's uid;
 //! - finally the root tmpfs and the hiding tmpfs are remounted read-only.
 //!
 //! Mounts are applied shallowest first, so a path under another bind lands on top of it
@@ -265,6 +267,19 @@ pub(crate) fn build(
                 if h.dir { Op::HideDir } else { Op::HideFile },
             );
         }
+    }
+
+    // Credentials inside a toolchain grant (core's table, `Plan::hidden_paths`): hidden
+    // whatever the host's uid, on top of the grant (core refuses a grant at or inside
+    // one). The one read of the filesystem here: whether it is a directory, for the mount
+    // that can cover it.
+    for h in &plan.hidden_paths {
+        let op = if h.is_dir() {
+            Op::HideDir
+        } else {
+            Op::HideFile
+        };
+        t.system(h.clone(), op);
     }
 
     // HOME inside one of the private tmpfs: make it exist, so it is writable there.

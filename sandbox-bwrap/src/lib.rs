@@ -291,6 +291,7 @@ fn capability(facts: &HostFacts) -> Capability {
         confine_writes: true,
         confine_reads: true,
         readonly_carveouts: true,
+        hide_paths: true,
         network_none: Enforcement::Exact,
         network_loopback: Enforcement::Exact,
         network_full: full,

@@ -43,6 +43,9 @@ pub struct Capability {
     pub confine_reads: bool,
     /// Paths inside the workspace can be kept read-only (`.git/hooks`, `.git/config`).
     pub readonly_carveouts: bool,
+    /// Paths inside a read grant can be made unreadable (the credentials of a toolchain
+    /// home, [`crate::credentials`]); without it such a grant is refused.
+    pub hide_paths: bool,
     /// Network mode `none`.
     pub network_none: Enforcement,
     /// Network mode `loopback`: a private loopback, nothing of the host's.
@@ -131,6 +134,7 @@ impl Capability {
             confine_writes: true,
             confine_reads: true,
             readonly_carveouts: true,
+            hide_paths: true,
             network_none: Enforcement::Exact,
             network_loopback: Enforcement::Exact,
             network_full: Enforcement::Exact,

@@ -46,6 +46,7 @@
 pub mod admission;
 pub mod capability;
 pub mod changes;
+pub mod credentials;
 pub mod denial;
 pub mod egress;
 mod error;

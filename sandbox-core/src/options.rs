@@ -142,6 +142,10 @@ pub struct SandboxOpts {
     pub read_only_paths: Vec<PathBuf>,
     /// More paths the command may write. Absolute, existing.
     pub writable_paths: Vec<PathBuf>,
+    /// Toolchain homes the command may read (`~/.rustup`, `~/.cargo/bin`, `~/.nvm`):
+    /// absolute, existing, read-only, with every credential path of
+    /// [`crate::credentials::CREDENTIALS`] inside made unreadable (or the run refused).
+    pub toolchains: Vec<PathBuf>,
     /// The network mode; `none` by default.
     pub network: NetworkMode,
     /// The trust tier; `strict` by default.
@@ -208,6 +212,7 @@ impl SandboxOpts {
             env: EnvPolicy::default(),
             read_only_paths: Vec::new(),
             writable_paths: Vec::new(),
+            toolchains: Vec::new(),
             network: NetworkMode::None,
             lane: Lane::Strict,
             timeout: None,

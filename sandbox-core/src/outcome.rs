@@ -215,6 +215,8 @@ pub struct EffectivePolicy {
     pub readonly_carveouts: Vec<PathBuf>,
     /// Extra readable paths.
     pub read_only_paths: Vec<PathBuf>,
+    /// Credential paths inside a toolchain grant that were made unreadable.
+    pub hidden_paths: Vec<PathBuf>,
     /// Extra writable paths.
     pub writable_paths: Vec<PathBuf>,
     /// Names of the environment variables the command got.

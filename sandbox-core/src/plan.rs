@@ -36,8 +36,11 @@ pub struct Plan {
     /// sandbox's own state directory where the workspace or a writable path holds it
     /// ([`state_dir`](crate::state_dir)).
     pub readonly_carveouts: Vec<PathBuf>,
-    /// Canonical extra readable paths.
+    /// Canonical extra readable paths (the toolchain homes included).
     pub read_only_paths: Vec<PathBuf>,
+    /// Credential paths inside a toolchain home that must stay unreadable
+    /// ([`crate::credentials`]); a backend that cannot hide them refuses the run.
+    pub hidden_paths: Vec<PathBuf>,
     /// Each extra readable path named through a symlink: `(as named, made absolute,
     /// canonical)`. A backend that shows host paths at their own paths needs nothing
     /// more; one with a root of its own (a container image) binds the target at the named
@@ -212,7 +215,7 @@ impl Plan {
             crate::grants::check(field, &canon)?;
             Ok::<_, SandboxError>(canon)
         };
-        let read_only_paths = opts
+        let mut read_only_paths = opts
             .read_only_paths
             .iter()
             .map(|p| grant("read_only_paths", p))
@@ -232,6 +235,52 @@ impl Plan {
             .iter()
             .map(|p| grant("writable_paths", p))
             .collect::<Result<Vec<_>, _>>()?;
+        let toolchains = opts
+            .toolchains
+            .iter()
+            .map(|p| grant("toolchains", p))
+            .collect::<Result<Vec<_>, _>>()?;
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let hidden_paths = crate::credentials::hidden_in(&toolchains, home.as_deref())?;
+        if !hidden_paths.is_empty() && !cap.hide_paths {
+            return Err(SandboxError::NotSupported {
+                backend,
+                feature: format!(
+                    "unreadable credentials inside a toolchain grant ({})",
+                    hidden_paths
+                        .iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                remedy: "grant a narrower toolchain directory (`~/.cargo/bin`, not `~/.cargo`), \
+                         or use a backend whose capability lists hidden paths (`sandbox doctor`)"
+                    .into(),
+            });
+        }
+        // A path granted on its own inside a hidden one would show it again.
+        for p in read_only_paths
+            .iter()
+            .chain(&writable_paths)
+            .chain(std::iter::once(&workspace))
+        {
+            if let Some(h) = hidden_paths.iter().find(|h| p.starts_with(h)) {
+                return Err(SandboxError::invalid(
+                    "toolchains",
+                    format!(
+                        "{} is inside {}, credentials that a toolchain grant hides; grant \
+                         it without `--toolchain`, or name a narrower toolchain directory",
+                        p.display(),
+                        h.display()
+                    ),
+                ));
+            }
+        }
+        for t in toolchains {
+            if !read_only_paths.contains(&t) {
+                read_only_paths.push(t);
+            }
+        }
         // The sandbox's own state, where a grant holds it, stays read-only (a backend that
         // confines writes and cannot carve out is refused by the lane, as for any carve-out).
         if cap.confine_writes {
@@ -334,6 +383,7 @@ impl Plan {
             cwd,
             readonly_carveouts,
             read_only_paths,
+            hidden_paths,
             read_only_links,
             writable_paths,
             env,
@@ -377,6 +427,7 @@ impl Plan {
             workspace: self.workspace.clone(),
             readonly_carveouts: self.readonly_carveouts.clone(),
             read_only_paths: self.read_only_paths.clone(),
+            hidden_paths: self.hidden_paths.clone(),
             writable_paths: self.writable_paths.clone(),
             env_names: self
                 .env

@@ -33,6 +33,8 @@ pub fn capability_in(mode: WorkspaceMode) -> Capability {
         confine_writes: true,
         confine_reads: true,
         readonly_carveouts: true,
+        // Not yet: the spec binds a read grant whole, with no mount over what it holds.
+        hide_paths: false,
         network_none: Enforcement::Exact,
         network_loopback: Enforcement::Exact,
         network_full: Enforcement::Exact,

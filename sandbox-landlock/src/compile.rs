@@ -16,15 +16,20 @@
 //! 1. [`RootLayer`]: read rights only, granted as an unprivileged user sees the system
 //!    (everything whole, but `/usr`, `/etc`, the other system directories and the named
 //!    read-only paths only in their world-readable parts). Some 200 rules, since `/etc`
-//!    is split around `shadow` and the like; built once per set of read-only paths and
-//!    reused by every run for [`ETC_REFRESH`] (a ruleset
-//!    descriptor can restrict any number of processes), so a run pays one extra
-//!    `landlock_restrict_self`, not 200 rules.
+//!    is split around `shadow` and the like. The walk behind them is made once per set of
+//!    read-only paths and reused by every run for [`ETC_REFRESH`]; each run's layer is
+//!    built from it with the run's own rules added (below), so a run pays the rules, not
+//!    the walk.
 //! 2. The run's own layer, the same as for an unprivileged host: a dozen rules.
 //!
-//! A run whose own grants reach beyond layer 1 (a workspace in a top-level directory made
-//! after the layer was built, a named path inside `/etc`) gets a fresh layer 1 with those
-//! grants added, built for that run alone.
+//! Layer 1 also grants `REFER` (renames and links across directories) on the run's
+//! writable grants, and only there ([`ruleset::refer_rules`]): landlock refuses any
+//! reparenting a layer does not grant on both sides, so without it every cross-directory
+//! rename in the workspace fails with `EXDEV`. So every run's layer 1 is the cached walk's
+//! rules plus the run's own (its `REFER` rules, and its grants beyond the walk: a workspace
+//! in a top-level directory made after the layer was built, a named path inside `/etc`),
+//! built for that run alone: a rule holds its path by descriptor, and a workspace made
+//! again at the same path is another directory.
 
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
@@ -86,7 +91,6 @@ fn build(spec: &Spec, lenient: bool) -> Result<OwnedFd, Error> {
 #[derive(Debug)]
 pub(crate) struct RootLayer {
     pub spec: Spec,
-    pub fd: Arc<OwnedFd>,
     /// The named read-only paths walked into it.
     read_only: Vec<PathBuf>,
     built: Instant,
@@ -100,17 +104,15 @@ impl RootLayer {
         let (roots, walked) = system::host_walked(fs, read_only);
         let view = system::unprivileged_view(fs, &roots, &walked);
         let spec = ruleset::read_layer(&view, abi);
-        let fd = Arc::new(build(&spec, true)?);
         Ok(Self {
             spec,
-            fd,
             read_only: read_only.to_vec(),
             built: Instant::now(),
         })
     }
 
-    /// The layer for a run with `run`'s grants and `read_only` paths: a cached one (per set
-    /// of read-only paths, for [`ETC_REFRESH`]), or one built for it.
+    /// The layer for a run with `run`'s grants and `read_only` paths: the walk's rules (cached
+    /// per set of read-only paths, for [`ETC_REFRESH`]) and the run's own, built for it.
     pub fn for_run(
         abi: ABI,
         run: &Spec,
@@ -134,12 +136,9 @@ impl RootLayer {
                 }
             }
         };
-        let extra = ruleset::uncovered(&layer.spec, run);
-        if extra.is_empty() {
-            return Ok((layer.fd.clone(), layer.spec.rules.len()));
-        }
         let mut spec = layer.spec.clone();
-        spec.rules.extend(extra);
+        spec.rules.extend(ruleset::refer_rules(run));
+        spec.rules.extend(ruleset::uncovered(&layer.spec, run));
         Ok((Arc::new(build(&spec, true)?), spec.rules.len()))
     }
 }

@@ -61,6 +61,15 @@ pub(crate) enum Error {
         file: PathBuf,
         links: u64,
     },
+    /// A hidden credential path under a grant other than the toolchain grant split around
+    /// it: rules only add access, so that grant would show it.
+    #[error(
+        "{} would show the credentials {}, which must stay unreadable; landlock rules only \
+         add access down a tree",
+        grant.display(),
+        hidden.display()
+    )]
+    HiddenUnderGrant { grant: PathBuf, hidden: PathBuf },
     /// A path of the policy could not be examined.
     #[error("cannot examine {}: {source}", path.display())]
     Stat {
@@ -110,6 +119,14 @@ impl From<Error> for SandboxError {
                 }
             }
             Error::WritableInCarveout { .. } => SandboxError::invalid("writable_paths", reason),
+            Error::HiddenUnderGrant { .. } => SandboxError::NotSupported {
+                backend: NAME,
+                feature: reason,
+                remedy: "grant a directory that does not hold the credentials (a narrower \
+                         workspace or path), or choose a backend that hides them with a mount \
+                         (`sandbox doctor` lists the backends this host can run)"
+                    .into(),
+            },
             Error::Stat { source, .. } => SandboxError::io(reason, source),
             Error::Ruleset(inner) => {
                 SandboxError::io("building the landlock ruleset", io::Error::other(inner))

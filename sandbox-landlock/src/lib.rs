@@ -287,6 +287,7 @@ fn capability(host: &Host) -> Capability {
         confine_writes: true,
         confine_reads: true,
         readonly_carveouts: true,
+        hide_paths: true,
         // Seccomp leaves no socket but AF_UNIX either way; without a namespace of its own
         // the command would still read the host's network state in /proc/net.
         network_none: if host.ns.is_ok() {

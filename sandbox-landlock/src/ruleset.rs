@@ -8,7 +8,10 @@
 //!
 //! - The system paths ([`crate::system`]): read (and execute where it makes sense).
 //! - The workspace and each writable path: every filesystem right the ABI has.
-//! - Each read-only path: read and execute.
+//! - Each read-only path: read and execute; one that holds a hidden credential path
+//!   (`Plan::hidden_paths`) is split around it, entry by entry, since a rule reaches
+//!   everything beneath it. Any other rule above a hidden path (the workspace, a writable
+//!   path) is refused: rules cannot subtract.
 //! - The program being run: read and execute of that one file, so that a tool outside the
 //!   system directories (`target/debug/tool`) can be started without granting its
 //!   directory.
@@ -103,6 +106,8 @@ pub(crate) struct Request<'a> {
     pub workspace: &'a Path,
     pub carveouts: &'a [PathBuf],
     pub read_only: &'a [PathBuf],
+    /// Credentials inside a toolchain grant, to stay unreadable (`Plan::hidden_paths`).
+    pub hidden: &'a [PathBuf],
     pub writable: &'a [PathBuf],
     pub program: &'a Path,
     pub network: NetworkMode,
@@ -117,6 +122,7 @@ impl<'a> Request<'a> {
             workspace: &plan.workspace,
             carveouts: &plan.readonly_carveouts,
             read_only: &plan.read_only_paths,
+            hidden: &plan.hidden_paths,
             writable: &plan.writable_paths,
             program: &plan.program,
             network: plan.network,
@@ -321,6 +327,45 @@ fn split(
     Ok(())
 }
 
+/// Read access to everything in `dir` but the hidden paths, splitting the entries on the way
+/// to one; `dir` itself and each directory on the way get no rule (cannot be listed), since
+/// a rule on a directory reaches everything beneath it.
+fn split_read(
+    fs: &dyn FsView,
+    dir: &Path,
+    hidden: &[PathBuf],
+    abi: ABI,
+    spec: &mut Spec,
+) -> Result<(), Error> {
+    let mut entries = fs.list(dir).map_err(|source| Error::Stat {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    entries.sort_by(|a, b| a.name.cmp(&b.name));
+    for e in entries {
+        let p = dir.join(&e.name);
+        if hidden.contains(&p) {
+            continue;
+        }
+        if hidden.iter().any(|h| h.starts_with(&p)) {
+            if e.meta.kind == Kind::Dir {
+                split_read(fs, &p, hidden, abi, spec)?;
+            }
+            continue;
+        }
+        match e.meta.kind {
+            // A symlink's target is judged by its own rules.
+            Kind::Symlink => {}
+            kind => spec.rules.push(PathRule {
+                path: p,
+                access: fit(read_rights(), kind, abi),
+                why: Why::ReadOnly,
+            }),
+        }
+    }
+    Ok(())
+}
+
 /// The directories on the way to a carve-out that the command could rename or remove:
 /// those whose parent is inside the workspace or a writable path. Outermost first.
 fn pinned(carveouts: &[PathBuf], workspace: &Path, writable: &[PathBuf]) -> Vec<PathBuf> {
@@ -449,6 +494,10 @@ pub(crate) fn spec(
 
     for p in req.read_only {
         let kind = stat_kind(fs, p)?;
+        if req.hidden.iter().any(|h| h.starts_with(p)) {
+            split_read(fs, p, req.hidden, abi, &mut spec)?;
+            continue;
+        }
         spec.rules.push(PathRule {
             path: p.clone(),
             access: fit(read_rights(), kind, abi),
@@ -462,6 +511,19 @@ pub(crate) fn spec(
             access: fit(full, kind, abi),
             why: Why::Writable,
         });
+    }
+
+    // Rules only add access: any rule above a hidden path (the workspace, a writable path,
+    // another read grant) would show it, so the request is refused.
+    for h in req.hidden {
+        if let Some(r) = spec.rules.iter().find(|r| {
+            h.starts_with(&r.path) && r.access.intersects(AccessFs::ReadFile | AccessFs::ReadDir)
+        }) {
+            return Err(Error::HiddenUnderGrant {
+                grant: r.path.clone(),
+                hidden: h.clone(),
+            });
+        }
     }
 
     if !covered(&spec.rules, req.program) {
@@ -491,13 +553,23 @@ pub(crate) fn spec(
     Ok(spec)
 }
 
+/// The rights a root host's read layer handles: reading, and `REFER`. Landlock denies
+/// every rename or link across directories (`EXDEV`) in a layer that does not grant
+/// `REFER` on both sides, whether or not it handles the right; so the read layer handles
+/// it and grants it exactly where the run's own layer does ([`refer_rules`]), or a
+/// `cargo build` fails moving its `.rmeta` out of a temp directory.
+fn read_layer_rights() -> BitFlags<AccessFs> {
+    read_rights() | AccessFs::Refer
+}
+
 /// The first layer of a root host: read rights only, granted on `view` (the unprivileged
-/// view, [`crate::system::unprivileged_view`]).
+/// view, [`crate::system::unprivileged_view`]); `REFER` is handled but granted only by the
+/// run's [`refer_rules`].
 pub(crate) fn read_layer(view: &[(PathBuf, Kind)], abi: ABI) -> Spec {
     Spec {
         abi,
         needed: ROOT_ABI,
-        handled_fs: read_rights(),
+        handled_fs: read_layer_rights(),
         handled_net: BitFlags::EMPTY,
         scopes: BitFlags::EMPTY,
         rules: view
@@ -536,6 +608,24 @@ pub(crate) fn uncovered(layer: &Spec, run: &Spec) -> Vec<PathRule> {
                 access: need,
                 why: r.why,
             })
+        })
+        .collect()
+}
+
+/// The `REFER` rules a root host's read layer adds for this run: one for each writable
+/// grant of the run's own layer (the workspace, its writable parts, the writable paths)
+/// that grants `REFER` there, and nothing else. A rename or link then passes the read
+/// layer only between two writable places, which the run's own layer demands as well:
+/// the intersection grants nothing the run's layer did not.
+pub(crate) fn refer_rules(run: &Spec) -> Vec<PathRule> {
+    run.rules
+        .iter()
+        .filter(|r| matches!(r.why, Why::Workspace | Why::WorkspacePart | Why::Writable))
+        .filter(|r| r.access.contains(AccessFs::Refer))
+        .map(|r| PathRule {
+            path: r.path.clone(),
+            access: AccessFs::Refer.into(),
+            why: r.why,
         })
         .collect()
 }
@@ -637,6 +727,7 @@ mod tests {
             workspace: Path::new("/ws"),
             carveouts,
             read_only: &[],
+            hidden: &[],
             writable,
             program: Path::new("/usr/bin/true"),
             network: NetworkMode::None,
@@ -994,7 +1085,7 @@ mod tests {
             (PathBuf::from("/dev"), Kind::Dir),
         ];
         let layer = read_layer(&view, ABI::V7);
-        assert_eq!(layer.handled_fs, read_rights());
+        assert_eq!(layer.handled_fs, read_layer_rights());
         assert!(layer.handled_net.is_empty() && layer.scopes.is_empty());
         assert_eq!(
             rule(&layer, "/etc/passwd").unwrap().access,
@@ -1018,6 +1109,86 @@ mod tests {
         let got: Vec<_> = extra.iter().map(|x| x.path.display().to_string()).collect();
         assert_eq!(got, ["/out", "/home/me/tool"]);
         assert!(extra.iter().all(|x| (x.access & !read_rights()).is_empty()));
+    }
+
+    #[test]
+    fn a_read_grant_is_split_around_hidden_credentials_or_refused() {
+        let mut fs = host();
+        fs.dir("/home/me/.cargo/bin", 0o755)
+            .file("/home/me/.cargo/bin/cargo", 0o755)
+            .file("/home/me/.cargo/credentials.toml", 0o600)
+            .file("/home/me/.cargo/config.toml", 0o644)
+            .dir("/home/me/.cargo/registry", 0o755);
+        let mut r = req(&[], &[]);
+        let ro = p(&["/home/me/.cargo"]);
+        let hidden = p(&["/home/me/.cargo/credentials.toml"]);
+        r.read_only = &ro;
+        r.hidden = &hidden;
+        let s = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
+        assert!(rule(&s, "/home/me/.cargo").is_none());
+        assert!(rule(&s, "/home/me/.cargo/credentials.toml").is_none());
+        for granted in [
+            "/home/me/.cargo/bin",
+            "/home/me/.cargo/config.toml",
+            "/home/me/.cargo/registry",
+        ] {
+            let g = rule(&s, granted).unwrap();
+            assert!(g.access.contains(AccessFs::ReadFile), "{granted}");
+        }
+        assert!(!s
+            .rules
+            .iter()
+            .any(|r| Path::new("/home/me/.cargo/credentials.toml").starts_with(&r.path)));
+        // Every read grant above it is split the same way.
+        let wide = p(&["/home/me/.cargo", "/home/me"]);
+        r.read_only = &wide;
+        let s = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
+        assert!(!s
+            .rules
+            .iter()
+            .any(|r| Path::new("/home/me/.cargo/credentials.toml").starts_with(&r.path)));
+        // A writable grant above it would show it: refused.
+        let rw = p(&["/home/me"]);
+        r.read_only = &ro;
+        r.writable = &rw;
+        let e = spec(&r, &system(&fs), ABI::V7, &fs).unwrap_err();
+        assert!(matches!(e, Error::HiddenUnderGrant { .. }), "{e}");
+    }
+
+    #[test]
+    fn the_read_layer_grants_refer_only_where_the_run_may_write() {
+        let fs = host();
+        let layer = read_layer(&[(PathBuf::from("/ws"), Kind::Dir)], ABI::V7);
+        assert!(layer.handled_fs.contains(AccessFs::Refer));
+        assert!(layer
+            .rules
+            .iter()
+            .all(|r| !r.access.contains(AccessFs::Refer)));
+        // A private mount namespace: the workspace and a writable directory, never a
+        // read-only path, a system path or the program.
+        let mut r = req(&[], &[]);
+        let ro = p(&["/data"]);
+        let rw = p(&["/out"]);
+        r.read_only = &ro;
+        r.writable = &rw;
+        r.program = Path::new("/home/me/tool");
+        r.mount_ns = MountNs::Private;
+        let run = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
+        let refer = refer_rules(&run);
+        let got: Vec<_> = refer.iter().map(|x| x.path.display().to_string()).collect();
+        assert_eq!(got, ["/ws", "/out"]);
+        assert!(refer
+            .iter()
+            .all(|x| x.access == BitFlags::from(AccessFs::Refer)));
+        // Split rules: the workspace itself is fixed (no REFER), its writable parts keep it.
+        let carve = p(&["/ws/.git/hooks"]);
+        let run = spec(&req(&carve, &[]), &system(&fs), ABI::V7, &fs).unwrap();
+        let got: Vec<_> = refer_rules(&run)
+            .iter()
+            .map(|x| x.path.display().to_string())
+            .collect();
+        assert!(!got.contains(&"/ws".to_string()) && got.contains(&"/ws/src".to_string()));
+        assert!(!got.iter().any(|g| g.starts_with("/ws/.git/hooks")));
     }
 
     #[test]

@@ -497,6 +497,46 @@ fn run_with_flags(flags: &[String], ws: &Path, extra: &[&str], argv: &[&str]) ->
     run_in(ws, &args)
 }
 
+/// `--toolchain` runs the caller's rustup toolchain with two flags: `cargo --version`
+/// runs, with `RUSTUP_HOME` at the real home (behind root's `0700` home on a root host).
+fn the_callers_toolchain_runs_with_one_flag_each(backend: &str) {
+    let cap = capability(backend);
+    if cap["host_programs"] != true || cap["hide_paths"] != true {
+        eprintln!("{backend}: skipped: runs no host program, or cannot hide credentials");
+        return;
+    }
+    let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+    let rustup = std::env::var_os("RUSTUP_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".rustup")))
+        .expect("rustup's home");
+    let cargo_bin = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| home.as_ref().map(|h| h.join(".cargo")))
+        .expect("cargo's home")
+        .join("bin");
+    assert!(
+        rustup.is_dir() && cargo_bin.is_dir(),
+        "this test runs the rustup toolchain that built it: {} and {}",
+        rustup.display(),
+        cargo_bin.display()
+    );
+    let (r, c) = (rustup.to_str().unwrap(), cargo_bin.to_str().unwrap());
+    let flags = ["--toolchain", r, "--toolchain", c];
+    let ws = workspace();
+    let o = run_with(backend, ws.path(), &flags, &["cargo", "--version"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    assert!(text(&o.stdout).starts_with("cargo "), "{}", text(&o.stdout));
+    let o = run_with(backend, ws.path(), &flags, &["env"]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    let want = format!("RUSTUP_HOME={}", rustup.canonicalize().unwrap().display());
+    assert!(
+        text(&o.stdout).lines().any(|l| l == want),
+        "no {want} in {}",
+        text(&o.stdout)
+    );
+}
+
 fn exit_code_is_the_programs(backend: &str) {
     let ws = workspace();
     for n in ["0", "3", "42"] {
@@ -1761,6 +1801,7 @@ macro_rules! backend_cases {
                 };
             }
             case!(exit_code_is_the_programs);
+            case!(the_callers_toolchain_runs_with_one_flag_each);
             case!(a_signal_is_128_plus_n);
             case!(the_timeout_is_124_and_kills_the_tree);
             case!(not_found_is_127);

@@ -11,7 +11,7 @@
 //! probe says whether it could read `/proc`).
 //!
 //! Subcommands: `argv`, `argv-hex`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
-//! `rename FROM TO`, `remove PATH`,
+//! `rename FROM TO`, `link FROM TO`, `remove PATH`,
 //! `connect HOST:PORT`, `proxy-connect HOST:PORT`, `proxy-connect-loop SUFFIX DISTINCT N`,
 //! `connect-abstract NAME`, `listen-connect`, `dns-udp HOST:PORT`,
 //! `udp-route HOST:PORT`, `bind-any PORT HOST:PORT SECS`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
@@ -56,6 +56,7 @@ pub fn main(args: Vec<OsString>) -> ! {
         ("write", [p]) => write(p, "probe"),
         ("write", [p, c]) => write(p, c),
         ("rename", [from, to]) => rename(from, to),
+        ("link", [from, to]) => link(from, to),
         ("remove", [p]) => remove(p),
         ("connect", [addr]) => connect(addr),
         ("serve", [port, token, addr]) => serve(num(port) as u16, token, addr),
@@ -496,6 +497,17 @@ fn rename(from: &str, to: &str) -> ! {
             exit(0)
         }
         Err(e) => fail("rename", &e),
+    }
+}
+
+/// Make a hard link `to` of `from`.
+fn link(from: &str, to: &str) -> ! {
+    match std::fs::hard_link(from, to) {
+        Ok(()) => {
+            ok().emit();
+            exit(0)
+        }
+        Err(e) => fail("link", &e),
     }
 }
 

@@ -379,6 +379,8 @@ pub fn cases() -> Vec<Case> {
         case!(hostwalk::climbing_link_copied_as_link, snapshot),
         case!(fs::control_grants_refused, always),
         case!(fs::large_read_grant_runs_or_is_refused, always),
+        case!(fs::cross_directory_rename_and_link, always),
+        case!(fs::toolchain_credentials_hidden, always),
         case!(changes::untouched_until_applied, change_layer),
         case!(changes::lists_exactly_what_changed, change_layer),
         case!(changes::apply_matches_the_command_view, change_layer),

@@ -58,6 +58,7 @@ const MODULE_FLOORS: &[(&str, &[(&str, u8)])] = &[
             ("outcome", 4),
             ("admission", 5),
             ("grants", 5),
+            ("credentials", 5),
             ("plan", 6),
             ("output", 6),
             ("sandbox", 6),

@@ -503,3 +503,157 @@ pub async fn large_read_grant_runs_or_is_refused(ctx: Arc<Context>) -> CaseResul
     }
     Ok(())
 }
+
+/// A rename and a hard link across directories of the workspace work (as rustc moves its
+/// `.rmeta` out of a temp directory), also with a read grant the command's user could not
+/// otherwise reach (a directory under a `0700` one); judged from the host.
+pub async fn cross_directory_rename_and_link(ctx: Arc<Context>) -> CaseResult {
+    use std::os::unix::fs::MetadataExt;
+    let ws = ctx.workspace("reparent")?;
+    let private = ctx.dir("private-home", 0o700)?;
+    let toolchain = private.join("toolchain");
+    std::fs::create_dir(&toolchain)?;
+    std::fs::set_permissions(&toolchain, std::fs::Permissions::from_mode(0o755))?;
+    let t = token();
+    plant(&toolchain.join("tool.txt"), &t, 0o644)?;
+    for (label, read_only) in [
+        ("no read grant", vec![]),
+        ("a private read grant", vec![toolchain.clone()]),
+    ] {
+        for d in ["tmp-dir", "out"] {
+            let _ = std::fs::remove_dir_all(ws.join(d));
+            std::fs::create_dir(ws.join(d))?;
+        }
+        plant(&ws.join("tmp-dir/lib.rmeta"), "rmeta", 0o644)?;
+        plant(&ws.join("tmp-dir/obj.o"), "obj", 0o644)?;
+        if !read_only.is_empty() {
+            let mut opts = ctx.opts(
+                ws.path(),
+                [OsStr::new("read"), os(&toolchain.join("tool.txt"))],
+            );
+            opts.read_only_paths = read_only.clone();
+            let p = ctx.probe_run(opts).await?;
+            ensure!(
+                p.succeeded() && p.stdout_contains(&t),
+                "with {label}: the granted file cannot be read: {}",
+                p.describe()
+            );
+        }
+        let mut opts = ctx.opts(ws.path(), ["rename", "tmp-dir/lib.rmeta", "out/lib.rmeta"]);
+        opts.read_only_paths = read_only.clone();
+        let p = ctx.probe_run(opts).await?;
+        ensure!(
+            p.succeeded()
+                && host_read(&ws.join("out/lib.rmeta")).as_deref() == Some("rmeta")
+                && !ws.join("tmp-dir/lib.rmeta").exists(),
+            "with {label}: a rename from tmp-dir/ to out/ failed: {}",
+            p.describe()
+        );
+        let mut opts = ctx.opts(ws.path(), ["link", "tmp-dir/obj.o", "out/obj.o"]);
+        opts.read_only_paths = read_only.clone();
+        let p = ctx.probe_run(opts).await?;
+        let same = match (
+            std::fs::metadata(ws.join("tmp-dir/obj.o")),
+            std::fs::metadata(ws.join("out/obj.o")),
+        ) {
+            (Ok(a), Ok(b)) => a.ino() == b.ino() && a.dev() == b.dev() && a.nlink() == 2,
+            _ => false,
+        };
+        ensure!(
+            p.succeeded() && same,
+            "with {label}: a hard link from tmp-dir/ to out/ failed (host sees the same \
+             file under both names: {same}): {}",
+            p.describe()
+        );
+        if !read_only.is_empty() {
+            // Reparenting is granted between writable places only: a link from the read
+            // grant into the workspace stays refused.
+            let stolen = ws.join("out/stolen.txt");
+            let mut opts = ctx.opts(
+                ws.path(),
+                [
+                    OsStr::new("link"),
+                    os(&toolchain.join("tool.txt")),
+                    os(&stolen),
+                ],
+            );
+            opts.read_only_paths = read_only.clone();
+            let p = ctx.probe_run(opts).await?;
+            ensure!(
+                !p.succeeded() && !stolen.exists(),
+                "with {label}: a hard link from the read grant into the workspace was made: {}",
+                p.describe()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// A toolchain grant shows the toolchain, never the credentials in it: a world-readable
+/// file planted at `.cargo/credentials.toml` of a granted home behind a `0700` directory
+/// is unreadable inside and listed in the outcome; a backend that cannot hide it refuses
+/// before anything runs.
+pub async fn toolchain_credentials_hidden(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("toolchain")?;
+    let home = ctx.dir("home", 0o700)?;
+    let cargo = home.join(".cargo");
+    std::fs::create_dir_all(cargo.join("bin"))?;
+    for d in [&cargo, &cargo.join("bin")] {
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o755))?;
+    }
+    let t = token();
+    plant(&cargo.join("config.toml"), &t, 0o644)?;
+    let secret_token = format!("secret-{}", token());
+    let secret = cargo.join("credentials.toml");
+    // World-readable: only the sandbox can stop the read.
+    plant(&secret, &secret_token, 0o644)?;
+    let opts = |path: &Path| {
+        let mut o = ctx.opts(ws.path(), [OsStr::new("read"), os(path)]);
+        o.toolchains = vec![cargo.clone()];
+        o
+    };
+
+    if !ctx.claimed().hide_paths {
+        let sb = ctx.sandbox();
+        return match sb.run(opts(&secret)).await {
+            Err(SandboxError::NotSupported { .. }) => {
+                ensure!(
+                    matches!(sb.wait().await, Err(SandboxError::State { .. })),
+                    "refused, yet something was started"
+                );
+                Ok(())
+            }
+            Ok(()) => {
+                let out = sb.wait().await?;
+                Err(Failure::Violation(format!(
+                    "a backend that cannot hide credentials ran the toolchain grant: {}",
+                    describe(&out)
+                )))
+            }
+            Err(e) => Err(Failure::Broken(format!("neither ran nor refused: {e}"))),
+        };
+    }
+
+    let p = ctx.probe_run(opts(&cargo.join("config.toml"))).await?;
+    ensure!(
+        p.succeeded() && p.stdout_contains(&t),
+        "a file of the granted toolchain home cannot be read: {}",
+        p.describe()
+    );
+    let p = ctx.probe_run(opts(&secret)).await?;
+    p.report()?;
+    let mut checks = Forbidden::new(&ctx);
+    checks.check(
+        "read the credentials of a granted toolchain home",
+        p.succeeded() || p.stdout_contains(&secret_token),
+        || format!("{} was read: {}", secret.display(), p.describe()),
+    );
+    checks.finish()?;
+    ensure!(
+        p.outcome.policy.hidden_paths == [secret.clone()],
+        "the outcome lists {:?} as hidden, not {}",
+        p.outcome.policy.hidden_paths,
+        secret.display()
+    );
+    Ok(())
+}

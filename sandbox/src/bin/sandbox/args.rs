@@ -177,6 +177,12 @@ pub struct PolicyArgs {
     #[arg(long = "read", value_name = "PATH")]
     pub read: Vec<PathBuf>,
 
+    /// Run with the caller's toolchain at PATH (`~/.rustup`, `~/.cargo/bin`, `~/.nvm`):
+    /// read-only, credentials inside made unreadable, the caller's PATH passed, and
+    /// RUSTUP_HOME or CARGO_HOME set when PATH is rustup's or cargo's home (repeatable)
+    #[arg(long = "toolchain", value_name = "PATH")]
+    pub toolchain: Vec<PathBuf>,
+
     /// Also let the command write PATH (repeatable)
     #[arg(long = "write", value_name = "PATH")]
     pub write: Vec<PathBuf>,

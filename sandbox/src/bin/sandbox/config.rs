@@ -20,10 +20,11 @@ use crate::error::CliError;
 
 /// The policy file's keys, in [`PolicyFile`]'s order: what `--config`'s help lists. A test
 /// holds it to the keys the file accepts.
-pub const KEYS: [&str; 16] = [
+pub const KEYS: [&str; 17] = [
     "backend",
     "workspace",
     "read",
+    "toolchains",
     "write",
     "network",
     "allow-hosts",
@@ -47,6 +48,8 @@ pub struct PolicyFile {
     workspace: Option<PathBuf>,
     #[serde(default)]
     read: Vec<PathBuf>,
+    #[serde(default)]
+    toolchains: Vec<PathBuf>,
     #[serde(default)]
     write: Vec<PathBuf>,
     network: Option<NetworkMode>,
@@ -165,6 +168,8 @@ pub struct RunSpec {
     pub backend: BackendArg,
     pub workspace: PathBuf,
     pub read: Vec<PathBuf>,
+    /// Toolchain homes (`--toolchain`): read-only, credentials hidden, PATH passed.
+    pub toolchains: Vec<PathBuf>,
     pub write: Vec<PathBuf>,
     pub network: NetworkMode,
     pub allow_hosts: Vec<String>,
@@ -300,6 +305,8 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     };
     let mut read: Vec<PathBuf> = file.read.iter().map(|p| absolute(&base, p)).collect();
     read.extend(args.read.iter().map(|p| absolute(cwd, p)));
+    let mut toolchains: Vec<PathBuf> = file.toolchains.iter().map(|p| absolute(&base, p)).collect();
+    toolchains.extend(args.toolchain.iter().map(|p| absolute(cwd, p)));
     let mut write: Vec<PathBuf> = file.write.iter().map(|p| absolute(&base, p)).collect();
     write.extend(args.write.iter().map(|p| absolute(cwd, p)));
     let mut env: Vec<OsString> = file.env.into_iter().map(OsString::from).collect();
@@ -351,6 +358,7 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         backend: args.backend.or(file.backend).unwrap_or(BackendArg::AUTO),
         workspace,
         read,
+        toolchains,
         write,
         network,
         allow_hosts,

@@ -4,6 +4,7 @@
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde::Serialize;
@@ -356,7 +357,43 @@ pub fn policy_opts(spec: &RunSpec, argv: Vec<OsString>) -> Result<SandboxOpts, C
     }
     opts.snapshot = spec.snapshot;
     opts.env = env_policy(&spec.env)?;
+    opts.toolchains = spec.toolchains.clone();
+    toolchain_env(&spec.toolchains, &mut opts.env);
     Ok(opts)
+}
+
+/// With toolchains: the caller's `PATH`, and `RUSTUP_HOME`/`CARGO_HOME` at the caller's
+/// real homes when one is granted (inside, `HOME` is the workspace, where rustup and
+/// cargo would look otherwise). What `--env` names itself is left as given.
+fn toolchain_env(toolchains: &[PathBuf], env: &mut EnvPolicy) {
+    if toolchains.is_empty() {
+        return;
+    }
+    let named = |env: &EnvPolicy, n: &str| {
+        env.pass.iter().any(|p| p == n) || env.set.iter().any(|(k, _)| k == n)
+    };
+    if !named(env, "PATH") {
+        env.pass.push("PATH".into());
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let canon = |p: PathBuf| p.canonicalize().unwrap_or(p);
+    let granted: Vec<PathBuf> = toolchains.iter().cloned().map(canon).collect();
+    for (var, default) in [("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo")] {
+        if named(env, var) {
+            continue;
+        }
+        let Some(dir) = std::env::var_os(var)
+            .map(PathBuf::from)
+            .or_else(|| home.as_ref().map(|h| h.join(default)))
+            .map(canon)
+        else {
+            continue;
+        };
+        // Cargo's home counts as granted when its `bin` is: that is what it finds tools by.
+        if granted.iter().any(|g| g == &dir || g.starts_with(&dir)) {
+            env.set.push((var.into(), dir.into_os_string()));
+        }
+    }
 }
 
 /// `NAME` passes the host's value, `NAME=VALUE` sets one.

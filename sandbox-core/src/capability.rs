@@ -120,6 +120,12 @@ pub struct Capability {
     /// The kinds of refused operation this backend sees and lists in the outcome's
     /// [`crate::Denials`]. A kind not claimed may still be refused, unreported.
     pub reports_denials: crate::DenialKinds,
+    /// Secrets (`SandboxOpts::secrets`, with network mode `proxy`): the command holds only a
+    /// placeholder, and the proxy puts the value into the allowed place of requests to the
+    /// secret's hosts over TLS it terminates, refusing the placeholder anywhere else. A
+    /// hard requirement when asked, on every lane: a backend that does not claim it refuses
+    /// a run with secrets rather than handing the value to the command.
+    pub secrets: bool,
 }
 
 impl Capability {
@@ -158,6 +164,7 @@ impl Capability {
             change_layer: Some(crate::LayerMechanism::Overlay),
             host_programs: true,
             reports_denials: crate::DenialKinds::default(),
+            secrets: true,
         }
     }
 

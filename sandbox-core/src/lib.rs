@@ -60,6 +60,7 @@ pub mod policy;
 pub mod registry;
 pub mod run;
 mod sandbox;
+pub mod secret;
 
 pub use admission::{check_lane, LaneRequest};
 pub use capability::{Capability, Enforcement};
@@ -83,3 +84,4 @@ pub use outcome::{
 pub use plan::{Plan, DEFAULT_PATH};
 pub use policy::{Allowlist, Decision, HostPattern, Lane, NetworkMode};
 pub use sandbox::{Backend, DynSandbox, Preflight, Sandbox, SandboxExt};
+pub use secret::{Placement, ResolvedSecret, Secret, SecretError, SecretSource, SecretSpec};

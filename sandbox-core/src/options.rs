@@ -195,6 +195,11 @@ pub struct SandboxOpts {
     /// ([`crate::Capability::reports_denials`]). On by default; off, a backend uses its
     /// plain mechanism (the same refusals, unrecorded), which the bench compares against.
     pub report_denials: bool,
+    /// Secrets the command uses without holding them (`--secret NAME@HOST`): the command's
+    /// `NAME` is a placeholder made for the run, and the proxy puts the value into requests
+    /// to the secret's hosts only (see [`crate::secret`]). Needs network mode `proxy`; a
+    /// secret's hosts are allowed without naming them in `allow_hosts`.
+    pub secrets: Vec<crate::SecretSpec>,
 }
 
 impl SandboxOpts {
@@ -229,6 +234,7 @@ impl SandboxOpts {
             publish: Vec::new(),
             on_published: None,
             report_denials: true,
+            secrets: Vec::new(),
         }
     }
 }

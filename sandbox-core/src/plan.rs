@@ -11,6 +11,7 @@ use crate::capability::Capability;
 use crate::egress::{MAX_HOST_PORTS, PROXY_PORT};
 use crate::options::{OutputSink, ResourceLimits, SandboxOpts, Stdin};
 use crate::outcome::{EffectivePolicy, Grant};
+use crate::secret::{ResolvedSecret, CA_BUNDLE_VARS};
 use crate::{Allowlist, Lane, NetworkMode, Resolver, SandboxError};
 use std::sync::Arc;
 
@@ -86,6 +87,9 @@ pub struct Plan {
     pub publish: Vec<crate::Publish>,
     /// Told where they were published.
     pub on_published: Option<crate::PublishSink>,
+    /// The secrets, read and checked; their placeholders are in `env`, their values only
+    /// here (redacted in `Debug`), for the proxy.
+    pub secrets: Vec<ResolvedSecret>,
 }
 
 fn canonical_dir(field: &'static str, path: &Path) -> Result<PathBuf, SandboxError> {
@@ -325,10 +329,20 @@ impl Plan {
             }
         }
 
-        let allowlist = check_allow_hosts(opts)?;
+        if !opts.secrets.is_empty() && !cap.secrets {
+            return Err(SandboxError::NotSupported {
+                backend,
+                feature: "secrets (`secrets`, `--secret`)".into(),
+                remedy: "use a backend whose capability lists secrets (`sandbox doctor` shows \
+                         each backend's)"
+                    .into(),
+            });
+        }
+        let secrets = check_secrets(opts)?;
+        let allowlist = check_allow_hosts(opts, &secrets)?;
         let host_ports = check_host_ports(opts)?;
         let publish = check_publish(opts)?;
-        let env = build_env(opts, &workspace)?;
+        let env = build_env(opts, &workspace, &secrets)?;
         let path_var = env
             .iter()
             .find(|(k, _)| k == "PATH")
@@ -405,6 +419,7 @@ impl Plan {
             host_ports,
             publish,
             on_published: opts.on_published.clone(),
+            secrets,
         })
     }
 
@@ -475,7 +490,67 @@ impl Plan {
 
 /// The allowlist of a `proxy` run: required, non-empty and well-formed; refused with any
 /// other mode, where it would silently mean nothing.
-fn check_allow_hosts(opts: &SandboxOpts) -> Result<Allowlist, SandboxError> {
+/// The secrets of a run: only with `proxy` (the one mode where something stands between
+/// the command and the network to put the value in), distinct names, each read and checked.
+fn check_secrets(opts: &SandboxOpts) -> Result<Vec<ResolvedSecret>, SandboxError> {
+    if opts.secrets.is_empty() {
+        return Ok(Vec::new());
+    }
+    if opts.network != NetworkMode::Proxy {
+        return Err(SandboxError::invalid(
+            "secrets",
+            format!(
+                "a secret needs network mode `proxy` (the proxy puts its value into requests), \
+                 not `{}`",
+                opts.network
+            ),
+        ));
+    }
+    let mut out: Vec<ResolvedSecret> = Vec::new();
+    for spec in &opts.secrets {
+        if out.iter().any(|s| s.name == spec.name) {
+            return Err(SandboxError::invalid(
+                "secrets",
+                format!("secret `{}` is named twice", spec.name),
+            ));
+        }
+        if RUN_VARS.contains(&spec.name.as_str()) || CA_BUNDLE_VARS.contains(&spec.name.as_str()) {
+            return Err(SandboxError::invalid(
+                "secrets",
+                format!(
+                    "secret `{}`: the run sets that variable itself; name the secret after \
+                     the variable your tool reads its token from",
+                    spec.name
+                ),
+            ));
+        }
+        out.push(
+            spec.resolve()
+                .map_err(|e| SandboxError::invalid("secrets", e.to_string()))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Variables a run sets for itself, which a secret's placeholder must not replace.
+const RUN_VARS: [&str; 11] = [
+    "PATH",
+    "HOME",
+    "LANG",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "no_proxy",
+];
+
+fn check_allow_hosts(
+    opts: &SandboxOpts,
+    secrets: &[ResolvedSecret],
+) -> Result<Allowlist, SandboxError> {
     if opts.network != NetworkMode::Proxy {
         if !opts.allow_hosts.is_empty() {
             return Err(SandboxError::invalid(
@@ -488,15 +563,24 @@ fn check_allow_hosts(opts: &SandboxOpts) -> Result<Allowlist, SandboxError> {
         }
         return Ok(Allowlist::default());
     }
-    if opts.allow_hosts.is_empty() {
+    if opts.allow_hosts.is_empty() && secrets.is_empty() {
         return Err(SandboxError::invalid(
             "allow_hosts",
             "network mode `proxy` needs at least one allowed host (`crates.io`, \
              `*.githubusercontent.com`); for no network at all use `none`",
         ));
     }
-    Allowlist::parse(&opts.allow_hosts)
-        .map_err(|e| SandboxError::invalid("allow_hosts", e.to_string()))
+    // A secret's hosts are allowed by naming them for the secret: exact names, on the
+    // default ports, after the caller's own patterns.
+    let mut patterns = opts.allow_hosts.clone();
+    for s in secrets {
+        for h in &s.hosts {
+            if !patterns.contains(h) {
+                patterns.push(h.clone());
+            }
+        }
+    }
+    Allowlist::parse(&patterns).map_err(|e| SandboxError::invalid("allow_hosts", e.to_string()))
 }
 
 /// Host ports: only with `loopback` or `proxy` (with `full` the host's loopback is already
@@ -624,9 +708,14 @@ fn lower(k: &'static str) -> &'static str {
 
 /// The minimal base (`PATH`, `HOME`, `LANG`), the proxy variables with `proxy`, then the
 /// named pass-throughs, then the pairs.
+///
+/// With secrets: each secret's name is set to its placeholder; a caller's variable of a
+/// secret's name or of a certificate bundle variable ([`CA_BUNDLE_VARS`]) is refused; and
+/// no variable or argument may hold a secret's value.
 fn build_env(
     opts: &SandboxOpts,
     workspace: &Path,
+    secrets: &[ResolvedSecret],
 ) -> Result<Vec<(OsString, OsString)>, SandboxError> {
     let mut env: Vec<(OsString, OsString)> = vec![
         ("PATH".into(), DEFAULT_PATH.into()),
@@ -674,7 +763,81 @@ fn build_env(
         }
         put(name, value.clone());
     }
+    if !secrets.is_empty() {
+        check_secret_env(opts, secrets)?;
+        for s in secrets {
+            env.push((s.name.clone().into(), s.placeholder.clone().into()));
+        }
+        for (k, v) in &env {
+            if let Some(s) = secrets.iter().find(|s| holds(v.as_bytes(), &s.value)) {
+                return Err(SandboxError::invalid(
+                    "env",
+                    format!(
+                        "the variable {} holds the value of secret `{}`, which never enters \
+                         the sandbox; drop it (the command gets `{}` with a placeholder)",
+                        k.to_string_lossy(),
+                        s.name,
+                        s.name
+                    ),
+                ));
+            }
+        }
+        for (i, a) in opts.argv.iter().enumerate() {
+            if let Some(s) = secrets.iter().find(|s| holds(a.as_bytes(), &s.value)) {
+                return Err(SandboxError::invalid(
+                    "argv",
+                    format!(
+                        "argument {i} holds the value of secret `{}`, which never enters the \
+                         sandbox; pass `${}` (its placeholder) instead",
+                        s.name, s.name
+                    ),
+                ));
+            }
+        }
+    }
     Ok(env)
+}
+
+/// A caller's variable that would collide with what a run with secrets sets.
+fn check_secret_env(opts: &SandboxOpts, secrets: &[ResolvedSecret]) -> Result<(), SandboxError> {
+    let named = opts
+        .env
+        .set
+        .iter()
+        .map(|(k, _)| ("env.set", k.as_str()))
+        .chain(opts.env.pass.iter().map(|k| ("env.pass", k.as_str())));
+    for (field, k) in named {
+        if secrets.iter().any(|s| s.name == k) {
+            return Err(SandboxError::invalid(
+                field,
+                format!(
+                    "`{k}` is a secret's name: the command gets a placeholder there, never the \
+                     value; drop the variable"
+                ),
+            ));
+        }
+        if CA_BUNDLE_VARS.contains(&k) {
+            return Err(SandboxError::invalid(
+                field,
+                format!(
+                    "`{k}` is set by a run with secrets to the run's certificate bundle, which \
+                     holds the host's roots and the run's own authority; another value would \
+                     make tools refuse the hosts whose secrets the proxy injects"
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Whether `hay` carries `secret`'s value. A value shorter than 8 bytes is looked for only
+/// as the whole of `hay`, so that a short value does not refuse every `PATH` holding it.
+fn holds(hay: &[u8], secret: &crate::Secret) -> bool {
+    let v = secret.expose();
+    if v.len() < 8 {
+        return hay == v;
+    }
+    hay.windows(v.len()).any(|w| w == v)
 }
 
 #[cfg(test)]
@@ -690,6 +853,83 @@ mod tests {
 
     fn ws() -> tempfile::TempDir {
         tempfile::tempdir().unwrap()
+    }
+
+    fn secret_opts(d: &tempfile::TempDir) -> SandboxOpts {
+        let tok = d.path().join("tok");
+        std::fs::write(&tok, "ghp_realvalue123\n").unwrap();
+        let mut opts = SandboxOpts::new(d.path(), ["true"]);
+        opts.network = NetworkMode::Proxy;
+        opts.secrets = vec![crate::SecretSpec::parse(&format!(
+            "GH_TOKEN=file:{}@API.github.com",
+            tok.display()
+        ))
+        .unwrap()];
+        opts
+    }
+
+    #[test]
+    fn a_secret_gives_the_command_a_placeholder_and_allows_its_hosts() {
+        let d = ws();
+        let opts = secret_opts(&d);
+        let plan = Plan::new(&opts, "t", &cap()).unwrap();
+        let ph = plan
+            .env_var("GH_TOKEN")
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .to_owned();
+        assert!(ph.starts_with(crate::secret::PLACEHOLDER_PREFIX), "{ph}");
+        assert_eq!(plan.secrets[0].placeholder, ph);
+        assert_eq!(plan.secrets[0].value.expose(), b"ghp_realvalue123");
+        assert!(plan
+            .env
+            .iter()
+            .all(|(_, v)| !v.to_string_lossy().contains("realvalue")));
+        assert!(!format!("{plan:?}").contains("realvalue"));
+        let target = crate::policy::Target::parse("api.github.com").unwrap();
+        assert!(plan.allowlist.check(&target, 443).is_some());
+        let other = crate::policy::Target::parse("gist.github.com").unwrap();
+        assert!(plan.allowlist.check(&other, 443).is_none());
+    }
+
+    #[test]
+    fn a_secret_is_refused_where_it_could_not_be_kept_out() {
+        let d = ws();
+        let refused = |opts: &SandboxOpts, c: &Capability, want: &str| {
+            let e = Plan::new(opts, "t", c).unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+            assert!(!e.contains("realvalue"), "the value leaked: {e}");
+        };
+        let base = secret_opts(&d);
+        let no_secrets = Capability {
+            secrets: false,
+            ..cap()
+        };
+        refused(&base, &no_secrets, "cannot enforce secrets");
+        for mode in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
+            let mut o = base.clone();
+            o.network = mode;
+            refused(&o, &cap(), "needs network mode `proxy`");
+        }
+        let mut o = base.clone();
+        o.env.set = vec![("GH_TOKEN".into(), "x".into())];
+        refused(&o, &cap(), "is a secret's name");
+        let mut o = base.clone();
+        o.env.pass = vec!["SSL_CERT_FILE".into()];
+        refused(&o, &cap(), "certificate bundle");
+        let mut o = base.clone();
+        o.env.set = vec![("OTHER".into(), "Bearer ghp_realvalue123".into())];
+        refused(&o, &cap(), "holds the value of secret `GH_TOKEN`");
+        let mut o = base.clone();
+        o.argv = vec!["echo".into(), "ghp_realvalue123".into()];
+        refused(&o, &cap(), "argument 1 holds the value");
+        let mut o = base.clone();
+        o.secrets.push(o.secrets[0].clone());
+        refused(&o, &cap(), "named twice");
+        let mut o = base.clone();
+        o.secrets[0].name = "HTTPS_PROXY".into();
+        refused(&o, &cap(), "sets that variable itself");
     }
 
     #[test]

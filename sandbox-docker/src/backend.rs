@@ -87,6 +87,8 @@ pub fn capability_in(mode: WorkspaceMode) -> Capability {
             network_connect: listeners,
             ..sandbox_core::DenialKinds::default()
         },
+        // The proxy does not terminate TLS yet, so it cannot put a secret's value in.
+        secrets: false,
     }
 }
 

@@ -4,7 +4,10 @@
 //! # What it speaks
 //!
 //! - HTTP `CONNECT host:port`: a byte tunnel; TLS passes through untouched (never
-//!   terminated, never inspected).
+//!   terminated, never inspected), except to a host with secrets: its TLS is terminated
+//!   under the run's authority and each request judged ([`terminate`], [`inject`]).
+//!   SOCKS5 to such a host is refused; a placeholder in a plain-HTTP request is refused
+//!   and recorded by the secret's name.
 //! - Plain HTTP with an absolute URI (`GET http://host/path`): the request is sent on with
 //!   an origin-form target and `Connection: close`, so one client connection carries one
 //!   request to one decided host.
@@ -45,14 +48,22 @@
 //!
 //! `tokio` (the relays), `httparse` (the HTTP request head: a well-kept parser rather than
 //! our own), `nix` (receiving the listener over `SCM_RIGHTS`), `sandbox-core` (the allowlist,
-//! the record, the resolver seam). SOCKS5 is parsed by hand (a dozen bytes), and tested
+//! the record, the resolver seam), `base64` (a secret inside `Basic` credentials, and the
+//! value's encodings looked for in responses: see [`inject`]), `thiserror` (the rewriter's
+//! refusals), `rcgen` (the run's certificate authority and a leaf per terminated host, made
+//! in memory), `rustls` with `tokio-rustls` (both sides of a terminated connection, on
+//! `ring`), `webpki-roots` (the roots an upstream server is verified against; see [`tls`]).
+//! SOCKS5 is parsed by hand (a dozen bytes), and tested
 //! against curl's `--socks5-hostname`.
 
 mod handover;
+pub mod inject;
 pub mod publish;
 mod relay;
 mod resolve;
 mod socks;
+pub mod terminate;
+pub mod tls;
 
 use std::future::Future;
 use std::io;
@@ -90,6 +101,8 @@ pub struct ProxyConfig {
     pub allowlist: Allowlist,
     /// How allowed names are resolved.
     pub resolver: Arc<dyn Resolver>,
+    /// The run's secrets, when it has any: their hosts' TLS is terminated.
+    pub secrets: Option<Arc<Secrets>>,
 }
 
 impl ProxyConfig {
@@ -98,7 +111,56 @@ impl ProxyConfig {
         Self {
             allowlist,
             resolver: resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
+            secrets: None,
         }
+    }
+}
+
+/// A run's secrets with what terminating their hosts' TLS needs.
+#[derive(Debug)]
+pub struct Secrets {
+    /// The secrets (values redacted in `Debug`).
+    pub list: Vec<sandbox_core::ResolvedSecret>,
+    /// The run's certificate authority, for their hosts.
+    pub authority: tls::RunAuthority,
+    /// How the real servers are verified.
+    pub upstream: Arc<rustls::ClientConfig>,
+}
+
+impl Secrets {
+    /// An authority for every host of `list`, and upstream verification against Mozilla's
+    /// roots plus `extra_cas`.
+    pub fn new(
+        list: Vec<sandbox_core::ResolvedSecret>,
+        extra_cas: &[rustls::pki_types::CertificateDer<'static>],
+    ) -> Result<Self, tls::TlsError> {
+        let mut hosts: Vec<String> = list.iter().flat_map(|s| s.hosts.clone()).collect();
+        hosts.sort();
+        hosts.dedup();
+        Ok(Self {
+            authority: tls::RunAuthority::new(&hosts)?,
+            upstream: tls::upstream_config(extra_cas)?,
+            list,
+        })
+    }
+
+    /// Whether `host` is one of the secrets' hosts (its TLS is terminated).
+    pub fn terminates(&self, host: &str) -> bool {
+        let host = host.strip_suffix('.').unwrap_or(host);
+        self.list
+            .iter()
+            .any(|s| s.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
+    }
+
+    /// The first secret whose placeholder `bytes` hold.
+    fn placeholder_in(&self, bytes: &[u8]) -> Option<&str> {
+        self.list.iter().find_map(|s| {
+            let p = s.placeholder.as_bytes();
+            bytes
+                .windows(p.len())
+                .any(|w| w == p)
+                .then_some(s.name.as_str())
+        })
     }
 }
 
@@ -323,7 +385,20 @@ fn config_for(plan: &sandbox_core::Plan) -> Result<Option<ProxyConfig>, SandboxE
             "the egress proxy needs a non-empty allowlist",
         ));
     }
-    Ok(proxy.then(|| ProxyConfig::new(plan.allowlist.clone(), plan.resolver.clone())))
+    if !proxy {
+        return Ok(None);
+    }
+    let mut config = ProxyConfig::new(plan.allowlist.clone(), plan.resolver.clone());
+    if !plan.secrets.is_empty() {
+        let secrets = Secrets::new(plan.secrets.clone(), &[]).map_err(|e| {
+            SandboxError::io(
+                "making the run's certificate authority",
+                io::Error::other(e),
+            )
+        })?;
+        config.secrets = Some(Arc::new(secrets));
+    }
+    Ok(Some(config))
 }
 
 /// Serve `listeners` (made inside the command's namespace, in [`inside_ports`] order) in
@@ -694,6 +769,27 @@ async fn serve_http(shared: &Shared, mut client: TcpStream) {
         .await;
         return;
     };
+    let secrets = shared.config.as_ref().and_then(|c| c.secrets.clone());
+    if let Some(secrets) = &secrets {
+        // A placeholder over plain HTTP is never replaced; seen in what was read (the head,
+        // and any body that came with it), it is refused and recorded by name. A body sent
+        // later on a plain connection is not scanned.
+        if protocol == ProxyProtocol::Http {
+            if let Some(name) = secrets.placeholder_in(&buf) {
+                let why = format!(
+                    "secret {name} sent to {host} over plain HTTP: refused as an exfiltration \
+                     attempt"
+                );
+                Pending::new(shared, protocol, &host, port).settle(
+                    Decision::Denied(why.clone()),
+                    None,
+                    None,
+                );
+                respond(&mut client, "403 Forbidden", &format!("sandbox: {why}\n")).await;
+                return;
+            }
+        }
+    }
     let (tally, upstream) = match connect(shared, protocol, &host, port).await {
         Ok(x) => x,
         Err(Refusal { status, text }) => {
@@ -701,6 +797,21 @@ async fn serve_http(shared: &Shared, mut client: TcpStream) {
             return;
         }
     };
+    if let Some(secrets) =
+        secrets.filter(|s| protocol == ProxyProtocol::Connect && s.terminates(&host))
+    {
+        serve_terminated(
+            shared,
+            client,
+            upstream,
+            &host,
+            port,
+            &secrets,
+            &buf[head.len..],
+        )
+        .await;
+        return;
+    }
     let mut upstream = upstream;
     let rest = buf[head.len..].to_vec();
     let preface = match path {
@@ -738,6 +849,63 @@ async fn serve_http(shared: &Shared, mut client: TcpStream) {
         }
     }
     relay::run(&tally, client, upstream).await;
+}
+
+/// A `CONNECT` to a host with secrets: answered, then its TLS terminated
+/// ([`terminate`]); a refusal or a cut-off response is recorded as a refused attempt
+/// beside the allowed connect, naming the secret.
+async fn serve_terminated(
+    shared: &Shared,
+    mut client: TcpStream,
+    upstream: TcpStream,
+    host: &str,
+    port: u16,
+    secrets: &Secrets,
+    early: &[u8],
+) {
+    let record = |why: String| {
+        Pending::new(shared, ProxyProtocol::Connect, host, port).settle(
+            Decision::Denied(why),
+            None,
+            None,
+        );
+    };
+    // Bytes sent before the tunnel was answered would be read as TLS by no one; a client
+    // that does not wait for the answer is refused rather than guessed at.
+    if !early.is_empty() {
+        record("bytes sent before the tunnel was established".into());
+        let _ = client.shutdown().await;
+        return;
+    }
+    let host = host.strip_suffix('.').unwrap_or(host).to_ascii_lowercase();
+    let server = match secrets.authority.server_config(&host) {
+        Ok(s) => s,
+        Err(e) => {
+            record(e.to_string());
+            respond(&mut client, "502 Bad Gateway", &format!("sandbox: {e}\n")).await;
+            return;
+        }
+    };
+    if client
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .await
+        .is_err()
+    {
+        return;
+    }
+    let ex = terminate::terminate(
+        client,
+        upstream,
+        &host,
+        port,
+        &secrets.list,
+        server,
+        secrets.upstream.clone(),
+    )
+    .await;
+    if let Some(why) = ex.refused {
+        record(why);
+    }
 }
 
 /// Why a request was not connected: the status line for HTTP and the text.

@@ -92,6 +92,24 @@ pub(crate) async fn serve(shared: &Shared, mut client: TcpStream) {
             return;
         }
     };
+    // A host with secrets is reached only through `CONNECT`, where its TLS is terminated
+    // and every request judged; a SOCKS tunnel to it would pass unjudged.
+    if shared
+        .config
+        .as_ref()
+        .and_then(|c| c.secrets.as_ref())
+        .is_some_and(|s| s.terminates(&host))
+    {
+        super::Pending::new(shared, ProxyProtocol::Socks5, &host, port).settle(
+            sandbox_core::Decision::Denied(
+                "a host with secrets is reached through HTTPS_PROXY (CONNECT), not SOCKS5".into(),
+            ),
+            None,
+            None,
+        );
+        let _ = reply(&mut client, NOT_ALLOWED).await;
+        return;
+    }
     match connect(shared, ProxyProtocol::Socks5, &host, port).await {
         Ok((tally, upstream)) => {
             if reply(&mut client, OK).await.is_ok() {

@@ -325,9 +325,10 @@ fn write_capability(f: &mut fmt::Formatter<'_>, c: &Capability) -> fmt::Result {
     )?;
     writeln!(
         f,
-        "    ports       host ports: {}, publish: {}",
+        "    ports       host ports: {}, publish: {}, secrets: {}",
         yes_no(c.host_ports),
         yes_no(c.publish),
+        yes_no(c.secrets),
     )?;
     writeln!(
         f,

@@ -52,6 +52,7 @@ const MODULE_FLOORS: &[(&str, &[(&str, u8)])] = &[
             ("policy", 0),
             ("changes", 0),
             ("egress", 1),
+            ("secret", 1),
             ("denial", 2),
             ("capability", 3),
             ("options", 4),

@@ -199,6 +199,14 @@ pub struct PolicyArgs {
     #[arg(long = "allow-host", value_name = "PATTERN")]
     pub allow_host: Vec<String>,
 
+    /// Let the command use a secret it never holds (repeatable; implies `--network proxy`
+    /// and allows the hosts): NAME@HOST[,HOST...] reads the value from your variable NAME,
+    /// NAME=file:PATH@HOST from a file; the command's NAME is a placeholder the proxy
+    /// replaces in the Authorization header of requests to those hosts (`:header=X` or
+    /// `:query=P` after the hosts for another place) and refuses anywhere else
+    #[arg(long = "secret", value_name = "NAME@HOST")]
+    pub secret: Vec<String>,
+
     /// Let the command's 127.0.0.1:PORT reach the host's 127.0.0.1:PORT, and nothing else of
     /// the host's (repeatable; with `--network loopback`, which it implies, or `proxy`)
     #[arg(

@@ -20,7 +20,7 @@ use crate::error::CliError;
 
 /// The policy file's keys, in [`PolicyFile`]'s order: what `--config`'s help lists. A test
 /// holds it to the keys the file accepts.
-pub const KEYS: [&str; 17] = [
+pub const KEYS: [&str; 18] = [
     "backend",
     "workspace",
     "read",
@@ -28,6 +28,7 @@ pub const KEYS: [&str; 17] = [
     "write",
     "network",
     "allow-hosts",
+    "secrets",
     "host-ports",
     "publish",
     "env",
@@ -55,6 +56,11 @@ pub struct PolicyFile {
     network: Option<NetworkMode>,
     #[serde(default)]
     allow_hosts: Vec<String>,
+    /// `[secrets] NAME = ["HOST", ...]`: the value from the caller's variable `NAME`, into
+    /// the `Authorization` header of requests to those hosts (`--secret` for the other
+    /// forms).
+    #[serde(default)]
+    secrets: std::collections::BTreeMap<String, Vec<String>>,
     #[serde(default)]
     host_ports: Vec<u16>,
     /// `publish = [8080, "3000:13000"]`: a port, or `PORT:HOSTPORT`.
@@ -173,6 +179,7 @@ pub struct RunSpec {
     pub write: Vec<PathBuf>,
     pub network: NetworkMode,
     pub allow_hosts: Vec<String>,
+    pub secrets: Vec<sandbox_core::SecretSpec>,
     pub host_ports: Vec<u16>,
     pub publish: Vec<sandbox_core::Publish>,
     pub env: Vec<OsString>,
@@ -331,6 +338,22 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     };
     let mut allow_hosts = file.allow_hosts;
     allow_hosts.extend(args.allow_host);
+    let mut secrets: Vec<sandbox_core::SecretSpec> = file
+        .secrets
+        .into_iter()
+        .map(|(name, hosts)| sandbox_core::SecretSpec {
+            source: sandbox_core::SecretSource::Env(name.clone()),
+            name,
+            hosts,
+            placement: sandbox_core::Placement::Authorization,
+        })
+        .collect();
+    for text in &args.secret {
+        secrets.push(
+            sandbox_core::SecretSpec::parse(text)
+                .map_err(|e| CliError::option("secret", e.to_string()))?,
+        );
+    }
     let mut host_ports = file.host_ports;
     host_ports.extend(args.host_port);
     let mut publish = file
@@ -342,7 +365,7 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     // An allowlist implies the proxy, host ports and published ports a private loopback,
     // unless a mode was named (then the library refuses a mismatch, rather than ignoring
     // it).
-    let implied = if !allow_hosts.is_empty() {
+    let implied = if !allow_hosts.is_empty() || !secrets.is_empty() {
         NetworkMode::Proxy
     } else if !host_ports.is_empty() || !publish.is_empty() {
         NetworkMode::Loopback
@@ -362,6 +385,7 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         write,
         network,
         allow_hosts,
+        secrets,
         host_ports,
         publish,
         env,
@@ -547,6 +571,40 @@ mod tests {
         }
         std::fs::write(&cfg, "publish = [\"0:80\"]\n").unwrap();
         assert!(resolve(args(&[]), cwd).is_err());
+    }
+
+    #[test]
+    fn secrets_from_the_file_and_the_flags_add_up_and_imply_the_proxy() {
+        use sandbox_core::{Placement, SecretSource};
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("policy.toml");
+        std::fs::write(&cfg, "[secrets]\nGH_TOKEN = [\"api.github.com\"]\n").unwrap();
+        let cwd = Path::new("/here");
+        let spec = resolve(
+            run_args(&[
+                "--config",
+                cfg.to_str().unwrap(),
+                "--secret",
+                "KEY=file:/k@x.org,y.org:header=X-Api-Key",
+                "true",
+            ]),
+            cwd,
+        )
+        .unwrap();
+        assert_eq!(spec.network, NetworkMode::Proxy);
+        assert_eq!(spec.secrets.len(), 2);
+        assert_eq!(spec.secrets[0].name, "GH_TOKEN");
+        assert_eq!(spec.secrets[0].source, SecretSource::Env("GH_TOKEN".into()));
+        assert_eq!(spec.secrets[0].hosts, ["api.github.com"]);
+        assert_eq!(spec.secrets[1].source, SecretSource::File("/k".into()));
+        assert_eq!(spec.secrets[1].hosts, ["x.org", "y.org"]);
+        assert_eq!(
+            spec.secrets[1].placement,
+            Placement::Header("x-api-key".into())
+        );
+        let e = resolve(run_args(&["--secret", "GH_TOKEN", "true"]), cwd).unwrap_err();
+        assert!(e.to_string().contains("needs its hosts"), "{e}");
+        assert!(PolicyFile::parse("[secrets]\nGH = \"x.org\"").is_err());
     }
 
     #[test]

@@ -23,8 +23,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sandbox_core::run::{RunHandle, RunSandbox, Starter};
 use sandbox_core::{
-    Capability, Changes, Lane, NetworkMode, Plan, Preflight, ResourceLimits, SandboxError,
-    SandboxExt, SandboxOpts, Status,
+    Capability, Changes, Enforcement, Lane, NetworkMode, Plan, Preflight, ResourceLimits,
+    SandboxError, SandboxExt, SandboxOpts, Status,
 };
 
 use crate::changes::layer_within;
@@ -161,7 +161,16 @@ async fn start_launch<L: Launcher>(
     if let Some(d) = deadline {
         plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
     }
-    let (egress, door_end) = match door::hand_over(&plan)? {
+    // A proxy the lane let the backend over-grant (the whole network, recorded in the
+    // outcome's grants) gets no door: there is nothing for it to enforce.
+    let over_granted =
+        plan.network == NetworkMode::Proxy && cap.network_proxy != Enforcement::Exact;
+    let door = if over_granted {
+        None
+    } else {
+        door::hand_over(&plan)?
+    };
+    let (egress, door_end) = match door {
         Some((run, end)) => (Some(run), Some(end)),
         None => (None, None),
     };

@@ -55,10 +55,8 @@ pub(crate) fn launch(
     door: Option<DoorEnd>,
 ) -> Result<Launch, SandboxError> {
     // The same program the landlock backend installs, so both deny the same kernel surface.
-    // The pid namespace is the tree kill here, so setsid stays allowed.
     let program = SeccompProgram::cached(&SyscallPolicy {
         network: plan.network,
-        deny_setsid: false,
     })?;
     let seccomp = memfd("sandbox-seccomp", program.as_bytes()).map_err(io_err("seccomp"))?;
     // Core's waiter, which bwrap runs as its init: a reader of the process's one sealed

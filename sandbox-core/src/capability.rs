@@ -77,11 +77,17 @@ pub struct Capability {
     /// When the host runs as root, the command does not hold root's power over host files
     /// (no reading root-only files it was not granted, no setuid-root files left behind).
     pub drops_host_root: bool,
-    /// A memory limit can be enforced for the whole command.
+    /// A memory limit can be enforced. With a writable cgroup (v2, or v1's `memory`) it
+    /// binds the whole tree; without one it is `RLIMIT_AS` on each process (the outcome's
+    /// limit record says which), so a tree of processes may use the limit several times.
     pub memory_limit: bool,
     /// A CPU-time limit can be enforced.
     pub cpu_limit: bool,
-    /// A cap on the number of processes can be enforced.
+    /// A cap on the number of processes can be enforced. With a writable cgroup it is the
+    /// `pids` controller; without one it is `RLIMIT_NPROC` (counted in the sandbox's own
+    /// user namespace where there is one, else over every process of the command's uid),
+    /// and a command that would run as root without a cgroup cannot be capped, so the cap
+    /// is refused there, never run without.
     pub process_limit: bool,
     /// A cap on open files per process can be enforced.
     pub open_files_limit: bool,

@@ -188,11 +188,16 @@ pub enum TreeKill {
     CgroupV2Kill,
     /// Every pid listed in a cgroup v1 of its own, until none is left.
     CgroupV1Procs,
-    /// The process group; complete only where the backend stops descendants from leaving it
-    /// (seccomp denies `setsid`/`setpgid`).
+    /// The process group; complete only where descendants cannot leave it (no backend
+    /// denies `setsid`/`setpgid` any more: a bare launch's measure, as the bench's).
     ProcessGroup,
     /// A pid namespace: its init's death ends everything in it.
     PidNamespace,
+    /// The sandbox's waiter, a child subreaper (`PR_SET_CHILD_SUBREAPER`) that every
+    /// orphan of the run is re-parented to, whatever its session or process group: it
+    /// kills every descendant and reaps until it has no child left, then exits. Complete
+    /// only where the command cannot signal the waiter (landlock's signal scope).
+    Subreaper,
     /// The container engine kills the container.
     Container,
 }

@@ -57,7 +57,6 @@ use crate::error::GvisorError;
 /// the smoke tests show.
 pub(crate) const SYSCALL_POLICY: SyscallPolicy = SyscallPolicy {
     network: NetworkMode::Full,
-    deny_setsid: false,
 };
 
 /// Core's allow-list for [`SYSCALL_POLICY`], as docker's engine gets it, save the calls

@@ -98,7 +98,7 @@ fn setid_mode_rules(arg: u8, extra: &[Cond]) -> Result<Vec<SeccompRule>, Sandbox
 /// The seccompiler rules of one table entry (empty: always).
 fn rules_of(r: Rule) -> Result<Vec<SeccompRule>, SandboxError> {
     Ok(match r {
-        Rule::Always | Rule::ProcessGroup | Rule::FallBack => Vec::new(),
+        Rule::Always | Rule::FallBack => Vec::new(),
         Rule::SetidMode { mode } => setid_mode_rules(mode, &[])?,
         Rule::CreatingSetid { flags, mode } => {
             let mut v = Vec::new();
@@ -588,7 +588,7 @@ mod tests {
         let mut on = [0u64; 6];
         let mut off = [0u64; 6];
         let conditional = match d.rule {
-            Rule::Always | Rule::FallBack | Rule::ProcessGroup => false,
+            Rule::Always | Rule::FallBack => false,
             Rule::SetidMode { mode } => {
                 on[mode as usize] = 0o4755;
                 off[mode as usize] = 0o755;
@@ -627,8 +627,8 @@ mod tests {
     #[test]
     fn the_program_renders_the_table_exactly() {
         for net in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
-            for s in [false, true] {
-                let pol = policy(net, s);
+            {
+                let pol = policy(net);
                 let p = SeccompProgram::build(&pol).unwrap();
                 for d in TABLE {
                     let Some(nr) = d.nr else { continue };
@@ -675,43 +675,38 @@ mod tests {
         assert_eq!(fall_back, [SYS_CLONE3, SYS_OPENAT2]);
     }
 
-    fn policy(network: NetworkMode, deny_setsid: bool) -> SyscallPolicy {
-        SyscallPolicy {
-            network,
-            deny_setsid,
-        }
+    fn policy(network: NetworkMode) -> SyscallPolicy {
+        SyscallPolicy { network }
     }
 
     #[test]
     fn every_policy_compiles_and_bytes_match_instructions() {
         for net in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
-            for s in [false, true] {
-                let p = SeccompProgram::build(&policy(net, s)).unwrap();
-                assert_eq!(p.as_bytes().len(), p.instructions().len() * 8);
-                assert!(p.instructions().len() < 4096, "BPF_MAXINSNS");
-            }
+            let p = SeccompProgram::build(&policy(net)).unwrap();
+            assert_eq!(p.as_bytes().len(), p.instructions().len() * 8);
+            assert!(p.instructions().len() < 4096, "BPF_MAXINSNS");
         }
     }
 
     #[test]
     fn sockets_are_filtered_only_without_network() {
-        let none = deny_rules(&policy(NetworkMode::None, false)).unwrap();
-        let full = deny_rules(&policy(NetworkMode::Full, false)).unwrap();
+        let none = deny_rules(&policy(NetworkMode::None)).unwrap();
+        let full = deny_rules(&policy(NetworkMode::Full)).unwrap();
         assert!(none.contains_key(&libc::SYS_socket));
         assert!(!full.contains_key(&libc::SYS_socket));
     }
 
     #[test]
-    fn setsid_is_denied_only_when_asked() {
-        let yes = deny_rules(&policy(NetworkMode::Full, true)).unwrap();
-        let no = deny_rules(&policy(NetworkMode::Full, false)).unwrap();
-        assert!(yes.contains_key(&libc::SYS_setsid) && yes.contains_key(&libc::SYS_setpgid));
-        assert!(!no.contains_key(&libc::SYS_setsid));
+    fn sessions_are_never_denied() {
+        for net in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
+            let r = deny_rules(&policy(net)).unwrap();
+            assert!(!r.contains_key(&libc::SYS_setsid) && !r.contains_key(&libc::SYS_setpgid));
+        }
     }
 
     #[test]
     fn the_dangerous_calls_are_always_denied() {
-        let r = deny_rules(&policy(NetworkMode::Full, false)).unwrap();
+        let r = deny_rules(&policy(NetworkMode::Full)).unwrap();
         for nr in [
             libc::SYS_ptrace,
             libc::SYS_mount,
@@ -744,8 +739,8 @@ mod tests {
         ];
         let foreign = 0x4000_0003; // AUDIT_ARCH_I386
         for net in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
-            for s in [false, true] {
-                let pol = policy(net, s);
+            {
+                let pol = policy(net);
                 let with = SeccompProgram::build(&pol).unwrap();
                 let rules = deny_rules(&pol).unwrap();
                 let filtered: Vec<u32> = rules.keys().map(|&n| n as u32).collect();
@@ -784,7 +779,7 @@ mod tests {
     #[test]
     fn notifying_program_notifies_exactly_the_table_denials() {
         for network in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
-            let pol = policy(network, true);
+            let pol = policy(network);
             let plain = SeccompProgram::build(&pol).unwrap();
             let notify = SeccompProgram::build_with(&pol, true).unwrap();
             let mut notified = 0;
@@ -828,8 +823,8 @@ mod tests {
 
     #[test]
     fn cached_programs_are_shared() {
-        let a = SeccompProgram::cached(&policy(NetworkMode::None, true)).unwrap();
-        let b = SeccompProgram::cached(&policy(NetworkMode::None, true)).unwrap();
+        let a = SeccompProgram::cached(&policy(NetworkMode::None)).unwrap();
+        let b = SeccompProgram::cached(&policy(NetworkMode::None)).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
     }
 
@@ -837,7 +832,7 @@ mod tests {
     /// restriction without touching the test process) and checks each class from inside.
     #[test]
     fn installed_filter_denies_with_eperm_and_allows_the_rest() {
-        let p = SeccompProgram::cached(&policy(NetworkMode::None, true)).unwrap();
+        let p = SeccompProgram::cached(&policy(NetworkMode::None)).unwrap();
         let step = p.install_step();
         // SAFETY: the child makes only raw system calls and _exits.
         let pid = unsafe { libc::fork() };
@@ -857,7 +852,8 @@ mod tests {
                 {
                     bad |= 2;
                 }
-                if libc::setsid() != -1 || errno() != libc::EPERM {
+                // Allowed: a session of its own (this forked child leads no group).
+                if libc::setsid() == -1 {
                     bad |= 4;
                 }
                 if libc::ioctl(0, 0xFFFF_FFFF_0000_5412u64 as _, 0) != -1 || errno() != libc::EPERM

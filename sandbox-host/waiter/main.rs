@@ -29,9 +29,10 @@
 //!   sharing the host's network namespace cannot reach the host's abstract sockets); `p`
 //!   removes `PWD` from the environment (bwrap always sets it; the command gets only the
 //!   variables the caller named).
-//!   `g` keeps the command in the waiter's process group, where the sandbox's seccomp
-//!   filter denies `setpgid` (landlock's; as the namespace's init the waiter ignores every
-//!   signal from inside it anyway).
+//!   `s` puts the command in a landlock domain of its own, nested in the waiter's, that
+//!   scopes signals (ABI 6, Linux 6.12): the command and its descendants cannot signal
+//!   the waiter, so they cannot kill the one process that kills them (only needed where
+//!   the waiter is not a pid namespace's init; the host checked the ABI before asking).
 //! - `NPROC`: `-`, or the process cap: `RLIMIT_NPROC` set here, inside the sandbox's user
 //!   namespace, counts the processes of this sandbox alone (bwrap's init and the waiter
 //!   included), where on the host it would count every process of the user.
@@ -42,10 +43,24 @@
 //!   any.
 //! - `PROGRAM`: absolute path to execute; `ARGV0` and `ARGS` its argv.
 //!
-//! It runs as the pid namespace's init: the kernel delivers no signal
+//! Where it runs as a pid namespace's init, the kernel delivers no signal
 //! from inside the namespace to an init that has no handler for it, SIGKILL included, so
 //! the command cannot kill the waiter and lose its status. As init it also reaps every
-//! orphan, so exited descendants do not pile up as zombies against the process cap.
+//! orphan, so exited descendants do not pile up as zombies against the process cap; and
+//! its end ends every process of the namespace.
+//!
+//! Where it is not an init (landlock's `fast` and `trusted` lanes, which make no pid
+//! namespace), it is a child subreaper (`PR_SET_CHILD_SUBREAPER`) and does the init's work
+//! itself: every descendant whose parent dies is re-parented to it, sessions and process
+//! groups notwithstanding, so "the waiter has no child left" means "no process of the run
+//! is left". When the command ends, or the host sends `SIGTERM` (its kill and timeout),
+//! or the host dies (`PR_SET_PDEATHSIG` is `SIGTERM` here), it SIGKILLs every descendant
+//! it finds in `/proc` and reaps, again and again, until `waitpid` says it has no child:
+//! a process that forked while its parent was being killed is re-parented to the waiter
+//! and found by the next round. Only then does it report and exit, so the host's wait on
+//! the waiter is a wait on the whole tree. `SIGTERM` and `SIGCHLD` are blocked and taken
+//! with `sigtimedwait`, so a signal that arrives between two checks is never lost (the
+//! command starts with an empty mask, as std's spawn resets it).
 //!
 //! Exit: the command's exit code, or 128+N when it was killed by signal N (what bwrap would
 //! report anyway); 127/126 when it could not be executed, as shells do.
@@ -64,11 +79,42 @@ use std::process::{Command, ExitCode};
 extern "C" {
     fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
     fn fcntl(fd: i32, cmd: i32, arg: i32) -> i32;
-    fn syscall(nr: i64, a: u64, b: u64, c: u64) -> i64;
+    fn syscall(nr: i64, a: u64, b: u64, c: u64, d: u64) -> i64;
     fn setrlimit(resource: i32, rlim: *const Rlimit) -> i32;
     fn sendmsg(fd: i32, msg: *const Msghdr, flags: i32) -> isize;
     fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
+    fn getpid() -> i32;
+    fn kill(pid: i32, sig: i32) -> i32;
+    fn sigemptyset(set: *mut SigSet) -> i32;
+    fn sigaddset(set: *mut SigSet, sig: i32) -> i32;
+    fn sigprocmask(how: i32, set: *const SigSet, old: *mut SigSet) -> i32;
+    fn sigtimedwait(set: *const SigSet, info: *mut SigInfo, timeout: *const Timespec) -> i32;
 }
+/// `sigset_t`: 1024 bits in glibc and musl alike (the kernel reads the first 64).
+#[repr(C)]
+struct SigSet([u64; 16]);
+/// `siginfo_t`: 128 bytes; only the signal number is read, from `sigtimedwait`'s result.
+#[repr(C)]
+struct SigInfo([u64; 16]);
+/// `struct timespec` of 64-bit Linux.
+#[repr(C)]
+struct Timespec {
+    sec: i64,
+    nsec: i64,
+}
+const SIG_BLOCK: i32 = 0;
+const SIGKILL: i32 = 9;
+const SIGTERM: i32 = 15;
+const SIGCHLD: i32 = 17;
+const WNOHANG: i32 = 1;
+const ECHILD: i32 = 10;
+const EINTR: i32 = 4;
+const PR_SET_PDEATHSIG: i32 = 1;
+const PR_SET_CHILD_SUBREAPER: i32 = 36;
+// pidfd_send_signal and pidfd_open: one number on every architecture (Linux 5.3).
+const SYS_PIDFD_SEND_SIGNAL: i64 = 424;
+const SYS_PIDFD_OPEN: i64 = 434;
+const LANDLOCK_SCOPE_SIGNAL: u64 = 2;
 /// `struct iovec`.
 #[repr(C)]
 struct Iovec {
@@ -122,10 +168,16 @@ fn fail(what: &str) -> ExitCode {
 /// Connecting to abstract unix sockets created outside this process's landlock domain is
 /// denied from here on (Linux 6.12+; the host checked the ABI before asking).
 fn scope_abstract_unix() -> std::io::Result<()> {
+    scope(LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET)
+}
+
+/// A landlock domain of this process's own that handles nothing but `scoped`: what it
+/// scopes is denied towards every process (or socket) outside the new domain.
+fn scope(scoped: u64) -> std::io::Result<()> {
     let attr = RulesetAttr {
         handled_access_fs: 0,
         handled_access_net: 0,
-        scoped: LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET,
+        scoped,
     };
     // SAFETY: the attribute struct lives across the call and its size is passed with it.
     let fd = unsafe {
@@ -134,13 +186,14 @@ fn scope_abstract_unix() -> std::io::Result<()> {
             &attr as *const RulesetAttr as u64,
             std::mem::size_of::<RulesetAttr>() as u64,
             0,
+            0,
         )
     };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: a descriptor the kernel just returned; no_new_privs is already set by bwrap.
-    let r = unsafe { syscall(SYS_LANDLOCK_RESTRICT_SELF, fd as u64, 0, 0) };
+    let r = unsafe { syscall(SYS_LANDLOCK_RESTRICT_SELF, fd as u64, 0, 0, 0) };
     let err = std::io::Error::last_os_error();
     // SAFETY: we own the ruleset descriptor and close it once.
     drop(unsafe { File::from_raw_fd(fd as i32) });
@@ -204,6 +257,164 @@ fn hand_over_listeners(sock: i32, ports: &[u16]) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// The signals the subreaper takes with `sigtimedwait`: the host's kill, and a child's end.
+fn waited_signals() -> SigSet {
+    let mut set = SigSet([0; 16]);
+    // SAFETY: plain libc calls on a local set.
+    unsafe {
+        sigemptyset(&mut set);
+        sigaddset(&mut set, SIGTERM);
+        sigaddset(&mut set, SIGCHLD);
+    }
+    set
+}
+
+/// Wait for one of `set`'s signals, at most `timeout` (forever with `None`); the signal, or
+/// `None` on a timeout or an interruption.
+fn take_signal(set: &SigSet, timeout: Option<std::time::Duration>) -> Option<i32> {
+    let mut info = SigInfo([0; 16]);
+    let ts = timeout.map(|t| Timespec {
+        sec: t.as_secs() as i64,
+        nsec: i64::from(t.subsec_nanos()),
+    });
+    let ts_ptr = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const Timespec);
+    // SAFETY: every pointer is to a live local (or null for no timeout).
+    let sig = unsafe { sigtimedwait(set, &mut info, ts_ptr) };
+    (sig > 0).then_some(sig)
+}
+
+/// Reap every child that has ended, noting `command`'s status; whether a child is left.
+fn reap_ended(command: i32, status: &mut Option<i32>) -> bool {
+    loop {
+        let mut st = 0;
+        // SAFETY: a plain system call writing into a local that lives across it.
+        let got = unsafe { waitpid(-1, &mut st, WNOHANG) };
+        if got > 0 {
+            if got == command {
+                *status = Some(st);
+            }
+            continue;
+        }
+        if got == 0 {
+            return true;
+        }
+        match std::io::Error::last_os_error().raw_os_error() {
+            Some(EINTR) => continue,
+            Some(ECHILD) => return false,
+            // Any other error: assume children remain, and look again.
+            _ => return true,
+        }
+    }
+}
+
+/// `(pid, ppid, is_zombie)` of every process in `/proc`.
+fn process_table() -> Vec<(i32, i32, bool)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let (ppid, zombie) = stat_of(pid)?;
+            Some((pid, ppid, zombie))
+        })
+        .collect()
+}
+
+/// `(ppid, is_zombie)` from `/proc/PID/stat` (`pid (comm) state ppid ...`; comm may hold
+/// spaces and parentheses, so it is cut at the last `)`).
+fn stat_of(pid: i32) -> Option<(i32, bool)> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    let mut f = rest.split_whitespace();
+    let state = f.next()?;
+    let ppid = f.next()?.parse().ok()?;
+    Some((ppid, state == "Z"))
+}
+
+/// SIGKILL every live descendant of this process found in `/proc` now. Each is opened as a
+/// pidfd and its parent checked again through it before the signal, so a pid that ended
+/// and was reused by a process outside the tree between the scan and the signal is never
+/// signalled.
+fn kill_descendants() {
+    // SAFETY: a plain query.
+    let me = unsafe { getpid() };
+    let table = process_table();
+    let mut tree = std::collections::HashSet::from([me]);
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for (pid, ppid, _) in &table {
+            if tree.contains(ppid) && tree.insert(*pid) {
+                grew = true;
+            }
+        }
+    }
+    for (pid, _, zombie) in table {
+        if pid == me || zombie || !tree.contains(&pid) {
+            continue;
+        }
+        // SAFETY: plain system calls on a number; the descriptor is closed below.
+        let fd = unsafe { syscall(SYS_PIDFD_OPEN, pid as u64, 0, 0, 0) };
+        if fd < 0 {
+            if std::io::Error::last_os_error().raw_os_error() == Some(38) {
+                // ENOSYS (before Linux 5.3): the pid, checked as closely as it can be.
+                if stat_of(pid).is_some_and(|(ppid, _)| tree.contains(&ppid)) {
+                    // SAFETY: a signal to a process whose parent is in the run's tree.
+                    unsafe { kill(pid, SIGKILL) };
+                }
+            }
+            continue;
+        }
+        // SAFETY: the descriptor the kernel just returned, owned and closed here.
+        let fd = unsafe { File::from_raw_fd(fd as i32) };
+        if stat_of(pid).is_some_and(|(ppid, _)| tree.contains(&ppid)) {
+            use std::os::fd::AsRawFd;
+            // SAFETY: a signal through a pidfd to a process of the run's tree.
+            unsafe {
+                syscall(
+                    SYS_PIDFD_SEND_SIGNAL,
+                    fd.as_raw_fd() as u64,
+                    SIGKILL as u64,
+                    0,
+                    0,
+                )
+            };
+        }
+    }
+}
+
+/// Kill and reap every descendant until none is left (the subreaper's tree kill).
+fn end_the_tree(set: &SigSet, command: i32, status: &mut Option<i32>) {
+    let mut pause = std::time::Duration::from_millis(1);
+    while reap_ended(command, status) {
+        kill_descendants();
+        // A child's end wakes this at once; the pause only bounds a round that found
+        // nothing to kill yet (a process forked between the scan and its parent's death).
+        let _ = take_signal(set, Some(pause));
+        pause = (pause * 2).min(std::time::Duration::from_millis(20));
+    }
+}
+
+/// As a child subreaper: wait for the command's end or the host's `SIGTERM`, then end
+/// the tree. The command's raw status, or `None` when the host asked for the kill first.
+fn supervise(set: &SigSet, command: i32) -> Option<i32> {
+    let mut status = None;
+    loop {
+        reap_ended(command, &mut status);
+        if status.is_some() {
+            break;
+        }
+        if take_signal(set, None) == Some(SIGTERM) {
+            break;
+        }
+    }
+    end_the_tree(set, command, &mut status);
+    status
 }
 
 /// Reap every child (orphans reparent to us, the namespace's init) until `pid` ends;
@@ -301,6 +512,29 @@ fn main() -> ExitCode {
             return fail(&format!("cannot hand the host its listeners: {e}"));
         }
     }
+    // Not a pid namespace's init: the waiter holds the tree as a child subreaper instead.
+    // SAFETY: a plain query.
+    let subreaper = unsafe { getpid() } != 1;
+    let waited = waited_signals();
+    if subreaper {
+        // SAFETY: plain system calls on constants and a local set. The death signal
+        // replaces the host's SIGKILL (kept across the exec until here), so the host's
+        // death ends the tree too rather than only the waiter.
+        unsafe {
+            if prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0 {
+                return fail(&format!(
+                    "cannot become the run's subreaper: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            if sigprocmask(SIG_BLOCK, &waited, std::ptr::null_mut()) != 0 {
+                return fail("cannot block the signals the waiter waits for");
+            }
+            if prctl(PR_SET_PDEATHSIG, SIGTERM as u64, 0, 0, 0) != 0 {
+                return fail("cannot set the waiter's death signal");
+            }
+        }
+    }
     // SAFETY: the descriptors were checked open above and are owned here alone.
     let mut status_out = unsafe { File::from_raw_fd(status_fd) };
     // SAFETY: as above.
@@ -311,10 +545,15 @@ fn main() -> ExitCode {
         cmd.env_remove("PWD");
     }
     cmd.arg0(&args[7]).args(&args[8..]);
-    if !flags.contains(&b'g') {
-        // Its own process group: a command that signals its group (`kill 0`) does not take
-        // the waiter, and so its report, down with it.
-        cmd.process_group(0);
+    // Its own process group: a command that signals its group (`kill 0`) does not take
+    // the waiter, and so its report, down with it.
+    cmd.process_group(0);
+    if flags.contains(&b's') {
+        // SAFETY: in the forked child of this single-threaded program, before its exec:
+        // `scope` makes only system calls and allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| scope(LANDLOCK_SCOPE_SIGNAL));
+        }
     }
     // Everything is set up: from here the command runs (or fails to execute, which is its
     // own outcome, 126/127). A host that gets no byte reports that nothing ran.
@@ -323,6 +562,11 @@ fn main() -> ExitCode {
     }
     drop(ready_out);
     let raw = match cmd.spawn() {
+        Ok(child) if subreaper => match supervise(&waited, child.id() as i32) {
+            Some(status) => status,
+            // The host's kill: the tree is gone; the host reports the kill itself.
+            None => return ExitCode::from(128 + SIGKILL as u8),
+        },
         Ok(child) => match reap_until(child.id() as i32) {
             Ok(status) => status,
             Err(e) => return fail(&format!("waiting for the command: {e}")),

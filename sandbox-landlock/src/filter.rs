@@ -3,9 +3,9 @@
 //!
 //! # The shared filter
 //!
-//! [`sandbox_host::seccomp`] (the same program bwrap installs) with `setsid` and `setpgid`
-//! denied, since this backend has no pid namespace: the process group is what reaches every
-//! descendant when the run is killed, so nothing may leave it.
+//! [`sandbox_host::seccomp`], the same program bwrap installs, on every lane: sessions and
+//! process groups are the command's own (`setsid`, `setpgid`), since no tree kill here
+//! depends on them (the pid namespace on `strict`, core's subreaper waiter elsewhere).
 //!
 //! # Unix sockets by path
 //!
@@ -35,10 +35,7 @@ use seccompiler::{
 
 /// The shared filter's policy for a run with `network`.
 pub(crate) fn shared_policy(network: NetworkMode) -> SyscallPolicy {
-    SyscallPolicy {
-        network,
-        deny_setsid: true,
-    }
+    SyscallPolicy { network }
 }
 
 /// The shared filter, compiled once per policy.
@@ -110,11 +107,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn shared_policy_always_denies_setsid_and_follows_the_network() {
+    fn shared_policy_follows_the_network() {
         for n in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
-            let p = shared_policy(n);
-            assert!(p.deny_setsid);
-            assert_eq!(p.network, n);
+            assert_eq!(shared_policy(n), SyscallPolicy { network: n });
         }
     }
 

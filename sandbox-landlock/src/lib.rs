@@ -17,7 +17,7 @@
 //!   hard-linked file in a carve-out, a writable path inside one) is refused. See
 //!   `src/ruleset.rs`.
 //! - **System calls** (seccomp): the filter shared with bwrap (`sandbox_host::seccomp`),
-//!   with `setsid`/`setpgid` denied so the process group holds every descendant; plus, on
+//!   the same on every lane and backend (`setsid` and `setpgid` allowed); plus, on
 //!   kernels before landlock ABI 9, `socket(AF_UNIX)`, since connecting to a unix socket by
 //!   path is not confined there (see `src/filter.rs`). Denied calls fail with
 //!   `EPERM`; `no_new_privs` is set.
@@ -36,8 +36,15 @@
 //!   which starts the command, reaps orphans and hands out the command's exact status (an
 //!   init cannot die of its own signal, so the command is not pid 1 itself). The init's
 //!   exec leaves the host's memory, so the command is forked from a small program: no
-//!   process of the run copies the host, however large it is. `fast` and `trusted` skip it
-//!   (they do not require process isolation) and save its cost.
+//!   process of the run copies the host, however large it is. `fast` and `trusted` skip
+//!   the namespace (they do not require process isolation) and save its cost, but not the
+//!   waiter: there it is a child subreaper (`PR_SET_CHILD_SUBREAPER`) that every orphan of
+//!   the run is re-parented to, and it kills every descendant until none is left when the
+//!   command ends, the host kills the run or the host dies, whatever sessions or process
+//!   groups the command made. The command runs in a landlock domain nested in the
+//!   waiter's that scopes signals (ABI 6), so it cannot kill the waiter first; where the
+//!   kernel has no signal scoping and no cgroup can kill the tree, every lane gets the pid
+//!   namespace, and a host with neither refuses the run.
 //! - **Root**: a root host's command loses every capability in all five sets, with
 //!   `SECBIT_NOROOT` locked so no exec gives any back, and landlock scopes keep its
 //!   signals and abstract unix sockets inside the sandbox (ABI 6, required for a root
@@ -315,11 +322,20 @@ fn capability(host: &Host) -> Capability {
         // The child also hands over its network namespace, for the sockets of published
         // ports.
         publish: host.ns.is_ok(),
-        tree_kill: true,
+        // A pid namespace on `strict`; elsewhere the waiter, a child subreaper, where the
+        // command cannot signal it (ABI 6) or a cgroup kills the tree anyway; where neither
+        // holds, `prepare` makes the pid namespace on every lane.
+        tree_kill: host
+            .landlock
+            .abi()
+            .is_ok_and(|abi| abi >= landlock::ABI::V6)
+            || support.cgroup_kill.is_some()
+            || (host.ns.is_ok() && host.pid_ns.is_ok()),
         // Claimed exactly when a pid namespace with its own /proc was made here.
         process_isolation: host.pid_ns.is_ok(),
-        // The pid namespace's tiny init waits for orphans.
-        reaps_orphans: host.pid_ns.is_ok(),
+        // The waiter waits for orphans on every lane: as the pid namespace's init, or as
+        // the run's child subreaper.
+        reaps_orphans: true,
         // The pid namespace's init dies with the host (`PR_SET_PDEATHSIG`), and with it
         // the whole namespace; without one, a descendant of the command could outlive it.
         dies_with_host: host.pid_ns.is_ok(),
@@ -544,6 +560,24 @@ impl Launcher for LandlockBackend {
                 PID_NS_REMEDY,
             ));
         }
+        // Without a pid namespace the waiter, a child subreaper, kills the tree; it holds
+        // only where the command cannot kill the waiter first (signals scoped, ABI 6), or a
+        // cgroup kills the tree anyway. Else the pid namespace is made where it can be.
+        let scoped = kernel >= landlock::ABI::V6;
+        let cgroup = HostSupport::detect(false).cgroup_kill.is_some();
+        let pid = pid || (!scoped && !cgroup && ns.is_some() && self.host.pid_ns.is_ok());
+        if !pid && !scoped && !cgroup {
+            return Err(SandboxError::unavailable(
+                NAME,
+                format!(
+                    "nothing here can kill every descendant of the command: no pid \
+                     namespace, no writable cgroup, and landlock ABI {} cannot keep the \
+                     command from killing the sandbox's waiter (signal scoping needs ABI 6)",
+                    kernel as i32
+                ),
+                format!("a Linux 6.12 kernel or later, a writable cgroup, or: {PID_NS_REMEDY}"),
+            ));
+        }
         let mut userns = false;
         if let Some(mode) = ns {
             userns = matches!(mode, NsMode::UserNs(_));
@@ -559,14 +593,7 @@ impl Launcher for LandlockBackend {
                     ),
                 });
             }
-            if pid {
-                launch.notes.push(
-                    "processes: a pid namespace of its own, with a private /proc; the \
-                     sandbox's waiter (pid 1, confined as the command) reaps orphans and \
-                     hands out the command's exact status"
-                        .into(),
-                );
-            }
+
             launch.pre_exec.push(Box::new(mode.step(
                 net,
                 pid,
@@ -584,12 +611,11 @@ impl Launcher for LandlockBackend {
             let by_rlimit =
                 HostSupport::detect(false).processes == Some(sandbox_core::LimitMechanism::Rlimit);
             if let (true, true, Some(n)) = (userns, by_rlimit, plan.limits.max_processes) {
-                // Counted in the user namespace; the waiter (the init), ours, on top.
-                let ours = if pid { 1 } else { 0 };
+                // Counted in the user namespace; the waiter, ours, on top.
                 launch.process_rlimit_inside = true;
-                launch.pre_exec.push(Box::new(ProcessLimit(
-                    n.saturating_add(ours) as libc::rlim_t
-                )));
+                launch
+                    .pre_exec
+                    .push(Box::new(ProcessLimit(n.saturating_add(1) as libc::rlim_t)));
             }
         } else {
             launch.notes.push(
@@ -654,38 +680,53 @@ impl Launcher for LandlockBackend {
             launch.pre_exec.push(Box::new(step));
             launch.seccomp_listener = Some(host_end);
             launch.notes.push(
-                "seccomp: the shared filter, setsid and setpgid denied; denied calls \
-                 reported (user notification, answered EPERM)"
+                "seccomp: the shared filter; denied calls reported (user notification, \
+                 answered EPERM)"
                     .into(),
             );
         } else {
             launch
                 .pre_exec
                 .push(Box::new(filter::shared(plan.network)?.install_step()));
-            launch
-                .notes
-                .push("seccomp: the shared filter, setsid and setpgid denied".into());
+            launch.notes.push("seccomp: the shared filter".into());
         }
+        launch.notes.push(if pid {
+            "processes: a pid namespace of its own, with a private /proc; the sandbox's \
+             waiter (pid 1, confined as the command) reaps orphans and hands out the \
+             command's exact status"
+                .into()
+        } else {
+            "processes: no pid namespace; the sandbox's waiter, a child subreaper the \
+             command cannot signal, reaps orphans, hands out the command's exact status and \
+             kills every descendant, sessions and process groups notwithstanding"
+                .into()
+        });
         launch.tree_kill = Some(if pid {
             TreeKill::PidNamespace
         } else {
-            TreeKill::ProcessGroup
+            TreeKill::Subreaper
         });
-        if pid {
-            run_under_the_waiter(&mut launch, userns)?;
-        }
+        run_under_the_waiter(&mut launch, pid, userns, !pid && scoped)?;
         Ok(launch)
     }
 }
 
-/// `strict`: the spawned process is born the init of its own pid namespace (and of the
-/// user namespace that owns it, where the host is not root), and what it execs, once every
-/// step has confined it, is core's waiter, from the process's one sealed copy
-/// (`/proc/self/fd/N` in its private `/proc`: the descriptor is close-on-exec, so neither
-/// the waiter nor the command holds it). The waiter starts the plan's program and reports
-/// its exact status; the ready pipe tells a waiter that could not start from a command
-/// that ran.
-fn run_under_the_waiter(launch: &mut Launch, userns: bool) -> Result<(), SandboxError> {
+/// Every lane: what the spawned process execs, once every step has confined it, is core's
+/// waiter, from the process's one sealed copy (`/proc/self/fd/N`: the descriptor is
+/// close-on-exec, so neither the waiter nor the command holds it). The waiter starts the
+/// plan's program and reports its exact status; the ready pipe tells a waiter that could
+/// not start from a command that ran.
+///
+/// With `pid` (`strict`), the spawned process is born the init of its own pid namespace
+/// (and of the user namespace that owns it, where `userns`), and the namespace holds the
+/// tree. Without, the waiter is a child subreaper that kills the tree itself; with
+/// `scope_signals` it puts the command in a landlock domain that cannot signal it.
+fn run_under_the_waiter(
+    launch: &mut Launch,
+    pid: bool,
+    userns: bool,
+    scope_signals: bool,
+) -> Result<(), SandboxError> {
     use sandbox_host::process::waiter::{self, WaiterArgs};
     use std::os::fd::AsRawFd;
     let exe = waiter::executable()
@@ -701,8 +742,7 @@ fn run_under_the_waiter(launch: &mut Launch, userns: bool) -> Result<(), Sandbox
     launch.args = WaiterArgs {
         status: status_w.as_raw_fd(),
         ready: ready_w.as_raw_fd(),
-        // The filter denies `setpgid`.
-        flags: "g".into(),
+        flags: if scope_signals { "s" } else { "" }.into(),
         nproc: None,
         proxy: None,
         program: std::mem::take(&mut launch.program),
@@ -715,8 +755,8 @@ fn run_under_the_waiter(launch: &mut Launch, userns: bool) -> Result<(), Sandbox
     launch.exit_status_pipe = Some(status_r);
     launch.ready_pipe = Some(ready_r);
     launch.born_in = sandbox_host::process::BornIn {
-        pid: true,
-        user: userns,
+        pid,
+        user: pid && userns,
     };
     Ok(())
 }

@@ -335,10 +335,7 @@ async fn the_outcome_records_the_abi_and_the_layers() {
     let notes = o.policy.notes.join("\n");
     assert!(notes.contains("landlock ABI"), "{notes}");
     assert!(notes.contains("seccomp"), "{notes}");
-    assert_eq!(
-        o.policy.tree_kill,
-        Some(sandbox_core::TreeKill::ProcessGroup)
-    );
+    assert_eq!(o.policy.tree_kill, Some(sandbox_core::TreeKill::Subreaper));
 }
 
 /// A root host: a root-only file inside a named read-only directory stays closed (the

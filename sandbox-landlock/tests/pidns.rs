@@ -86,7 +86,7 @@ async fn fast_has_no_pid_namespace() {
     let o = sh(ws.path(), "echo $$").await;
     assert_ok(&o);
     assert_ne!(out(&o).trim(), "2");
-    assert_eq!(o.policy.tree_kill, Some(TreeKill::ProcessGroup));
+    assert_eq!(o.policy.tree_kill, Some(TreeKill::Subreaper));
 }
 
 #[tokio::test(flavor = "multi_thread")]

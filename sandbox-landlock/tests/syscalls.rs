@@ -161,8 +161,6 @@ fn calls(host_pid: u32, ws: &str) -> Vec<(&'static str, String)> {
                 0x541C
             ),
         ),
-        ("setsid", format!("{}", libc::SYS_setsid)),
-        ("setpgid", format!("{}, 0, 0", libc::SYS_setpgid)),
         (
             "socket_inet",
             format!("{}, {}, 1, 0", libc::SYS_socket, libc::AF_INET),

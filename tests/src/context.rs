@@ -300,6 +300,20 @@ pub fn strictest_lane(backend: &'static str, cap: &Capability) -> Option<Lane> {
         .find(|&lane| check_lane(lane, backend, cap, &request).is_ok())
 }
 
+/// Whether `backend` is admitted on `lane` for a plain run (network `none`, no limits, no
+/// carve-outs), as [`strictest_lane`] asks.
+pub fn admits(backend: &'static str, cap: &Capability, lane: Lane) -> bool {
+    let limits = sandbox_core::ResourceLimits::default();
+    let request = LaneRequest {
+        network: sandbox_core::NetworkMode::None,
+        carveouts: false,
+        limits: &limits,
+        changes: sandbox_core::Changes::Direct,
+        host_is_root: is_root(),
+    };
+    check_lane(lane, backend, cap, &request).is_ok()
+}
+
 pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid cannot fail.
     unsafe { libc::geteuid() == 0 }

@@ -80,8 +80,11 @@ pub fn main(args: Vec<OsString>) -> ! {
         }
         ("flood", [n]) => flood(num(n)),
         ("cat", []) => cat(),
-        ("daemonize", [pidfile]) => daemonize(pidfile, None),
-        ("daemonize", [pidfile, release]) => daemonize(pidfile, Some(release)),
+        ("daemonize", [pidfile]) => daemonize(pidfile, None, false),
+        ("daemonize", [pidfile, release]) => daemonize(pidfile, Some(release), false),
+        ("daemonize", [pidfile, release, hard]) if hard == "hard" => {
+            daemonize(pidfile, Some(release), true)
+        }
         ("pwd", []) => pwd(),
         ("id", []) => id(),
         ("chmod-setuid", [p]) => chmod_setuid(p),
@@ -1000,8 +1003,11 @@ fn cat() -> ! {
 /// grandchild writes `PID SETSID_OK ERRNO` to PIDFILE, then lives forever, rewriting a
 /// counter in `PIDFILE.beat` every 100 ms; the host checks from outside that it does not
 /// outlive the run (in its `/proc`, and by the heartbeat stopping). With RELEASE, the probe itself stays
-/// until that file exists (so the host can look while the run is still going).
-fn daemonize(pidfile: &str, release: Option<&str>) -> ! {
+/// until that file exists (so the host can look while the run is still going). `hard`: the
+/// daemon also ignores SIGTERM and, for its first two seconds, forks a SIGTERM-ignoring
+/// sleeper every 5 ms (each a fork of the probe, so its argv carries the pidfile too), so
+/// that a tree kill races a tree that is still growing.
+fn daemonize(pidfile: &str, release: Option<&str>, hard: bool) -> ! {
     // SAFETY: the probe is single-threaded, so the children may use std freely.
     let child = unsafe { libc::fork() };
     if child < 0 {
@@ -1025,6 +1031,23 @@ fn daemonize(pidfile: &str, release: Option<&str>) -> ! {
             // A heartbeat the host can watch where the daemon is not a host process
             // (under a user-space kernel such as gVisor's): it stops only when we die.
             let beat = format!("{pidfile}.beat");
+            if hard {
+                ignore_sigterm();
+                let until = Instant::now() + Duration::from_secs(2);
+                // The heartbeat beats while it forks too (its own count, below zero).
+                let mut tick = 0i64;
+                while Instant::now() < until {
+                    tick -= 1;
+                    let _ = std::fs::write(&beat, tick.to_string());
+                    // SAFETY: the daemon is single-threaded; the child only sleeps.
+                    if unsafe { libc::fork() } == 0 {
+                        loop {
+                            std::thread::sleep(Duration::from_secs(600));
+                        }
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
             for n in 0u64.. {
                 let _ = std::fs::write(&beat, n.to_string());
                 std::thread::sleep(Duration::from_millis(100));
@@ -1064,6 +1087,13 @@ fn daemonize(pidfile: &str, release: Option<&str>) -> ! {
         }
     }
     exit(0)
+}
+
+/// SIGTERM ignored, as a daemon that wants to outlive a polite kill does (kept across its
+/// forks).
+fn ignore_sigterm() {
+    // SAFETY: setting a signal's disposition to "ignore" is a plain system call.
+    unsafe { libc::signal(libc::SIGTERM, libc::SIG_IGN) };
 }
 
 /// A daemon lets go of the terminal and the pipes; so does ours, so that nothing but the

@@ -174,6 +174,18 @@ pub mod require {
             missing.join(", ")
         ))
     }
+    /// `sh` and `setsid` runnable (the suite's image holds no `setsid`).
+    pub fn sh_setsid(c: &Capability) -> Result<(), String> {
+        sandbox_runs(c, &["sh", "setsid"])
+    }
+    /// `sh` and `python3` runnable.
+    pub fn sh_python(c: &Capability) -> Result<(), String> {
+        sandbox_runs(c, &["sh", "python3"])
+    }
+    /// `sh` and `git` runnable.
+    pub fn sh_git(c: &Capability) -> Result<(), String> {
+        sandbox_runs(c, &["sh", "git"])
+    }
     /// Network `proxy` exactly, with `sh` and `curl` runnable.
     pub fn proxy_tools(c: &Capability) -> Result<(), String> {
         network_proxy(c)?;
@@ -422,6 +434,11 @@ pub fn cases() -> Vec<Case> {
         case!(proc::helper_survives_the_command, isolated_status),
         case!(proc::no_survivor_after_kill, always),
         case!(proc::no_survivor_after_timeout, always),
+        case!(proc::setsid_daemon_gone_after_wait, always),
+        case!(proc::setsid_daemon_gone_after_kill, always),
+        case!(proc::setsid_program_runs, sh_setsid),
+        case!(proc::python_new_session_runs, sh_python),
+        case!(proc::git_commit_detaches_its_maintenance, sh_git),
         case!(
             proc::host_processes_invisible,
             process_isolation,

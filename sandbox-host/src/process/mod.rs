@@ -14,6 +14,9 @@
 //! the host thread that spawned it, and is waited on and killed through a pidfd. When it ends, times out or is killed, the whole tree is killed: the cgroup (which
 //! reaches descendants that called `setsid`) and the process group; then the pipes are
 //! drained to their end and the cgroups removed. `wait` returns only after all of that.
+//! A launch whose tree kill is [`TreeKill::Subreaper`] (core's waiter as a child subreaper)
+//! is asked first with `SIGTERM` where no cgroup holds the tree: a SIGKILL would leave the
+//! waiter's descendants to the host's init.
 
 pub mod cgroup;
 mod child;

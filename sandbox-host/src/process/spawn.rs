@@ -419,6 +419,24 @@ impl Child {
         }
     }
 
+    /// `signal` to the child itself (never to a process that reused its pid), if it has
+    /// not been reaped yet.
+    pub fn signal(&mut self, signal: libc::c_int) {
+        match &mut self.0 {
+            Inner::Pidfd(c) => {
+                if let Some(fd) = &c.pidfd {
+                    let _ = sys::pidfd_signal(fd.get_ref().as_fd(), signal);
+                }
+            }
+            Inner::Forked(c) => {
+                if let Some(pid) = c.id() {
+                    // SAFETY: a signal to our own unreaped child, whose pid is still ours.
+                    unsafe { libc::kill(pid as libc::pid_t, signal) };
+                }
+            }
+        }
+    }
+
     /// `SIGKILL` to the child itself (never to a process that reused its pid).
     pub fn start_kill(&mut self) {
         match &mut self.0 {

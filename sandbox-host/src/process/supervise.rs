@@ -249,6 +249,16 @@ impl Job for Supervised {
     }
 
     async fn stop(&mut self, end: &End<Self::Exit>) {
+        // Without a cgroup, a subreaper waiter holds the tree: a SIGKILL to it would leave
+        // its descendants to the host's init. Asked with SIGTERM, it kills every one of
+        // them, reaps them and exits; only one that does not within the limit is killed.
+        let subreaper = self.launch.tree_kill == Some(sandbox_core::TreeKill::Subreaper);
+        if subreaper && self.cgroups.is_none() && !matches!(end, End::Exited(_)) {
+            self.child.signal(libc::SIGTERM);
+            if let Ok(s) = tokio::time::timeout(TEARDOWN_LIMIT, self.child.wait()).await {
+                self.exit = s.ok();
+            }
+        }
         // The launcher itself by its pidfd (it may have left the group: bwrap's
         // `--new-session`), then its group, then the cgroup.
         self.child.start_kill();

@@ -1,5 +1,6 @@
 //! The waiter (`waiter/main.rs`, built by core's build script): the init a process backend
-//! runs inside its sandbox's pid namespace, which starts the command, reaps orphans and
+//! runs inside its sandbox's pid namespace, or the child subreaper it runs where there is
+//! none, which starts the command, reaps orphans, kills every descendant at the end and
 //! hands the host the command's exact status (see the program's own docs).
 //!
 //! One program and one argument order for every backend that runs it: bwrap hands bwrap a
@@ -22,7 +23,9 @@ pub struct WaiterArgs {
     pub status: RawFd,
     /// The write end of the ready pipe, as the waiter sees it.
     pub ready: RawFd,
-    /// `a`: confine abstract unix sockets with landlock; `p`: remove `PWD`.
+    /// `a`: confine abstract unix sockets with landlock; `p`: remove `PWD`; `s`: run the
+    /// command in a landlock domain that cannot signal the waiter (where the waiter is a
+    /// subreaper, not a pid namespace's init).
     pub flags: String,
     /// `RLIMIT_NPROC` to set inside.
     pub nproc: Option<u64>,

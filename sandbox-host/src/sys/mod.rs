@@ -261,6 +261,25 @@ pub(crate) fn pidfd_kill(pidfd: BorrowedFd<'_>) -> io::Result<()> {
     Ok(())
 }
 
+/// Send `signal` to the process behind `pidfd`.
+pub(crate) fn pidfd_signal(pidfd: BorrowedFd<'_>, signal: libc::c_int) -> io::Result<()> {
+    // SAFETY: a plain system call on a descriptor we hold; the last two arguments are the
+    // null info and zero flags the kernel documents for a plain signal.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            signal,
+            std::ptr::null::<libc::siginfo_t>(),
+            0u32,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Reap the process behind `pidfd` if it has ended (`waitid(P_PIDFD, WEXITED | WNOHANG)`),
 /// as a `wait` status.
 pub(crate) fn pidfd_try_reap(pidfd: BorrowedFd<'_>) -> io::Result<Option<libc::c_int>> {

@@ -19,8 +19,12 @@
 //! | `uselib`, `modify_ldt`, `ioperm`, `iopl`, `_sysctl`, `lookup_dcookie` and x86-64's unimplemented slots | obsolete or hardware-level calls no sandboxed program needs (the container engines' default profiles refuse them too) |
 //! | `ioctl(TIOCSTI)`, `ioctl(TIOCLINUX)` | pushing input into the caller's terminal; matched on the request's low 32 bits, since the kernel ignores the high ones (CVE-2019-10063) |
 //! | `chmod`, `fchmod`, `fchmodat`, `fchmodat2`, and `open`/`openat` (with `O_CREAT` or `O_TMPFILE`)/`creat`/`mknod`/`mknodat` creating a file, with setuid or setgid bits | no setuid file left behind for the host to run |
-//! | `setsid`, `setpgid` (when [`SyscallPolicy::deny_setsid`]) | keeps the whole tree in one process group, so killing the group kills everything |
 //! | `socket` of any family but `AF_UNIX` (when the network mode is `none`) | no network at all, not even netlink or packet sockets |
+//!
+//! `setsid` and `setpgid` are allowed under every policy, on every backend: no tree kill
+//! depends on sessions or process groups (a pid namespace, a cgroup, a container, or core's
+//! waiter as a child subreaper holds the tree), and tools need them (`git`'s detached
+//! maintenance, `setsid`, Python's `start_new_session`).
 //!
 //! `clone3` and `openat2` fail with `ENOSYS` instead: their arguments are behind a pointer a
 //! filter cannot read, and `ENOSYS` makes the C library fall back to `clone` and `openat`,
@@ -44,8 +48,6 @@ pub mod oci;
 pub struct SyscallPolicy {
     /// With `None`, sockets of every family but `AF_UNIX` are denied.
     pub network: NetworkMode,
-    /// Deny `setsid` and `setpgid`, for backends whose tree kill is the process group.
-    pub deny_setsid: bool,
 }
 
 /// When a call in the table is denied.
@@ -81,8 +83,6 @@ pub enum Rule {
         /// The index of the request argument.
         request: u8,
     },
-    /// Only with [`SyscallPolicy::deny_setsid`].
-    ProcessGroup,
     /// Only with network mode `none`: when argument `domain` is not `AF_UNIX`.
     NetworkSockets {
         /// The index of the domain argument.
@@ -94,7 +94,6 @@ impl Rule {
     /// Whether the rule is part of the filter for `policy`.
     pub fn applies(self, policy: &SyscallPolicy) -> bool {
         match self {
-            Self::ProcessGroup => policy.deny_setsid,
             Self::NetworkSockets { .. } => policy.network == NetworkMode::None,
             _ => true,
         }
@@ -102,7 +101,7 @@ impl Rule {
 
     /// Whether the call is denied whatever its arguments.
     pub fn unconditional(self) -> bool {
-        matches!(self, Self::Always | Self::FallBack | Self::ProcessGroup)
+        matches!(self, Self::Always | Self::FallBack)
     }
 }
 
@@ -269,9 +268,6 @@ pub const TABLE: &[Denial] = &[
     // Arguments behind a pointer: ENOSYS, so the C library falls back.
     unified!("clone3", 435, FallBack),
     unified!("openat2", 437, FallBack),
-    // One process group for the whole tree.
-    call!("setsid", SYS_setsid, ProcessGroup),
-    call!("setpgid", SYS_setpgid, ProcessGroup),
     // No network at all.
     call!("socket", SYS_socket, NetworkSockets { domain: 0 }),
 ];
@@ -722,16 +718,19 @@ mod tests {
     fn policy_dependent_rules_apply_only_under_their_policy() {
         let open = SyscallPolicy {
             network: NetworkMode::Full,
-            deny_setsid: false,
         };
         let closed = SyscallPolicy {
             network: NetworkMode::None,
-            deny_setsid: true,
         };
         let names = |p| denials(p).map(|d| d.name).collect::<Vec<_>>();
-        for n in ["socket", "setsid", "setpgid"] {
-            assert!(!names(&open).contains(&n), "{n}");
-            assert!(names(&closed).contains(&n), "{n}");
+        assert!(!names(&open).contains(&"socket"));
+        assert!(names(&closed).contains(&"socket"));
+        // Sessions are the command's own under every policy: no tree kill depends on them.
+        for n in ["setsid", "setpgid"] {
+            assert!(
+                !names(&open).contains(&n) && !names(&closed).contains(&n),
+                "{n}"
+            );
         }
         for n in ["kcmp", "quotactl_fd", "open_tree_attr", "ptrace", "clone3"] {
             assert!(names(&open).contains(&n), "{n}");

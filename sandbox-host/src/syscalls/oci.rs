@@ -166,16 +166,12 @@ pub fn allow_list(policy: &SyscallPolicy) -> Profile {
             errno_ret: None,
             args: Vec::new(),
         },
-        errno(
-            names(|r| matches!(r, Rule::Always | Rule::ProcessGroup)),
-            EPERM,
-            Vec::new(),
-        ),
+        errno(names(|r| matches!(r, Rule::Always)), EPERM, Vec::new()),
         errno(names(|r| r == Rule::FallBack), ENOSYS, Vec::new()),
     ];
     for d in &denied {
         match d.rule {
-            Rule::Always | Rule::ProcessGroup | Rule::FallBack => {}
+            Rule::Always | Rule::FallBack => {}
             Rule::TerminalInjection { .. } => {}
             Rule::NamespaceFlags { flags } => {
                 rules.extend(allowed_without(d.name, flags, &NAMESPACE_FLAGS));
@@ -236,7 +232,6 @@ mod tests {
     /// A container's policy: its network is its own namespace, its whole tree dies with it.
     const CONTAINER: SyscallPolicy = SyscallPolicy {
         network: NetworkMode::Full,
-        deny_setsid: false,
     };
 
     fn names(rule: &SyscallRule) -> Vec<String> {

@@ -1,14 +1,15 @@
 //! Process lifetime: nothing outlives `wait`, `kill` or a timeout, not even a daemon that
 //! double-forked and called `setsid`; host processes stay out of sight.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sandbox_core::{DynSandbox, Status};
+use sandbox_core::{DynSandbox, Lane, SandboxOpts, Status};
 
 use super::CaseResult;
-use crate::context::{describe, Context, Failure};
+use crate::context::{admits, describe, Context, Failure};
 use crate::host::{processes_with_arg, wait_for_file, wait_gone};
 
 /// How a daemon case ends its run.
@@ -25,20 +26,40 @@ enum End {
 const GONE_LIMIT: Duration = Duration::from_secs(5);
 
 async fn daemon(ctx: Arc<Context>, end: End) -> CaseResult {
+    let lane = ctx.lane();
+    daemon_with(ctx, end, false, lane).await
+}
+
+/// The context's lane, and `fast` too where the backend runs on it: a backend may hold the
+/// tree another way there (landlock's `fast` has no pid namespace; its waiter is a child
+/// subreaper), and sessions must be the command's own on both.
+fn lanes(ctx: &Context) -> Vec<Lane> {
+    let mut lanes = vec![ctx.lane()];
+    if ctx.lane() != Lane::Fast && admits(ctx.backend_name(), ctx.capability(), Lane::Fast) {
+        lanes.push(Lane::Fast);
+    }
+    lanes
+}
+
+/// A daemon as [`daemon`]'s, made `hard` (it ignores SIGTERM and keeps forking for two
+/// seconds) and required to have had its `setsid`.
+async fn daemon_with(ctx: Arc<Context>, end: End, hard: bool, lane: Lane) -> CaseResult {
     let ws = ctx.workspace("daemon")?;
     let pidfile = ws.join("daemon.pid");
     let release = ws.join("release");
     // The pidfile's path is in the probe's argv, and so in the daemon's (a fork keeps
     // it): a unique mark to find it in the host's /proc, whatever its pid namespace.
     let mark = pidfile.to_string_lossy().into_owned();
-    let mut opts = ctx.opts(
-        ws.path(),
-        [
-            OsStr::new("daemonize"),
-            pidfile.as_os_str(),
-            release.as_os_str(),
-        ],
-    );
+    let mut args = vec![
+        OsStr::new("daemonize"),
+        pidfile.as_os_str(),
+        release.as_os_str(),
+    ];
+    if hard {
+        args.push(OsStr::new("hard"));
+    }
+    let mut opts = ctx.opts(ws.path(), args);
+    opts.lane = lane;
     if end == End::Timeout {
         opts.timeout = Some(Duration::from_secs(10));
     }
@@ -53,6 +74,20 @@ async fn daemon(ctx: Arc<Context>, end: End) -> CaseResult {
         )));
     }
     let daemon_line = std::fs::read_to_string(&pidfile).unwrap_or_default();
+    if hard {
+        // `PID SETSID_OK ERRNO`: the daemon must have had its session.
+        let mut f = daemon_line.split_whitespace().skip(1);
+        if f.next() != Some("1") {
+            let _ = sb.kill().await;
+            let _ = sb.wait().await;
+            kill_all(&wait_gone(&mark, GONE_LIMIT).await);
+            return Err(Failure::Broken(format!(
+                "the daemon's setsid was refused (errno {}): sessions must be the command's \
+                 own on every backend",
+                f.next().unwrap_or("?")
+            )));
+        }
+    }
     // The daemon's heartbeat: how the host sees it where its processes are not the
     // host's (a user-space kernel such as gVisor's runs them inside its own process).
     let beat = ws.join("daemon.pid.beat");
@@ -94,7 +129,8 @@ async fn daemon(ctx: Arc<Context>, end: End) -> CaseResult {
     kill_all(&left);
     ensure!(
         left.is_empty(),
-        "processes of the run outlived {end:?} (daemon reported `{}`): {left:?}",
+        "processes of the run outlived {end:?} on lane {lane} (daemon reported `{}`): \
+         {left:?}",
         daemon_line.trim()
     );
     ensure!(
@@ -141,6 +177,107 @@ pub async fn no_survivor_after_kill(ctx: Arc<Context>) -> CaseResult {
 /// No process survives a timeout, not even a double-forked `setsid` daemon.
 pub async fn no_survivor_after_timeout(ctx: Arc<Context>) -> CaseResult {
     daemon(ctx, End::Timeout).await
+}
+
+/// A double-forked daemon that had its `setsid`, ignores SIGTERM and keeps forking is gone
+/// with `wait`: no process of the run is left in the host's process table.
+pub async fn setsid_daemon_gone_after_wait(ctx: Arc<Context>) -> CaseResult {
+    for lane in lanes(&ctx) {
+        daemon_with(ctx.clone(), End::Wait, true, lane).await?;
+    }
+    Ok(())
+}
+
+/// A double-forked daemon that had its `setsid`, ignores SIGTERM and keeps forking is gone
+/// with `kill`: no process of the run is left in the host's process table.
+pub async fn setsid_daemon_gone_after_kill(ctx: Arc<Context>) -> CaseResult {
+    for lane in lanes(&ctx) {
+        daemon_with(ctx.clone(), End::Kill, true, lane).await?;
+    }
+    Ok(())
+}
+
+/// `sh -c SCRIPT` in `ws` on `lane`, with `HOME` in the workspace.
+fn sh(ctx: &Context, lane: Lane, ws: &Path, script: &str) -> SandboxOpts {
+    let mut o = ctx.opts(ws, [""]);
+    o.lane = lane;
+    o.argv = ["sh", "-c", script].iter().map(OsString::from).collect();
+    o.env.set.push(("HOME".into(), ws.into()));
+    o
+}
+
+/// `setsid true` runs: a session of its own is the command's business on every backend.
+pub async fn setsid_program_runs(ctx: Arc<Context>) -> CaseResult {
+    for lane in lanes(&ctx) {
+        let ws = ctx.workspace("setsid")?;
+        let o = ctx
+            .run(sh(&ctx, lane, ws.path(), "setsid true && echo session-ok"))
+            .await?;
+        ensure!(
+            o.status.success() && o.stdout.text().contains("session-ok"),
+            "`setsid true` failed on lane {lane}: {}",
+            describe(&o)
+        );
+    }
+    Ok(())
+}
+
+/// Python's `subprocess.run(..., start_new_session=True)` runs, and the child leads a
+/// session of its own.
+pub async fn python_new_session_runs(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("new-session")?;
+    let script = "python3 -c 'import subprocess, sys; \
+         r = subprocess.run([sys.executable, \"-c\", \"import os; print(os.getsid(0) == os.getpid())\"], \
+         start_new_session=True, capture_output=True, text=True); \
+         print(\"leader=\" + r.stdout.strip())'";
+    for lane in lanes(&ctx) {
+        let o = ctx.run(sh(&ctx, lane, ws.path(), script)).await?;
+        ensure!(
+            o.status.success() && o.stdout.text().contains("leader=True"),
+            "subprocess.run(start_new_session=True) failed on lane {lane}: {}",
+            describe(&o)
+        );
+    }
+    Ok(())
+}
+
+/// `git commit` in a repository the run creates detaches its automatic maintenance
+/// (`setsid`) without a `fatal: setsid failed`, and the commit is there, read by the host.
+pub async fn git_commit_detaches_its_maintenance(ctx: Arc<Context>) -> CaseResult {
+    let script = "export GIT_CONFIG_NOSYSTEM=1; git init -q repo && cd repo && echo a > a && \
+         git add a && git -c user.name=t -c user.email=t@example.invalid \
+         -c maintenance.auto=true -c gc.auto=1 commit -q -m one && echo committed";
+    for lane in lanes(&ctx) {
+        git_commit_on(&ctx, lane, script).await?;
+    }
+    Ok(())
+}
+
+async fn git_commit_on(ctx: &Context, lane: Lane, script: &str) -> CaseResult {
+    let ws = ctx.workspace("git-commit")?;
+    let o = ctx.run(sh(ctx, lane, ws.path(), script)).await?;
+    let err = o.stderr.text();
+    ensure!(
+        o.status.success() && o.stdout.text().contains("committed"),
+        "git commit failed on lane {lane}: {}",
+        describe(&o)
+    );
+    ensure!(
+        !err.contains("setsid failed"),
+        "git could not detach its maintenance on lane {lane}: {}",
+        describe(&o)
+    );
+    let log = std::process::Command::new("git")
+        .args(["-c", "safe.directory=*", "log", "--format=%s"])
+        .current_dir(ws.join("repo"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()?;
+    ensure!(
+        String::from_utf8_lossy(&log.stdout).trim() == "one",
+        "the host sees no commit `one` in the run's repository: {}",
+        String::from_utf8_lossy(&log.stderr)
+    );
+    Ok(())
 }
 
 /// The host's processes are out of the command's sight (it cannot signal the host).

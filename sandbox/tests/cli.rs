@@ -1233,6 +1233,13 @@ fn an_image_from_the_host_holds_no_file_others_cannot_read(backend: &str) {
         "{}",
         text(&o.stderr)
     );
+    // The image holds the host's whole /usr (gigabytes): the test made it, the test removes
+    // it.
+    let removed = Command::new("docker")
+        .args(["image", "rm", tag])
+        .output()
+        .unwrap();
+    assert!(removed.status.success(), "{}", text(&removed.stderr));
 }
 
 // ---------------------------------------------------------------------------------------

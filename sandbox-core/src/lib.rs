@@ -81,7 +81,7 @@ pub use outcome::{
     Captured, EffectivePolicy, Grant, LimitMechanism, LimitRecord, Logs, SandboxOutcome, Status,
     TreeKill,
 };
-pub use plan::{Plan, DEFAULT_PATH};
+pub use plan::{host_is_root, Plan, DEFAULT_PATH};
 pub use policy::{Allowlist, Decision, HostPattern, Lane, NetworkMode};
 pub use sandbox::{Backend, DynSandbox, Preflight, Sandbox, SandboxExt};
 pub use secret::{Placement, ResolvedSecret, Secret, SecretError, SecretSource, SecretSpec};

@@ -354,7 +354,7 @@ impl Plan {
             PathBuf::from(&opts.argv[0])
         };
 
-        let host_is_root = rustix::process::geteuid().is_root();
+        let host_is_root = host_is_root();
         let changes = match (opts.snapshot, opts.changes) {
             (true, crate::Changes::Direct) => crate::Changes::Discard,
             (_, c) => c,
@@ -581,6 +581,12 @@ fn check_allow_hosts(
         }
     }
     Allowlist::parse(&patterns).map_err(|e| SandboxError::invalid("allow_hosts", e.to_string()))
+}
+
+/// Whether this process runs as root (effective uid 0): the lane table's "host root's power
+/// dropped" row, asked of the kernel on every plan (never cached).
+pub fn host_is_root() -> bool {
+    rustix::process::geteuid().is_root()
 }
 
 /// Host ports: only with `loopback` or `proxy` (with `full` the host's loopback is already

@@ -138,7 +138,7 @@ fn why(
 
 /// Examine every compiled-in backend on this host.
 pub async fn doctor(config: &Config) -> DoctorReport {
-    let is_root = sandbox_host::process::HostSupport::detect(false).is_root;
+    let is_root = sandbox_core::host_is_root();
     let mut backends = Vec::new();
     for info in registry::compiled_in() {
         backends.push(examine(info, config, is_root).await);
@@ -166,7 +166,7 @@ pub async fn doctor(config: &Config) -> DoctorReport {
         .collect();
     // The real trial, as for the backends (a forked child mounts one, about a
     // millisecond): no run asks this before it needs a layer.
-    let overlay = sandbox_host::overlay_supported();
+    let overlay = overlay_supported();
     DoctorReport {
         host: HostFacts {
             kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
@@ -506,5 +506,18 @@ mod tests {
                 .to_string()
                 .contains(&format!("{}: not checked", info.name)));
         }
+    }
+}
+
+/// Whether an overlay can be mounted here (the host crate's trial). A build with no backend
+/// has no host crate and makes no layer, so it says no.
+fn overlay_supported() -> bool {
+    #[cfg(feature = "host")]
+    {
+        sandbox_host::overlay_supported()
+    }
+    #[cfg(not(feature = "host"))]
+    {
+        false
     }
 }

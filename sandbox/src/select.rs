@@ -203,7 +203,7 @@ impl Request<'_> {
         match self {
             Self::Opts(opts) => Plan::new(opts, backend.name(), &backend.capability()).map(drop),
             Self::Default(lane) => {
-                let is_root = sandbox_host::process::HostSupport::detect(false).is_root;
+                let is_root = sandbox_core::host_is_root();
                 default_request_fits(lane, backend.name(), &backend.capability(), is_root)
             }
         }

@@ -41,7 +41,7 @@ use serde::{Deserialize, Serialize};
 
 use sandbox::select::{self, Choice, Config, AUTO};
 use sandbox::{Backend, Capability, Plan, SandboxError, SandboxOpts};
-use sandbox_host::facts::{FactStore, Facts, SharedFactStore};
+use sandbox_core::registry::{FactStore, Facts, SharedFactStore};
 
 /// The environment variable that prints the start-up decisions on stderr.
 pub const DEBUG_VAR: &str = "SANDBOX_DEBUG_STARTUP";

@@ -205,6 +205,32 @@ fn grant(t: &mut Table, dest: &Path, origin: Origin) {
     t.caller(dest, origin, op);
 }
 
+/// The directories strictly between each carve-out and the deepest writable grant (the
+/// workspace or a writable path) that holds it, shallowest first.
+fn pinned_dirs(plan: &Plan) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for c in &plan.readonly_carveouts {
+        let Some(root) = std::iter::once(&plan.workspace)
+            .chain(&plan.writable_paths)
+            .filter(|r| c.starts_with(r))
+            .max_by_key(|r| depth(r))
+        else {
+            continue;
+        };
+        let Ok(rel) = c.strip_prefix(root) else {
+            continue;
+        };
+        let mut at = root.clone();
+        for part in rel.parent().into_iter().flat_map(Path::components) {
+            at.push(part);
+            if !out.contains(&at) {
+                out.push(at.clone());
+            }
+        }
+    }
+    out
+}
+
 /// Whether `path` shows the host's own file inside: the deepest mount over it is a bind
 /// (a private tmpfs over a host path hides it).
 fn shows_host(t: &Table, path: &Path) -> bool {
@@ -372,6 +398,27 @@ pub(crate) fn bundle(
             grant(&mut table, p, origin);
         }
     }
+    // Each directory between a writable grant and a carve-out in it is bound onto itself,
+    // writable: a mount point cannot be renamed, so the command cannot move it away with
+    // the carve-out in it and make its own in its place (`mv .git x; mkdir -p .git/hooks`).
+    // Mount order is by depth, so these land before the carve-outs on top of them.
+    // A pin inside a tree handed over by an idmapped staging mount is bound from the same
+    // place in it, so its files stay the command's to write.
+    let mut pinned = Vec::new();
+    for d in pinned_dirs(plan) {
+        if !table.mounts.contains_key(&d) && is_dir(&d) {
+            grant(&mut table, &d, Origin::Workspace);
+            let staged = layout
+                .staged
+                .iter()
+                .filter(|(at, _)| d.starts_with(at))
+                .max_by_key(|(at, _)| depth(at))
+                .and_then(|(at, from)| Some(from.join(d.strip_prefix(at).ok()?)));
+            if let Some(from) = staged {
+                pinned.push((d, from));
+            }
+        }
+    }
     // The program, by the name it was given: `args[0]` is `argv[0]` as given, which the
     // Sentry resolves inside (see `program_by_name`).
     let named_bind = program_by_name(&mut table, plan, &layout, read_link)?;
@@ -405,7 +452,12 @@ pub(crate) fn bundle(
             }
             Op::RoBind | Op::Bind => {
                 let rw = if m.op == Op::Bind { "rw" } else { "ro" };
-                let source = match layout.staged.iter().find(|(at, _)| at == dest) {
+                let source = match layout
+                    .staged
+                    .iter()
+                    .chain(&pinned)
+                    .find(|(at, _)| at == dest)
+                {
                     Some((_, from)) => text("mounts", "a path", from.as_os_str())?,
                     None if named_bind.as_deref() == Some(dest.as_path()) => {
                         text("argv", "the program", plan.program.as_os_str())?
@@ -720,9 +772,47 @@ mod tests {
     }
 
     #[test]
+    fn the_directories_on_the_way_to_a_carveout_are_bound_onto_themselves_writable() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(ws.path().join("vendor/lib/.git/hooks")).unwrap();
+        let mut opts = SandboxOpts::new(ws.path(), ["true"]);
+        opts.readonly_carveouts.push("vendor/lib/.git/hooks".into());
+        let b = build(&opts, InsideLimits::default());
+        let w = ws.path().canonicalize().unwrap();
+        let order: Vec<String> = mounts(&b).into_iter().map(|m| m.0).collect();
+        let at = |p: &Path| {
+            order
+                .iter()
+                .position(|d| Path::new(d) == p)
+                .unwrap_or_else(|| panic!("{} is not mounted", p.display()))
+        };
+        let mut last = at(&w);
+        for d in ["vendor", "vendor/lib", "vendor/lib/.git"] {
+            let d = w.join(d);
+            let (typ, options) = mount_of(&b, &d).unwrap();
+            assert_eq!(typ, "bind");
+            let m = b.config["mounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| Path::new(m["destination"].as_str().unwrap()) == d)
+                .unwrap();
+            assert_eq!(Path::new(m["source"].as_str().unwrap()), d);
+            assert!(options.contains(&"rw".to_owned()), "{}", d.display());
+            assert!(last < at(&d), "{} before its parent", d.display());
+            last = at(&d);
+        }
+        let hooks = w.join("vendor/lib/.git/hooks");
+        assert!(last < at(&hooks), "the carve-out goes on top");
+        assert!(mount_of(&b, &hooks).unwrap().1.contains(&"ro".to_owned()));
+    }
+
+    #[test]
     fn a_staged_tree_is_bound_from_its_staging_mount() {
         let ws = tempfile::tempdir().unwrap();
-        let opts = SandboxOpts::new(ws.path(), ["true"]);
+        std::fs::create_dir_all(ws.path().join(".git/hooks")).unwrap();
+        let mut opts = SandboxOpts::new(ws.path(), ["true"]);
+        opts.readonly_carveouts.push(".git/hooks".into());
         let plan = Plan::new(&opts, "gvisor", &cap()).unwrap();
         let sys = system();
         let w = ws.path().canonicalize().unwrap();
@@ -750,6 +840,22 @@ mod tests {
             .unwrap();
         assert_eq!(m["source"], "/b/stage/0");
         assert_eq!(m["options"][1], "rw");
+        // A directory pinned on the way to a carve-out stays the command's to write: it
+        // comes from the same place in the staging mount.
+        let source_of = |d: &Path| {
+            b.config["mounts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|m| Path::new(m["destination"].as_str().unwrap()) == d)
+                .map(|m| (m["source"].clone(), m["options"][1].clone()))
+                .unwrap()
+        };
+        assert_eq!(
+            source_of(&w.join(".git")),
+            ("/b/stage/0/.git".into(), "rw".into())
+        );
+        assert_eq!(source_of(&w.join(".git/hooks")).1, "ro");
     }
 
     #[test]

@@ -298,6 +298,51 @@ pub(crate) fn plan_handovers(r: &Request<'_>) -> Vec<Handover> {
             read_only: true,
         });
     }
+    // Each directory between a bound writable tree and a carve-out in it is bound onto
+    // itself, writable and the same way as the tree: a mount point cannot be renamed, so the
+    // command cannot move it away with the carve-out in it and make its own in its place
+    // (`mv .git x; mkdir -p .git/hooks`). A copied tree holds its carve-outs root-owned.
+    let carveouts: Vec<PathBuf> = out
+        .iter()
+        .filter(|h| h.role == Role::Carveout)
+        .map(|h| h.path.clone())
+        .collect();
+    for c in &carveouts {
+        let Some(holder) = out
+            .iter()
+            .filter(|h| {
+                matches!(h.role, Role::Workspace | Role::Writable)
+                    && !h.read_only
+                    && h.path != *c
+                    && c.starts_with(&h.path)
+            })
+            .max_by_key(|h| h.path.components().count())
+            .cloned()
+        else {
+            continue;
+        };
+        if !matches!(holder.via, Via::Bind | Via::IdmappedBind { .. }) {
+            continue;
+        }
+        let Ok(rel) = c.strip_prefix(&holder.path) else {
+            continue;
+        };
+        let (mut at, mut source) = (holder.path.clone(), holder.source.clone());
+        for part in rel.parent().into_iter().flat_map(Path::components) {
+            at.push(part);
+            source.push(part);
+            if taken(&out, &at) {
+                continue;
+            }
+            out.push(Handover {
+                path: at.clone(),
+                source: source.clone(),
+                role: holder.role,
+                via: holder.via,
+                read_only: false,
+            });
+        }
+    }
     out
 }
 
@@ -490,6 +535,58 @@ mod tests {
     }
 
     #[test]
+    fn the_directories_on_the_way_to_a_carveout_are_bound_onto_themselves_writable() {
+        for (root, id, via) in [
+            (false, 1000, Via::Bind),
+            (true, NOBODY, Via::IdmappedBind { from: (1000, 1000) }),
+        ] {
+            let ident = Identity {
+                uid: id,
+                gid: id,
+                reason: IdentityReason::Caller,
+            };
+            let hs = plan_handovers(&Request {
+                workspace: &p("/ws"),
+                layer: None,
+                carveouts: &[p("/ws/vendor/lib/.git/hooks"), p("/rw/state/cache")],
+                read_only: &[],
+                read_only_links: &[],
+                writable: &[p("/rw")],
+                mode: WorkspaceMode::Bind,
+                snapshot: false,
+                host_is_root: root,
+                identity: &ident,
+                idmap: true,
+                owner: &|_| Some((1000, 1000)),
+            });
+            for (d, role) in [
+                ("/ws/vendor", Role::Workspace),
+                ("/ws/vendor/lib", Role::Workspace),
+                ("/ws/vendor/lib/.git", Role::Workspace),
+                ("/rw/state", Role::Writable),
+            ] {
+                let h = hs
+                    .iter()
+                    .find(|h| h.path == p(d))
+                    .unwrap_or_else(|| panic!("{d} is not pinned"));
+                assert_eq!((h.role, h.via, h.read_only), (role, via, false), "{d}");
+                assert_eq!(h.source, p(d));
+            }
+            // Nothing past the carve-out's parent, and the carve-out stays read-only.
+            assert_eq!(hs.len(), 8);
+            assert!(hs
+                .iter()
+                .any(|h| h.path == p("/ws/vendor/lib/.git/hooks") && h.read_only));
+        }
+        // A copied workspace holds its carve-outs root-owned: nothing to pin.
+        let hs = plan_idmap(WorkspaceMode::Bind, false, true, 0, NOBODY, false);
+        assert!(!hs.iter().any(|h| h.path == p("/ws/.git")));
+        // On a layer the pinned directory comes from the layer's tree.
+        let hs = plan_layer(false, 1000, true);
+        assert_eq!(at(&hs, "/ws/.git"), (p("/tmp/layer/copy/.git"), Via::Bind));
+    }
+
+    #[test]
     fn a_carveout_equal_to_the_workspace_makes_it_read_only() {
         let ident = choose_identity(1000, 1000, None);
         let hs = plan_handovers(&Request {
@@ -563,9 +660,12 @@ mod tests {
         assert_eq!(at(&hs, "/ro"), (p("/ro"), Via::Bind));
         // The workspace is not bound from its own path: never a pooled container's.
         assert!(!hs[0].bound_as_is());
+        // Within the workspace (a carve-out, a directory pinned on the way to one), from
+        // the layer.
+        assert_eq!(at(&hs, "/ws/.git"), (p("/tmp/layer/copy/.git"), Via::Bind));
         assert!(hs[1..]
             .iter()
-            .all(|h| h.bound_as_is() || h.role == Role::Carveout));
+            .all(|h| h.bound_as_is() || h.source.starts_with("/tmp/layer/copy")));
         // Root: the layer is root's, handed to the command's uid by an idmapped mount,
         // whoever owns the real workspace.
         for id in [1000, NOBODY] {
@@ -597,6 +697,6 @@ mod tests {
     fn nested_handovers_are_found() {
         let hs = plan(WorkspaceMode::Bind, false, false, 1000, 1000);
         let nested: Vec<_> = nested_in(&p("/ws"), &hs).iter().map(|h| &h.path).collect();
-        assert_eq!(nested, vec![&p("/ws/.git/hooks")]);
+        assert_eq!(nested, vec![&p("/ws/.git/hooks"), &p("/ws/.git")]);
     }
 }

@@ -496,8 +496,10 @@ mod tests {
         assert_eq!(mount(&body, &f.ws.join(".git/hooks")).read_only, Some(true));
         assert_eq!(mount(&body, &ro).read_only, Some(true));
         assert_eq!(mount(&body, &rw).read_only, Some(false));
+        // `.git` is bound onto itself, writable, so it cannot be renamed away.
+        assert_eq!(mount(&body, &f.ws.join(".git")).read_only, Some(false));
         // Nothing else of the host is mounted.
-        assert_eq!(host(&body).mounts.as_ref().unwrap().len(), 4);
+        assert_eq!(host(&body).mounts.as_ref().unwrap().len(), 5);
         assert_eq!(host(&body).binds, None);
         // The carve-out comes after the workspace it sits in.
         let targets: Vec<_> = host(&body)
@@ -512,7 +514,11 @@ mod tests {
             .iter()
             .position(|t| Path::new(t) == f.ws.join(".git/hooks"))
             .unwrap();
-        assert!(ws_at < co_at, "{targets:?}");
+        let pin_at = targets
+            .iter()
+            .position(|t| Path::new(t) == f.ws.join(".git"))
+            .unwrap();
+        assert!(ws_at < pin_at && pin_at < co_at, "{targets:?}");
     }
 
     #[test]

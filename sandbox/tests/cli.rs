@@ -1443,6 +1443,56 @@ fn a_repository_s_hooks_and_config_are_read_only(backend: &str) {
         assert_eq!(std::fs::read(w.join(".git/config")).unwrap(), config);
     }
 
+    // Nor by moving the repository's directory away (the carve-outs with it) and making a
+    // new one in its place.
+    let o = run_with(
+        backend,
+        w,
+        &[],
+        &[
+            "sh",
+            "-c",
+            "mv .git moved; mkdir -p .git/hooks; echo 'echo pwned' > .git/hooks/pre-commit; \
+             mv nested/.git nested/moved; mkdir -p nested/.git/hooks; \
+             echo 'echo pwned' > nested/.git/hooks/pre-commit; \
+             mv .git/modules/sub .git/modules/moved; mkdir -p .git/modules/sub/hooks; \
+             echo 'echo pwned' > .git/modules/sub/hooks/pre-commit; true",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    for hook in [
+        ".git/hooks/pre-commit",
+        "nested/.git/hooks/pre-commit",
+        ".git/modules/sub/hooks/pre-commit",
+    ] {
+        assert!(
+            !w.join(hook).exists(),
+            "the command moved the repository away and planted {hook}"
+        );
+    }
+    assert!(
+        !w.join("moved").exists()
+            && !w.join("nested/moved").exists()
+            && !w.join(".git/modules/moved").exists()
+    );
+    // What keeps them in place keeps `.git` writable: what `git commit` writes (an object,
+    // the index and a ref, each through a lock file renamed into place) lands.
+    let commit = "mkdir -p .git/objects/ab && echo blob > .git/objects/ab/cdef && \
+                  echo index > .git/index.lock && mv .git/index.lock .git/index && \
+                  mkdir -p .git/refs/heads && echo ref > .git/refs/heads/main.lock && \
+                  mv .git/refs/heads/main.lock .git/refs/heads/main && \
+                  echo index > nested/.git/index.lock && mv nested/.git/index.lock nested/.git/index";
+    let o = run_with(backend, w, &[], &["sh", "-c", commit]);
+    assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+    for (f, want) in [
+        (".git/objects/ab/cdef", "blob\n"),
+        (".git/index", "index\n"),
+        (".git/refs/heads/main", "ref\n"),
+        ("nested/.git/index", "index\n"),
+    ] {
+        assert_eq!(std::fs::read_to_string(w.join(f)).unwrap(), want, "{f}");
+    }
+
     // Without a hooks directory, creating one would plant a hook: the whole `.git` is
     // read-only, and stderr says so with the remedy.
     let bare = workspace();

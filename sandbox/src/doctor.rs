@@ -442,6 +442,19 @@ impl DoctorReport {
     }
 }
 
+/// Whether an overlay can be mounted here (the host crate's trial). A build with no backend
+/// has no host crate and makes no layer, so it says no.
+fn overlay_supported() -> bool {
+    #[cfg(feature = "host")]
+    {
+        sandbox_host::overlay_supported()
+    }
+    #[cfg(not(feature = "host"))]
+    {
+        false
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,18 +519,5 @@ mod tests {
                 .to_string()
                 .contains(&format!("{}: not checked", info.name)));
         }
-    }
-}
-
-/// Whether an overlay can be mounted here (the host crate's trial). A build with no backend
-/// has no host crate and makes no layer, so it says no.
-fn overlay_supported() -> bool {
-    #[cfg(feature = "host")]
-    {
-        sandbox_host::overlay_supported()
-    }
-    #[cfg(not(feature = "host"))]
-    {
-        false
     }
 }

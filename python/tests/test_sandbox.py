@@ -70,6 +70,11 @@ def test_exit_codes_and_output_are_the_programs(backend, workspace):
         assert out.wall_time > 0
         assert out.policy["backend"] == backend["backend"]
         assert out.policy["network"] == "none"
+        # What was enforced: rendered lines, and beside them the same record as data.
+        notes, enforced = out.policy["notes"], out.policy["enforced"]
+        assert enforced and len(notes) == len(enforced), out.policy
+        assert all(isinstance(e["mechanism"], str) and isinstance(e["fact"], str)
+                   for e in enforced), enforced
     out = sandbox.run(["sh", "-c", "kill -TERM $$"], workspace=workspace, **backend)
     if capability(backend["backend"])["signal_status"]:
         assert out.status == "signaled" and out.signal == 15 and out.code is None, out

@@ -135,6 +135,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use sandbox_core::record::{Dropper, Identity, Landlock, Record, Runtime};
 use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, HostKey};
 use sandbox_core::{Capability, Enforcement, NetworkMode, Plan, Preflight, SandboxError};
 use sandbox_host::facts::HostRecord;
@@ -403,34 +404,30 @@ impl Launcher for BwrapBackend {
             Ok(_) => Vec::new(),
             Err(_) => self.hidden(Some(plan)),
         };
-        let mut notes = vec![format!(
-            "bwrap {}",
-            facts.version.as_deref().unwrap_or("(unknown version)")
-        )];
+        let mut record = Record::new();
+        record.push(Runtime::Bwrap {
+            version: facts.version.clone(),
+        });
         match &handover {
-            Ok(h) => notes.push(format!(
-                "host is root: bwrap runs as uid and gid {id} (no account has it, no \
-                 supplementary groups) in a mount namespace where the workspace and the \
-                 writable paths are idmapped to it (on-disk root shown as {id}), so root-only \
-                 files elsewhere are refused by the kernel's own permission checks",
-                id = h.id
-            )),
-            Err(why) if facts.is_root => notes.push(format!(
-                "host is root: bwrap runs as root (the command as uid 0 without \
-                 capabilities): {why}"
-            )),
+            Ok(h) => record.push(Identity::HandedOver {
+                id: h.id,
+                by: Dropper::Bwrap,
+            }),
+            Err(why) if facts.is_root => record.push(Identity::KeepsRoot {
+                why: why.to_string(),
+                by: Dropper::Bwrap,
+            }),
             Err(_) => {}
         }
         if !hidden.is_empty() {
-            notes.push(format!(
-                "host is root: {} root-only entries of the system and named paths hidden",
-                hidden.len()
-            ));
+            record.push(Identity::RootOnlyHidden {
+                count: hidden.len(),
+            });
         }
         if plan.network == NetworkMode::Full && layout.scope_abstract_unix {
-            notes.push("abstract unix sockets confined (landlock)".into());
+            record.push(Landlock::AbstractUnixScoped);
         }
-        let mut launch = seam::launch(bwrap, plan, &layout, &hidden, notes, door)?;
+        let mut launch = seam::launch(bwrap, plan, &layout, &hidden, record, door)?;
         if let Ok(h) = &handover {
             let enter = handover::Enter::new(h, &plan.cwd)
                 .map_err(|e| SandboxError::io("preparing the handover", e))?;

@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use sandbox_core::{Plan, SandboxError, TreeKill};
+use sandbox_core::{Plan, Record, SandboxError, TreeKill};
 use sandbox_host::process::{waiter, DoorEnd, Launch};
 use sandbox_host::seccomp::{SeccompProgram, SyscallPolicy};
 
@@ -51,7 +51,7 @@ pub(crate) fn launch(
     plan: &Plan,
     layout: &Layout<'_>,
     hidden: &[Hidden],
-    notes: Vec<String>,
+    record: Record,
     door: Option<DoorEnd>,
 ) -> Result<Launch, SandboxError> {
     // The same program the landlock backend installs, so both deny the same kernel surface.
@@ -95,7 +95,7 @@ pub(crate) fn launch(
     launch.ready_pipe = Some(ready_r);
     launch.process_rlimit_inside = true;
     launch.tree_kill = Some(TreeKill::PidNamespace);
-    launch.notes = notes;
+    launch.enforced = record;
     Ok(launch)
 }
 

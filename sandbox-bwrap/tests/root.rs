@@ -12,7 +12,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandbox_bwrap::{BwrapBackend, BwrapSandbox};
-use sandbox_core::{SandboxExt, SandboxOutcome, Status};
+use sandbox_core::record::{Dropper, Identity};
+use sandbox_core::{Enforced, SandboxExt, SandboxOutcome, Status};
 use sandbox_host::idmap::SPARE_COMMAND_ID;
 
 fn is_root() -> bool {
@@ -68,10 +69,16 @@ async fn as_root_bwrap_runs_as_the_spare_id_and_root_only_files_are_refused_at_o
         assert!(lines.contains(&want), "{want}: {s}");
     }
     assert!(!s.contains("PRIVATE"), "{s}");
-    let notes = o.policy.notes.join("\n");
     assert!(
-        notes.contains(&format!("runs as uid and gid {spare}")),
-        "{notes}"
+        o.policy.enforced.contains(
+            &Identity::HandedOver {
+                id: SPARE_COMMAND_ID,
+                by: Dropper::Bwrap
+            }
+            .into()
+        ),
+        "{:?}",
+        o.policy.enforced
     );
     let m = fs::metadata(ws.path().join("made")).unwrap();
     assert_eq!((m.uid(), m.gid()), (0, 0), "what it made is root's on disk");
@@ -98,11 +105,21 @@ async fn as_root_a_workspace_that_cannot_be_idmapped_keeps_bwrap_root_and_hides_
         assert!(lines.contains(&want), "{want}: {s}");
     }
     assert!(!s.contains("PRIVATE"), "{s}");
-    let notes = o.policy.notes.join("\n");
+    let e = &o.policy.enforced;
     assert!(
-        notes.contains("bwrap runs as root") && notes.contains("cannot be idmapped"),
-        "{notes}"
+        e.iter().any(|e| matches!(
+            e,
+            Enforced::Identity(Identity::KeepsRoot { why, by: Dropper::Bwrap })
+                if why.contains("cannot be idmapped")
+        )),
+        "{e:?}"
     );
-    assert!(notes.contains("root-only entries"), "{notes}");
+    assert!(
+        e.iter().any(|e| matches!(
+            e,
+            Enforced::Identity(Identity::RootOnlyHidden { count }) if *count > 0
+        )),
+        "{e:?}"
+    );
     assert!(at.join("made").exists());
 }

@@ -30,6 +30,7 @@
 //!   ([`run::RunSandbox`] over a [`run::Starter`]); [`output`]: the capture it fills.
 //! - [`changes`]: the change set a host reviews, applies or discards.
 //! - [`registry`]: what each backend crate says about itself ([`registry::BackendInfo`]).
+//! - [`record`]: the typed record of what was enforced, and its one rendering to text.
 //! - [`egress`] and [`denial`]: the records of connections and refusals an outcome carries.
 //! - [`escape()`]: text that came from the command (names, paths, diff lines), made safe
 //!   to print on a terminal.
@@ -57,6 +58,7 @@ pub mod outcome;
 pub mod output;
 pub mod plan;
 pub mod policy;
+pub mod record;
 pub mod registry;
 pub mod run;
 mod sandbox;
@@ -83,5 +85,6 @@ pub use outcome::{
 };
 pub use plan::{host_is_root, Plan, DEFAULT_PATH};
 pub use policy::{Allowlist, Decision, HostPattern, Lane, NetworkMode};
+pub use record::{Enforced, Record};
 pub use sandbox::{Backend, DynSandbox, Preflight, Sandbox, SandboxExt};
 pub use secret::{Placement, ResolvedSecret, Secret, SecretError, SecretSource, SecretSpec};

@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use crate::capability::Enforcement;
 use crate::egress::Connections;
+use crate::record::Record;
 use crate::{Allowlist, Lane, NetworkMode};
 
 /// How the command ended. Signals, timeouts, the caller's kill and the OOM killer are
@@ -230,8 +231,10 @@ pub struct EffectivePolicy {
     pub limits: Vec<LimitRecord>,
     /// How the tree is killed.
     pub tree_kill: Option<TreeKill>,
-    /// Backend-specific facts worth recording (the landlock ABI, the image, ...).
-    pub notes: Vec<String>,
+    /// What each mechanism enforced (the landlock ABI, the seccomp filter, the image, ...):
+    /// in JSON, `notes` (the rendered lines) and `enforced` (the typed list).
+    #[serde(flatten)]
+    pub enforced: Record,
     /// With network mode `proxy`: the allowlist the proxy applied.
     pub allow_hosts: Allowlist,
     /// The host's `127.0.0.1` ports the command could reach by number.

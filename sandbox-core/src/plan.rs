@@ -451,7 +451,7 @@ impl Plan {
                 .collect(),
             limits: Vec::new(),
             tree_kill: None,
-            notes: Vec::new(),
+            enforced: crate::Record::new(),
             allow_hosts: self.allowlist.clone(),
             host_ports: self.host_ports.clone(),
             published: Vec::new(),

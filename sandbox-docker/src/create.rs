@@ -10,7 +10,8 @@ use bollard::models::{ContainerCreateBody, VolumeCreateOptions};
 use bollard::query_parameters::{AttachContainerOptionsBuilder, CreateContainerOptionsBuilder};
 use bollard::Docker;
 use futures_util::Stream;
-use sandbox_core::{Plan, Stdin};
+use sandbox_core::record::Container;
+use sandbox_core::{Plan, Record, Stdin};
 
 use crate::config::DockerConfig;
 use crate::error::DockerError;
@@ -55,7 +56,7 @@ pub(crate) struct Made {
     pub output: Output,
     pub input: Pin<Box<dyn tokio::io::AsyncWrite + Send>>,
     /// The engine's create warnings that do not fail the run.
-    pub notes: Vec<String>,
+    pub notes: Record,
 }
 
 /// Volumes, uploads, the container, the program check, attach, start. Every object is
@@ -188,16 +189,19 @@ pub(crate) async fn check_program(
 }
 
 /// The engine's create warnings: a limit it says it will not enforce fails the run; the
-/// rest become notes in the outcome's policy.
+/// rest are recorded in the outcome's policy.
 ///
 /// One is only a note: "Memory limited without swap" (no swap accounting on the engine's
 /// host) still caps the memory the command holds in RAM, the cgroup limit we report.
-pub(crate) fn check_warnings(warnings: &[String]) -> Result<Vec<String>, DockerError> {
-    let mut notes = Vec::new();
+pub(crate) fn check_warnings(warnings: &[String]) -> Result<Record, DockerError> {
+    let mut notes = Record::new();
     for w in warnings {
         let lower = w.to_lowercase();
         let what = if lower.contains("limited without swap") {
-            notes.push(format!("engine: {w} (swap use is not limited)"));
+            notes.push(Container::EngineWarning {
+                warning: w.clone(),
+                swap_unlimited: true,
+            });
             continue;
         } else if lower.contains("memory") || lower.contains("swap") {
             "the memory limit"
@@ -208,7 +212,10 @@ pub(crate) fn check_warnings(warnings: &[String]) -> Result<Vec<String>, DockerE
         } else if lower.contains("discarded") || lower.contains("not support") {
             "a requested option"
         } else {
-            notes.push(format!("engine: {w}"));
+            notes.push(Container::EngineWarning {
+                warning: w.clone(),
+                swap_unlimited: false,
+            });
             continue;
         };
         return Err(DockerError::NotEnforced {
@@ -311,9 +318,25 @@ mod tests {
         ])
         .is_err());
         let notes = check_warnings(&["something harmless".into()]).unwrap();
-        assert_eq!(notes, vec!["engine: something harmless".to_string()]);
+        assert_eq!(
+            notes[..],
+            [Container::EngineWarning {
+                warning: "something harmless".into(),
+                swap_unlimited: false
+            }
+            .into()]
+        );
         let notes = check_warnings(&["Your kernel does not support swap limit capabilities or the cgroup is not mounted. Memory limited without swap.".into()]).unwrap();
-        assert!(notes[0].contains("swap use is not limited"), "{notes:?}");
+        assert!(
+            matches!(
+                &notes[0],
+                sandbox_core::Enforced::Container(Container::EngineWarning {
+                    swap_unlimited: true,
+                    ..
+                })
+            ),
+            "{notes:?}"
+        );
         assert!(check_warnings(&[]).unwrap().is_empty());
     }
 }

@@ -29,6 +29,7 @@
 
 use std::path::{Path, PathBuf};
 
+use sandbox_core::record::ChosenUid;
 use sandbox_host::idmap::{not_group_root, root_host_identity};
 
 use crate::config::WorkspaceMode;
@@ -55,19 +56,17 @@ pub(crate) struct Identity {
 }
 
 impl Identity {
-    /// A sentence for the effective policy.
-    pub(crate) fn note(&self) -> String {
-        let why = match self.reason {
-            IdentityReason::Caller => "the caller's own uid",
-            IdentityReason::WorkspaceOwner => "the host runs as root: the workspace owner's uid",
-            IdentityReason::Unprivileged => {
-                "the host runs as root and owns the workspace: the unprivileged `nobody`"
-            }
-        };
-        format!(
-            "runs as uid {} gid {} ({why}), no capabilities",
-            self.uid, self.gid
-        )
+    /// The record for the effective policy.
+    pub(crate) fn record(&self) -> sandbox_core::record::Identity {
+        sandbox_core::record::Identity::InContainer {
+            uid: self.uid,
+            gid: self.gid,
+            chosen: match self.reason {
+                IdentityReason::Caller => ChosenUid::Caller,
+                IdentityReason::WorkspaceOwner => ChosenUid::WorkspaceOwner,
+                IdentityReason::Unprivileged => ChosenUid::Nobody,
+            },
+        }
     }
 }
 

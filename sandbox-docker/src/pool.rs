@@ -93,8 +93,8 @@ pub(crate) struct Warm {
     /// on its own runtime (output crossing from the pool's runtime to the run's would
     /// cost a thread hand-off per chunk).
     pub input: Pin<Box<dyn AsyncWrite + Send>>,
-    /// The engine's create warnings that are only notes.
-    pub notes: Vec<String>,
+    /// The engine's create warnings that are only recorded.
+    pub notes: sandbox_core::Record,
     /// The streams are driven by the pool's runtime: it lives as long as they do.
     /// Set when a run takes it (never inside the pool runtime's own tasks, so that it is
     /// never dropped from its own threads).

@@ -6,6 +6,7 @@ use std::time::Duration;
 use bollard::query_parameters::EventsOptionsBuilder;
 use bollard::Docker;
 use futures_util::StreamExt;
+use sandbox_core::record::{Container, Limits, TreeVia};
 use sandbox_core::{EffectivePolicy, LimitMechanism, LimitRecord, Plan, Status, TreeKill};
 
 use crate::config::DockerConfig;
@@ -49,9 +50,7 @@ pub(crate) async fn oom_event(docker: &Docker, id: &str, code: i64) -> bool {
 /// exit, is reported as what it was.
 pub(crate) fn decode(code: i64, oom: bool, policy: &mut EffectivePolicy) -> Status {
     if oom {
-        policy
-            .notes
-            .push("the out-of-memory killer ran in the container".into());
+        policy.enforced.push(Limits::OutOfMemoryKilled);
         if code != 0 {
             return Status::OutOfMemory;
         }
@@ -97,47 +96,38 @@ pub(crate) fn policy(
         }
     }
     p.env_names.extend(extra);
-    p.notes.push(format!(
-        "image {} ({})",
-        config.image,
-        image.id.as_deref().unwrap_or("unknown id")
-    ));
-    p.notes.push(identity.note());
+    p.enforced.push(Container::Image {
+        name: config.image.clone(),
+        id: image.id.clone(),
+    });
+    p.enforced.push(identity.record());
     if let Some(cpus) = config.cpus {
-        p.notes.push(format!("CPU quota: {cpus} CPUs"));
+        p.enforced.push(Limits::CpuQuota {
+            nano_cpus: (cpus * 1e9).round() as u64,
+        });
     }
-    p.notes.push(match plan.network {
-        sandbox_core::NetworkMode::Full => "network: the engine's default bridge".into(),
-        _ => "network: none (a loopback private to the container)".to_string(),
+    p.enforced.push(Container::Network {
+        bridge: plan.network == sandbox_core::NetworkMode::Full,
     });
     for h in handovers {
-        let how = match (h.role, h.via) {
-            (_, Via::Bind) => "bind-mounted".to_string(),
-            (_, Via::IdmappedBind { from }) => format!(
-                "bind-mounted through an idmapped mount: uid {} gid {}'s files appear as the \
-                 command's, and what it writes is theirs on disk",
-                from.0, from.1
-            ),
-            (Role::Workspace, Via::Volume { write_back: false }) => {
-                "copied into a volume; changes discarded (snapshot)".to_string()
-            }
-            (_, Via::Volume { write_back: true }) if !h.read_only => {
-                "copied into a volume; changes copied back after the end".to_string()
-            }
-            (_, Via::Volume { .. }) => "copied into a read-only volume".to_string(),
-            (_, Via::InsideCopy) => {
-                "copied with the workspace, root-owned and read-only".to_string()
-            }
+        let via = match (h.role, h.via) {
+            (_, Via::Bind) => TreeVia::Bind,
+            (_, Via::IdmappedBind { from }) => TreeVia::IdmappedBind {
+                uid: from.0,
+                gid: from.1,
+            },
+            (Role::Workspace, Via::Volume { write_back: false }) => TreeVia::VolumeDiscarded,
+            (_, Via::Volume { write_back: true }) if !h.read_only => TreeVia::VolumeWrittenBack,
+            (_, Via::Volume { .. }) => TreeVia::VolumeReadOnly,
+            (_, Via::InsideCopy) => TreeVia::InsideCopy,
         };
-        if h.role == Role::ReadOnly && h.source != h.path {
-            p.notes.push(format!(
-                "{}: a symlink on the host to {}, which is {how} at both paths",
-                h.path.display(),
-                h.source.display()
-            ));
-            continue;
-        }
-        p.notes.push(format!("{}: {how}", h.path.display()));
+        // A read-only path named through a host symlink is bound at both paths.
+        let link_to = (h.role == Role::ReadOnly && h.source != h.path).then(|| h.source.clone());
+        p.enforced.push(Container::Tree {
+            path: h.path.clone(),
+            via,
+            link_to,
+        });
     }
     p
 }
@@ -153,7 +143,7 @@ mod tests {
         let plan = Plan::new(&opts, NAME, &crate::capability()).unwrap();
         let mut p = plan.effective_policy(NAME);
         assert_eq!(decode(137, true, &mut p), Status::OutOfMemory);
-        assert!(p.notes.iter().any(|n| n.contains("out-of-memory")));
+        assert!(p.enforced.contains(&Limits::OutOfMemoryKilled.into()));
         let mut p = plan.effective_policy(NAME);
         assert_eq!(decode(0, true, &mut p), Status::Exited { code: 0 });
         assert_eq!(decode(137, false, &mut p), Status::Exited { code: 137 });

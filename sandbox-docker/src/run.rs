@@ -23,12 +23,13 @@ use bollard::query_parameters::{
 use bollard::Docker;
 use futures_util::StreamExt;
 use sandbox_core::denial::DenialLog;
+use sandbox_core::record::Container;
 use sandbox_core::run::{
     ended_before_start, feed_stdin, run_channel, supervise, End, Finished, Job, OutputTap,
     RunHandle,
 };
 use sandbox_core::{
-    Changes, EffectivePolicy, EgressRun, Plan, SandboxError, SandboxOutcome, Status, Stdin,
+    Changes, EffectivePolicy, EgressRun, Plan, Record, SandboxError, SandboxOutcome, Status, Stdin,
     StreamKind,
 };
 use sandbox_host::process::tree::is_deadline;
@@ -143,7 +144,7 @@ pub(crate) async fn start(
 
     // From here on the host or the engine holds objects of ours: any error removes them.
     let mut resources = Resources::new(docker.clone());
-    let mut notes = Vec::new();
+    let mut notes = Record::new();
     if handovers
         .iter()
         .any(|h| matches!(h.via, Via::IdmappedBind { .. }))
@@ -165,18 +166,15 @@ pub(crate) async fn start(
             let tree = layer.as_ref().map(|l| l.tree());
             handovers = prepare::handovers(config, &plan, &identity, false, tree);
             layer_bindable(&handovers, tree, &e.to_string())?;
-            notes.push(format!(
-                "idmapped mounts are unavailable here ({e}); trees the command's uid does not \
-                 own travel by copy"
-            ));
+            notes.push(Container::CopiedWithoutIdmap { why: e.to_string() });
             prepare::copyable(&handovers)?;
             body = spec_for(&plan, &handovers)?;
         }
     }
     let mut policy = report::policy(&plan, config, &identity, &handovers, &image);
-    policy.notes.append(&mut notes);
+    policy.enforced.append(&mut notes);
     if let Some(l) = &layer {
-        policy.notes.push(l.note(plan.changes));
+        policy.enforced.push(l.record(plan.changes));
     }
 
     // The warm pool serves runs whose every path is bound as it is: a copy or a staging
@@ -254,7 +252,7 @@ pub(crate) async fn start(
         }
     };
     if egress.is_some() {
-        policy.notes.push(door::note(&plan));
+        policy.enforced.push(door::record(&plan));
     }
     let Made {
         id,
@@ -263,7 +261,7 @@ pub(crate) async fn start(
         input,
         mut notes,
     } = made;
-    policy.notes.append(&mut notes);
+    policy.enforced.append(&mut notes);
 
     let (handle, control) = run_channel(plan.output_limit);
     let reader = tokio::spawn(pump(output, control.tap(plan.output_sink.clone())));
@@ -352,12 +350,10 @@ async fn start_warm(
         }
     };
     if run.egress.is_some() {
-        run.policy.notes.push(door::note(&run.plan));
+        run.policy.enforced.push(door::record(&run.plan));
     }
-    run.policy.notes.append(&mut warm.notes);
-    run.policy
-        .notes
-        .push("container: started ahead of time with this policy (warm pool)".into());
+    run.policy.enforced.append(&mut warm.notes);
+    run.policy.enforced.push(Container::WarmPool);
 
     let (handle, control) = run_channel(run.plan.output_limit);
     let tap = control.tap(run.plan.output_sink.clone());

@@ -25,10 +25,12 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use sandbox_conformance::host::{processes_with_arg, HostListener};
+use sandbox_core::record::{Container, Layer, TreeVia};
 use sandbox_core::{
     Backend, LimitMechanism, NetworkMode, Sandbox, SandboxError, SandboxExt, SandboxOpts, Status,
     Stdin, TreeKill,
 };
+use sandbox_core::{Enforced, LayerMechanism};
 use sandbox_docker::{DockerBackend, DockerConfig, WorkspaceMode, NOBODY};
 
 /// A workspace the command's uid owns, so it is bind-mounted: as root, given to uid 1000
@@ -210,11 +212,7 @@ async fn no_setuid_or_setgid_file_is_left_in_the_workspace() {
             assert_eq!(m.uid(), nix_uid(), "{mode:?} {f}");
         }
         if is_root() && mode == WorkspaceMode::Bind {
-            assert!(
-                o.policy.notes.iter().any(|n| n.contains("idmapped")),
-                "{:?}",
-                o.policy.notes
-            );
+            assert!(idmap_recorded(&o), "{:?}", o.policy.enforced);
         }
     }
     assert_clean();
@@ -254,11 +252,7 @@ async fn the_workspace_is_shared_live_in_bind_mode_even_when_root_owns_it() {
     assert_eq!(o.stdout.text(), "before\nreleased\n");
     if is_root() {
         assert!(o.stdout.text().contains("released"));
-        assert!(
-            o.policy.notes.iter().any(|n| n.contains("idmapped")),
-            "{:?}",
-            o.policy.notes
-        );
+        assert!(idmap_recorded(&o), "{:?}", o.policy.enforced);
     }
     assert_clean();
     assert_no_staging_left();
@@ -418,11 +412,17 @@ async fn copy_mode_uploads_before_and_brings_every_change_back_after() {
     let keep = std::fs::metadata(ws.join("keep.txt")).unwrap();
     assert_eq!(keep.ino(), keep_ino, "an unchanged file is left alone");
     assert_eq!(keep.mode() & 0o777, 0o640);
-    assert!(o
-        .policy
-        .notes
-        .iter()
-        .any(|n| n.contains("changes copied back")));
+    assert!(
+        o.policy.enforced.iter().any(|e| matches!(
+            e,
+            Enforced::Container(Container::Tree {
+                via: TreeVia::VolumeWrittenBack,
+                ..
+            })
+        )),
+        "{:?}",
+        o.policy.enforced
+    );
     assert_clean();
 }
 
@@ -926,7 +926,20 @@ async fn rebuilding_an_image_keeps_one_copy_and_skips_unchanged_contents() {
 }
 
 fn pooled(o: &sandbox_core::SandboxOutcome) -> bool {
-    o.policy.notes.iter().any(|n| n.contains("warm pool"))
+    o.policy.enforced.contains(&Container::WarmPool.into())
+}
+
+/// The record says an idmapped mount was used for a tree, or why none could be.
+fn idmap_recorded(o: &sandbox_core::SandboxOutcome) -> bool {
+    o.policy.enforced.iter().any(|e| {
+        matches!(
+            e,
+            Enforced::Container(Container::Tree {
+                via: TreeVia::IdmappedBind { .. },
+                ..
+            }) | Enforced::Container(Container::CopiedWithoutIdmap { .. })
+        )
+    })
 }
 
 #[tokio::test]
@@ -968,7 +981,7 @@ async fn repeated_runs_come_from_the_warm_pool_exactly_and_a_dropped_backend_lea
     let mut opts = SandboxOpts::new(&ws, ["true"]);
     opts.env.set = vec![("OTHER".into(), "1".into())];
     let o = run(&b, opts).await;
-    assert!(!pooled(&o), "{:?}", o.policy.notes);
+    assert!(!pooled(&o), "{:?}", o.policy.enforced);
 
     // Idle pooled containers exist while the backend lives, and go with it.
     assert!(!ours().0.is_empty(), "a container is kept ready");
@@ -994,7 +1007,7 @@ async fn a_pooled_run_is_killed_timed_out_and_cleaned_like_a_fresh_one() {
     );
     opts.timeout = Some(Duration::from_secs(2));
     let o = run(&b, opts).await;
-    assert!(pooled(&o), "{:?}", o.policy.notes);
+    assert!(pooled(&o), "{:?}", o.policy.enforced);
     assert_eq!(o.status, Status::TimedOut);
     assert!(alive(&["7801", "7802"]).is_empty());
 
@@ -1037,7 +1050,7 @@ async fn a_pooled_run_is_killed_timed_out_and_cleaned_like_a_fresh_one() {
         .unwrap();
     drop(b);
     let o = late.wait().await.unwrap();
-    assert!(pooled(&o), "{:?}", o.policy.notes);
+    assert!(pooled(&o), "{:?}", o.policy.enforced);
     assert_eq!(o.status, Status::Exited { code: 0 });
     assert_eq!(o.stdout.text(), "late\n");
     drop(sb);
@@ -1283,13 +1296,20 @@ async fn a_snapshot_keeps_a_sparse_files_holes_as_the_host_counts_them() {
             "the snapshot of a sparse file allocated {} MiB",
             (m.blocks() * 512) >> 20
         );
+        // Discarded: by the layer under the snapshot, or with the volume it was copied to.
         assert!(
-            o.policy
-                .notes
-                .iter()
-                .any(|n| n.contains("changes discarded")),
+            o.policy.enforced.iter().any(|e| matches!(
+                e,
+                Enforced::Layer(Layer::Workspace {
+                    changes: sandbox_core::Changes::Discard,
+                    ..
+                }) | Enforced::Container(Container::Tree {
+                    via: TreeVia::VolumeDiscarded,
+                    ..
+                })
+            )),
             "{:?}",
-            o.policy.notes
+            o.policy.enforced
         );
         assert!(o.changes.is_none());
         drop(sb);
@@ -1367,16 +1387,19 @@ async fn a_review_runs_on_a_layer_bound_at_the_workspace_path_and_lists_what_it_
             o.stdout.text(),
             format!("{}\n{uid}\nnew\n", ws.display()),
             "{:?}",
-            o.policy.notes
+            o.policy.enforced
         );
         assert!(!pooled(&o));
         assert!(
-            o.policy
-                .notes
-                .iter()
-                .any(|n| n.contains("workspace layer: copy")),
+            o.policy.enforced.iter().any(|e| matches!(
+                e,
+                Enforced::Layer(Layer::Workspace {
+                    made_by: LayerMechanism::Copy,
+                    ..
+                })
+            )),
             "{:?}",
-            o.policy.notes
+            o.policy.enforced
         );
         // Captured from the command's view, the layer.
         assert_eq!(
@@ -1500,7 +1523,7 @@ async fn a_review_never_takes_a_pooled_container_made_before_its_layer() {
     opts.changes = sandbox_core::Changes::Review;
     let o = run(&b, opts).await;
     assert_eq!(o.status, Status::Exited { code: 0 }, "{}", o.stderr.text());
-    assert!(!pooled(&o), "{:?}", o.policy.notes);
+    assert!(!pooled(&o), "{:?}", o.policy.enforced);
     assert_eq!(o.stdout.text(), "cmd\n");
     assert!(
         !ws.join("out.txt").exists(),
@@ -1514,7 +1537,7 @@ async fn a_review_never_takes_a_pooled_container_made_before_its_layer() {
     assert_no_layer_left(&layer);
     // The ready container is still there for the policy it was made for.
     let o = run(&b, SandboxOpts::new(&ws, sh(script))).await;
-    assert!(pooled(&o), "{:?}", o.policy.notes);
+    assert!(pooled(&o), "{:?}", o.policy.enforced);
     assert!(ws.join("out.txt").exists());
     drop(b);
     assert_clean();
@@ -1564,12 +1587,13 @@ async fn a_read_path_named_through_a_host_symlink_shows_its_target_at_the_name()
         assert_eq!(o.status, Status::Exited { code: 0 }, "{mode:?}: {o:?}");
         assert_eq!(o.stdout.text(), "through the link\n");
         assert!(
-            o.policy
-                .notes
-                .iter()
-                .any(|n| n.starts_with(&format!("{}: a symlink on the host", link.display()))),
+            o.policy.enforced.iter().any(|e| matches!(
+                e,
+                Enforced::Container(Container::Tree { path, link_to: Some(_), .. })
+                    if *path == link
+            )),
             "{:?}",
-            o.policy.notes
+            o.policy.enforced
         );
         assert_clean();
     }

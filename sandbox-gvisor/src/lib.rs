@@ -108,6 +108,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use sandbox_core::record::{Identity, Runtime, Seccomp};
 use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, HostKey};
 use sandbox_core::{
     Capability, Enforcement, LimitMechanism, NetworkMode, Plan, Preflight, SandboxError, TreeKill,
@@ -445,31 +446,20 @@ impl Launcher for GvisorBackend {
         if host.cgroup_kill.is_none() {
             launch.tree_kill = Some(TreeKill::PidNamespace);
         }
-        launch.notes.push(format!(
-            "gVisor {} ({}), platform ptrace",
-            self.facts.version.as_deref().unwrap_or("(unknown version)"),
-            if rootless {
-                "rootless"
-            } else {
-                "runsc as root"
-            }
-        ));
-        launch.notes.push(format!(
-            "runs as uid {} gid {} inside the Sentry, no capabilities",
-            who.uid, who.gid
-        ));
-        launch.notes.push(
-            "seccomp: core's syscall table as an OCI profile applied by the Sentry, setsid \
-             and setpgid allowed; it does not notify (gVisor has no seccomp user \
-             notification), so denied calls are refused, not reported"
-                .into(),
-        );
+        launch.enforced.push(Runtime::Gvisor {
+            version: self.facts.version.clone(),
+            rootless,
+        });
+        launch.enforced.push(Identity::InSentry {
+            uid: who.uid,
+            gid: who.gid,
+        });
+        launch.enforced.push(Seccomp::SentryProfile);
         for (tree, _) in &staged {
-            launch.notes.push(format!(
-                "{} handed to uid {} by an idmapped mount",
-                tree.display(),
-                who.uid
-            ));
+            launch.enforced.push(Identity::IdmappedTree {
+                path: tree.clone(),
+                uid: who.uid,
+            });
         }
         launch.keep_alive.push(Box::new(written));
         Ok(launch)

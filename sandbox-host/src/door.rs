@@ -20,7 +20,8 @@ use std::net::TcpListener;
 use std::os::fd::OwnedFd;
 use std::sync::Arc;
 
-use sandbox_core::{EffectivePolicy, Plan, Published, SandboxError};
+use sandbox_core::record::{Door, Proxy};
+use sandbox_core::{EffectivePolicy, NetworkMode, Plan, Published, SandboxError, PROXY_PORT};
 pub use sandbox_proxy::publish::PublishRun;
 pub use sandbox_proxy::ProxyRun;
 
@@ -40,10 +41,22 @@ pub fn hand_over(plan: &Plan) -> Result<Option<(ProxyRun, DoorEnd)>, SandboxErro
     }))
 }
 
-/// The effective policy's line for a run with a door (the proxy and what it allows, the
-/// host ports).
-pub fn note(plan: &Plan) -> String {
-    sandbox_proxy::note(plan)
+/// The record of a run with a door: the proxy and what it allows, the host ports, the
+/// published ports.
+pub fn record(plan: &Plan) -> Door {
+    Door::WaysOut {
+        proxy: (plan.network == NetworkMode::Proxy).then(|| Proxy {
+            port: PROXY_PORT,
+            allow: plan
+                .allowlist
+                .patterns()
+                .iter()
+                .map(|p| p.as_str().to_string())
+                .collect(),
+        }),
+        host_ports: plan.host_ports.clone(),
+        published: plan.publish.iter().map(|p| p.port).collect(),
+    }
 }
 
 /// The door for `plan` made by the host inside a namespace it enters (a container's): the
@@ -112,16 +125,9 @@ impl InNamespace {
             .map_err(|e| SandboxError::io("serving the published ports", e))?;
         if let Some(r) = &run {
             policy.published = r.published().to_vec();
-            let list: Vec<String> = r
-                .published()
-                .iter()
-                .map(|p| format!("{} at {}", p.port, p.host))
-                .collect();
-            policy.notes.push(format!(
-                "published: the command's 127.0.0.1 ports {} on the host (connections made \
-                 by the host inside the sandbox's namespace)",
-                list.join(", ")
-            ));
+            policy.enforced.push(Door::Published {
+                ports: r.published().to_vec(),
+            });
             if let Some(sink) = &plan.on_published {
                 (sink.0)(r.published());
             }

@@ -177,7 +177,7 @@ async fn start_launch<L: Launcher>(
     let mut launch = launcher.prepare(&plan, door_end)?;
     if let Some(run) = egress {
         launch.egress = Some(Box::new(run));
-        launch.notes.push(door::note(&plan));
+        launch.enforced.push(door::record(&plan));
     }
     if let Some(mut step) = mount {
         if launch.born_in.user {
@@ -190,8 +190,8 @@ async fn start_launch<L: Launcher>(
     }
     if let Some(l) = &layer {
         launch
-            .notes
-            .push(crate::changes::layer_note(l.mechanism(), plan.changes));
+            .enforced
+            .push(crate::changes::layer_record(l.mechanism(), plan.changes));
     }
     let ready = launch.ready_pipe.take();
     let handle = supervise::start(name, plan, launch, layer)?;

@@ -19,7 +19,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let outcome = sandbox_landlock::sandbox().execute(opts).await?;
     print!("{}", outcome.stdout.text());
     eprint!("{}", outcome.stderr.text());
-    for n in &outcome.policy.notes {
+    for n in outcome.policy.enforced.iter() {
         eprintln!("note: {n}");
     }
     eprintln!("status: {:?} in {:?}", outcome.status, outcome.wall_time);

@@ -148,6 +148,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use sandbox_core::record::{Dropper, Identity, Landlock, Namespaces, Seccomp};
 use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, HostKey};
 use sandbox_core::{
     Capability, Changes, DenialKinds, Enforcement, Lane, NetworkMode, Plan, Preflight,
@@ -423,7 +424,7 @@ impl Launcher for LandlockBackend {
                 "run `sandbox doctor` and report the output",
             ));
         }
-        let mut details = outcome.policy.notes.clone();
+        let mut details = outcome.policy.enforced.notes();
         details.push(match &self.host.ns {
             Ok(NsMode::Plain) => "namespaces: a private network namespace for `none` and \
                                   `loopback`, a read-only mount namespace for every run"
@@ -479,7 +480,7 @@ impl Launcher for LandlockBackend {
             ));
         }
         let mut launch = Launch::direct(plan);
-        launch.notes = spec.notes(kernel);
+        launch.enforced = spec.record(kernel);
         let mut layers = Vec::with_capacity(2);
         // A root host: the command leaves uid 0 where its trees can be handed over, else it
         // keeps uid 0 under the surveyed read layer (see `sandbox_host::handover`).
@@ -493,16 +494,17 @@ impl Launcher for LandlockBackend {
             };
             match handed {
                 Ok(h) => {
-                    launch.notes.push(format!(
-                        "root host: the command runs as uid and gid {id} (no account has it,                          no supplementary groups); the workspace and the writable paths are                          idmapped to it (on-disk root shown as {id}), so root-only files                          elsewhere are refused by the kernel's own permission checks",
-                        id = h.id
-                    ));
+                    launch.enforced.push(Identity::HandedOver {
+                        id: h.id,
+                        by: Dropper::Command,
+                    });
                     Some(h)
                 }
                 Err(why) => {
-                    launch.notes.push(format!(
-                        "root host: the command keeps uid 0 (without capabilities): {why}"
-                    ));
+                    launch.enforced.push(Identity::KeepsRoot {
+                        why: why.to_string(),
+                        by: Dropper::Command,
+                    });
                     None
                 }
             }
@@ -513,11 +515,7 @@ impl Launcher for LandlockBackend {
             let (layer, rules) =
                 compile::RootLayer::for_run(spec.abi, &spec, &plan.read_only_paths)?;
             layers.push(layer);
-            launch.notes.push(format!(
-                "root host: a first landlock layer grants reads only as an unprivileged user \
-                 sees the system and the read-only paths ({rules} rules); root-only files \
-                 there stay closed"
-            ));
+            launch.enforced.push(Landlock::RootReadLayer { rules });
         }
         let own = Arc::new(compile::create(&spec)?);
         layers.push(own.clone());
@@ -535,17 +533,11 @@ impl Launcher for LandlockBackend {
             (NetworkMode::Loopback, None) => {
                 // Only reachable on a lane that accepts the over-grant the capability
                 // states; the lane check has run.
-                launch
-                    .notes
-                    .push("loopback over-granted as the host's network".into());
+                launch.enforced.push(Namespaces::LoopbackOverGranted);
                 false
             }
             (NetworkMode::None, None) => {
-                launch.notes.push(
-                    "network none: no sockets, but the host's /proc/net readable (no \
-                     namespace can be made here)"
-                        .into(),
-                );
+                launch.enforced.push(Namespaces::NoneWithoutNamespace);
                 false
             }
             _ => false,
@@ -582,15 +574,9 @@ impl Launcher for LandlockBackend {
         if let Some(mode) = ns {
             userns = matches!(mode, NsMode::UserNs(_));
             if net {
-                let inside = if userns { " (in a user namespace)" } else { "" };
-                launch.notes.push(match plan.network {
-                    NetworkMode::Loopback => {
-                        format!("network: a private namespace{inside}, loopback up")
-                    }
-                    _ => format!(
-                        "network: a private namespace{inside} with no interface up; the \
-                         host's /proc/net out of sight"
-                    ),
+                launch.enforced.push(Namespaces::Network {
+                    in_user_namespace: userns,
+                    loopback: plan.network == NetworkMode::Loopback,
                 });
             }
 
@@ -618,11 +604,7 @@ impl Launcher for LandlockBackend {
                     .push(Box::new(ProcessLimit(n.saturating_add(1) as libc::rlim_t)));
             }
         } else {
-            launch.notes.push(
-                "no mount namespace can be made here: the modes and timestamps of the user's \
-                 own files outside the workspace are not confined"
-                    .into(),
-            );
+            launch.enforced.push(Namespaces::NoMountNamespace);
         }
         if door.is_some() {
             // The door's listeners are made in the command's own network namespace; without
@@ -639,11 +621,7 @@ impl Launcher for LandlockBackend {
                 bounding: plan.host_is_root || userns,
                 switch_to: handover.as_ref().map(|h| h.id),
             }));
-            launch.notes.push(
-                "capabilities: all dropped (bounding, ambient, effective, permitted, \
-                 inheritable); SECBIT_NOROOT locked"
-                    .into(),
-            );
+            launch.enforced.push(Identity::CapabilitiesDropped);
         }
         if plan.changes != Changes::Direct {
             // The layer over the workspace hides the workspace's inodes from its rules.
@@ -679,27 +657,21 @@ impl Launcher for LandlockBackend {
             )?;
             launch.pre_exec.push(Box::new(step));
             launch.seccomp_listener = Some(host_end);
-            launch.notes.push(
-                "seccomp: the shared filter; denied calls reported (user notification, \
-                 answered EPERM)"
-                    .into(),
-            );
+            launch
+                .enforced
+                .push(Seccomp::SharedFilter { notifies: true });
         } else {
             launch
                 .pre_exec
                 .push(Box::new(filter::shared(plan.network)?.install_step()));
-            launch.notes.push("seccomp: the shared filter".into());
+            launch
+                .enforced
+                .push(Seccomp::SharedFilter { notifies: false });
         }
-        launch.notes.push(if pid {
-            "processes: a pid namespace of its own, with a private /proc; the sandbox's \
-             waiter (pid 1, confined as the command) reaps orphans and hands out the \
-             command's exact status"
-                .into()
+        launch.enforced.push(if pid {
+            Namespaces::Pid
         } else {
-            "processes: no pid namespace; the sandbox's waiter, a child subreaper the \
-             command cannot signal, reaps orphans, hands out the command's exact status and \
-             kills every descendant, sessions and process groups notwithstanding"
-                .into()
+            Namespaces::SubreaperWithoutPid
         });
         launch.tree_kill = Some(if pid {
             TreeKill::PidNamespace
@@ -764,6 +736,7 @@ fn run_under_the_waiter(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sandbox_core::{record, Enforced};
     use std::fs;
 
     /// The order of the steps between fork and exec, as `prepare` composes them for a
@@ -873,10 +846,9 @@ mod tests {
         );
         assert!(ws.join(".git").is_dir() && !ws.join("top").exists());
         assert_eq!(fs::read_to_string(ws.join("src/new")).unwrap(), "ok\n");
-        assert!(o
-            .policy
-            .notes
-            .iter()
-            .any(|n| n.contains("no entry can be created")));
+        assert!(o.policy.enforced.iter().any(|e| matches!(
+            e,
+            Enforced::Landlock(record::Landlock::CarveoutsFixed { .. })
+        )));
     }
 }

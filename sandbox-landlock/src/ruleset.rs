@@ -72,6 +72,7 @@
 use std::path::{Path, PathBuf};
 
 use landlock::{Access, AccessFs, AccessNet, BitFlags, Scope, ABI};
+use sandbox_core::record::{Landlock, Namespaces, Record, Seccomp};
 use sandbox_core::NetworkMode;
 
 use crate::error::Error;
@@ -631,64 +632,43 @@ pub(crate) fn refer_rules(run: &Spec) -> Vec<PathRule> {
 }
 
 impl Spec {
-    /// Facts for the outcome's effective policy.
-    pub fn notes(&self, kernel: ABI) -> Vec<String> {
-        let mut notes = vec![format!(
-            "landlock ABI {} (kernel ABI {kernel}, needed {}): {} filesystem rights handled, \
-             {} rules",
-            self.abi,
-            self.needed,
-            self.handled_fs.len(),
-            self.rules.len()
-        )];
+    /// What this ruleset enforces, for the outcome's effective policy.
+    pub fn record(&self, kernel: ABI) -> Record {
+        let mut r = Record::new();
+        r.push(Landlock::Ruleset {
+            abi: self.abi as u32,
+            kernel_abi: kernel as u32,
+            needed_abi: self.needed as u32,
+            fs_rights: self.handled_fs.len(),
+            rules: self.rules.len(),
+        });
         if !self.handled_net.is_empty() {
-            notes.push("landlock: TCP bind and connect denied".into());
+            r.push(Landlock::TcpDenied);
         }
         if !self.scopes.is_empty() {
-            notes.push(
-                "landlock scopes: signals and abstract unix sockets stay inside the sandbox".into(),
-            );
+            r.push(Landlock::Scopes);
         }
         if self.deny_unix_sockets {
-            notes.push(format!(
-                "socket(AF_UNIX) denied by seccomp: landlock ABI {} cannot confine connecting \
-                 to a unix socket by path (ABI 9 can); socketpair(2) is allowed",
-                self.abi
-            ));
+            r.push(Seccomp::UnixSocketsDenied {
+                landlock_abi: self.abi as u32,
+            });
         }
         if !self.writable_mounts.is_empty()
             && !self.writable_mounts.iter().any(|w| w == Path::new("/"))
         {
-            notes.push(
-                "mounts: every mount read-only in the command's own mount namespace (modes \
-                 and timestamps outside the writable places cannot change), the workspace \
-                 and the writable paths bound back read-write"
-                    .into(),
-            );
+            r.push(Namespaces::MountsReadOnly);
         }
         if !self.readonly_mounts.is_empty() {
-            let dirs: Vec<String> = self
-                .readonly_mounts
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect();
-            notes.push(format!(
-                "carve-outs: bind-mounted read-only in a mount namespace of the command's own: {}",
-                dirs.join(", ")
-            ));
+            r.push(Namespaces::CarveoutsBound {
+                dirs: self.readonly_mounts.clone(),
+            });
         }
         if !self.fixed_dirs.is_empty() {
-            let dirs: Vec<String> = self
-                .fixed_dirs
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect();
-            notes.push(format!(
-                "carve-outs: no entry can be created, removed or renamed directly in {}",
-                dirs.join(", ")
-            ));
+            r.push(Landlock::CarveoutsFixed {
+                dirs: self.fixed_dirs.clone(),
+            });
         }
-        notes
+        r
     }
 }
 

@@ -14,7 +14,8 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
 use common::*;
-use sandbox_core::{Backend, SandboxError, SandboxExt, Status};
+use sandbox_core::record::{Landlock, Namespaces, Seccomp};
+use sandbox_core::{Backend, Enforced, SandboxError, SandboxExt, Status};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn files_outside_the_grants_cannot_be_read_or_listed() {
@@ -231,10 +232,15 @@ async fn carveouts_are_named_in_the_effective_policy() {
         o.policy.grants
     );
     assert!(
-        o.policy.notes.iter().any(|n| n.contains("carve-outs")
-            && n.contains(&ws.path().canonicalize().unwrap().display().to_string())),
+        o.policy.enforced.iter().any(|e| match e {
+            Enforced::Namespaces(Namespaces::CarveoutsBound { dirs })
+            | Enforced::Landlock(Landlock::CarveoutsFixed { dirs }) => dirs
+                .iter()
+                .any(|d| d.starts_with(ws.path().canonicalize().unwrap())),
+            _ => false,
+        }),
         "{:?}",
-        o.policy.notes
+        o.policy.enforced
     );
 }
 
@@ -332,9 +338,17 @@ async fn the_outcome_records_the_abi_and_the_layers() {
     let ws = tempdir();
     let o = run(opts(ws.path(), &["true"])).await;
     assert_eq!(o.status, Status::Exited { code: 0 });
-    let notes = o.policy.notes.join("\n");
-    assert!(notes.contains("landlock ABI"), "{notes}");
-    assert!(notes.contains("seccomp"), "{notes}");
+    let e = &o.policy.enforced;
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Enforced::Landlock(Landlock::Ruleset { abi, .. }) if *abi >= 3)),
+        "{e:?}"
+    );
+    assert!(
+        e.iter()
+            .any(|e| matches!(e, Enforced::Seccomp(Seccomp::SharedFilter { .. }))),
+        "{e:?}"
+    );
     assert_eq!(o.policy.tree_kill, Some(sandbox_core::TreeKill::Subreaper));
 }
 
@@ -414,8 +428,10 @@ async fn modes_and_timestamps_outside_the_workspace_do_not_change() {
         assert_eq!(m.modified().unwrap(), t, "{}", f.display());
     }
     assert!(
-        o.policy.notes.iter().any(|n| n.contains("read-only")),
+        o.policy
+            .enforced
+            .contains(&Namespaces::MountsReadOnly.into()),
         "{:?}",
-        o.policy.notes
+        o.policy.enforced
     );
 }

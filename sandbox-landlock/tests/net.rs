@@ -14,7 +14,8 @@ use std::os::unix::net::UnixListener;
 
 use common::*;
 use sandbox_conformance::host::HostListener;
-use sandbox_core::NetworkMode;
+use sandbox_core::record::Namespaces;
+use sandbox_core::{Enforced, NetworkMode};
 
 /// A host listener on an ephemeral port of 127.0.0.1.
 fn host_listener() -> HostListener {
@@ -100,11 +101,14 @@ async fn network_loopback_is_private_the_host_loopback_is_out_of_reach() {
     assert_eq!(errno_of(&o, "own"), 0, "own loopback: {}", err(&o));
     assert_eq!(errno_of(&o, "host"), libc::ECONNREFUSED);
     assert_eq!(host.accepted(), 0, "the host's listener was reached");
-    assert!(o
-        .policy
-        .notes
-        .iter()
-        .any(|n| n.contains("private namespace")));
+    assert!(
+        o.policy.enforced.iter().any(|e| matches!(
+            e,
+            Enforced::Namespaces(Namespaces::Network { loopback: true, .. })
+        )),
+        "{:?}",
+        o.policy.enforced
+    );
     assert!(!o.policy.can_reach_network());
 }
 

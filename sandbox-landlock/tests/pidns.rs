@@ -77,7 +77,10 @@ async fn strict_runs_in_a_pid_namespace_of_its_own() {
     let host_program = std::env::args().next().unwrap();
     assert!(!lines[2].contains(&host_program), "{s}");
     assert_eq!(o.policy.tree_kill, Some(TreeKill::PidNamespace));
-    assert!(o.policy.notes.iter().any(|n| n.contains("pid namespace")));
+    assert!(o
+        .policy
+        .enforced
+        .contains(&sandbox_core::record::Namespaces::Pid.into()));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -13,11 +13,19 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use common::*;
-use sandbox_core::{Lane, SandboxOutcome};
+use sandbox_core::record::{Dropper, Identity, Landlock};
+use sandbox_core::{Enforced, Lane, SandboxOutcome};
 use sandbox_host::idmap::SPARE_COMMAND_ID;
 
-fn notes(o: &SandboxOutcome) -> String {
-    o.policy.notes.join("\n")
+/// Why the command kept uid 0, where the record says it did.
+fn kept_root(o: &SandboxOutcome) -> Option<&str> {
+    o.policy.enforced.iter().find_map(|e| match e {
+        Enforced::Identity(Identity::KeepsRoot {
+            why,
+            by: Dropper::Command,
+        }) => Some(why.as_str()),
+        _ => None,
+    })
 }
 
 /// A directory (mode 0755) with a world-readable and a root-only file.
@@ -71,9 +79,15 @@ async fn as_root_the_command_runs_as_the_spare_id_and_the_kernel_refuses_root_on
         }
         assert!(!s.contains("PRIVATE"), "{lane:?}: {s}");
         assert!(
-            notes(&o).contains(&format!("runs as uid and gid {spare}")),
-            "{}",
-            notes(&o)
+            o.policy.enforced.contains(
+                &Identity::HandedOver {
+                    id: SPARE_COMMAND_ID,
+                    by: Dropper::Command
+                }
+                .into()
+            ),
+            "{:?}",
+            o.policy.enforced
         );
         // What it made is root's on disk, as before.
         let m = fs::metadata(ws.path().join("made")).unwrap();
@@ -132,12 +146,16 @@ async fn as_root_a_workspace_that_cannot_be_idmapped_keeps_uid_0_and_the_survey(
             assert!(lines.contains(&want), "{lane:?} {want}: {s}");
         }
         assert!(!s.contains("PRIVATE"), "{lane:?}: {s}");
-        let n = notes(&o);
+        let e = &o.policy.enforced;
         assert!(
-            n.contains("keeps uid 0") && n.contains("cannot be idmapped"),
-            "{n}"
+            kept_root(&o).is_some_and(|why| why.contains("cannot be idmapped")),
+            "{e:?}"
         );
-        assert!(n.contains("a first landlock layer"), "{n}");
+        assert!(
+            e.iter()
+                .any(|e| matches!(e, Enforced::Landlock(Landlock::RootReadLayer { .. }))),
+            "{e:?}"
+        );
         assert!(at.join("made").exists());
     }
 }
@@ -161,8 +179,8 @@ async fn as_root_a_workspace_below_a_root_only_directory_keeps_uid_0() {
     assert_eq!(s.lines().next(), Some("0"), "{s}");
     assert!(s.contains("private=1") && s.contains("write=0"), "{s}");
     assert!(
-        notes(&o).contains("out of an unprivileged user's reach"),
-        "{}",
-        notes(&o)
+        kept_root(&o).is_some_and(|why| why.contains("out of an unprivileged user's reach")),
+        "{:?}",
+        o.policy.enforced
     );
 }

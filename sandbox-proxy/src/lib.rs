@@ -456,48 +456,6 @@ pub fn start_for_plan(plan: &sandbox_core::Plan) -> Result<Option<Handover>, San
     Ok(Some(handover))
 }
 
-/// The effective policy's note for a run through the proxy or with host ports.
-pub fn note(plan: &sandbox_core::Plan) -> String {
-    let mut parts = Vec::new();
-    if plan.network == sandbox_core::NetworkMode::Proxy {
-        let hosts: Vec<&str> = plan
-            .allowlist
-            .patterns()
-            .iter()
-            .map(|p| p.as_str())
-            .collect();
-        parts.push(format!(
-            "the egress proxy on 127.0.0.1:{PROXY_PORT} (HTTP CONNECT, HTTP, SOCKS5), \
-             allowing {}",
-            hosts.join(", ")
-        ));
-    }
-    if !plan.host_ports.is_empty() {
-        let ports: Vec<String> = plan.host_ports.iter().map(u16::to_string).collect();
-        parts.push(format!(
-            "the host's 127.0.0.1 ports {} (and no other)",
-            ports.join(", ")
-        ));
-    }
-    let mut note = if parts.is_empty() {
-        "network: a private namespace with only its loopback".to_string()
-    } else {
-        format!(
-            "network: a private namespace whose ways out are {}",
-            parts.join("; ")
-        )
-    };
-    if !plan.publish.is_empty() {
-        let ports: Vec<String> = plan.publish.iter().map(|p| p.port.to_string()).collect();
-        note.push_str(&format!(
-            "; its 127.0.0.1 ports {} published on the host's loopback (connections made by \
-             the host with sockets created in the namespace)",
-            ports.join(", ")
-        ));
-    }
-    note
-}
-
 impl ProxyRun {
     /// Where the run's ports were published (empty when none were).
     pub fn published(&self) -> &[sandbox_core::Published] {

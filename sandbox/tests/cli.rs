@@ -687,6 +687,14 @@ fn json_has_the_outcome_and_output_goes_to_stderr(backend: &str) {
     assert_eq!(j["policy"]["backend"], backend);
     assert_eq!(j["policy"]["network"], "none");
     assert!(j["policy"]["grants"].is_array(), "{j}");
+    // What was enforced: `notes` as rendered lines, `enforced` the same record as data.
+    let notes = j["policy"]["notes"].as_array().unwrap();
+    let enforced = j["policy"]["enforced"].as_array().unwrap();
+    assert_eq!(notes.len(), enforced.len(), "{j}");
+    for (n, e) in notes.iter().zip(enforced) {
+        assert!(n.as_str().is_some_and(|n| !n.is_empty()), "{j}");
+        assert!(e["mechanism"].is_string() && e["fact"].is_string(), "{e}");
+    }
     assert!(!text(&o.stdout).contains("to-stdout"));
     let err = text(&o.stderr);
     assert!(

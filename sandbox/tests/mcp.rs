@@ -408,6 +408,17 @@ fn a_call_runs_and_its_result_is_exact(backend: &str) {
         "{policy}"
     );
     assert!(!policy.contains('\n'), "one line: {policy}");
+    // What was enforced: the rendered lines, and beside them the same record as data.
+    let notes = s["notes"].as_array().unwrap();
+    let enforced = s["enforced"].as_array().unwrap();
+    assert!(
+        !enforced.is_empty(),
+        "a confining backend records what it enforced: {r}"
+    );
+    assert_eq!(notes.len(), enforced.len(), "{r}");
+    for e in enforced {
+        assert!(e["mechanism"].is_string() && e["fact"].is_string(), "{e}");
+    }
     let text = content_text(&r);
     assert!(
         text.starts_with("exit status 3\n") && text.contains(policy),

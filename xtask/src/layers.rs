@@ -57,6 +57,7 @@ const MODULE_FLOORS: &[(&str, &[(&str, u8)])] = &[
             ("capability", 3),
             ("options", 4),
             ("outcome", 4),
+            ("record", 4),
             ("admission", 5),
             ("grants", 5),
             ("credentials", 5),

@@ -55,9 +55,9 @@ impl HostLayer {
         self.layer.workspace()
     }
 
-    /// The outcome's note for a run on this layer.
-    pub fn note(&self, changes: Changes) -> String {
-        layer_note(self.mechanism(), changes)
+    /// The outcome's record for a run on this layer.
+    pub fn record(&self, changes: Changes) -> sandbox_core::record::Layer {
+        layer_record(self.mechanism(), changes)
     }
 
     /// What the command changed, compared with the real workspace. Call once nothing of
@@ -73,17 +73,15 @@ impl HostLayer {
     }
 }
 
-/// The outcome's note for a run on a layer made by `mechanism`.
-pub(crate) fn layer_note(mechanism: LayerMechanism, changes: Changes) -> String {
-    format!(
-        "workspace layer: {} ({})",
-        mechanism.as_str(),
-        if changes == Changes::Review {
-            "changes held for review"
-        } else {
-            "changes discarded"
-        }
-    )
+/// The outcome's record for a run on a layer made by `mechanism`.
+pub(crate) fn layer_record(
+    mechanism: LayerMechanism,
+    changes: Changes,
+) -> sandbox_core::record::Layer {
+    sandbox_core::record::Layer::Workspace {
+        made_by: mechanism,
+        changes,
+    }
 }
 
 /// Scan `layer` on a blocking thread into the run's change set (which then holds it).

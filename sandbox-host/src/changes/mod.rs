@@ -63,7 +63,7 @@ mod resolve;
 pub(crate) mod scan;
 
 pub use host::HostLayer;
-pub(crate) use host::{change_set, layer_note, layer_within};
+pub(crate) use host::{change_set, layer_record, layer_within};
 pub use layer::overlay_supported;
 pub(crate) use layer::Layer;
 pub(crate) use sandbox_core::changes::{

@@ -69,8 +69,8 @@ pub struct Launch {
     pub tree_kill: Option<TreeKill>,
     /// Kept alive until the run is over, then dropped (temp dirs, descriptors).
     pub keep_alive: Vec<Box<dyn Any + Send + Sync>>,
-    /// Facts for the outcome's effective policy.
-    pub notes: Vec<String>,
+    /// What the backend enforced, for the outcome's effective policy.
+    pub enforced: sandbox_core::Record,
     /// The read end of a pipe on which the backend's own helper inside the sandbox writes
     /// the command's raw `wait` status (4 bytes, native endian) once the command has ended.
     /// For launchers such as bwrap that fold "killed by signal N" into exit code 128+N:
@@ -217,7 +217,7 @@ impl fmt::Debug for Launch {
             .field("credentials", &self.credentials)
             .field("pre_exec", &self.pre_exec.len())
             .field("tree_kill", &self.tree_kill)
-            .field("notes", &self.notes)
+            .field("enforced", &self.enforced)
             .field("exit_status_pipe", &self.exit_status_pipe)
             .field("ready_pipe", &self.ready_pipe)
             .field("process_rlimit_inside", &self.process_rlimit_inside)
@@ -256,7 +256,7 @@ impl Launch {
             pre_exec: Vec::new(),
             tree_kill: None,
             keep_alive: Vec::new(),
-            notes: Vec::new(),
+            enforced: sandbox_core::Record::new(),
             exit_status_pipe: None,
             ready_pipe: None,
             process_rlimit_inside: false,
@@ -285,7 +285,7 @@ impl Launch {
             pre_exec: Vec::new(),
             tree_kill: None,
             keep_alive: Vec::new(),
-            notes: Vec::new(),
+            enforced: sandbox_core::Record::new(),
             exit_status_pipe: None,
             ready_pipe: None,
             process_rlimit_inside: false,

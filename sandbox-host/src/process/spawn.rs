@@ -74,7 +74,7 @@ pub(crate) struct Spawned {
     pub stdin: Option<Box<dyn AsyncWrite + Send + Unpin>>,
     pub stdout: Box<dyn AsyncRead + Send + Unpin>,
     pub stderr: Box<dyn AsyncRead + Send + Unpin>,
-    /// Why the fallback ran, for the effective policy's notes.
+    /// Why the fallback ran, for the effective policy's record.
     pub fallback: Option<String>,
 }
 
@@ -130,9 +130,7 @@ pub(crate) fn spawn(
     setup.born_in_v2 = false;
     drop(exec);
     let mut s = forked(setup, launch, stdin_piped)?;
-    s.fallback = Some(format!(
-        "spawned by fork, joining the run's cgroups by cgroup.procs ({fallback})"
-    ));
+    s.fallback = Some(fallback);
     Ok(s)
 }
 
@@ -529,6 +527,8 @@ mod tests {
     use crate::pipeline::ProcessSandbox;
     use crate::process::cgroup::CgroupSupport;
     use crate::process::{DoorEnd, HostSupport, Launcher};
+    use sandbox_core::record::Limits;
+    use sandbox_core::Enforced;
     use sandbox_core::{
         Capability, Enforcement, Lane, NetworkMode, Plan, Preflight, Sandbox, SandboxError,
         SandboxOpts,
@@ -712,19 +712,23 @@ mod tests {
         }
         names.dedup();
         assert_eq!(names.len(), 1, "not one run cgroup: {names:?}");
-        let fallback = out
-            .policy
-            .notes
-            .iter()
-            .find(|n| n.starts_with("spawned by fork"));
+        let fallback = out.policy.enforced.iter().find_map(|e| match e {
+            Enforced::Limits(Limits::ForkJoinedCgroups { why }) => Some(why),
+            _ => None,
+        });
         if fork {
             assert!(
-                fallback.is_some_and(|n| n.contains("forced by a test")),
+                fallback.is_some_and(|why| why.contains("forced by a test")),
                 "{:?}",
-                out.policy.notes
+                out.policy.enforced
             );
         } else {
-            assert_eq!(fallback.is_some(), !clone3_here(), "{:?}", out.policy.notes);
+            assert_eq!(
+                fallback.is_some(),
+                !clone3_here(),
+                "{:?}",
+                out.policy.enforced
+            );
         }
     }
 
@@ -902,7 +906,10 @@ mod tests {
         let out = sb.wait().await.unwrap();
         assert!(out.status.success(), "{out:?}");
         assert!(
-            !out.policy.notes.iter().any(|n| n.contains("fork")),
+            !out.policy
+                .enforced
+                .iter()
+                .any(|e| matches!(e, Enforced::Limits(Limits::ForkJoinedCgroups { .. }))),
             "{out:?}"
         );
         let shared = SEEN.load(Ordering::SeqCst);

@@ -17,6 +17,7 @@ use crate::fs::files;
 use sandbox_core::egress::Connections;
 use sandbox_core::outcome::{LimitMechanism, LimitRecord};
 use sandbox_core::output::drain;
+use sandbox_core::record::Limits;
 use sandbox_core::run::{feed_stdin, run_channel, supervise, End, Finished, Job, RunHandle};
 use sandbox_core::{
     Changes, LayerMechanism, Plan, SandboxError, SandboxOutcome, Status, StreamKind,
@@ -35,7 +36,7 @@ pub(crate) fn start(
     let drops_uid = launch.credentials.is_some_and(|(uid, _)| uid != 0);
     let host = HostSupport::detect(drops_uid);
     let mut policy = plan.effective_policy(backend);
-    policy.notes.append(&mut launch.notes);
+    policy.enforced.append(&mut launch.enforced);
     if let Some(e) = &launch.egress {
         policy.published = e.published();
     }
@@ -189,7 +190,9 @@ pub(crate) fn start(
         stderr,
         fallback,
     } = spawned;
-    policy.notes.extend(fallback);
+    policy
+        .enforced
+        .extend(fallback.map(|why| Limits::ForkJoinedCgroups { why }));
     let pgid = child.id().map(|p| Pid::from_raw(p as i32));
 
     let (handle, control) = run_channel(plan.output_limit);

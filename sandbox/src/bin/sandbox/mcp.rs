@@ -26,8 +26,9 @@
 //!
 //! The result carries the exit status, stdout and stderr as the library captured them
 //! (capped at `--max-output`, head and tail kept around a marker, with `*_truncated` set),
-//! the effective policy in one line, what the sandbox refused (`denials`) and the proxy's
-//! connection record (`connections`); as text for the model and as `structuredContent`
+//! the effective policy in one line, what was enforced (`notes`, one line per fact, and
+//! `enforced`, the same record as data), what the sandbox refused (`denials`) and the
+//! proxy's connection record (`connections`); as text for the model and as `structuredContent`
 //! for programs, whose shape the tool declares as its `outputSchema` (protocol 2025-06-18).
 //! A command that ran is a result whatever its status: `isError` is set only when nothing
 //! ran (refused, invalid, cancelled before it started), since an agent reads it as "the
@@ -498,6 +499,8 @@ fn outcome_result(o: &SandboxOutcome, timeout: Option<Duration>) -> CallToolResu
         "stderr_bytes": o.stderr.total_bytes,
         "wall_time_secs": o.wall_time.as_secs_f64(),
         "policy": policy,
+        "notes": o.policy.enforced.notes(),
+        "enforced": &o.policy.enforced[..],
         "backend": o.backend,
         "denials": &o.denials,
         "connections": &o.connections,
@@ -773,6 +776,23 @@ fn run_command_output_schema() -> Value {
             "stderr_bytes": int,
             "wall_time_secs": {"type": "number"},
             "policy": {"type": "string"},
+            "notes": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "What was enforced, one line per fact."
+            },
+            "enforced": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "mechanism": {"type": "string"},
+                        "fact": {"type": "string"}
+                    },
+                    "required": ["mechanism", "fact"]
+                },
+                "description": "The same record as data, each fact tagged by `mechanism` and `fact`."
+            },
             "backend": {"type": "string"},
             "denials": {
                 "type": "object",
@@ -805,7 +825,8 @@ fn run_command_output_schema() -> Value {
         "required": [
             "status", "exit_code", "signal", "exit_status", "stdout", "stderr",
             "stdout_truncated", "stderr_truncated", "stdout_bytes", "stderr_bytes",
-            "wall_time_secs", "policy", "backend", "denials", "connections"
+            "wall_time_secs", "policy", "notes", "enforced", "backend", "denials",
+            "connections"
         ],
         "additionalProperties": false
     });

@@ -565,9 +565,10 @@ pub async fn cross_directory_rename_and_link(ctx: Arc<Context>) -> CaseResult {
              file under both names: {same}): {}",
             p.describe()
         );
-        if !read_only.is_empty() {
+        if !read_only.is_empty() && ctx.capability().confine_writes {
             // Reparenting is granted between writable places only: a link from the read
-            // grant into the workspace stays refused.
+            // grant into the workspace stays refused (where the backend confines writes at
+            // all; `none` grants everything, on the lane that accepts it).
             let stolen = ws.join("out/stolen.txt");
             let mut opts = ctx.opts(
                 ws.path(),

@@ -279,20 +279,7 @@ impl Launch {
             program,
             args,
             env,
-            cwd: plan.cwd.clone(),
-            pass_fds: Vec::new(),
-            credentials: None,
-            pre_exec: Vec::new(),
-            tree_kill: None,
-            keep_alive: Vec::new(),
-            enforced: sandbox_core::Record::new(),
-            exit_status_pipe: None,
-            ready_pipe: None,
-            process_rlimit_inside: false,
-            limits_inside: false,
-            egress: None,
-            seccomp_listener: None,
-            born_in: BornIn::default(),
+            ..Self::direct(plan)
         }
     }
 }

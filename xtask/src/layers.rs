@@ -23,23 +23,104 @@ use std::path::{Path, PathBuf};
 
 use crate::{project_root, Result};
 
-/// The product crates, by directory, and their floors: a crate may depend only on crates
-/// of lower floors. Test, bench and automation crates are not product crates.
+/// The product crates other than the backends, by directory, and their floors: a crate may
+/// depend only on crates of lower floors. Test, bench and automation crates are not product
+/// crates. The backend crates are not listed here: they are the ones the facade's
+/// `backends` feature names ([`backend_crates`]), each on [`BACKEND_FLOOR`], so adding a
+/// backend touches no line of this file.
 const CRATES: &[(&str, u8)] = &[
     ("sandbox-core", 0),
     ("sandbox-proxy", 1),
     ("sandbox-host", 2),
-    ("sandbox-none", 3),
-    ("sandbox-bwrap", 3),
-    ("sandbox-landlock", 3),
-    ("sandbox-docker", 3),
-    ("sandbox-gvisor", 3),
     // The conformance suite is in the product for as long as `sandbox doctor --prove` runs
     // its cases from the shipped command; it depends on no backend, so it sits beside them.
     ("tests", 3),
     ("sandbox", 4),
     ("python", 5),
 ];
+
+/// The floor of every backend crate: above the host crate, below the facade.
+const BACKEND_FLOOR: u8 = 3;
+
+/// The backend crates, from the facade's manifest: the features its `backends` feature
+/// lists, each of which enables one `dep:CRATE` (the crate's directory is its name).
+fn backend_crates(root: &Path) -> Result<Vec<String>> {
+    let manifest = fs::read_to_string(root.join("sandbox").join("Cargo.toml"))?;
+    let features = features(&manifest);
+    let Some(backends) = features.get("backends") else {
+        return Err(
+            "sandbox/Cargo.toml has no `backends` feature to read the backends from".into(),
+        );
+    };
+    let mut crates = Vec::new();
+    for feature in backends {
+        let deps: Vec<&str> = features
+            .get(feature)
+            .map(|v| v.iter().filter_map(|d| d.strip_prefix("dep:")).collect())
+            .unwrap_or_default();
+        match deps.as_slice() {
+            [one] => crates.push((*one).to_owned()),
+            _ => {
+                return Err(format!(
+                    "sandbox/Cargo.toml: the backend feature `{feature}` must enable exactly \
+                     one `dep:` crate (its backend), found {deps:?}"
+                )
+                .into())
+            }
+        }
+    }
+    Ok(crates)
+}
+
+/// Every product crate with its floor: [`CRATES`] and the backends.
+fn product_crates(root: &Path) -> Result<Vec<(String, u8)>> {
+    let mut all: Vec<(String, u8)> = CRATES.iter().map(|(d, f)| ((*d).to_owned(), *f)).collect();
+    all.extend(
+        backend_crates(root)?
+            .into_iter()
+            .map(|c| (c, BACKEND_FLOOR)),
+    );
+    Ok(all)
+}
+
+/// A manifest's `[features]` table, one `name = [...]` per line (how this workspace
+/// writes it; a feature whose list spans lines is read across them).
+fn features(manifest: &str) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    let mut in_features = false;
+    let mut pending = String::new();
+    for line in manifest.lines() {
+        let line = line.trim();
+        if line.starts_with('[') && pending.is_empty() {
+            in_features = line == "[features]";
+            continue;
+        }
+        if !in_features || line.starts_with('#') || (line.is_empty() && pending.is_empty()) {
+            continue;
+        }
+        pending.push_str(line);
+        pending.push(' ');
+        if !pending.contains(']') {
+            continue;
+        }
+        let entry = std::mem::take(&mut pending);
+        let Some((name, list)) = entry.split_once('=') else {
+            continue;
+        };
+        let items = list
+            .trim()
+            .trim_start_matches('[')
+            .split(']')
+            .next()
+            .unwrap_or("")
+            .split(',')
+            .map(|i| i.trim().trim_matches('"').to_owned())
+            .filter(|i| !i.is_empty())
+            .collect();
+        out.insert(name.trim().to_owned(), items);
+    }
+    out
+}
 
 /// The floors of the modules of the crates that declare them: a module may name only
 /// modules of its own floor or lower ones (and never in a circle).
@@ -95,9 +176,10 @@ pub fn run(args: &[String]) -> Result<()> {
         return Err(format!("unknown arguments {args:?} (see `cargo xtask help`)").into());
     }
     let root = project_root();
+    let crates = product_crates(&root)?;
     let mut problems = Vec::new();
-    for (dir, floor) in CRATES {
-        problems.extend(check_crate_deps(&root, dir, *floor)?);
+    for (dir, floor) in &crates {
+        problems.extend(check_crate_deps(&root, &crates, dir, *floor)?);
         let floors = MODULE_FLOORS
             .iter()
             .find(|(d, _)| d == dir)
@@ -107,7 +189,7 @@ pub fn run(args: &[String]) -> Result<()> {
     if problems.is_empty() {
         println!(
             "layers: {} crates and their modules import only downward, with no cycle",
-            CRATES.len()
+            crates.len()
         );
         Ok(())
     } else {
@@ -120,11 +202,16 @@ pub fn run(args: &[String]) -> Result<()> {
 
 /// The workspace crates `dir`'s manifest depends on (not dev- or build-dependencies),
 /// each checked against the floors.
-fn check_crate_deps(root: &Path, dir: &str, floor: u8) -> Result<Vec<String>> {
+fn check_crate_deps(
+    root: &Path,
+    crates: &[(String, u8)],
+    dir: &str,
+    floor: u8,
+) -> Result<Vec<String>> {
     let manifest = fs::read_to_string(root.join(dir).join("Cargo.toml"))?;
     let mut problems = Vec::new();
     for dep in dependencies(&manifest) {
-        let Some((_, dep_floor)) = CRATES
+        let Some((_, dep_floor)) = crates
             .iter()
             .find(|(d, _)| package_name(root, d).as_deref() == Some(dep.as_str()))
         else {
@@ -617,6 +704,32 @@ mod tests {
         .unwrap();
         fs::remove_dir_all(&dir).unwrap();
         assert!(g.arrows.contains_key(&("a".into(), "b".into())), "{g:?}");
+    }
+
+    #[test]
+    fn the_backends_are_the_crates_the_facades_backends_feature_enables() {
+        let manifest = "[package]\nname = \"x\"\n\n[features]\ndefault = [\"backends\"]\n\
+                        backends = [\"a\", \"b\"]\na = [\"dep:sandbox-a\", \"host\"]\n\
+                        b = [\n    \"dep:sandbox-b\",\n]\nhost = [\"dep:sandbox-host\"]\n\n\
+                        [dependencies]\n";
+        let f = features(manifest);
+        assert_eq!(f["backends"], ["a", "b"]);
+        assert_eq!(f["a"], ["dep:sandbox-a", "host"]);
+        assert_eq!(f["b"], ["dep:sandbox-b"]);
+        // And the real facade: its five backends, on their floor.
+        let crates = product_crates(&project_root()).unwrap();
+        for b in [
+            "sandbox-none",
+            "sandbox-bwrap",
+            "sandbox-landlock",
+            "sandbox-docker",
+            "sandbox-gvisor",
+        ] {
+            assert!(
+                crates.contains(&(b.to_owned(), BACKEND_FLOOR)),
+                "{b}: {crates:?}"
+            );
+        }
     }
 
     #[test]

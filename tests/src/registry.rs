@@ -210,6 +210,14 @@ pub mod require {
         )?;
         sandbox_runs(c, &["sh", "curl"])
     }
+    /// A backend that does not claim secrets (it must refuse them).
+    pub fn no_secrets(c: &Capability) -> Result<(), String> {
+        if c.secrets {
+            Err("the backend claims secrets: the secrets cases run instead".into())
+        } else {
+            Ok(())
+        }
+    }
     /// Secrets, with `sh` and `python3` runnable.
     pub fn secrets_python(c: &Capability) -> Result<(), String> {
         secrets_tools(c)?;
@@ -444,6 +452,7 @@ pub fn cases() -> Vec<Case> {
         case!(egress::refused_flood_bounded, network_proxy),
         case!(egress::host_port_reaches_exactly_that_port, host_ports),
         case!(egress::publish_serves_the_host, publish),
+        case!(secrets::refused_where_not_claimed, no_secrets),
         case!(secrets::bad_input_refused, secrets_tools, confinement),
         case!(
             secrets::placeholder_is_all_the_command_reads,

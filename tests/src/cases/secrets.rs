@@ -659,3 +659,40 @@ pub async fn bad_input_refused(ctx: Arc<Context>) -> CaseResult {
     }
     Ok(())
 }
+
+/// A backend that does not claim secrets refuses a run with one before anything runs,
+/// saying why, rather than handing the value (or a placeholder nobody replaces) to the
+/// command.
+pub async fn refused_where_not_claimed(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("secrets-unclaimed")?;
+    let host = ctx.dir("secrets-unclaimed-host", 0o755)?;
+    std::fs::write(host.join("token"), format!("{}\n", value()))?;
+    let marker = ws.join("ran");
+    let marker_s = marker.to_string_lossy().into_owned();
+    let mut o = ctx.opts(ws.path(), ["write", &marker_s]);
+    o.network = NetworkMode::Proxy;
+    o.resolver = Some(super::egress::resolver());
+    o.secrets = vec![SecretSpec::parse(&format!(
+        "TOK=file:{}@api.test",
+        host.join("token").display()
+    ))
+    .map_err(|e| Failure::Broken(format!("the secret's spec: {e}")))?];
+    let sb = ctx.sandbox();
+    match sb.run(o).await {
+        Err(SandboxError::NotSupported { feature, .. }) => {
+            ensure!(
+                feature.starts_with("secrets") && feature.contains("proxy"),
+                "the refusal does not say why: {feature}"
+            );
+        }
+        Err(e) => return Err(Failure::Broken(format!("expected NotSupported, got: {e}"))),
+        Ok(()) => {
+            let _ = sb.kill().await;
+            return Err(Failure::Broken(
+                "a run with a secret was accepted by a backend that does not claim secrets".into(),
+            ));
+        }
+    }
+    ensure!(!marker.exists(), "the command ran");
+    Ok(())
+}

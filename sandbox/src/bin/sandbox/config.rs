@@ -592,7 +592,11 @@ mod tests {
         use sandbox_core::{Placement, SecretSource};
         let dir = tempfile::tempdir().unwrap();
         let cfg = dir.path().join("policy.toml");
-        std::fs::write(&cfg, "[secrets]\nGH_TOKEN = [\"api.github.com\"]\n").unwrap();
+        std::fs::write(
+            &cfg,
+            "upstream-ca = [\"corp.pem\"]\n[secrets]\nGH_TOKEN = [\"api.github.com\"]\n",
+        )
+        .unwrap();
         let cwd = Path::new("/here");
         let spec = resolve(
             run_args(&[
@@ -600,12 +604,19 @@ mod tests {
                 cfg.to_str().unwrap(),
                 "--secret",
                 "KEY=file:/k@x.org,y.org:header=X-Api-Key",
+                "--upstream-ca",
+                "test-ca.pem",
                 "true",
             ]),
             cwd,
         )
         .unwrap();
         assert_eq!(spec.network, NetworkMode::Proxy);
+        // The file's paths against its directory, the flags' against the caller's.
+        assert_eq!(
+            spec.upstream_ca,
+            [dir.path().join("corp.pem"), PathBuf::from("/here/test-ca.pem")]
+        );
         assert_eq!(spec.secrets.len(), 2);
         assert_eq!(spec.secrets[0].name, "GH_TOKEN");
         assert_eq!(spec.secrets[0].source, SecretSource::Env("GH_TOKEN".into()));

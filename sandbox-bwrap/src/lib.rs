@@ -320,6 +320,9 @@ fn capability(facts: &HostFacts) -> Capability {
         signal_status: true,
         host_programs: true,
         full_network_is_host: true,
+        // The proxy is the only way out of bwrap's namespace, and the run's bundle is bound
+        // read-only like any read-only path (core's door stage makes both).
+        secrets: true,
         ..Capability::default()
     };
     host.apply(&mut cap);

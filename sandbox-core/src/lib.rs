@@ -87,4 +87,6 @@ pub use plan::{host_is_root, Plan, DEFAULT_PATH};
 pub use policy::{Allowlist, Decision, HostPattern, Lane, NetworkMode};
 pub use record::{Enforced, Record};
 pub use sandbox::{Backend, DynSandbox, Preflight, Sandbox, SandboxExt};
-pub use secret::{Placement, ResolvedSecret, Secret, SecretError, SecretSource, SecretSpec};
+pub use secret::{
+    Placement, ResolvedSecret, Secret, SecretError, SecretSource, SecretSpec, UpstreamCa,
+};

@@ -200,6 +200,11 @@ pub struct SandboxOpts {
     /// to the secret's hosts only (see [`crate::secret`]). Needs network mode `proxy`; a
     /// secret's hosts are allowed without naming them in `allow_hosts`.
     pub secrets: Vec<crate::SecretSpec>,
+    /// With network mode `proxy`: files of PEM certificates of authorities the proxy also
+    /// trusts when it verifies the real server behind a host whose TLS it terminates
+    /// (`--upstream-ca`: a corporate TLS inspection's, a test's). With secrets they join the
+    /// run's certificate bundle too. Read and checked before anything runs.
+    pub upstream_cas: Vec<PathBuf>,
 }
 
 impl SandboxOpts {
@@ -235,6 +240,7 @@ impl SandboxOpts {
             on_published: None,
             report_denials: true,
             secrets: Vec::new(),
+            upstream_cas: Vec::new(),
         }
     }
 }

@@ -90,6 +90,8 @@ pub struct Plan {
     /// The secrets, read and checked; their placeholders are in `env`, their values only
     /// here (redacted in `Debug`), for the proxy.
     pub secrets: Vec<ResolvedSecret>,
+    /// The caller's authorities for upstream servers (`--upstream-ca`), read and checked.
+    pub upstream_cas: Vec<crate::UpstreamCa>,
 }
 
 fn canonical_dir(field: &'static str, path: &Path) -> Result<PathBuf, SandboxError> {
@@ -330,15 +332,32 @@ impl Plan {
         }
 
         if !opts.secrets.is_empty() && !cap.secrets {
+            // Why, from the capability: a secret's value is kept out only where the proxy
+            // is the command's one way out.
+            let why = match cap.network_proxy {
+                crate::Enforcement::Unsupported => {
+                    "a secret's value is put in by the egress proxy, and this backend cannot \
+                     run it (it has no door for the host's proxy into its sandbox)"
+                        .to_string()
+                }
+                crate::Enforcement::OverGrant(what) => format!(
+                    "its network mode `proxy` gives the command {what}, so requests could go \
+                     around the proxy that puts the value in"
+                ),
+                crate::Enforcement::Exact => {
+                    "its proxy cannot terminate TLS for a secret's hosts".to_string()
+                }
+            };
             return Err(SandboxError::NotSupported {
                 backend,
-                feature: "secrets (`secrets`, `--secret`)".into(),
+                feature: format!("secrets (`secrets`, `--secret`): {why}"),
                 remedy: "use a backend whose capability lists secrets (`sandbox doctor` shows \
                          each backend's)"
                     .into(),
             });
         }
         let secrets = check_secrets(opts)?;
+        let upstream_cas = check_upstream_cas(opts)?;
         let allowlist = check_allow_hosts(opts, &secrets)?;
         let host_ports = check_host_ports(opts)?;
         let publish = check_publish(opts)?;
@@ -420,6 +439,7 @@ impl Plan {
             publish,
             on_published: opts.on_published.clone(),
             secrets,
+            upstream_cas,
         })
     }
 
@@ -530,6 +550,27 @@ fn check_secrets(opts: &SandboxOpts) -> Result<Vec<ResolvedSecret>, SandboxError
         );
     }
     Ok(out)
+}
+
+/// The caller's upstream authorities: only with `proxy` (the proxy is what verifies
+/// upstream servers), each file read and holding PEM certificates only.
+fn check_upstream_cas(opts: &SandboxOpts) -> Result<Vec<crate::UpstreamCa>, SandboxError> {
+    if opts.upstream_cas.is_empty() {
+        return Ok(Vec::new());
+    }
+    if opts.network != NetworkMode::Proxy {
+        return Err(SandboxError::invalid(
+            "upstream_cas",
+            "an upstream authority needs network mode `proxy` (the proxy verifies the \
+             servers it reaches for the command); use `--network proxy`",
+        ));
+    }
+    opts.upstream_cas
+        .iter()
+        .map(|p| {
+            crate::UpstreamCa::read(p).map_err(|why| SandboxError::invalid("upstream_cas", why))
+        })
+        .collect()
 }
 
 /// Variables a run sets for itself, which a secret's placeholder must not replace.
@@ -913,6 +954,19 @@ mod tests {
             ..cap()
         };
         refused(&base, &no_secrets, "cannot enforce secrets");
+        // Why, from the capability: no proxy at all, or one that is not the only way out.
+        let no_door = Capability {
+            secrets: false,
+            network_proxy: crate::Enforcement::Unsupported,
+            ..cap()
+        };
+        refused(&base, &no_door, "it has no door for the host's proxy");
+        let open = Capability {
+            secrets: false,
+            network_proxy: crate::Enforcement::OverGrant("the host's whole network"),
+            ..cap()
+        };
+        refused(&base, &open, "could go around the proxy");
         for mode in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
             let mut o = base.clone();
             o.network = mode;
@@ -936,6 +990,61 @@ mod tests {
         let mut o = base.clone();
         o.secrets[0].name = "HTTPS_PROXY".into();
         refused(&o, &cap(), "sets that variable itself");
+    }
+
+    #[test]
+    fn an_upstream_authority_is_read_and_checked_before_anything_runs() {
+        let d = ws();
+        let file = |name: &str, text: &str| {
+            let p = d.path().join(name);
+            std::fs::write(&p, text).unwrap();
+            p
+        };
+        let cert = "-----BEGIN CERTIFICATE-----\nAAECAw==\n-----END CERTIFICATE-----\n";
+        let good = file("ca.pem", &format!("# corp\n{cert}{cert}"));
+        let mut o = secret_opts(&d);
+        o.upstream_cas = vec![good.clone()];
+        let plan = Plan::new(&o, "t", &cap()).unwrap();
+        assert_eq!(plan.upstream_cas.len(), 1);
+        assert_eq!(plan.upstream_cas[0].path, good);
+        assert_eq!(
+            plan.upstream_cas[0].certs,
+            [vec![0, 1, 2, 3], vec![0, 1, 2, 3]]
+        );
+        let refused = |path: PathBuf, want: &str| {
+            let mut o = secret_opts(&d);
+            o.upstream_cas = vec![path];
+            let e = Plan::new(&o, "t", &cap()).unwrap_err().to_string();
+            assert!(
+                e.contains("upstream_cas") && e.contains(want),
+                "{want}: {e}"
+            );
+        };
+        refused(d.path().join("missing.pem"), "cannot read");
+        refused(
+            file("text.pem", "not a certificate\n"),
+            "holds no PEM certificate",
+        );
+        refused(
+            file(
+                "key.pem",
+                &format!(
+                    "{cert}-----BEGIN PRIVATE KEY-----\nAAECAw==\n-----END PRIVATE KEY-----\n"
+                ),
+            ),
+            "certificates only",
+        );
+        refused(
+            file(
+                "bad.pem",
+                "-----BEGIN CERTIFICATE-----\n!!!\n-----END CERTIFICATE-----\n",
+            ),
+            "not valid PEM",
+        );
+        let mut o = SandboxOpts::new(d.path(), ["true"]);
+        o.upstream_cas = vec![good];
+        let e = Plan::new(&o, "t", &cap()).unwrap_err().to_string();
+        assert!(e.contains("needs network mode `proxy`"), "{e}");
     }
 
     #[test]

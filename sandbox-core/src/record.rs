@@ -268,6 +268,18 @@ pub enum Door {
         /// The ports and their host addresses.
         ports: Vec<Published>,
     },
+    /// Secrets the command holds only placeholders for: the proxy terminates TLS for their
+    /// hosts under an authority made for the run and puts each value into requests there.
+    Secrets {
+        /// The secrets' names (never their values).
+        names: Vec<String>,
+        /// The hosts whose TLS the proxy terminates.
+        hosts: Vec<String>,
+        /// The run's certificate bundle as the command sees it (the host's roots, the
+        /// caller's upstream authorities, the run's authority; no key), which the bundle
+        /// variables name.
+        bundle: PathBuf,
+    },
 }
 
 /// Limits.
@@ -654,6 +666,19 @@ impl fmt::Display for Door {
                  by the host inside the sandbox's namespace)",
                 list(ports.iter().map(|p| format!("{} at {}", p.port, p.host)))
             ),
+            Self::Secrets {
+                names,
+                hosts,
+                bundle,
+            } => write!(
+                f,
+                "secrets: {} held as placeholders; the proxy terminates TLS for {} under the \
+                 run's own authority and puts the values in there alone; the command trusts \
+                 it through {} (read-only, no key)",
+                list(names),
+                list(hosts),
+                bundle.display()
+            ),
         }
     }
 }
@@ -937,6 +962,11 @@ mod tests {
                     host: "127.0.0.1:40000".parse().unwrap(),
                 }],
             },
+            Door::Secrets {
+                names: vec!["GH_TOKEN".into()],
+                hosts: vec!["github.com".into()],
+                bundle: p("/tmp/sandbox-bundle@1-1-x/ca-bundle.pem"),
+            },
         ]);
         all.extend([
             Limits::ForkJoinedCgroups {
@@ -1214,6 +1244,16 @@ mod tests {
             }),
             "published: the command's 127.0.0.1 ports 80 at 127.0.0.1:4000 on the host \
              (connections made by the host inside the sandbox's namespace)"
+        );
+        assert_eq!(
+            r(Door::Secrets {
+                names: vec!["GH_TOKEN".into(), "NPM_TOKEN".into()],
+                hosts: vec!["github.com".into()],
+                bundle: "/tmp/b/ca-bundle.pem".into(),
+            }),
+            "secrets: GH_TOKEN, NPM_TOKEN held as placeholders; the proxy terminates TLS for \
+             github.com under the run's own authority and puts the values in there alone; the \
+             command trusts it through /tmp/b/ca-bundle.pem (read-only, no key)"
         );
     }
 

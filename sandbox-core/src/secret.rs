@@ -21,7 +21,7 @@
 //! cannot stand in for it, and nothing here pretends otherwise.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::policy::normalize_name;
 
@@ -385,6 +385,63 @@ fn placeholder() -> std::io::Result<String> {
         s.push_str(&format!("{b:02x}"));
     }
     Ok(s)
+}
+
+/// The largest `--upstream-ca` file read: a bundle of a few hundred authorities, no more.
+pub const MAX_UPSTREAM_CA_LEN: u64 = 4 << 20;
+
+/// An authority the caller adds for verifying the real servers behind terminated hosts
+/// (`--upstream-ca FILE`: a corporate proxy's, a test's). Read and checked before anything
+/// runs; its certificates also go into the run's bundle, so the command's tools trust it
+/// on the hosts they reach through a plain tunnel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamCa {
+    /// The file as named.
+    pub path: PathBuf,
+    /// Its certificates, DER, in file order (at least one).
+    pub certs: Vec<Vec<u8>>,
+}
+
+impl UpstreamCa {
+    /// Read `path`: PEM holding one or more `CERTIFICATE` sections and nothing else
+    /// (a private key there is a mistake this refuses rather than carries).
+    pub fn read(path: &Path) -> Result<Self, String> {
+        use rustls_pki_types::pem::{PemObject, SectionKind};
+        use std::io::Read;
+        let shown = path.display();
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(MAX_UPSTREAM_CA_LEN + 1).read_to_end(&mut bytes))
+            .map_err(|e| format!("cannot read {shown}: {e}; name a readable PEM file"))?;
+        if bytes.len() as u64 > MAX_UPSTREAM_CA_LEN {
+            return Err(format!(
+                "{shown} is larger than {MAX_UPSTREAM_CA_LEN} bytes; name a file of PEM \
+                 certificates"
+            ));
+        }
+        let mut certs = Vec::new();
+        for section in <(SectionKind, Vec<u8>)>::pem_slice_iter(&bytes) {
+            match section {
+                Ok((SectionKind::Certificate, der)) => certs.push(der),
+                Ok((kind, _)) => {
+                    return Err(format!(
+                        "{shown} holds a {kind:?} section; it must hold certificates only \
+                         (`-----BEGIN CERTIFICATE-----`)"
+                    ))
+                }
+                Err(e) => return Err(format!("{shown} is not valid PEM ({e})")),
+            }
+        }
+        if certs.is_empty() {
+            return Err(format!(
+                "{shown} holds no PEM certificate (`-----BEGIN CERTIFICATE-----`)"
+            ));
+        }
+        Ok(Self {
+            path: path.to_path_buf(),
+            certs,
+        })
+    }
 }
 
 #[cfg(test)]

@@ -87,8 +87,9 @@ pub fn capability_in(mode: WorkspaceMode) -> Capability {
             network_connect: listeners,
             ..sandbox_core::DenialKinds::default()
         },
-        // The proxy does not terminate TLS yet, so it cannot put a secret's value in.
-        secrets: false,
+        // Wherever its proxy runs (root, a local engine): the run's bundle is bound
+        // read-only into the container like any read-only path.
+        secrets: listeners,
     }
 }
 

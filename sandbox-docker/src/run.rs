@@ -71,6 +71,9 @@ pub(crate) async fn start(
             labels: labels::labels(kind.role),
         })
     };
+    // Secrets: the run's authority, made once now, and its bundle named in the plan (a
+    // read-only path, bound like any other, and the bundle variables) before the spec.
+    let secrets = door::prepare_secrets(&mut plan)?;
     let mut handovers = prepare::handovers(config, &plan, &identity, true, None);
     // Every input error surfaces here, before anything is made.
     let mut body = spec_for(&plan, &handovers)?;
@@ -79,7 +82,11 @@ pub(crate) async fn start(
     // container waits for its argv behind the pool's waiter (see `egress.rs`).
     // Published ports: the host's listeners now, so a port in use is refused before
     // anything is made.
-    let door = InNamespace::bind(&plan)?;
+    let door = InNamespace::bind(&plan, secrets.as_ref().map(door::SecretsReady::secrets))?;
+    let (secrets_record, bundle) = match secrets {
+        Some(s) => (Some(s.record()), Some(s.into_keep_alive())),
+        None => (None, None),
+    };
     let waiter = door.needs_listeners();
     if waiter {
         let missing = match engine.as_ref().map(|e| &e.pool) {
@@ -176,6 +183,9 @@ pub(crate) async fn start(
     if let Some(l) = &layer {
         policy.enforced.push(l.record(plan.changes));
     }
+    if let Some(r) = secrets_record {
+        policy.enforced.push(r);
+    }
 
     // The warm pool serves runs whose every path is bound as it is: a copy or a staging
     // mount is made per run.
@@ -200,6 +210,7 @@ pub(crate) async fn start(
                         egress: None,
                         published: None,
                         layer: None,
+                        bundle,
                     };
                     return start_warm(run, warm, pool, &key, config, &identity, door).await;
                 }
@@ -289,6 +300,7 @@ pub(crate) async fn start(
         egress,
         published,
         layer,
+        bundle,
     };
     supervise(run, control, vec![reader], Instant::now(), timeout);
     Ok(handle)
@@ -444,6 +456,9 @@ struct Run {
     /// After `resources`, so a dropped run unmounts the
     /// staging view of it before it is removed.
     layer: Option<HostLayer>,
+    /// The run's certificate bundle's directory (a run with secrets): removed when the run
+    /// is dropped, after the container that binds it.
+    bundle: Option<tempfile::TempDir>,
 }
 
 #[async_trait]
@@ -495,6 +510,8 @@ impl Job for Run {
         });
         // Removal is part of the run: `wait` returns only once nothing is left.
         let removed = self.resources.remove_all().await;
+        // The container that bound it is gone: the bundle goes too, before `wait` returns.
+        drop(self.bundle.take());
         if let Some((engine, key, body)) = self.refill.take() {
             if let Some(Ok(pool)) = engine.upgrade().as_ref().map(|e| &e.pool) {
                 pool.refill(key, body);

@@ -247,6 +247,10 @@ fn capability(facts: &HostFacts) -> Capability {
     // The Sentry reports a file's blocks from its own view, so kept holes cannot be shown
     // from inside; do not claim them.
     cap.sparse_snapshot = false;
+    // No secrets: their values are put in by the egress proxy, and this backend has no
+    // door for it into the Sentry's network (its `proxy` capability is unsupported), so
+    // core refuses a run with secrets and says so.
+    cap.secrets = false;
     cap
 }
 

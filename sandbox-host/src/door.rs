@@ -15,22 +15,37 @@
 //!
 //! A way without any namespace (connections mediated by the supervisor) is the next variant
 //! this module gains.
+//!
+//! A run with secrets gets its secrets ready first ([`prepare_secrets`]): the run's
+//! authority, made once, and the bundle the command trusts it through, written to a
+//! run-private directory and named in the plan as a read-only path, so every backend
+//! places it the way it places any read-only path (bwrap binds it, landlock grants it,
+//! docker binds or copies it) before anything runs, and the plan's bundle variables name
+//! it. Both ways of the door then serve the proxy with that same authority.
 
+use std::io::{Read, Write};
 use std::net::TcpListener;
 use std::os::fd::OwnedFd;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sandbox_core::record::{Door, Proxy};
+use sandbox_core::secret::CA_BUNDLE_VARS;
 use sandbox_core::{EffectivePolicy, NetworkMode, Plan, Published, SandboxError, PROXY_PORT};
 pub use sandbox_proxy::publish::PublishRun;
-pub use sandbox_proxy::ProxyRun;
+pub use sandbox_proxy::{ProxyRun, Secrets};
 
 use crate::process::DoorEnd;
 
 /// The door for `plan` handed over by the sandbox: the host's side running (the proxy, the
 /// published ports), and the sandbox's end. `None` when the plan asks for no door.
-pub fn hand_over(plan: &Plan) -> Result<Option<(ProxyRun, DoorEnd)>, SandboxError> {
-    Ok(sandbox_proxy::start_for_plan(plan)?.map(|h| {
+/// `secrets`: the run's, from [`prepare_secrets`].
+pub fn hand_over(
+    plan: &Plan,
+    secrets: Option<Arc<Secrets>>,
+) -> Result<Option<(ProxyRun, DoorEnd)>, SandboxError> {
+    Ok(sandbox_proxy::start_for_plan(plan, secrets)?.map(|h| {
         (
             h.run,
             DoorEnd {
@@ -66,14 +81,17 @@ pub fn record(plan: &Plan) -> Door {
 pub struct InNamespace {
     bound: Vec<(TcpListener, Published)>,
     ports: Vec<u16>,
+    secrets: Option<Arc<Secrets>>,
 }
 
 impl InNamespace {
-    /// What `plan` asks for, with the published ports' host side bound now.
-    pub fn bind(plan: &Plan) -> Result<Self, SandboxError> {
+    /// What `plan` asks for, with the published ports' host side bound now. `secrets`: the
+    /// run's, from [`prepare_secrets`] (made before the container, which holds the bundle).
+    pub fn bind(plan: &Plan, secrets: Option<Arc<Secrets>>) -> Result<Self, SandboxError> {
         Ok(Self {
             bound: sandbox_proxy::publish::bind_for_plan(plan)?,
             ports: sandbox_proxy::inside_ports(plan),
+            secrets,
         })
     }
 
@@ -101,7 +119,7 @@ impl InNamespace {
                 .map_err(|e| {
                     SandboxError::io("making the proxy's listeners in the sandbox's namespace", e)
                 })?;
-        sandbox_proxy::serve_for_plan(plan, listeners).map(Some)
+        sandbox_proxy::serve_for_plan(plan, self.secrets.clone(), listeners).map(Some)
     }
 
     /// Whether any port is published.
@@ -134,4 +152,113 @@ impl InNamespace {
         }
         Ok(run)
     }
+}
+
+/// Where the host keeps its roots (Debian's and its derivatives' bundle). Absent, the run's
+/// bundle holds the caller's authorities and the run's alone.
+const HOST_ROOTS: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// The largest host bundle read.
+const MAX_HOST_ROOTS: u64 = 16 << 20;
+
+/// The bundle's name in its run-private directory.
+pub const BUNDLE_FILE: &str = "ca-bundle.pem";
+
+/// A run's secrets, ready before the backend places anything: the authority made once for
+/// the run, and the bundle in a run-private directory that is removed when this is dropped
+/// (the pipeline keeps it until the run is over; docker's run likewise).
+#[derive(Debug)]
+pub struct SecretsReady {
+    secrets: Arc<Secrets>,
+    dir: tempfile::TempDir,
+    bundle: PathBuf,
+}
+
+impl SecretsReady {
+    /// The secrets and their authority, for the door.
+    pub fn secrets(&self) -> Arc<Secrets> {
+        self.secrets.clone()
+    }
+
+    /// The bundle as the command sees it (the same path on the host and inside).
+    pub fn bundle(&self) -> &Path {
+        &self.bundle
+    }
+
+    /// The record: the secrets' names, their hosts, the bundle.
+    pub fn record(&self) -> Door {
+        Door::Secrets {
+            names: self.secrets.list.iter().map(|s| s.name.clone()).collect(),
+            hosts: self.secrets.hosts(),
+            bundle: self.bundle.clone(),
+        }
+    }
+
+    /// What must live until the run is over: the directory (removed when dropped).
+    pub fn into_keep_alive(self) -> tempfile::TempDir {
+        self.dir
+    }
+}
+
+/// Make `plan`'s secrets ready: the run's authority (once, here), the bundle written to a
+/// run-private directory (`sandbox-bundle@OWNER-...` in the temp dir, swept with its owner
+/// when a host crashes), named in the plan as a read-only path and in every bundle
+/// variable of the command's environment. `None` for a run without secrets. Nothing of
+/// the authority's key is written; the directory holds the bundle alone.
+pub fn prepare_secrets(plan: &mut Plan) -> Result<Option<SecretsReady>, SandboxError> {
+    let Some(secrets) = Secrets::for_plan(plan)? else {
+        return Ok(None);
+    };
+    let roots = host_roots()?;
+    let extra: Vec<_> = plan
+        .upstream_cas
+        .iter()
+        .flat_map(|c| c.certs.iter())
+        .map(|d| rustls_pki_types_der(d))
+        .collect();
+    let pem = sandbox_proxy::tls::bundle_pem(&roots, &extra, &secrets.authority);
+    let dir = crate::owner::temp_dir("bundle")?;
+    let io = |e| SandboxError::io("writing the run's certificate bundle", e);
+    // Readable by the command whatever uid it runs as: the directory holds nothing but
+    // certificates, which are public.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).map_err(io)?;
+    let bundle = dir.path().join(BUNDLE_FILE);
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&bundle)
+        .map_err(io)?;
+    f.write_all(pem.as_bytes()).map_err(io)?;
+    f.sync_all().map_err(io)?;
+    for var in CA_BUNDLE_VARS {
+        // Plan::new refused a caller's value for these; the run's own replaces nothing.
+        plan.env.retain(|(k, _)| k != var);
+        plan.env.push((var.into(), bundle.clone().into_os_string()));
+    }
+    plan.read_only_paths.push(bundle.clone());
+    Ok(Some(SecretsReady {
+        secrets,
+        dir,
+        bundle,
+    }))
+}
+
+fn rustls_pki_types_der(der: &[u8]) -> sandbox_proxy::tls::CertificateDer<'static> {
+    sandbox_proxy::tls::CertificateDer::from(der.to_vec())
+}
+
+/// The host's roots, or nothing where the host keeps none at [`HOST_ROOTS`].
+fn host_roots() -> Result<Vec<u8>, SandboxError> {
+    let mut bytes = Vec::new();
+    match std::fs::File::open(HOST_ROOTS) {
+        Ok(f) => {
+            f.take(MAX_HOST_ROOTS)
+                .read_to_end(&mut bytes)
+                .map_err(|e| SandboxError::io("reading the host's roots", e))?;
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(SandboxError::io("reading the host's roots", e)),
+    }
+    Ok(bytes)
 }

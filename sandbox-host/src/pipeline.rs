@@ -9,7 +9,9 @@
 //!    ([`crate::changes`]);
 //! 3. **door**: where the plan asks for the egress proxy, host ports or published ports,
 //!    the host's side of the door (`sandbox-proxy`: the published ports bound, the proxy
-//!    served on the listeners the sandbox will send) and the sandbox's end of it;
+//!    served on the listeners the sandbox will send) and the sandbox's end of it; with
+//!    secrets, first their authority and the bundle the command trusts it through
+//!    ([`door::prepare_secrets`]);
 //! 4. **the backend's own stage**: [`Launcher::prepare`], the pure turn of the plan (and
 //!    the door's end) into a [`Launch`];
 //! 5. **start**: the spawn under supervision ([`crate::process`]);
@@ -165,10 +167,22 @@ async fn start_launch<L: Launcher>(
     // outcome's grants) gets no door: there is nothing for it to enforce.
     let over_granted =
         plan.network == NetworkMode::Proxy && cap.network_proxy != Enforcement::Exact;
+    if over_granted && !plan.secrets.is_empty() {
+        // The capability claims secrets only with an exact proxy; never run one open.
+        return Err(SandboxError::NotSupported {
+            backend: name,
+            feature: "secrets without the egress proxy".into(),
+            remedy: "use a backend whose capability lists secrets (`sandbox doctor`)".into(),
+        });
+    }
+    // Secrets: the run's authority made once, and its bundle named in the plan (a
+    // read-only path and the bundle variables) before the backend turns the plan into
+    // its launch.
+    let secrets = door::prepare_secrets(&mut plan)?;
     let door = if over_granted {
         None
     } else {
-        door::hand_over(&plan)?
+        door::hand_over(&plan, secrets.as_ref().map(door::SecretsReady::secrets))?
     };
     let (egress, door_end) = match door {
         Some((run, end)) => (Some(run), Some(end)),
@@ -178,6 +192,11 @@ async fn start_launch<L: Launcher>(
     if let Some(run) = egress {
         launch.egress = Some(Box::new(run));
         launch.enforced.push(door::record(&plan));
+    }
+    if let Some(s) = secrets {
+        launch.enforced.push(s.record());
+        // Removed with the run: the launch's keep-alives go when the run is over.
+        launch.keep_alive.push(Box::new(s.into_keep_alive()));
     }
     if let Some(mut step) = mount {
         if launch.born_in.user {

@@ -356,6 +356,9 @@ fn capability(host: &Host) -> Capability {
             network_connect: host.ns.is_ok(),
             ..DenialKinds::default()
         },
+        // Where the proxy is the only way out (a private network namespace); the run's
+        // bundle is a read-only path the ruleset grants.
+        secrets: host.ns.is_ok(),
         ..Capability::default()
     };
     support.apply(&mut cap);

@@ -144,6 +144,51 @@ impl Secrets {
         })
     }
 
+    /// The secrets of `plan` made ready for its run: the authority (made here, once per
+    /// run) and upstream verification against Mozilla's roots plus the plan's
+    /// `--upstream-ca` certificates. `None` for a run without secrets. A certificate rustls
+    /// will not take as a root is refused here, naming its file, before anything runs.
+    pub fn for_plan(plan: &sandbox_core::Plan) -> Result<Option<Arc<Self>>, SandboxError> {
+        if plan.secrets.is_empty() {
+            return Ok(None);
+        }
+        let mut extra = Vec::new();
+        for ca in &plan.upstream_cas {
+            for (i, der) in ca.certs.iter().enumerate() {
+                let cert = rustls::pki_types::CertificateDer::from(der.clone());
+                rustls::RootCertStore::empty()
+                    .add(cert.clone())
+                    .map_err(|e| {
+                        SandboxError::invalid(
+                            "upstream_cas",
+                            format!(
+                                "{}: certificate {} is not one an authority can be made of \
+                                 ({e}); name the authority's own certificate",
+                                ca.path.display(),
+                                i + 1
+                            ),
+                        )
+                    })?;
+                extra.push(cert);
+            }
+        }
+        let secrets = Self::new(plan.secrets.clone(), &extra).map_err(|e| {
+            SandboxError::io(
+                "making the run's certificate authority",
+                io::Error::other(e),
+            )
+        })?;
+        Ok(Some(Arc::new(secrets)))
+    }
+
+    /// The hosts whose TLS is terminated, sorted.
+    pub fn hosts(&self) -> Vec<String> {
+        let mut hosts: Vec<String> = self.list.iter().flat_map(|s| s.hosts.clone()).collect();
+        hosts.sort();
+        hosts.dedup();
+        hosts
+    }
+
     /// Whether `host` is one of the secrets' hosts (its TLS is terminated).
     pub fn terminates(&self, host: &str) -> bool {
         let host = host.strip_suffix('.').unwrap_or(host);
@@ -376,8 +421,13 @@ pub fn inside_ports(plan: &sandbox_core::Plan) -> Vec<u16> {
 }
 
 /// The proxy's configuration for `plan` (`None` when it serves only host ports); an
-/// allowlist proxy with nothing allowed is refused.
-fn config_for(plan: &sandbox_core::Plan) -> Result<Option<ProxyConfig>, SandboxError> {
+/// allowlist proxy with nothing allowed is refused. `secrets` is the run's, made once before
+/// the backend placed the bundle ([`Secrets::for_plan`]); a plan with secrets and none is
+/// refused rather than served without them.
+fn config_for(
+    plan: &sandbox_core::Plan,
+    secrets: Option<Arc<Secrets>>,
+) -> Result<Option<ProxyConfig>, SandboxError> {
     let proxy = plan.network == sandbox_core::NetworkMode::Proxy;
     if proxy && plan.allowlist.is_empty() {
         return Err(SandboxError::invalid(
@@ -390,13 +440,15 @@ fn config_for(plan: &sandbox_core::Plan) -> Result<Option<ProxyConfig>, SandboxE
     }
     let mut config = ProxyConfig::new(plan.allowlist.clone(), plan.resolver.clone());
     if !plan.secrets.is_empty() {
-        let secrets = Secrets::new(plan.secrets.clone(), &[]).map_err(|e| {
-            SandboxError::io(
-                "making the run's certificate authority",
-                io::Error::other(e),
-            )
-        })?;
-        config.secrets = Some(Arc::new(secrets));
+        let Some(secrets) = secrets else {
+            return Err(SandboxError::invalid(
+                "secrets",
+                "the run's secrets were not made ready before its door (the door stage \
+                 makes their authority and bundle); start the run through the backend's \
+                 pipeline",
+            ));
+        };
+        config.secrets = Some(secrets);
     }
     Ok(Some(config))
 }
@@ -406,17 +458,21 @@ fn config_for(plan: &sandbox_core::Plan) -> Result<Option<ProxyConfig>, SandboxE
 /// them handed over (see [`listen_in_namespace`]). Call from within the tokio runtime.
 pub fn serve_for_plan(
     plan: &sandbox_core::Plan,
+    secrets: Option<Arc<Secrets>>,
     listeners: Vec<std::net::TcpListener>,
 ) -> Result<ProxyRun, SandboxError> {
-    let config = config_for(plan)?;
+    let config = config_for(plan, secrets)?;
     spawn_roles(config, roles(plan), Box::pin(async move { Ok(listeners) }))
         .map_err(|e| SandboxError::io("starting the egress proxy", e))
 }
 
 /// Start what `plan` asks for (network mode `proxy`, host ports); called from a backend's
-/// `prepare`; errors say what failed.
-pub fn start_for_plan(plan: &sandbox_core::Plan) -> Result<Option<Handover>, SandboxError> {
-    let config = config_for(plan)?;
+/// `prepare`; errors say what failed. `secrets`: the run's ([`Secrets::for_plan`]).
+pub fn start_for_plan(
+    plan: &sandbox_core::Plan,
+    secrets: Option<Arc<Secrets>>,
+) -> Result<Option<Handover>, SandboxError> {
+    let config = config_for(plan, secrets)?;
     let roles = roles(plan);
     let ports = handover_ports(plan);
     if ports.is_empty() {

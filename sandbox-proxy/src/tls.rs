@@ -16,6 +16,9 @@
 //!   (`webpki-roots`) plus the authorities the caller adds (`--upstream-ca`), and asks
 //!   for `http/1.1` alone.
 //!
+//! - The command trusts the authority through one bundle ([`bundle_pem`]): certificates
+//!   only, the host's roots first, the authority's certificate last.
+//!
 //! Used by the `CONNECT` relay for hosts with secrets ([`crate::terminate`]).
 
 use std::collections::HashMap;
@@ -25,7 +28,8 @@ use rcgen::{
     BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
     GeneralSubtree, IsCa, KeyPair, KeyUsagePurpose, NameConstraints, PKCS_ECDSA_P256_SHA256,
 };
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+pub use rustls::pki_types::CertificateDer;
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
@@ -206,6 +210,43 @@ pub fn upstream_config(
     Ok(Arc::new(config))
 }
 
+/// The run's certificate bundle, the one file the command's tools read to trust the
+/// run's authority: every certificate of `host_roots` (the host's bundle, as read; any
+/// other PEM section there is dropped, so no key can come along), then `extra` (the
+/// caller's `--upstream-ca`), then the authority's certificate. Certificates only, each
+/// written anew from its DER.
+pub fn bundle_pem(
+    host_roots: &[u8],
+    extra: &[CertificateDer<'_>],
+    authority: &RunAuthority,
+) -> String {
+    use rustls::pki_types::pem::PemObject;
+    let mut out = String::new();
+    // A section the parser cannot read in the host's own bundle is skipped, not fatal:
+    // the host's tools already live with that file, and the run's authority is what
+    // matters here.
+    for cert in CertificateDer::pem_slice_iter(host_roots).flatten() {
+        push_pem(&mut out, &cert);
+    }
+    for cert in extra {
+        push_pem(&mut out, cert);
+    }
+    push_pem(&mut out, &authority.ca_der());
+    out
+}
+
+fn push_pem(out: &mut String, der: &[u8]) {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
+    out.push_str("-----BEGIN CERTIFICATE-----\n");
+    for line in b64.as_bytes().chunks(64) {
+        // Base64 is ASCII.
+        out.push_str(&String::from_utf8_lossy(line));
+        out.push('\n');
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -302,6 +343,33 @@ mod tests {
             e.to_lowercase().contains("protocol") || e.contains("alpn"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn the_bundle_holds_certificates_only_and_ends_with_the_runs_authority() {
+        use rustls::pki_types::pem::{PemObject, SectionKind};
+        let auth = RunAuthority::new(&["api.test".into()]).unwrap();
+        let other = RunAuthority::new(&["x.test".into()]).unwrap();
+        // A host bundle with a key in it by mistake, and a line of noise.
+        let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let host = format!("# roots\n{}{}", other.ca_pem(), key.serialize_pem());
+        let extra = RunAuthority::new(&["y.test".into()]).unwrap();
+        let pem = bundle_pem(host.as_bytes(), &[extra.ca_der()], &auth);
+        let sections: Vec<(SectionKind, Vec<u8>)> =
+            <(SectionKind, Vec<u8>)>::pem_slice_iter(pem.as_bytes())
+                .collect::<Result<_, _>>()
+                .unwrap();
+        assert!(sections.iter().all(|(k, _)| *k == SectionKind::Certificate));
+        let ders: Vec<&[u8]> = sections.iter().map(|(_, d)| d.as_slice()).collect();
+        assert_eq!(
+            ders,
+            [
+                other.ca_der().as_ref(),
+                extra.ca_der().as_ref(),
+                auth.ca_der().as_ref()
+            ]
+        );
+        assert!(!pem.contains("PRIVATE KEY"));
     }
 
     #[test]

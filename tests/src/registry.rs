@@ -201,6 +201,28 @@ pub mod require {
         network_proxy(c)?;
         sandbox_runs(c, &["sh", "git"])
     }
+    /// Secrets, with `sh` and `curl` runnable.
+    pub fn secrets_tools(c: &Capability) -> Result<(), String> {
+        claim(
+            c.secrets,
+            "secrets (capability.secrets: the proxy as the only way out, terminating TLS \
+             for the secrets' hosts)",
+        )?;
+        sandbox_runs(c, &["sh", "curl"])
+    }
+    /// A backend that does not claim secrets (it must refuse them).
+    pub fn no_secrets(c: &Capability) -> Result<(), String> {
+        if c.secrets {
+            Err("the backend claims secrets: the secrets cases run instead".into())
+        } else {
+            Ok(())
+        }
+    }
+    /// Secrets, with `sh` and `python3` runnable.
+    pub fn secrets_python(c: &Capability) -> Result<(), String> {
+        secrets_tools(c)?;
+        sandbox_runs(c, &["python3"])
+    }
     /// `host_ports`.
     pub fn host_ports(c: &Capability) -> Result<(), String> {
         claim(c.host_ports, "host ports (capability.host_ports)")
@@ -430,6 +452,53 @@ pub fn cases() -> Vec<Case> {
         case!(egress::refused_flood_bounded, network_proxy),
         case!(egress::host_port_reaches_exactly_that_port, host_ports),
         case!(egress::publish_serves_the_host, publish),
+        case!(secrets::refused_where_not_claimed, no_secrets),
+        case!(secrets::bad_input_refused, secrets_tools, confinement),
+        case!(
+            secrets::placeholder_is_all_the_command_reads,
+            secrets_tools,
+            confinement
+        ),
+        case!(
+            secrets::upstream_receives_the_value,
+            secrets_tools,
+            confinement
+        ),
+        case!(
+            secrets::python_urllib_gets_the_value_injected,
+            secrets_python,
+            confinement
+        ),
+        case!(
+            secrets::placeholder_to_another_host_refused,
+            secrets_tools,
+            confinement
+        ),
+        case!(
+            secrets::placeholder_in_a_body_refused,
+            secrets_tools,
+            confinement
+        ),
+        case!(
+            secrets::placeholder_in_another_header_refused,
+            secrets_tools,
+            confinement
+        ),
+        case!(
+            secrets::placeholder_over_plain_http_refused,
+            secrets_tools,
+            confinement
+        ),
+        case!(
+            secrets::echoing_endpoint_cannot_return_the_value,
+            secrets_tools,
+            confinement
+        ),
+        case!(
+            secrets::bundle_holds_the_runs_authority_and_no_key,
+            secrets_tools,
+            confinement
+        ),
         case!(proc::no_survivor_after_wait, always),
         case!(proc::helper_survives_the_command, isolated_status),
         case!(proc::no_survivor_after_kill, always),

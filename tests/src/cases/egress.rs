@@ -124,8 +124,9 @@ impl Drop for Upstream {
     }
 }
 
-/// The names the cases use, all standing for the host's loopback.
-fn resolver() -> Arc<TableResolver> {
+/// The names the cases use, all standing for the host's loopback (the secrets cases'
+/// too).
+pub(crate) fn resolver() -> Arc<TableResolver> {
     Arc::new(
         [
             "allowed.test",
@@ -133,6 +134,8 @@ fn resolver() -> Arc<TableResolver> {
             "a.wild.test",
             "git.test",
             "pypi.test",
+            "api.test",
+            "other.test",
         ]
         .iter()
         .fold(TableResolver::new(), |t, n| t.with(n, LO)),

@@ -15,6 +15,7 @@ pub mod net;
 pub mod proc;
 pub mod root;
 pub mod scale;
+pub mod secrets;
 
 /// The result of a case.
 pub type CaseResult = Result<(), crate::Failure>;

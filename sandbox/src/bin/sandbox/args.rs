@@ -207,6 +207,12 @@ pub struct PolicyArgs {
     #[arg(long = "secret", value_name = "NAME@HOST")]
     pub secret: Vec<String>,
 
+    /// Also trust the authorities in FILE (PEM certificates) when the proxy verifies the
+    /// servers behind hosts it terminates TLS for (repeatable; a corporate TLS inspection's
+    /// authority); they join the run's certificate bundle too
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
+
     /// Let the command's 127.0.0.1:PORT reach the host's 127.0.0.1:PORT, and nothing else of
     /// the host's (repeatable; with `--network loopback`, which it implies, or `proxy`)
     #[arg(

@@ -20,7 +20,7 @@ use crate::error::CliError;
 
 /// The policy file's keys, in [`PolicyFile`]'s order: what `--config`'s help lists. A test
 /// holds it to the keys the file accepts.
-pub const KEYS: [&str; 18] = [
+pub const KEYS: [&str; 19] = [
     "backend",
     "workspace",
     "read",
@@ -29,6 +29,7 @@ pub const KEYS: [&str; 18] = [
     "network",
     "allow-hosts",
     "secrets",
+    "upstream-ca",
     "host-ports",
     "publish",
     "env",
@@ -61,6 +62,10 @@ pub struct PolicyFile {
     /// forms).
     #[serde(default)]
     secrets: std::collections::BTreeMap<String, Vec<String>>,
+    /// `upstream-ca = ["corp-ca.pem"]`: more authorities for the servers behind terminated
+    /// hosts (and in the run's bundle).
+    #[serde(default)]
+    upstream_ca: Vec<PathBuf>,
     #[serde(default)]
     host_ports: Vec<u16>,
     /// `publish = [8080, "3000:13000"]`: a port, or `PORT:HOSTPORT`.
@@ -180,6 +185,8 @@ pub struct RunSpec {
     pub network: NetworkMode,
     pub allow_hosts: Vec<String>,
     pub secrets: Vec<sandbox_core::SecretSpec>,
+    /// `--upstream-ca` files, absolute.
+    pub upstream_ca: Vec<PathBuf>,
     pub host_ports: Vec<u16>,
     pub publish: Vec<sandbox_core::Publish>,
     pub env: Vec<OsString>,
@@ -354,6 +361,12 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
                 .map_err(|e| CliError::option("secret", e.to_string()))?,
         );
     }
+    let mut upstream_ca: Vec<PathBuf> = file
+        .upstream_ca
+        .iter()
+        .map(|p| absolute(&base, p))
+        .collect();
+    upstream_ca.extend(args.upstream_ca.iter().map(|p| absolute(cwd, p)));
     let mut host_ports = file.host_ports;
     host_ports.extend(args.host_port);
     let mut publish = file
@@ -386,6 +399,7 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         network,
         allow_hosts,
         secrets,
+        upstream_ca,
         host_ports,
         publish,
         env,
@@ -578,7 +592,11 @@ mod tests {
         use sandbox_core::{Placement, SecretSource};
         let dir = tempfile::tempdir().unwrap();
         let cfg = dir.path().join("policy.toml");
-        std::fs::write(&cfg, "[secrets]\nGH_TOKEN = [\"api.github.com\"]\n").unwrap();
+        std::fs::write(
+            &cfg,
+            "upstream-ca = [\"corp.pem\"]\n[secrets]\nGH_TOKEN = [\"api.github.com\"]\n",
+        )
+        .unwrap();
         let cwd = Path::new("/here");
         let spec = resolve(
             run_args(&[
@@ -586,12 +604,19 @@ mod tests {
                 cfg.to_str().unwrap(),
                 "--secret",
                 "KEY=file:/k@x.org,y.org:header=X-Api-Key",
+                "--upstream-ca",
+                "test-ca.pem",
                 "true",
             ]),
             cwd,
         )
         .unwrap();
         assert_eq!(spec.network, NetworkMode::Proxy);
+        // The file's paths against its directory, the flags' against the caller's.
+        assert_eq!(
+            spec.upstream_ca,
+            [dir.path().join("corp.pem"), PathBuf::from("/here/test-ca.pem")]
+        );
         assert_eq!(spec.secrets.len(), 2);
         assert_eq!(spec.secrets[0].name, "GH_TOKEN");
         assert_eq!(spec.secrets[0].source, SecretSource::Env("GH_TOKEN".into()));

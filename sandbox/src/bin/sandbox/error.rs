@@ -66,6 +66,7 @@ fn flag_of(field: &str) -> &str {
         "read_only_paths" => "--read",
         "writable_paths" => "--write",
         "env.set" | "env.pass" => "--env",
+        "upstream_cas" => "--upstream-ca",
         "timeout" => "--timeout",
         "output_limit" => "--max-output",
         "limits.memory_bytes" => "--memory",

@@ -200,6 +200,11 @@ pub struct SandboxOpts {
     /// to the secret's hosts only (see [`crate::secret`]). Needs network mode `proxy`; a
     /// secret's hosts are allowed without naming them in `allow_hosts`.
     pub secrets: Vec<crate::SecretSpec>,
+    /// Request rules (`--allow-request 'GET,HEAD https://api.github.com/repos/o/r/**'`,
+    /// see [`crate::policy::RequestRule`]): on a host that has rules, only requests that
+    /// match one pass, judged on TLS the proxy terminates. Needs network mode `proxy`; a
+    /// rule's host is allowed without naming it in `allow_hosts`.
+    pub allow_requests: Vec<String>,
 }
 
 impl SandboxOpts {
@@ -235,6 +240,7 @@ impl SandboxOpts {
             on_published: None,
             report_denials: true,
             secrets: Vec::new(),
+            allow_requests: Vec::new(),
         }
     }
 }

@@ -116,11 +116,15 @@ impl ProxyConfig {
     }
 }
 
-/// A run's secrets with what terminating their hosts' TLS needs.
+/// A run's secrets and request rules with what terminating their hosts' TLS needs.
 #[derive(Debug)]
 pub struct Secrets {
     /// The secrets (values redacted in `Debug`).
     pub list: Vec<sandbox_core::ResolvedSecret>,
+    /// The request rules: on a host that has some, only matching requests pass.
+    pub rules: Vec<sandbox_core::policy::RequestRule>,
+    /// The hosts whose TLS is terminated (`sandbox_core::plan::terminated_hosts`).
+    hosts: Vec<String>,
     /// The run's certificate authority, for their hosts.
     pub authority: tls::RunAuthority,
     /// How the real servers are verified.
@@ -134,22 +138,29 @@ impl Secrets {
         list: Vec<sandbox_core::ResolvedSecret>,
         extra_cas: &[rustls::pki_types::CertificateDer<'static>],
     ) -> Result<Self, tls::TlsError> {
-        let mut hosts: Vec<String> = list.iter().flat_map(|s| s.hosts.clone()).collect();
-        hosts.sort();
-        hosts.dedup();
+        Self::with_rules(list, Vec::new(), extra_cas)
+    }
+
+    /// As [`Secrets::new`], with request rules: their hosts are terminated too.
+    pub fn with_rules(
+        list: Vec<sandbox_core::ResolvedSecret>,
+        rules: Vec<sandbox_core::policy::RequestRule>,
+        extra_cas: &[rustls::pki_types::CertificateDer<'static>],
+    ) -> Result<Self, tls::TlsError> {
+        let hosts = sandbox_core::plan::terminated_hosts(&list, &rules);
         Ok(Self {
             authority: tls::RunAuthority::new(&hosts)?,
             upstream: tls::upstream_config(extra_cas)?,
             list,
+            rules,
+            hosts,
         })
     }
 
-    /// Whether `host` is one of the secrets' hosts (its TLS is terminated).
+    /// Whether `host` is a secret's or a rule's host (its TLS is terminated).
     pub fn terminates(&self, host: &str) -> bool {
         let host = host.strip_suffix('.').unwrap_or(host);
-        self.list
-            .iter()
-            .any(|s| s.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
+        self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
     }
 
     /// The first secret whose placeholder `bytes` hold.
@@ -241,6 +252,7 @@ impl<'a> Pending<'a> {
                 decision: Decision::Denied(ENDED_UNDECIDED.into()),
                 peer: None,
                 error: None,
+                request: None,
             },
             settled: false,
         }
@@ -260,6 +272,18 @@ impl<'a> Pending<'a> {
             error,
             ..self.attempt.clone()
         })
+    }
+}
+
+impl Pending<'_> {
+    /// The attempt as `decision`, for a record made by the caller instead (one request on
+    /// a terminated connection).
+    fn settled_attempt(mut self, decision: Decision) -> Attempt {
+        self.settled = true;
+        Attempt {
+            decision,
+            ..self.attempt.clone()
+        }
     }
 }
 
@@ -389,13 +413,14 @@ fn config_for(plan: &sandbox_core::Plan) -> Result<Option<ProxyConfig>, SandboxE
         return Ok(None);
     }
     let mut config = ProxyConfig::new(plan.allowlist.clone(), plan.resolver.clone());
-    if !plan.secrets.is_empty() {
-        let secrets = Secrets::new(plan.secrets.clone(), &[]).map_err(|e| {
-            SandboxError::io(
-                "making the run's certificate authority",
-                io::Error::other(e),
-            )
-        })?;
+    if !plan.terminated_hosts().is_empty() {
+        let secrets = Secrets::with_rules(plan.secrets.clone(), plan.request_rules.clone(), &[])
+            .map_err(|e| {
+                SandboxError::io(
+                    "making the run's certificate authority",
+                    io::Error::other(e),
+                )
+            })?;
         config.secrets = Some(Arc::new(secrets));
     }
     Ok(Some(config))
@@ -851,20 +876,40 @@ async fn serve_terminated(
     {
         return;
     }
-    let ex = terminate::terminate(
+    let mut record_request = |ex: terminate::Exchange| {
+        let decision = match (ex.refused, ex.rule) {
+            (Some(why), _) => Decision::Denied(why),
+            (None, Some(rule)) => Decision::Allowed(rule),
+            (None, None) => Decision::Allowed(NO_RULES.into()),
+        };
+        shared.record(Attempt {
+            request: Some(sandbox_core::Request::bounded(
+                &ex.method,
+                &ex.path,
+                ex.injected,
+            )),
+            ..Pending::new(shared, ProxyProtocol::Connect, &host, port).settled_attempt(decision)
+        });
+    };
+    let cut = terminate::terminate(
         client,
         upstream,
         &host,
         port,
         &secrets.list,
+        &secrets.rules,
         server,
         secrets.upstream.clone(),
+        &mut record_request,
     )
     .await;
-    if let Some(why) = ex.refused {
+    if let Some(why) = cut {
         record(why);
     }
 }
+
+/// The rule recorded for a request allowed on a host with secrets and no request rules.
+const NO_RULES: &str = "a secret's host without request rules";
 
 /// Why a request was not connected: the status line for HTTP and the text.
 struct Refusal {

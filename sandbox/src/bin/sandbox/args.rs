@@ -207,6 +207,13 @@ pub struct PolicyArgs {
     #[arg(long = "secret", value_name = "NAME@HOST")]
     pub secret: Vec<String>,
 
+    /// Let only matching requests reach a host (repeatable; implies `--network proxy` and
+    /// allows the host): 'METHOD[,METHOD] https://HOST/PATH' where `*` matches within a
+    /// path segment and `**` across segments; the host's TLS is terminated, each request's
+    /// path decoded once and judged, and an ambiguous path (`;`, `%2F`, `%25`, `\`) refused
+    #[arg(long = "allow-request", value_name = "RULE")]
+    pub allow_request: Vec<String>,
+
     /// Let the command's 127.0.0.1:PORT reach the host's 127.0.0.1:PORT, and nothing else of
     /// the host's (repeatable; with `--network loopback`, which it implies, or `proxy`)
     #[arg(

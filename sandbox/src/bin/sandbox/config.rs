@@ -20,7 +20,7 @@ use crate::error::CliError;
 
 /// The policy file's keys, in [`PolicyFile`]'s order: what `--config`'s help lists. A test
 /// holds it to the keys the file accepts.
-pub const KEYS: [&str; 18] = [
+pub const KEYS: [&str; 19] = [
     "backend",
     "workspace",
     "read",
@@ -29,6 +29,7 @@ pub const KEYS: [&str; 18] = [
     "network",
     "allow-hosts",
     "secrets",
+    "allow-requests",
     "host-ports",
     "publish",
     "env",
@@ -61,6 +62,9 @@ pub struct PolicyFile {
     /// forms).
     #[serde(default)]
     secrets: std::collections::BTreeMap<String, Vec<String>>,
+    /// `allow-requests = ["GET https://api.github.com/repos/o/r/**"]`: as `--allow-request`.
+    #[serde(default)]
+    allow_requests: Vec<String>,
     #[serde(default)]
     host_ports: Vec<u16>,
     /// `publish = [8080, "3000:13000"]`: a port, or `PORT:HOSTPORT`.
@@ -180,6 +184,8 @@ pub struct RunSpec {
     pub network: NetworkMode,
     pub allow_hosts: Vec<String>,
     pub secrets: Vec<sandbox_core::SecretSpec>,
+    /// Request rules, as written (the library parses and refuses them).
+    pub allow_requests: Vec<String>,
     pub host_ports: Vec<u16>,
     pub publish: Vec<sandbox_core::Publish>,
     pub env: Vec<OsString>,
@@ -354,6 +360,8 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
                 .map_err(|e| CliError::option("secret", e.to_string()))?,
         );
     }
+    let mut allow_requests = file.allow_requests;
+    allow_requests.extend(args.allow_request);
     let mut host_ports = file.host_ports;
     host_ports.extend(args.host_port);
     let mut publish = file
@@ -365,7 +373,7 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     // An allowlist implies the proxy, host ports and published ports a private loopback,
     // unless a mode was named (then the library refuses a mismatch, rather than ignoring
     // it).
-    let implied = if !allow_hosts.is_empty() || !secrets.is_empty() {
+    let implied = if !allow_hosts.is_empty() || !secrets.is_empty() || !allow_requests.is_empty() {
         NetworkMode::Proxy
     } else if !host_ports.is_empty() || !publish.is_empty() {
         NetworkMode::Loopback
@@ -386,6 +394,7 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         network,
         allow_hosts,
         secrets,
+        allow_requests,
         host_ports,
         publish,
         env,
@@ -605,6 +614,38 @@ mod tests {
         let e = resolve(run_args(&["--secret", "GH_TOKEN", "true"]), cwd).unwrap_err();
         assert!(e.to_string().contains("needs its hosts"), "{e}");
         assert!(PolicyFile::parse("[secrets]\nGH = \"x.org\"").is_err());
+    }
+
+    #[test]
+    fn request_rules_from_the_file_and_the_flags_add_up_and_imply_the_proxy() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("policy.toml");
+        std::fs::write(
+            &cfg,
+            "allow-requests = [\"GET https://api.github.com/repos/**\"]\n",
+        )
+        .unwrap();
+        let spec = resolve(
+            run_args(&[
+                "--config",
+                cfg.to_str().unwrap(),
+                "--allow-request",
+                "POST https://api.github.com/repos/o/r/issues",
+                "true",
+            ]),
+            Path::new("/here"),
+        )
+        .unwrap();
+        assert_eq!(
+            spec.allow_requests,
+            [
+                "GET https://api.github.com/repos/**",
+                "POST https://api.github.com/repos/o/r/issues"
+            ]
+        );
+        assert_eq!(spec.network, NetworkMode::Proxy);
+        let opts = crate::run::policy_opts(&spec, vec!["true".into()]).unwrap();
+        assert_eq!(opts.allow_requests, spec.allow_requests);
     }
 
     #[test]

@@ -4,8 +4,9 @@
 //! # What it speaks
 //!
 //! - HTTP `CONNECT host:port`: a byte tunnel; TLS passes through untouched (never
-//!   terminated, never inspected), except to a host with secrets: its TLS is terminated
-//!   under the run's authority and each request judged ([`terminate`], [`inject`]).
+//!   terminated, never inspected), except to a host with secrets or request rules: its
+//!   TLS is terminated under the run's authority and each request on the connection judged
+//!   ([`terminate`], [`inject`]).
 //!   SOCKS5 to such a host is refused; a placeholder in a plain-HTTP request is refused
 //!   and recorded by the secret's name.
 //! - Plain HTTP with an absolute URI (`GET http://host/path`): the request is sent on with

@@ -759,6 +759,23 @@ async fn serve_http(shared: &Shared, mut client: TcpStream) {
         // and any body that came with it), it is refused and recorded by name. A body sent
         // later on a plain connection is not scanned.
         if protocol == ProxyProtocol::Http {
+            // A host with request rules is judged on terminated TLS alone: over plain HTTP
+            // its requests would pass unjudged.
+            let bare = host.strip_suffix('.').unwrap_or(&host);
+            if secrets
+                .rules
+                .iter()
+                .any(|r| r.host.eq_ignore_ascii_case(bare))
+            {
+                let why = format!("{host} has request rules: it is reached over HTTPS only");
+                Pending::new(shared, protocol, &host, port).settle(
+                    Decision::Denied(why.clone()),
+                    None,
+                    None,
+                );
+                respond(&mut client, "403 Forbidden", &format!("sandbox: {why}\n")).await;
+                return;
+            }
             if let Some(name) = secrets.placeholder_in(&buf) {
                 let why = format!(
                     "secret {name} sent to {host} over plain HTTP: refused as an exfiltration \

@@ -269,7 +269,10 @@ where
             return Err(Stop::Done);
         };
         if up.inner.write_all(&out).await.is_err() {
-            return Err(Stop::Cut(format!("{} closed the connection", self.host)));
+            // The server closed the kept-alive connection: the command's ends too, and
+            // the client retries on a new one.
+            record(ex);
+            return Err(Stop::Done);
         }
         // The body, re-framed; a placeholder in it ends the connection.
         let mut scanner = StreamScanner::placeholders(self.secrets);

@@ -1,7 +1,7 @@
 //! `cargo xtask fuzz [--seconds N]`: the property tests over `Plan::new`, the request-path
-//! canonicaliser, the policy file and the command line, with many cases, for half the
-//! time; then the `cargo fuzz` targets ([`TARGETS`]) for the other half, shared between
-//! them. Fails on any panic or property violation.
+//! canonicaliser, the request rewriter, the policy file and the command line, with many
+//! cases, for half the time; then the `cargo fuzz` targets ([`TARGETS`]) for the other
+//! half, shared between them. Fails on any panic or property violation.
 //!
 //! The property tests draw a new seed on every run, so repeating them explores new
 //! inputs. The fuzz target needs `cargo fuzz` (`cargo install cargo-fuzz`) and the
@@ -46,6 +46,7 @@ fn property_tests() -> Result<()> {
     for (package, target) in [
         ("sandbox-core", "--test=plan_props"),
         ("sandbox-core", "--test=path_props"),
+        ("sandbox-proxy", "--test=rewriter_props"),
         ("sandbox", "--bin=sandbox"),
     ] {
         let status = Command::new(cargo())

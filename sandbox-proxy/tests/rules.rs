@@ -454,3 +454,42 @@ async fn a_websocket_upgrade_carries_the_real_value_and_h2c_is_refused() {
     );
     assert!(!got[0].contains(PH), "{got:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn curl_reuses_its_connection_and_each_request_is_judged() {
+    let f = fixture(&[ISSUES]).await;
+    let auth = format!("Authorization: Bearer {PH}");
+    let (out, err) = f
+        .curl(&[
+            "-H",
+            &auth,
+            "https://api.test:PORT/repos/o/r/issues/1",
+            "https://api.test:PORT/repos/o/r/issues/2",
+            "https://api.test:PORT/repos/o/r/pulls",
+        ])
+        .await;
+    assert!(out.starts_with("okok"), "{out} {err}");
+    assert!(
+        out.contains("no request rule for api.test allows GET /repos/o/r/pulls"),
+        "{out}"
+    );
+    let (record, mut seen) = f.finish().await;
+    let got = drain(&mut seen, 2).await;
+    assert_eq!(got.len(), 2, "{got:?}");
+    for r in &got {
+        assert!(
+            r.contains(&format!("Authorization: Bearer {VALUE}\r\n")),
+            "{r}"
+        );
+    }
+    let connects: u64 = record
+        .entries
+        .iter()
+        .filter(|e| e.request.is_none())
+        .map(|e| e.count)
+        .sum();
+    assert_eq!(connects, 1, "one connection for all three: {record:#?}");
+    let reqs = requests(&record);
+    assert_eq!(reqs.len(), 3, "{reqs:?}");
+    assert!(reqs[2].2.starts_with("denied: no request rule"), "{reqs:?}");
+}

@@ -48,6 +48,7 @@ mod startup;
 mod stats;
 mod subject;
 mod table;
+mod terminated;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -99,8 +100,11 @@ enum Only {
     Cli,
     /// Start-up over a 1 GiB workspace with the copy-on-write layer.
     Layer,
-    /// Network mode `proxy`: start-up, a download, connection set-up.
+    /// Network mode `proxy`: start-up, a download, connection set-up, kept-alive requests
+    /// on terminated TLS.
     Egress,
+    /// Kept-alive requests on terminated TLS against a tunnel (in `egress` too).
+    Terminated,
 }
 
 #[derive(Debug, Subcommand)]
@@ -348,6 +352,19 @@ async fn bench(args: Args) -> ExitCode {
         eprintln!("sandbox-bench: the egress proxy's connection set-up");
         let r = egress::setup(&budget).await.map(|r| vec![r]);
         failed |= record(&mut report.rows, "egress proxy", "connection set-up", r);
+    }
+    if args.only.is_empty()
+        || args.only.contains(&Only::Egress)
+        || args.only.contains(&Only::Terminated)
+    {
+        eprintln!("sandbox-bench: kept-alive requests on terminated TLS against a tunnel");
+        let r = terminated::keepalive(&budget).await.map(|r| vec![r]);
+        failed |= record(
+            &mut report.rows,
+            "egress proxy",
+            "kept-alive requests on terminated TLS",
+            r,
+        );
     }
     report.load_after = machine::Load::now();
     print!("{}", report.markdown());

@@ -130,7 +130,9 @@ pub struct Capability {
     /// placeholder, and the proxy puts the value into the allowed place of requests to the
     /// secret's hosts over TLS it terminates, refusing the placeholder anywhere else. A
     /// hard requirement when asked, on every lane: a backend that does not claim it refuses
-    /// a run with secrets rather than handing the value to the command.
+    /// a run with secrets rather than handing the value to the command. Request rules
+    /// (`SandboxOpts::allow_requests`) are judged on the same terminated TLS and need the
+    /// same claim.
     pub secrets: bool,
 }
 

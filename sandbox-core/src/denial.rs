@@ -417,6 +417,7 @@ mod tests {
             decision,
             peer: None,
             error: None,
+            request: None,
         };
         let mut connections = ConnectionLog::default();
         for a in [

@@ -86,6 +86,46 @@ pub enum ProxyProtocol {
     HostPort,
 }
 
+/// The longest request path an entry keeps, in bytes (cut at a character boundary).
+pub const MAX_PATH_LEN: usize = 256;
+
+/// One request on a connection whose TLS the proxy terminated (a host with secrets or
+/// request rules): what was asked, and which secrets went into it. The rule that allowed
+/// it, or why it was refused, is the entry's decision.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Request {
+    /// The method (at most 16 bytes).
+    pub method: String,
+    /// The path without its query: canonical (decoded once, dots resolved) on a host with
+    /// rules; at most [`MAX_PATH_LEN`] bytes.
+    pub path: String,
+    /// The names of the secrets put into it (never a value).
+    pub injected: Vec<String>,
+}
+
+impl Request {
+    /// `method` and `path` cut to their bounds, so a command cannot grow the record
+    /// through what it asks for.
+    pub fn bounded(method: &str, path: &str, injected: Vec<String>) -> Self {
+        Self {
+            method: cut(method, 16).to_owned(),
+            path: cut(path, MAX_PATH_LEN).to_owned(),
+            injected,
+        }
+    }
+}
+
+fn cut(s: &str, most: usize) -> &str {
+    if s.len() <= most {
+        return s;
+    }
+    let mut at = most;
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    &s[..at]
+}
+
 /// Connection attempts through the proxy that were alike: the same protocol, host, port,
 /// decision (with its rule or reason) and error. One entry stands for `count` of them.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -116,6 +156,10 @@ pub struct ConnectionRecord {
     /// Why an allowed connection could not be made (the name did not resolve, the
     /// destination refused).
     pub error: Option<String>,
+    /// For one request on a terminated connection: the request (alike requests, the same
+    /// method, path, secrets and decision, are one entry with a count).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request: Option<Request>,
 }
 
 impl ConnectionRecord {
@@ -131,10 +175,14 @@ impl ConnectionRecord {
     /// The line the command-line tool prints for denied attempts (` x3` when there were
     /// three alike), or `None` when allowed.
     pub fn denied_line(&self) -> Option<String> {
+        let what = match &self.request {
+            Some(r) if self.port == 443 => format!("{} https://{}{}", r.method, self.host, r.path),
+            Some(r) => format!("{} https://{}{}", r.method, self.target(), r.path),
+            None => format!("connect to {}", self.target()),
+        };
         match &self.decision {
             Decision::Denied(why) => Some(format!(
-                "sandbox: denied connect to {} ({why}){}",
-                self.target(),
+                "sandbox: denied {what} ({why}){}",
                 if self.count > 1 {
                     format!(" x{}", self.count)
                 } else {
@@ -218,6 +266,8 @@ pub struct Attempt {
     pub peer: Option<SocketAddr>,
     /// Why an allowed connection could not be made.
     pub error: Option<String>,
+    /// The request, for one on a terminated connection.
+    pub request: Option<Request>,
 }
 
 /// Where an attempt's bytes are counted: its entry, or the folded remainder.
@@ -225,7 +275,14 @@ pub struct Attempt {
 pub struct Slot(Option<usize>);
 
 /// What makes two attempts alike.
-type Key = (ProxyProtocol, String, u16, Decision, Option<String>);
+type Key = (
+    ProxyProtocol,
+    String,
+    u16,
+    Decision,
+    Option<String>,
+    Option<Request>,
+);
 
 /// Collects a run's connection attempts within a fixed memory bound ([`MAX_CONNECTIONS`]
 /// entries, each with at most [`MAX_HOST_LEN`] bytes of host).
@@ -247,7 +304,10 @@ impl ConnectionLog {
             }
             host.truncate(cut);
         }
-        let key: Key = (a.protocol, host, a.port, a.decision, a.error);
+        let request = a
+            .request
+            .map(|r| Request::bounded(&r.method, &r.path, r.injected));
+        let key: Key = (a.protocol, host, a.port, a.decision, a.error, request);
         if let Some(&i) = self.index.get(&key) {
             let e = &mut self.connections.entries[i];
             e.count += 1;
@@ -262,7 +322,7 @@ impl ConnectionLog {
             return Slot(None);
         }
         let i = self.connections.entries.len();
-        let (protocol, host, port, decision, error) = key.clone();
+        let (protocol, host, port, decision, error, request) = key.clone();
         self.connections.entries.push(ConnectionRecord {
             at: a.at,
             last_at: a.at,
@@ -275,6 +335,7 @@ impl ConnectionLog {
             bytes_out: 0,
             bytes_in: 0,
             error,
+            request,
         });
         self.index.insert(key, i);
         Slot(Some(i))
@@ -398,6 +459,7 @@ mod tests {
             decision,
             peer: None,
             error: None,
+            request: None,
         }
     }
 
@@ -492,6 +554,49 @@ mod tests {
             "{}",
             lines[MAX_CONNECTIONS]
         );
+    }
+
+    #[test]
+    fn requests_on_terminated_connections_are_entries_folded_and_bounded() {
+        let mut log = ConnectionLog::default();
+        let req = |method: &str, path: &str, decision: Decision| Attempt {
+            request: Some(Request::bounded(method, path, vec!["GH_TOKEN".into()])),
+            ..attempt("api.github.com", 443, decision, 1)
+        };
+        let rule = Decision::Allowed("GET https://api.github.com/repos/**".into());
+        for _ in 0..3 {
+            log.record(req("GET", "/repos/o/r", rule.clone()));
+        }
+        let why = "no request rule for api.github.com allows POST /repos/o/r".to_owned();
+        log.record(req("POST", "/repos/o/r", Decision::Denied(why.clone())));
+        let long = format!("/{}", "x".repeat(10_000));
+        log.record(req("GET", &long, rule.clone()));
+        log.record(req("GET", &format!("{long}y"), rule.clone()));
+        let c = log.connections();
+        assert_eq!(c.entries.len(), 3);
+        assert_eq!(c.entries[0].count, 3);
+        let r = c.entries[0].request.as_ref().unwrap();
+        assert_eq!((r.method.as_str(), r.path.as_str()), ("GET", "/repos/o/r"));
+        assert_eq!(r.injected, ["GH_TOKEN"]);
+        assert_eq!(
+            c.entries[2].request.as_ref().unwrap().path.len(),
+            MAX_PATH_LEN
+        );
+        assert_eq!(c.entries[2].count, 2);
+        assert_eq!(
+            c.denied_lines(),
+            [format!(
+                "sandbox: denied POST https://api.github.com/repos/o/r ({why})"
+            )]
+        );
+        let json = serde_json::to_value(c).unwrap();
+        assert_eq!(json["entries"][1]["request"]["method"], "POST");
+        assert_eq!(json["entries"][1]["decision"], "denied");
+        assert_eq!(
+            json["entries"][0]["rule"],
+            "GET https://api.github.com/repos/**"
+        );
+        assert!(json["entries"][0]["request"]["injected"][0] == "GH_TOKEN");
     }
 
     #[test]

@@ -205,6 +205,11 @@ pub struct SandboxOpts {
     /// (`--upstream-ca`: a corporate TLS inspection's, a test's). With secrets they join the
     /// run's certificate bundle too. Read and checked before anything runs.
     pub upstream_cas: Vec<PathBuf>,
+    /// Request rules (`--allow-request 'GET,HEAD https://api.github.com/repos/o/r/**'`,
+    /// see [`crate::policy::RequestRule`]): on a host that has rules, only requests that
+    /// match one pass, judged on TLS the proxy terminates. Needs network mode `proxy`; a
+    /// rule's host is allowed without naming it in `allow_hosts`.
+    pub allow_requests: Vec<String>,
 }
 
 impl SandboxOpts {
@@ -241,6 +246,7 @@ impl SandboxOpts {
             report_denials: true,
             secrets: Vec::new(),
             upstream_cas: Vec::new(),
+            allow_requests: Vec::new(),
         }
     }
 }

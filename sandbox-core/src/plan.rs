@@ -11,6 +11,7 @@ use crate::capability::Capability;
 use crate::egress::{MAX_HOST_PORTS, PROXY_PORT};
 use crate::options::{OutputSink, ResourceLimits, SandboxOpts, Stdin};
 use crate::outcome::{EffectivePolicy, Grant};
+use crate::policy::RequestRule;
 use crate::secret::{ResolvedSecret, CA_BUNDLE_VARS};
 use crate::{Allowlist, Lane, NetworkMode, Resolver, SandboxError};
 use std::sync::Arc;
@@ -92,6 +93,8 @@ pub struct Plan {
     pub secrets: Vec<ResolvedSecret>,
     /// The caller's authorities for upstream servers (`--upstream-ca`), read and checked.
     pub upstream_cas: Vec<crate::UpstreamCa>,
+    /// The request rules, parsed (network mode `proxy` only).
+    pub request_rules: Vec<RequestRule>,
 }
 
 fn canonical_dir(field: &'static str, path: &Path) -> Result<PathBuf, SandboxError> {
@@ -356,9 +359,21 @@ impl Plan {
                     .into(),
             });
         }
+        if !opts.allow_requests.is_empty() && !cap.secrets {
+            // Rules are judged on TLS the proxy terminates, which needs the run's bundle
+            // inside the sandbox: the same machinery as secrets.
+            return Err(SandboxError::NotSupported {
+                backend,
+                feature: "request rules (`allow_requests`, `--allow-request`)".into(),
+                remedy: "use a backend whose capability lists secrets (`sandbox doctor` shows \
+                         each backend's); rules need the same terminated TLS"
+                    .into(),
+            });
+        }
         let secrets = check_secrets(opts)?;
         let upstream_cas = check_upstream_cas(opts)?;
-        let allowlist = check_allow_hosts(opts, &secrets)?;
+        let request_rules = check_request_rules(opts)?;
+        let allowlist = check_allow_hosts(opts, &terminated_hosts(&secrets, &request_rules))?;
         let host_ports = check_host_ports(opts)?;
         let publish = check_publish(opts)?;
         let env = build_env(opts, &workspace, &secrets)?;
@@ -440,7 +455,15 @@ impl Plan {
             on_published: opts.on_published.clone(),
             secrets,
             upstream_cas,
+            request_rules,
         })
+    }
+
+    /// The hosts whose TLS the proxy terminates: every secret's and every rule's host
+    /// (sorted, distinct). The one place this list is made: the allowlist, the run's
+    /// authority and the proxy all read it.
+    pub fn terminated_hosts(&self) -> Vec<String> {
+        terminated_hosts(&self.secrets, &self.request_rules)
     }
 
     /// The environment value of `name`, if the command gets one.
@@ -573,6 +596,43 @@ fn check_upstream_cas(opts: &SandboxOpts) -> Result<Vec<crate::UpstreamCa>, Sand
         .collect()
 }
 
+/// The hosts whose TLS is terminated for `secrets` and `rules` (sorted, distinct):
+/// [`Plan::terminated_hosts`], also for a proxy made without a plan.
+pub fn terminated_hosts(secrets: &[ResolvedSecret], rules: &[RequestRule]) -> Vec<String> {
+    let mut hosts: Vec<String> = secrets
+        .iter()
+        .flat_map(|s| s.hosts.iter().cloned())
+        .chain(rules.iter().map(|r| r.host.clone()))
+        .collect();
+    hosts.sort();
+    hosts.dedup();
+    hosts
+}
+
+/// The request rules of a run: only with `proxy` (the one mode where something stands
+/// between the command and the network to judge requests), each well-formed.
+fn check_request_rules(opts: &SandboxOpts) -> Result<Vec<RequestRule>, SandboxError> {
+    if opts.allow_requests.is_empty() {
+        return Ok(Vec::new());
+    }
+    if opts.network != NetworkMode::Proxy {
+        return Err(SandboxError::invalid(
+            "allow_requests",
+            format!(
+                "a request rule needs network mode `proxy` (the proxy judges requests), not `{}`",
+                opts.network
+            ),
+        ));
+    }
+    opts.allow_requests
+        .iter()
+        .map(|r| {
+            r.parse::<RequestRule>()
+                .map_err(|e| SandboxError::invalid("allow_requests", e.to_string()))
+        })
+        .collect()
+}
+
 /// Variables a run sets for itself, which a secret's placeholder must not replace.
 const RUN_VARS: [&str; 11] = [
     "PATH",
@@ -588,10 +648,7 @@ const RUN_VARS: [&str; 11] = [
     "no_proxy",
 ];
 
-fn check_allow_hosts(
-    opts: &SandboxOpts,
-    secrets: &[ResolvedSecret],
-) -> Result<Allowlist, SandboxError> {
+fn check_allow_hosts(opts: &SandboxOpts, terminated: &[String]) -> Result<Allowlist, SandboxError> {
     if opts.network != NetworkMode::Proxy {
         if !opts.allow_hosts.is_empty() {
             return Err(SandboxError::invalid(
@@ -604,21 +661,19 @@ fn check_allow_hosts(
         }
         return Ok(Allowlist::default());
     }
-    if opts.allow_hosts.is_empty() && secrets.is_empty() {
+    if opts.allow_hosts.is_empty() && terminated.is_empty() {
         return Err(SandboxError::invalid(
             "allow_hosts",
             "network mode `proxy` needs at least one allowed host (`crates.io`, \
              `*.githubusercontent.com`); for no network at all use `none`",
         ));
     }
-    // A secret's hosts are allowed by naming them for the secret: exact names, on the
+    // A secret's or a rule's host is allowed by naming it there: exact names, on the
     // default ports, after the caller's own patterns.
     let mut patterns = opts.allow_hosts.clone();
-    for s in secrets {
-        for h in &s.hosts {
-            if !patterns.contains(h) {
-                patterns.push(h.clone());
-            }
+    for h in terminated {
+        if !patterns.contains(h) {
+            patterns.push(h.clone());
         }
     }
     Allowlist::parse(&patterns).map_err(|e| SandboxError::invalid("allow_hosts", e.to_string()))
@@ -810,6 +865,10 @@ fn build_env(
         }
         put(name, value.clone());
     }
+    if !opts.allow_requests.is_empty() {
+        // A rule's host is terminated like a secret's: the bundle variables are the run's.
+        check_secret_env(opts, secrets)?;
+    }
     if !secrets.is_empty() {
         check_secret_env(opts, secrets)?;
         for s in secrets {
@@ -938,6 +997,94 @@ mod tests {
         assert!(plan.allowlist.check(&target, 443).is_some());
         let other = crate::policy::Target::parse("gist.github.com").unwrap();
         assert!(plan.allowlist.check(&other, 443).is_none());
+    }
+
+    #[test]
+    fn a_request_rule_allows_and_terminates_its_host_beside_the_secrets_hosts() {
+        let d = ws();
+        let mut opts = secret_opts(&d);
+        opts.allow_requests = vec![
+            "GET https://uploads.example.com/v1/**".into(),
+            "POST https://api.github.com/repos/*/issues".into(),
+        ];
+        let plan = Plan::new(&opts, "t", &cap()).unwrap();
+        assert_eq!(plan.request_rules.len(), 2);
+        assert_eq!(
+            plan.terminated_hosts(),
+            ["api.github.com", "uploads.example.com"]
+        );
+        let target = crate::policy::Target::parse("uploads.example.com").unwrap();
+        assert!(plan.allowlist.check(&target, 443).is_some());
+        // Rules alone make a proxy run with an allowlist.
+        let mut o = SandboxOpts::new(d.path(), ["true"]);
+        o.network = NetworkMode::Proxy;
+        o.allow_requests = vec!["GET https://h.example/**".into()];
+        let plan = Plan::new(&o, "t", &cap()).unwrap();
+        assert_eq!(plan.terminated_hosts(), ["h.example"]);
+    }
+
+    #[test]
+    fn a_request_rule_is_refused_before_anything_runs_with_the_reason() {
+        let d = ws();
+        let mut base = SandboxOpts::new(d.path(), ["true"]);
+        base.network = NetworkMode::Proxy;
+        let refused = |rule: &str, c: &Capability, mode: NetworkMode, want: &str| {
+            let mut o = base.clone();
+            o.network = mode;
+            o.allow_requests = vec![rule.into()];
+            let e = Plan::new(&o, "tbackend", c).unwrap_err().to_string();
+            assert!(e.contains(want), "{want}: {e}");
+        };
+        let good = "GET https://h.example/a";
+        let proxy = NetworkMode::Proxy;
+        let no = Capability {
+            secrets: false,
+            ..cap()
+        };
+        refused(good, &no, proxy, "request rules");
+        refused(good, &no, proxy, "tbackend");
+        refused(
+            good,
+            &cap(),
+            NetworkMode::Full,
+            "needs network mode `proxy`",
+        );
+        refused(
+            "FETCH https://h.example/",
+            &cap(),
+            proxy,
+            "unknown method `FETCH`",
+        );
+        refused(
+            "GET http://h.example/",
+            &cap(),
+            proxy,
+            "not an https:// URL",
+        );
+        refused(
+            "GET https://*.example/",
+            &cap(),
+            proxy,
+            "not an exact host name",
+        );
+        refused(
+            "GET https://10.0.0.1/",
+            &cap(),
+            proxy,
+            "not an exact host name",
+        );
+        refused("GET https://h.example/a//b", &cap(), proxy, "empty segment");
+        refused(
+            "GET https://h.example/a;b",
+            &cap(),
+            proxy,
+            "no place in a pattern",
+        );
+        let mut o = base.clone();
+        o.allow_requests = vec![good.into()];
+        o.env.pass = vec!["SSL_CERT_FILE".into()];
+        let e = Plan::new(&o, "t", &cap()).unwrap_err().to_string();
+        assert!(e.contains("certificate bundle"), "{e}");
     }
 
     #[test]

@@ -189,7 +189,7 @@ impl SecretsReady {
     pub fn record(&self) -> Door {
         Door::Secrets {
             names: self.secrets.list.iter().map(|s| s.name.clone()).collect(),
-            hosts: self.secrets.hosts(),
+            hosts: self.secrets.hosts().to_vec(),
             bundle: self.bundle.clone(),
         }
     }

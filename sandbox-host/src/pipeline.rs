@@ -167,11 +167,12 @@ async fn start_launch<L: Launcher>(
     // outcome's grants) gets no door: there is nothing for it to enforce.
     let over_granted =
         plan.network == NetworkMode::Proxy && cap.network_proxy != Enforcement::Exact;
-    if over_granted && !plan.secrets.is_empty() {
-        // The capability claims secrets only with an exact proxy; never run one open.
+    if over_granted && !plan.terminated_hosts().is_empty() {
+        // The capability claims secrets (and the rules judged on the same terminated TLS)
+        // only with an exact proxy; never run one open.
         return Err(SandboxError::NotSupported {
             backend: name,
-            feature: "secrets without the egress proxy".into(),
+            feature: "secrets or request rules without the egress proxy".into(),
             remedy: "use a backend whose capability lists secrets (`sandbox doctor`)".into(),
         });
     }

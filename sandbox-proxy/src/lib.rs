@@ -4,8 +4,9 @@
 //! # What it speaks
 //!
 //! - HTTP `CONNECT host:port`: a byte tunnel; TLS passes through untouched (never
-//!   terminated, never inspected), except to a host with secrets: its TLS is terminated
-//!   under the run's authority and each request judged ([`terminate`], [`inject`]).
+//!   terminated, never inspected), except to a host with secrets or request rules: its
+//!   TLS is terminated under the run's authority and each request on the connection judged
+//!   ([`terminate`], [`inject`]).
 //!   SOCKS5 to such a host is refused; a placeholder in a plain-HTTP request is refused
 //!   and recorded by the secret's name.
 //! - Plain HTTP with an absolute URI (`GET http://host/path`): the request is sent on with
@@ -116,11 +117,15 @@ impl ProxyConfig {
     }
 }
 
-/// A run's secrets with what terminating their hosts' TLS needs.
+/// A run's secrets and request rules with what terminating their hosts' TLS needs.
 #[derive(Debug)]
 pub struct Secrets {
     /// The secrets (values redacted in `Debug`).
     pub list: Vec<sandbox_core::ResolvedSecret>,
+    /// The request rules: on a host that has some, only matching requests pass.
+    pub rules: Vec<sandbox_core::policy::RequestRule>,
+    /// The hosts whose TLS is terminated (`sandbox_core::plan::terminated_hosts`).
+    hosts: Vec<String>,
     /// The run's certificate authority, for their hosts.
     pub authority: tls::RunAuthority,
     /// How the real servers are verified.
@@ -134,22 +139,32 @@ impl Secrets {
         list: Vec<sandbox_core::ResolvedSecret>,
         extra_cas: &[rustls::pki_types::CertificateDer<'static>],
     ) -> Result<Self, tls::TlsError> {
-        let mut hosts: Vec<String> = list.iter().flat_map(|s| s.hosts.clone()).collect();
-        hosts.sort();
-        hosts.dedup();
+        Self::with_rules(list, Vec::new(), extra_cas)
+    }
+
+    /// As [`Secrets::new`], with request rules: their hosts are terminated too.
+    pub fn with_rules(
+        list: Vec<sandbox_core::ResolvedSecret>,
+        rules: Vec<sandbox_core::policy::RequestRule>,
+        extra_cas: &[rustls::pki_types::CertificateDer<'static>],
+    ) -> Result<Self, tls::TlsError> {
+        let hosts = sandbox_core::plan::terminated_hosts(&list, &rules);
         Ok(Self {
             authority: tls::RunAuthority::new(&hosts)?,
             upstream: tls::upstream_config(extra_cas)?,
             list,
+            rules,
+            hosts,
         })
     }
 
-    /// The secrets of `plan` made ready for its run: the authority (made here, once per
-    /// run) and upstream verification against Mozilla's roots plus the plan's
-    /// `--upstream-ca` certificates. `None` for a run without secrets. A certificate rustls
-    /// will not take as a root is refused here, naming its file, before anything runs.
+    /// The secrets and request rules of `plan` made ready for its run: the authority (made
+    /// here, once per run) for every terminated host, and upstream verification against
+    /// Mozilla's roots plus the plan's `--upstream-ca` certificates. `None` for a run with
+    /// neither. A certificate rustls will not take as a root is refused here, naming its
+    /// file, before anything runs.
     pub fn for_plan(plan: &sandbox_core::Plan) -> Result<Option<Arc<Self>>, SandboxError> {
-        if plan.secrets.is_empty() {
+        if plan.terminated_hosts().is_empty() {
             return Ok(None);
         }
         let mut extra = Vec::new();
@@ -172,29 +187,25 @@ impl Secrets {
                 extra.push(cert);
             }
         }
-        let secrets = Self::new(plan.secrets.clone(), &extra).map_err(|e| {
-            SandboxError::io(
-                "making the run's certificate authority",
-                io::Error::other(e),
-            )
-        })?;
+        let secrets = Self::with_rules(plan.secrets.clone(), plan.request_rules.clone(), &extra)
+            .map_err(|e| {
+                SandboxError::io(
+                    "making the run's certificate authority",
+                    io::Error::other(e),
+                )
+            })?;
         Ok(Some(Arc::new(secrets)))
     }
 
     /// The hosts whose TLS is terminated, sorted.
-    pub fn hosts(&self) -> Vec<String> {
-        let mut hosts: Vec<String> = self.list.iter().flat_map(|s| s.hosts.clone()).collect();
-        hosts.sort();
-        hosts.dedup();
-        hosts
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
     }
 
-    /// Whether `host` is one of the secrets' hosts (its TLS is terminated).
+    /// Whether `host` is a secret's or a rule's host (its TLS is terminated).
     pub fn terminates(&self, host: &str) -> bool {
         let host = host.strip_suffix('.').unwrap_or(host);
-        self.list
-            .iter()
-            .any(|s| s.hosts.iter().any(|h| h.eq_ignore_ascii_case(host)))
+        self.hosts.iter().any(|h| h.eq_ignore_ascii_case(host))
     }
 
     /// The first secret whose placeholder `bytes` hold.
@@ -286,6 +297,7 @@ impl<'a> Pending<'a> {
                 decision: Decision::Denied(ENDED_UNDECIDED.into()),
                 peer: None,
                 error: None,
+                request: None,
             },
             settled: false,
         }
@@ -305,6 +317,18 @@ impl<'a> Pending<'a> {
             error,
             ..self.attempt.clone()
         })
+    }
+}
+
+impl Pending<'_> {
+    /// The attempt as `decision`, for a record made by the caller instead (one request on
+    /// a terminated connection).
+    fn settled_attempt(mut self, decision: Decision) -> Attempt {
+        self.settled = true;
+        Attempt {
+            decision,
+            ..self.attempt.clone()
+        }
     }
 }
 
@@ -439,13 +463,13 @@ fn config_for(
         return Ok(None);
     }
     let mut config = ProxyConfig::new(plan.allowlist.clone(), plan.resolver.clone());
-    if !plan.secrets.is_empty() {
+    if !plan.terminated_hosts().is_empty() {
         let Some(secrets) = secrets else {
             return Err(SandboxError::invalid(
                 "secrets",
-                "the run's secrets were not made ready before its door (the door stage \
-                 makes their authority and bundle); start the run through the backend's \
-                 pipeline",
+                "the run's secrets and request rules were not made ready before its door \
+                 (the door stage makes their authority and bundle); start the run through \
+                 the backend's pipeline",
             ));
         };
         config.secrets = Some(secrets);
@@ -789,6 +813,23 @@ async fn serve_http(shared: &Shared, mut client: TcpStream) {
         // and any body that came with it), it is refused and recorded by name. A body sent
         // later on a plain connection is not scanned.
         if protocol == ProxyProtocol::Http {
+            // A host with request rules is judged on terminated TLS alone: over plain HTTP
+            // its requests would pass unjudged.
+            let bare = host.strip_suffix('.').unwrap_or(&host);
+            if secrets
+                .rules
+                .iter()
+                .any(|r| r.host.eq_ignore_ascii_case(bare))
+            {
+                let why = format!("{host} has request rules: it is reached over HTTPS only");
+                Pending::new(shared, protocol, &host, port).settle(
+                    Decision::Denied(why.clone()),
+                    None,
+                    None,
+                );
+                respond(&mut client, "403 Forbidden", &format!("sandbox: {why}\n")).await;
+                return;
+            }
             if let Some(name) = secrets.placeholder_in(&buf) {
                 let why = format!(
                     "secret {name} sent to {host} over plain HTTP: refused as an exfiltration \
@@ -907,20 +948,40 @@ async fn serve_terminated(
     {
         return;
     }
-    let ex = terminate::terminate(
+    let mut record_request = |ex: terminate::Exchange| {
+        let decision = match (ex.refused, ex.rule) {
+            (Some(why), _) => Decision::Denied(why),
+            (None, Some(rule)) => Decision::Allowed(rule),
+            (None, None) => Decision::Allowed(NO_RULES.into()),
+        };
+        shared.record(Attempt {
+            request: Some(sandbox_core::Request::bounded(
+                &ex.method,
+                &ex.path,
+                ex.injected,
+            )),
+            ..Pending::new(shared, ProxyProtocol::Connect, &host, port).settled_attempt(decision)
+        });
+    };
+    let cut = terminate::terminate(
         client,
         upstream,
         &host,
         port,
         &secrets.list,
+        &secrets.rules,
         server,
         secrets.upstream.clone(),
+        &mut record_request,
     )
     .await;
-    if let Some(why) = ex.refused {
+    if let Some(why) = cut {
         record(why);
     }
 }
+
+/// The rule recorded for a request allowed on a host with secrets and no request rules.
+const NO_RULES: &str = "a secret's host without request rules";
 
 /// Why a request was not connected: the status line for HTTP and the text.
 struct Refusal {

@@ -1,6 +1,7 @@
-//! `cargo xtask fuzz [--seconds N]`: the property tests over `Plan::new`, the policy file
-//! and the command line, with many cases, for half the time; then the `cargo fuzz` target
-//! over `Plan::new` for the other half. Fails on any panic or property violation.
+//! `cargo xtask fuzz [--seconds N]`: the property tests over `Plan::new`, the request-path
+//! canonicaliser, the request rewriter, the policy file and the command line, with many
+//! cases, for half the time; then the `cargo fuzz` targets ([`TARGETS`]) for the other
+//! half, shared between them. Fails on any panic or property violation.
 //!
 //! The property tests draw a new seed on every run, so repeating them explores new
 //! inputs. The fuzz target needs `cargo fuzz` (`cargo install cargo-fuzz`) and the
@@ -11,6 +12,10 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::{cargo, project_root, Result};
+
+/// The `cargo fuzz` targets (`fuzz/fuzz_targets/`), each run for an equal share of the
+/// second half.
+const TARGETS: [&str; 2] = ["plan_new", "canonical_path"];
 
 /// Cases per property-test run: enough that one run takes a few seconds.
 const CASES_PER_RUN: &str = "4096";
@@ -40,6 +45,8 @@ fn parse(args: &[String]) -> Result<u64> {
 fn property_tests() -> Result<()> {
     for (package, target) in [
         ("sandbox-core", "--test=plan_props"),
+        ("sandbox-core", "--test=path_props"),
+        ("sandbox-proxy", "--test=rewriter_props"),
         ("sandbox", "--bin=sandbox"),
     ] {
         let status = Command::new(cargo())
@@ -84,22 +91,24 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     }
     let left = Duration::from_secs(seconds).saturating_sub(started.elapsed());
-    let left = left.as_secs().max(1);
-    eprintln!("xtask: cargo fuzz run plan_new for {left} s");
+    let share = (left.as_secs() / TARGETS.len() as u64).max(1);
     let fuzz = project_root().join("fuzz");
-    let status = Command::new(cargo())
-        .current_dir(&fuzz)
-        .env("RUSTC_BOOTSTRAP", "1")
-        .args(["fuzz", "run", "-O", "plan_new", "--"])
-        .arg(format!("-max_total_time={left}"))
-        .arg("-rss_limit_mb=2048")
-        .status()?;
-    if !status.success() {
-        return Err(format!(
-            "the fuzz target found a failure ({status}); the input is in {}",
-            fuzz.join("artifacts/plan_new").display()
-        )
-        .into());
+    for target in TARGETS {
+        eprintln!("xtask: cargo fuzz run {target} for {share} s");
+        let status = Command::new(cargo())
+            .current_dir(&fuzz)
+            .env("RUSTC_BOOTSTRAP", "1")
+            .args(["fuzz", "run", "-O", target, "--"])
+            .arg(format!("-max_total_time={share}"))
+            .arg("-rss_limit_mb=2048")
+            .status()?;
+        if !status.success() {
+            return Err(format!(
+                "the fuzz target {target} found a failure ({status}); the input is in {}",
+                fuzz.join("artifacts").join(target).display()
+            )
+            .into());
+        }
     }
     eprintln!("xtask: fuzzing found nothing in {seconds} s");
     Ok(())

@@ -54,10 +54,11 @@ Tasks:
       --programs: the host programs the backends run (what scripts/fresh-machine hides);
       --github-matrix: one CI conformance job per backend, as a GitHub Actions matrix.
   fuzz [--seconds N]
-      For half of N seconds (default 120), the property tests over Plan::new, the policy
-      file and the command line, repeated with new seeds (PROPTEST_CASES=4096 a run); for
-      the other half, the cargo-fuzz target over Plan::new (needs `cargo install
-      cargo-fuzz`). Fails on a panic or an accepted request wider than asked.
+      For half of N seconds (default 120), the property tests over Plan::new, the
+      request-path canonicaliser and rewriter, the policy file and the command line, with new
+      seeds (PROPTEST_CASES=4096 a run); for the other half, the cargo-fuzz targets over
+      Plan::new and the canonicaliser (needs `cargo install cargo-fuzz`). Fails on a panic,
+      an accepted request wider than asked, or a path accepted in a non-canonical form.
   layers
       Read the `use` lines of every product crate and fail on a cycle between modules or
       crates, or on an import from a lower floor to a higher one (the floors are declared

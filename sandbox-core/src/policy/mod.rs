@@ -1,11 +1,12 @@
-//! Pure types and decisions at the bottom of the contract: network modes, lanes and the
-//! egress allowlist. What a lane accepts from a backend is [`crate::admission`].
+//! Pure types and decisions at the bottom of the contract: network modes, lanes, the
+//! egress allowlist and request rules. What a lane accepts from a backend is [`crate::admission`].
 //!
 //! Nothing here touches the host, and nothing here names a backend's capability.
 
 mod allowlist;
 mod lane;
 mod network;
+mod request;
 
 pub use allowlist::{
     host_local, normalize_name, Allowlist, Decision, HostMatch, HostPattern, PatternError, Target,
@@ -13,3 +14,6 @@ pub use allowlist::{
 };
 pub use lane::Lane;
 pub use network::NetworkMode;
+pub use request::{
+    canonical_path, CanonicalPath, PathRefusal, RequestRule, RuleError, MAX_PATTERN_LEN, METHODS,
+};

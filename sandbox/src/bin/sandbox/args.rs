@@ -212,6 +212,12 @@ pub struct PolicyArgs {
     /// authority); they join the run's certificate bundle too
     #[arg(long = "upstream-ca", value_name = "FILE")]
     pub upstream_ca: Vec<PathBuf>,
+    /// Let only matching requests reach a host (repeatable; implies `--network proxy` and
+    /// allows the host): 'METHOD[,METHOD] https://HOST/PATH' where `*` matches within a
+    /// path segment and `**` across segments; the host's TLS is terminated, each request's
+    /// path decoded once and judged, and an ambiguous path (`;`, `%2F`, `%25`, `\`) refused
+    #[arg(long = "allow-request", value_name = "RULE")]
+    pub allow_request: Vec<String>,
 
     /// Let the command's 127.0.0.1:PORT reach the host's 127.0.0.1:PORT, and nothing else of
     /// the host's (repeatable; with `--network loopback`, which it implies, or `proxy`)

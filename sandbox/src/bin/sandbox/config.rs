@@ -20,7 +20,7 @@ use crate::error::CliError;
 
 /// The policy file's keys, in [`PolicyFile`]'s order: what `--config`'s help lists. A test
 /// holds it to the keys the file accepts.
-pub const KEYS: [&str; 19] = [
+pub const KEYS: [&str; 20] = [
     "backend",
     "workspace",
     "read",
@@ -30,6 +30,7 @@ pub const KEYS: [&str; 19] = [
     "allow-hosts",
     "secrets",
     "upstream-ca",
+    "allow-requests",
     "host-ports",
     "publish",
     "env",
@@ -66,6 +67,9 @@ pub struct PolicyFile {
     /// hosts (and in the run's bundle).
     #[serde(default)]
     upstream_ca: Vec<PathBuf>,
+    /// `allow-requests = ["GET https://api.github.com/repos/o/r/**"]`: as `--allow-request`.
+    #[serde(default)]
+    allow_requests: Vec<String>,
     #[serde(default)]
     host_ports: Vec<u16>,
     /// `publish = [8080, "3000:13000"]`: a port, or `PORT:HOSTPORT`.
@@ -187,6 +191,8 @@ pub struct RunSpec {
     pub secrets: Vec<sandbox_core::SecretSpec>,
     /// `--upstream-ca` files, absolute.
     pub upstream_ca: Vec<PathBuf>,
+    /// Request rules, as written (the library parses and refuses them).
+    pub allow_requests: Vec<String>,
     pub host_ports: Vec<u16>,
     pub publish: Vec<sandbox_core::Publish>,
     pub env: Vec<OsString>,
@@ -367,6 +373,8 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         .map(|p| absolute(&base, p))
         .collect();
     upstream_ca.extend(args.upstream_ca.iter().map(|p| absolute(cwd, p)));
+    let mut allow_requests = file.allow_requests;
+    allow_requests.extend(args.allow_request);
     let mut host_ports = file.host_ports;
     host_ports.extend(args.host_port);
     let mut publish = file
@@ -378,7 +386,7 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
     // An allowlist implies the proxy, host ports and published ports a private loopback,
     // unless a mode was named (then the library refuses a mismatch, rather than ignoring
     // it).
-    let implied = if !allow_hosts.is_empty() || !secrets.is_empty() {
+    let implied = if !allow_hosts.is_empty() || !secrets.is_empty() || !allow_requests.is_empty() {
         NetworkMode::Proxy
     } else if !host_ports.is_empty() || !publish.is_empty() {
         NetworkMode::Loopback
@@ -400,6 +408,7 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         allow_hosts,
         secrets,
         upstream_ca,
+        allow_requests,
         host_ports,
         publish,
         env,
@@ -615,7 +624,10 @@ mod tests {
         // The file's paths against its directory, the flags' against the caller's.
         assert_eq!(
             spec.upstream_ca,
-            [dir.path().join("corp.pem"), PathBuf::from("/here/test-ca.pem")]
+            [
+                dir.path().join("corp.pem"),
+                PathBuf::from("/here/test-ca.pem")
+            ]
         );
         assert_eq!(spec.secrets.len(), 2);
         assert_eq!(spec.secrets[0].name, "GH_TOKEN");
@@ -630,6 +642,38 @@ mod tests {
         let e = resolve(run_args(&["--secret", "GH_TOKEN", "true"]), cwd).unwrap_err();
         assert!(e.to_string().contains("needs its hosts"), "{e}");
         assert!(PolicyFile::parse("[secrets]\nGH = \"x.org\"").is_err());
+    }
+
+    #[test]
+    fn request_rules_from_the_file_and_the_flags_add_up_and_imply_the_proxy() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("policy.toml");
+        std::fs::write(
+            &cfg,
+            "allow-requests = [\"GET https://api.github.com/repos/**\"]\n",
+        )
+        .unwrap();
+        let spec = resolve(
+            run_args(&[
+                "--config",
+                cfg.to_str().unwrap(),
+                "--allow-request",
+                "POST https://api.github.com/repos/o/r/issues",
+                "true",
+            ]),
+            Path::new("/here"),
+        )
+        .unwrap();
+        assert_eq!(
+            spec.allow_requests,
+            [
+                "GET https://api.github.com/repos/**",
+                "POST https://api.github.com/repos/o/r/issues"
+            ]
+        );
+        assert_eq!(spec.network, NetworkMode::Proxy);
+        let opts = crate::run::policy_opts(&spec, vec!["true".into()]).unwrap();
+        assert_eq!(opts.allow_requests, spec.allow_requests);
     }
 
     #[test]

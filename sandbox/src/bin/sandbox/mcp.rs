@@ -740,7 +740,8 @@ fn run_command_output_schema() -> Value {
             "decision": {"type": "string", "enum": ["allowed", "denied"]},
             "rule": {
                 "type": "string",
-                "description": "The allowlist pattern that allowed it, or why it was denied."
+                "description": "The allowlist pattern or request rule that allowed it, or why \
+                                it was denied."
             },
             "peer": {"type": ["string", "null"]},
             "bytes_out": int,
@@ -748,6 +749,25 @@ fn run_command_output_schema() -> Value {
             "error": {
                 "type": ["string", "null"],
                 "description": "Why an allowed connection could not be made."
+            },
+            "request": {
+                "type": "object",
+                "description": "One request on a terminated connection (a host with secrets \
+                                or request rules); absent for a connection.",
+                "properties": {
+                    "method": {"type": "string"},
+                    "path": {
+                        "type": "string",
+                        "description": "Without the query; canonical on a host with rules."
+                    },
+                    "injected": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "description": "The names of the secrets put into it."
+                    }
+                },
+                "required": ["method", "path", "injected"],
+                "additionalProperties": false
             }
         },
         "required": [

@@ -31,9 +31,11 @@
 //! 3. The allowlist ([`sandbox_core::Allowlist`]): a name only by name patterns, an IP
 //!    literal only by IP/CIDR patterns.
 //! 4. An allowed name is resolved here, on the host, by the run's [`Resolver`]; never
-//!    before the check, so a denied name is never looked up. A name allowed by a wildcard
-//!    that resolves to a loopback, link-local or unspecified address is refused (the host's
-//!    own services, the cloud metadata address).
+//!    before the check, so a denied name is never looked up. Every address (resolved, or
+//!    the literal) is judged against core's one table of refused addresses
+//!    ([`sandbox_core::policy::refused`]: loopback, link-local, the cloud metadata
+//!    addresses, their IPv4-mapped, -compatible and NAT64 forms): a wildcard never reaches
+//!    them, a network rule only from within the refused range.
 //! 5. The connection is made to the resolved address; the record gets the peer and the
 //!    bytes each way.
 //!
@@ -77,7 +79,7 @@ use async_trait::async_trait;
 use sandbox_core::egress::{
     Attempt, ConnectionLog, Connections, EgressRun, ProxyProtocol, Resolver, Slot,
 };
-use sandbox_core::policy::{host_local, Target, NOT_IN_ALLOWLIST};
+use sandbox_core::policy::{canonical, refused, Target, NOT_IN_ALLOWLIST};
 use sandbox_core::{Allowlist, Decision, SandboxError, SystemResolver, PROXY_PORT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -901,10 +903,11 @@ async fn connect<'a>(
         return Err(deny(pending, "not a valid host name or IP address".into()));
     };
     let own_local = shared.local.lock().ok().and_then(|l| *l);
+    let host_own = |ip: IpAddr| refused(ip).is_some_and(|r| r.kind.is_host());
     let is_self = |a: SocketAddr| {
         Some(a) == own_local
-            || (a.port() == PROXY_PORT && host_local(a.ip()).is_some())
-            || own_local.is_some_and(|l| l.port() == a.port() && host_local(a.ip()).is_some())
+            || (a.port() == PROXY_PORT && host_own(a.ip()))
+            || own_local.is_some_and(|l| l.port() == a.port() && host_own(a.ip()))
     };
     if let Target::Ip(ip) = target {
         if is_self(SocketAddr::new(ip, port)) {
@@ -921,7 +924,11 @@ async fn connect<'a>(
     let addrs = match &target {
         Target::Ip(ip) => vec![SocketAddr::new(*ip, port)],
         Target::Name(name) => match config.resolver.resolve(name, port).await {
-            Ok(a) if !a.is_empty() => a,
+            // Judged and connected as the kernel will use them (a mapped address as IPv4).
+            Ok(a) if !a.is_empty() => a
+                .into_iter()
+                .map(|a| SocketAddr::new(canonical(a.ip()), a.port()))
+                .collect(),
             Ok(_) => return Err(fail(pending, &rule_text, "the name has no address".into())),
             Err(e) => {
                 return Err(fail(

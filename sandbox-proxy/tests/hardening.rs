@@ -1,0 +1,142 @@
+//! What the last audit found in the proxy, closed: names and literals into the refused
+//! address table, canonical IPv4-mapped addresses. Upstreams on 127.0.0.1, names from a
+//! resolver table; nothing leaves loopback or touches the real DNS.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is a failed test
+
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sandbox_core::egress::EgressRun;
+use sandbox_core::policy::refused::{EMBEDDINGS, REFUSED};
+use sandbox_core::{Allowlist, Decision};
+use sandbox_proxy::{spawn, ProxyConfig, ProxyRun, TableResolver};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const LO: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+
+/// A listener on 127.0.0.1 that counts the connections it accepts (and answers none).
+async fn counting_upstream() -> (u16, Arc<AtomicUsize>) {
+    let l = tokio::net::TcpListener::bind((LO, 0)).await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let n = Arc::new(AtomicUsize::new(0));
+    let seen = n.clone();
+    tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            seen.fetch_add(1, Ordering::SeqCst);
+            drop(s);
+        }
+    });
+    (port, n)
+}
+
+fn proxy(patterns: &[String], table: TableResolver) -> (ProxyRun, u16) {
+    let l = std::net::TcpListener::bind((LO, 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let config = ProxyConfig::new(Allowlist::parse(patterns).unwrap(), Some(Arc::new(table)));
+    (spawn(config, Box::pin(async move { Ok(l) })).unwrap(), port)
+}
+
+/// `CONNECT target` through the proxy: the status line of its answer.
+async fn connect_status(proxy: u16, target: &str) -> String {
+    let mut s = TcpStream::connect((LO, proxy)).await.unwrap();
+    s.write_all(format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut got = vec![0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(20), s.read(&mut got))
+        .await
+        .expect("the proxy answered")
+        .unwrap();
+    String::from_utf8_lossy(&got[..n])
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// One address in each row of the table, and each IPv4 row in each of its IPv6 forms.
+fn every_refused_form() -> Vec<IpAddr> {
+    let mut out = Vec::new();
+    for r in REFUSED {
+        let one = match r.net {
+            IpAddr::V4(n) if r.prefix < 32 => IpAddr::V4((u32::from(n) | 1).into()),
+            IpAddr::V6(n) if r.prefix < 128 => IpAddr::V6((u128::from(n) | 1).into()),
+            a => a,
+        };
+        out.push(one);
+        if let IpAddr::V4(v4) = one {
+            for e in EMBEDDINGS {
+                out.push(IpAddr::V6(Ipv6Addr::from(
+                    u128::from(e.net) | u128::from(u32::from(v4)),
+                )));
+            }
+        }
+    }
+    out
+}
+
+/// A name allowed by a wildcard that resolves into any row of the refused table, in any
+/// form (IPv4-mapped, IPv4-compatible, NAT64), is refused, recorded with the reason, and
+/// never connected: the loopback upstream standing behind those addresses sees nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wildcard_resolving_into_any_refused_form_is_refused_and_recorded() {
+    let (up, accepted) = counting_upstream().await;
+    let forms = every_refused_form();
+    let mut table = TableResolver::new();
+    for (i, a) in forms.iter().enumerate() {
+        table = table.with(&format!("h{i}.wild.test"), *a);
+    }
+    let (run, port) = proxy(&[format!("*.wild.test:{up}")], table);
+    for (i, form) in forms.iter().enumerate() {
+        let status = connect_status(port, &format!("h{i}.wild.test:{up}")).await;
+        assert!(status.contains("403"), "{form}: {status}");
+    }
+    let recs = run.finish().await;
+    assert_eq!(recs.entries.len(), forms.len(), "{recs:#?}");
+    for (i, r) in recs.entries.iter().enumerate() {
+        assert_eq!(r.host, format!("h{i}.wild.test"));
+        assert_eq!(r.peer, None);
+        let Decision::Denied(why) = &r.decision else {
+            panic!("{} allowed: {r:?}", forms[i]);
+        };
+        assert!(why.contains("wildcard never allows"), "{}: {why}", forms[i]);
+    }
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+}
+
+/// An IPv6 network, even `::/0`, never covers an IPv4 address written in mapped form, and
+/// `0.0.0.0/0` or `::/0` never names the refused table; a rule within the range does.
+#[tokio::test(flavor = "multi_thread")]
+async fn broad_networks_never_reach_the_refused_table_but_a_rule_within_it_does() {
+    let (up, accepted) = counting_upstream().await;
+    let (run, port) = proxy(
+        &[format!("[::/0]:{up}"), format!("0.0.0.0/0:{up}")],
+        TableResolver::new(),
+    );
+    for target in [
+        format!("[::ffff:127.0.0.1]:{up}"),
+        format!("127.0.0.1:{up}"),
+        format!("[::1]:{up}"),
+        format!("[64:ff9b::7f00:1]:{up}"),
+        format!("[::127.0.0.1]:{up}"),
+        format!("169.254.169.254:{up}"),
+        format!("[fd00:ec2::254]:{up}"),
+    ] {
+        let status = connect_status(port, &target).await;
+        assert!(status.contains("403"), "{target}: {status}");
+    }
+    let recs = run.finish().await;
+    assert_eq!(recs.entries.len(), 7, "{recs:#?}");
+    assert!(recs.entries.iter().all(|r| !r.decision.is_allowed()));
+    assert_eq!(accepted.load(Ordering::SeqCst), 0);
+
+    let (run, port) = proxy(&[format!("127.0.0.0/8:{up}")], TableResolver::new());
+    let status = connect_status(port, &format!("[::ffff:127.0.0.1]:{up}")).await;
+    assert!(status.contains("200"), "{status}");
+    let recs = run.finish().await;
+    assert_eq!(recs.entries[0].peer, Some(SocketAddr::new(LO, up)));
+}

@@ -62,6 +62,13 @@ pub const MAX_CONNECTIONS: usize = 1000;
 /// The most host ports one run may forward (each is a listener handed over at start).
 pub const MAX_HOST_PORTS: usize = 32;
 
+/// The most connections one run's proxy (and its host ports) holds open at once; one more
+/// is closed as soon as it is accepted. Each holds up to six of the host process's
+/// descriptors (the client, the upstream, a pipe each way for `splice`), so a command that
+/// opens connections and sends nothing cannot take the host's descriptors or memory, while
+/// 128 is several times what a package manager's parallel fetches open.
+pub const MAX_OPEN_CONNECTIONS: usize = 128;
+
 /// The most descriptors one run hands over through its door: the proxy, every host port,
 /// and the network namespace (for published ports). Both sides of the hand-over size their
 /// control message by it.

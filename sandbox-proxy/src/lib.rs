@@ -91,8 +91,16 @@ pub use resolve::TableResolver;
 
 /// How long an upstream connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a client has to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client has, from its connection, to send its whole request head (the CONNECT
+/// line and headers, the HTTP head, the SOCKS5 greeting and request): one deadline rather
+/// than one per read, so a byte at a time cannot hold a connection open.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30);
+/// The first pause after `accept` fails (out of descriptors, out of memory); doubled at
+/// each failure in a row up to [`ACCEPT_BACKOFF_MAX`]. Without it, a listener whose
+/// backlog holds a connection it cannot take stays ready, and the loop would spin a core.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+/// The longest pause between failed accepts.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// The largest HTTP request head accepted.
 const MAX_HEAD: usize = 64 << 10;
 
@@ -105,6 +113,29 @@ pub struct ProxyConfig {
     pub resolver: Arc<dyn Resolver>,
     /// The run's secrets, when it has any: their hosts' TLS is terminated.
     pub secrets: Option<Arc<Secrets>>,
+    /// How much a command may hold of the host process.
+    pub limits: Limits,
+}
+
+/// What bounds a run's proxy, so a command cannot grow the host process or spin a core.
+/// The defaults are core's [`MAX_OPEN_CONNECTIONS`](sandbox_core::MAX_OPEN_CONNECTIONS)
+/// and [`REQUEST_DEADLINE`]; tests make them small.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections held open at once (proxy and host ports together); one more is closed
+    /// when accepted.
+    pub max_open: usize,
+    /// From a connection's accept to its whole request head.
+    pub head_deadline: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_open: sandbox_core::MAX_OPEN_CONNECTIONS,
+            head_deadline: REQUEST_DEADLINE,
+        }
+    }
 }
 
 impl ProxyConfig {
@@ -114,6 +145,7 @@ impl ProxyConfig {
             allowlist,
             resolver: resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
             secrets: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -205,6 +237,8 @@ struct Shared {
     log: Mutex<ConnectionLog>,
     /// Where the proxy listens on the host side (filled in once known).
     local: Mutex<Option<SocketAddr>>,
+    /// The bounds, from the configuration (the defaults when only host ports are served).
+    limits: Limits,
 }
 
 impl Shared {
@@ -307,10 +341,12 @@ pub fn spawn_roles(
     }
     let rt = tokio::runtime::Handle::try_current()
         .map_err(|e| io::Error::other(format!("the proxy needs a tokio runtime: {e}")))?;
+    let limits = config.as_ref().map(|c| c.limits).unwrap_or_default();
     let shared = Arc::new(Shared {
         config,
         log: Mutex::new(ConnectionLog::default()),
         local: Mutex::new(None),
+        limits,
     });
     let (stop, stop_rx) = watch::channel(false);
     let task = rt.spawn(accept_loop(shared.clone(), roles, source, stop_rx));
@@ -535,7 +571,9 @@ async fn accept_loop(
         }
     };
     // One acceptor per listener hands connections to this loop, which owns every relay.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(Role, TcpStream)>(64);
+    // Every connection holds one of the run's permits until its task ends.
+    let open = Arc::new(tokio::sync::Semaphore::new(shared.limits.max_open));
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Accepted>(64);
     let mut acceptors = JoinSet::new();
     for (role, listener) in roles.into_iter().zip(listeners) {
         if role == Role::Proxy {
@@ -543,31 +581,32 @@ async fn accept_loop(
                 *local = listener.local_addr().ok();
             }
         }
-        let tx = tx.clone();
-        acceptors.spawn(async move {
-            loop {
-                match listener.accept().await {
-                    Ok((stream, _)) => {
-                        let _ = stream.set_nodelay(true);
-                        if tx.send((role, stream)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => tracing::debug!("egress proxy accept: {e}"),
-                }
-            }
-        });
+        acceptors.spawn(accept_each(
+            listener,
+            role,
+            open.clone(),
+            shared.limits.head_deadline,
+            tx.clone(),
+        ));
     }
     drop(tx);
     let mut relays = JoinSet::new();
     loop {
         tokio::select! {
-            Some((role, stream)) = rx.recv() => match role {
+            Some(Accepted { role, stream, deadline, permit }) = rx.recv() => match role {
                 Role::Proxy => {
-                    relays.spawn(serve(shared.clone(), stream));
+                    let shared = shared.clone();
+                    relays.spawn(async move {
+                        serve(shared, stream, deadline).await;
+                        drop(permit);
+                    });
                 }
                 Role::HostPort(port) => {
-                    relays.spawn(serve_host_port(shared.clone(), stream, port));
+                    let shared = shared.clone();
+                    relays.spawn(async move {
+                        serve_host_port(shared, stream, port).await;
+                        drop(permit);
+                    });
                 }
             },
             Some(_) = relays.join_next(), if !relays.is_empty() => {}
@@ -576,6 +615,57 @@ async fn accept_loop(
     }
     acceptors.shutdown().await;
     relays.shutdown().await;
+}
+
+/// A connection accepted within the run's bound, for the loop that owns every relay.
+struct Accepted {
+    role: Role,
+    stream: TcpStream,
+    /// When its request head must have arrived by.
+    deadline: tokio::time::Instant,
+    permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// Accept on `listener` for as long as the run lasts: a connection beyond the run's bound
+/// is closed at once; a failed accept (out of descriptors: `EMFILE`, `ENFILE`) is retried
+/// after a pause that grows while it keeps failing, never in a spin.
+async fn accept_each(
+    listener: TcpListener,
+    role: Role,
+    open: Arc<tokio::sync::Semaphore>,
+    head_deadline: Duration,
+    tx: tokio::sync::mpsc::Sender<Accepted>,
+) {
+    let mut backoff = ACCEPT_BACKOFF;
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff = ACCEPT_BACKOFF;
+                let Ok(permit) = open.clone().try_acquire_owned() else {
+                    tracing::debug!("egress proxy: connection over the run's bound closed");
+                    drop(stream);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let accepted = Accepted {
+                    role,
+                    stream,
+                    deadline: tokio::time::Instant::now() + head_deadline,
+                    permit,
+                };
+                if tx.send(accepted).await.is_err() {
+                    return;
+                }
+            }
+            // The peer gave up between its connect and our accept: nothing to wait for.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
+            Err(e) => {
+                tracing::debug!("egress proxy accept: {e}; pausing {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+            }
+        }
+    }
 }
 
 /// A host port: relay to the host's `127.0.0.1:PORT`, recorded like any connection.
@@ -598,13 +688,14 @@ async fn serve_host_port(shared: Arc<Shared>, client: TcpStream, port: u16) {
     }
 }
 
-/// One client connection: find the protocol, decide, relay.
-async fn serve(shared: Arc<Shared>, mut client: TcpStream) {
+/// One client connection: find the protocol, decide, relay. Its request head must be in
+/// by `deadline`.
+async fn serve(shared: Arc<Shared>, mut client: TcpStream, deadline: tokio::time::Instant) {
     let mut first = [0u8; 1];
-    let peeked = tokio::time::timeout(REQUEST_TIMEOUT, client.peek(&mut first)).await;
+    let peeked = tokio::time::timeout_at(deadline, client.peek(&mut first)).await;
     match peeked {
-        Ok(Ok(1)) if first[0] == socks::VERSION => socks::serve(&shared, client).await,
-        Ok(Ok(1)) => serve_http(&shared, client).await,
+        Ok(Ok(1)) if first[0] == socks::VERSION => socks::serve(&shared, client, deadline).await,
+        Ok(Ok(1)) => serve_http(&shared, client, deadline).await,
         _ => {
             let _ = client.shutdown().await;
         }
@@ -619,10 +710,14 @@ struct Head {
     headers: Vec<(String, Vec<u8>)>,
 }
 
-async fn read_head(client: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Head, &'static str> {
+async fn read_head(
+    client: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: tokio::time::Instant,
+) -> Result<Head, &'static str> {
     let mut chunk = [0u8; 4096];
     loop {
-        let n = match tokio::time::timeout(REQUEST_TIMEOUT, client.read(&mut chunk)).await {
+        let n = match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
             Ok(Ok(0)) | Ok(Err(_)) => return Err("the client closed before its request"),
             Ok(Ok(n)) => n,
             Err(_) => return Err("the request did not arrive in time"),
@@ -678,9 +773,9 @@ async fn respond(client: &mut TcpStream, status: &str, body: &str) {
     let _ = client.shutdown().await;
 }
 
-async fn serve_http(shared: &Shared, mut client: TcpStream) {
+async fn serve_http(shared: &Shared, mut client: TcpStream, deadline: tokio::time::Instant) {
     let mut buf = Vec::new();
-    let head = match read_head(&mut client, &mut buf).await {
+    let head = match read_head(&mut client, &mut buf, deadline).await {
         Ok(h) => h,
         Err(why) => {
             respond(

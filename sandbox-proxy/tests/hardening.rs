@@ -12,7 +12,7 @@ use std::time::Duration;
 use sandbox_core::egress::EgressRun;
 use sandbox_core::policy::refused::{EMBEDDINGS, REFUSED};
 use sandbox_core::{Allowlist, Decision};
-use sandbox_proxy::{spawn, ProxyConfig, ProxyRun, TableResolver};
+use sandbox_proxy::{spawn, Limits, ProxyConfig, ProxyRun, TableResolver};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -139,4 +139,141 @@ async fn broad_networks_never_reach_the_refused_table_but_a_rule_within_it_does(
     assert!(status.contains("200"), "{status}");
     let recs = run.finish().await;
     assert_eq!(recs.entries[0].peer, Some(SocketAddr::new(LO, up)));
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn bounded_proxy(max_open: usize, head_deadline: Duration) -> (ProxyRun, u16) {
+    let l = std::net::TcpListener::bind((LO, 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let mut config = ProxyConfig::new(Allowlist::parse(&["allowed.test"]).unwrap(), None);
+    config.limits = Limits {
+        max_open,
+        head_deadline,
+    };
+    (spawn(config, Box::pin(async move { Ok(l) })).unwrap(), port)
+}
+
+/// Read until the proxy closes the connection (an answer, then the end, or a reset).
+async fn closed(mut s: TcpStream) -> Vec<u8> {
+    let mut got = Vec::new();
+    let _ = s.read_to_end(&mut got).await;
+    got
+}
+
+/// Many connections that send nothing or one byte: the proxy holds at most its bound of
+/// them (counted in this process's descriptors, where the proxy runs) and closes every one
+/// beyond it; once the head deadline passes, it closes the ones it held too.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_idle_flood_holds_only_the_bound_and_the_deadline_closes_the_rest() {
+    let cap = 8;
+    let (run, port) = bounded_proxy(cap, Duration::from_secs(2));
+    let before = open_fds();
+    let n = cap + 40;
+    let mut clients = Vec::new();
+    for i in 0..n {
+        let mut s = TcpStream::connect((LO, port)).await.unwrap();
+        if i % 2 == 0 {
+            s.write_all(b"C").await.unwrap();
+        }
+        clients.push(s);
+    }
+    let (done_tx, mut done_rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut readers = Vec::new();
+    // The readers hold the client ends: `n` descriptors of this process's own.
+    for s in clients {
+        let done = done_tx.clone();
+        readers.push(tokio::spawn(async move {
+            let got = closed(s).await;
+            let _ = done.send(got);
+        }));
+    }
+    for _ in 0..n - cap {
+        tokio::time::timeout(Duration::from_secs(20), done_rx.recv())
+            .await
+            .expect("the connections beyond the bound were closed");
+    }
+    // Beyond the clients' own ends, the proxy holds at most its bound (and whatever the
+    // runtime made meanwhile, a few at most).
+    let held = open_fds().saturating_sub(before + (n - closed_so_far(&readers)));
+    assert!(
+        held <= cap + 4,
+        "the proxy holds {held} descriptors for {cap} connections"
+    );
+    // The held ones never sent a whole head: the deadline closes them, with a 400.
+    for _ in 0..cap {
+        let got = tokio::time::timeout(Duration::from_secs(20), done_rx.recv())
+            .await
+            .expect("the deadline closed the held connections")
+            .unwrap();
+        assert!(
+            got.is_empty() || got.starts_with(b"HTTP/1.1 400"),
+            "{:?}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    for r in readers {
+        r.await.unwrap();
+    }
+    assert!(open_fds() <= before + 4, "descriptors left behind");
+    // The proxy serves again once the flood is gone.
+    assert!(connect_status(port, "denied.test:443")
+        .await
+        .contains("403"));
+    run.finish().await;
+}
+
+fn closed_so_far(readers: &[tokio::task::JoinHandle<()>]) -> usize {
+    readers.iter().filter(|r| r.is_finished()).count()
+}
+
+/// A request head sent a byte at a time is closed at the head deadline, long before it
+/// would have been whole: the deadline is for the whole head, not for each read.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_head_sent_a_byte_at_a_time_is_closed_at_the_deadline() {
+    let (run, port) = bounded_proxy(8, Duration::from_secs(1));
+    for head in [
+        format!(
+            "CONNECT allowed.test:443 HTTP/1.1\r\nX-Pad: {}\r\n\r\n",
+            "a".repeat(200)
+        )
+        .into_bytes(),
+        // SOCKS5: the greeting offers 200 methods, never all sent.
+        [5u8, 200]
+            .into_iter()
+            .chain([0u8; 200])
+            .collect::<Vec<u8>>(),
+    ] {
+        let s = TcpStream::connect((LO, port)).await.unwrap();
+        let (mut r, mut w) = s.into_split();
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let _ = r.read_to_end(&mut got).await;
+            got
+        });
+        let mut sent = 0;
+        for b in &head {
+            if reader.is_finished() || w.write_all(&[*b]).await.is_err() {
+                break;
+            }
+            sent += 1;
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(
+            sent < head.len(),
+            "the whole head was taken a byte at a time"
+        );
+        let got = tokio::time::timeout(Duration::from_secs(20), reader)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(
+            got.is_empty() || got.starts_with(b"HTTP/1.1 400"),
+            "{:?}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    assert!(run.finish().await.is_empty());
 }

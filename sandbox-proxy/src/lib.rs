@@ -3,8 +3,10 @@
 //!
 //! # What it speaks
 //!
-//! - HTTP `CONNECT host:port`: a byte tunnel; TLS passes through untouched (never
-//!   terminated, never inspected), except to a host with secrets: its TLS is terminated
+//! - HTTP `CONNECT host:port`: a byte tunnel; TLS passes through unterminated, its
+//!   ClientHello's server name judged ([`sni`]: it must be the tunnel's host, no fronting;
+//!   none to a named host, or ECH, is refused; what is not TLS passes), except to a host
+//!   with secrets: its TLS is terminated
 //!   under the run's authority and each request judged ([`terminate`], [`inject`]).
 //!   SOCKS5 to such a host is refused; a placeholder in a plain-HTTP request is refused
 //!   and recorded by the secret's name.
@@ -56,13 +58,15 @@
 //! in memory), `rustls` with `tokio-rustls` (both sides of a terminated connection, on
 //! `ring`), `webpki-roots` (the roots an upstream server is verified against; see [`tls`]).
 //! SOCKS5 is parsed by hand (a dozen bytes), and tested
-//! against curl's `--socks5-hostname`.
+//! against curl's `--socks5-hostname`; so is a ClientHello's server name ([`sni`],
+//! bounded and fuzzed), for a small reader that refuses what it cannot read.
 
 mod handover;
 pub mod inject;
 pub mod publish;
 mod relay;
 mod resolve;
+pub mod sni;
 mod socks;
 pub mod terminate;
 pub mod tls;
@@ -878,7 +882,13 @@ async fn serve_http(shared: &Shared, mut client: TcpStream, deadline: tokio::tim
             {
                 return;
             }
-            rest
+            match judge_tunnel(shared, &mut client, &upstream, &host, rest).await {
+                Ok(first) => first,
+                Err(why) => {
+                    refuse_tunnel(shared, protocol, &host, port, why, client, upstream).await;
+                    return;
+                }
+            }
         }
         Some(path) => {
             let mut out = format!("{} {} HTTP/1.1\r\n", head.method, path).into_bytes();
@@ -904,6 +914,83 @@ async fn serve_http(shared: &Shared, mut client: TcpStream, deadline: tokio::tim
         }
     }
     relay::run(&tally, client, upstream).await;
+}
+
+/// The first bytes of a tunnel the proxy does not terminate (after `early`, what came with
+/// the request): when they are a TLS ClientHello, its server name must be the tunnel's
+/// (no fronting); one without a server name to a name, with ECH, or malformed is refused.
+/// What is not TLS passes, as does a tunnel whose server speaks first (TLS never does).
+/// Returns the bytes read, to be sent on, or why the tunnel is refused.
+async fn judge_tunnel(
+    shared: &Shared,
+    client: &mut TcpStream,
+    upstream: &TcpStream,
+    host: &str,
+    early: Vec<u8>,
+) -> Result<Vec<u8>, String> {
+    let mut buf = early;
+    if buf.is_empty() {
+        tokio::select! {
+            r = client.readable() => if r.is_err() { return Ok(buf) },
+            _ = upstream.readable() => return Ok(buf),
+        }
+    }
+    let deadline = tokio::time::Instant::now() + shared.limits.head_deadline;
+    let mut chunk = [0u8; 4096];
+    loop {
+        match sni::parse(&buf) {
+            sni::Hello::NotTls => return Ok(buf),
+            sni::Hello::Incomplete => {}
+            sni::Hello::Malformed(why) => {
+                return Err(format!("a malformed TLS ClientHello: {why}"))
+            }
+            sni::Hello::ClientHello { ech: true, .. } => {
+                return Err(
+                    "an encrypted ClientHello (ECH) hides the server name from the allowlist"
+                        .into(),
+                )
+            }
+            sni::Hello::ClientHello { server_name, .. } => {
+                return match (Target::parse(host), server_name) {
+                    (Some(Target::Name(want)), Some(sent))
+                        if sandbox_core::policy::normalize_name(&sent).as_ref() == Some(&want) =>
+                    {
+                        Ok(buf)
+                    }
+                    (Some(Target::Ip(_)), None) => Ok(buf),
+                    (_, Some(sent)) => Err(format!(
+                        "TLS server name {} is not the tunnel's host (domain fronting)",
+                        sent
+                    )),
+                    (_, None) => {
+                        Err("a TLS ClientHello without a server name to a named host".into())
+                    }
+                };
+            }
+        }
+        match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
+            Ok(Ok(0)) if buf.is_empty() => return Ok(buf),
+            Ok(Ok(0)) | Ok(Err(_)) => return Err("the client closed within its ClientHello".into()),
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+            Err(_) => return Err("the TLS ClientHello did not arrive in time".into()),
+        }
+    }
+}
+
+/// Close a tunnel [`judge_tunnel`] refused, recorded as a refused attempt beside the
+/// connect that was allowed.
+async fn refuse_tunnel(
+    shared: &Shared,
+    protocol: ProxyProtocol,
+    host: &str,
+    port: u16,
+    why: String,
+    mut client: TcpStream,
+    upstream: TcpStream,
+) {
+    Pending::new(shared, protocol, host, port).settle(Decision::Denied(why), None, None);
+    drop(upstream);
+    let _ = client.shutdown().await;
 }
 
 /// A `CONNECT` to a host with secrets: answered, then its TLS terminated

@@ -1,6 +1,6 @@
 //! `cargo xtask fuzz [--seconds N]`: the property tests over `Plan::new`, the policy file
-//! and the command line, with many cases, for half the time; then the `cargo fuzz` target
-//! over `Plan::new` for the other half. Fails on any panic or property violation.
+//! and the command line, with many cases, for half the time; then the `cargo fuzz` targets
+//! (over `Plan::new`, and the proxy's TLS ClientHello reader) for the other half. Fails on any panic or property violation.
 //!
 //! The property tests draw a new seed on every run, so repeating them explores new
 //! inputs. The fuzz target needs `cargo fuzz` (`cargo install cargo-fuzz`) and the
@@ -11,6 +11,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::{cargo, project_root, Result};
+
+/// The `cargo fuzz` targets (in `fuzz/`), sharing the second half of the time.
+const FUZZ_TARGETS: [&str; 2] = ["plan_new", "tls_hello"];
 
 /// Cases per property-test run: enough that one run takes a few seconds.
 const CASES_PER_RUN: &str = "4096";
@@ -84,22 +87,24 @@ pub fn run(args: &[String]) -> Result<()> {
         );
     }
     let left = Duration::from_secs(seconds).saturating_sub(started.elapsed());
-    let left = left.as_secs().max(1);
-    eprintln!("xtask: cargo fuzz run plan_new for {left} s");
+    let each = (left.as_secs() / FUZZ_TARGETS.len() as u64).max(1);
     let fuzz = project_root().join("fuzz");
-    let status = Command::new(cargo())
-        .current_dir(&fuzz)
-        .env("RUSTC_BOOTSTRAP", "1")
-        .args(["fuzz", "run", "-O", "plan_new", "--"])
-        .arg(format!("-max_total_time={left}"))
-        .arg("-rss_limit_mb=2048")
-        .status()?;
-    if !status.success() {
-        return Err(format!(
-            "the fuzz target found a failure ({status}); the input is in {}",
-            fuzz.join("artifacts/plan_new").display()
-        )
-        .into());
+    for target in FUZZ_TARGETS {
+        eprintln!("xtask: cargo fuzz run {target} for {each} s");
+        let status = Command::new(cargo())
+            .current_dir(&fuzz)
+            .env("RUSTC_BOOTSTRAP", "1")
+            .args(["fuzz", "run", "-O", target, "--"])
+            .arg(format!("-max_total_time={each}"))
+            .arg("-rss_limit_mb=2048")
+            .status()?;
+        if !status.success() {
+            return Err(format!(
+                "the fuzz target {target} found a failure ({status}); the input is in {}",
+                fuzz.join("artifacts").join(target).display()
+            )
+            .into());
+        }
     }
     eprintln!("xtask: fuzzing found nothing in {seconds} s");
     Ok(())

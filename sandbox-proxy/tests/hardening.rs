@@ -277,3 +277,112 @@ async fn a_head_sent_a_byte_at_a_time_is_closed_at_the_deadline() {
     }
     assert!(run.finish().await.is_empty());
 }
+
+/// A server on 127.0.0.1 that answers the first request head on each connection with
+/// `200 ok`, then keeps every byte it is sent, for the test to read.
+async fn recording_upstream() -> (u16, Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
+    let l = tokio::net::TcpListener::bind((LO, 0)).await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let all = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = l.accept().await {
+            let all = all.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                let mut answered = false;
+                loop {
+                    match tokio::time::timeout(Duration::from_secs(2), s.read(&mut buf)).await {
+                        Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),
+                        _ => break,
+                    }
+                    if !answered && got.windows(4).any(|w| w == b"\r\n\r\n") {
+                        answered = true;
+                        let _ = s
+                            .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                            .await;
+                    }
+                }
+                all.lock().unwrap().push(got);
+            });
+        }
+    });
+    (port, seen)
+}
+
+/// claude-code#87381, a CONNECT relayed inside an allowed connection: sent after a plain
+/// HTTP request to an allowed host, or inside a CONNECT tunnel to it, it is bytes for that
+/// host, never a request to the proxy. The proxy decides nothing for the inner target,
+/// never resolves it, and never connects it: its server sees nothing, the record holds
+/// the allowed host alone. (An absolute-form `CONNECT` is not a CONNECT target: refused.)
+#[tokio::test(flavor = "multi_thread")]
+async fn a_connect_relayed_inside_an_allowed_connection_opens_no_second_way_out() {
+    let (allowed, seen) = recording_upstream().await;
+    let (evil, evil_accepted) = counting_upstream().await;
+    let table = TableResolver::new()
+        .with("allowed.test", LO)
+        .with("evil.test", LO);
+    let (run, port) = proxy(&[format!("allowed.test:{allowed}")], table);
+    let inner = format!("CONNECT evil.test:{evil} HTTP/1.1\r\nHost: evil.test:{evil}\r\n\r\n");
+
+    // Pipelined after a plain-HTTP request.
+    let mut s = TcpStream::connect((LO, port)).await.unwrap();
+    let outer = format!(
+        "GET http://allowed.test:{allowed}/ HTTP/1.1\r\nHost: allowed.test:{allowed}\r\n\r\n"
+    );
+    s.write_all(format!("{outer}{inner}").as_bytes())
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut got)).await;
+    assert!(
+        got.starts_with(b"HTTP/1.1 200 OK"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    assert!(!String::from_utf8_lossy(&got).contains("Connection established"));
+
+    // Inside a CONNECT tunnel.
+    let mut s = TcpStream::connect((LO, port)).await.unwrap();
+    s.write_all(format!("CONNECT allowed.test:{allowed} HTTP/1.1\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    s.write_all(inner.as_bytes()).await.unwrap();
+    let mut got = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut got)).await;
+    let got = String::from_utf8_lossy(&got);
+    // The proxy's answer, then the allowed host's: never a second tunnel.
+    assert!(
+        got.starts_with("HTTP/1.1 200 Connection established\r\n\r\nHTTP/1.1 200 OK"),
+        "{got}"
+    );
+
+    // An absolute-form CONNECT names no host:port.
+    let status = connect_status(port, &format!("http://evil.test:{evil}/")).await;
+    assert!(status.contains("400"), "{status}");
+
+    let recs = run.finish().await;
+    assert_eq!(recs.entries.len(), 2, "{recs:#?}");
+    assert!(recs
+        .entries
+        .iter()
+        .all(|r| r.host == "allowed.test" && r.decision.is_allowed()));
+    assert_eq!(evil_accepted.load(Ordering::SeqCst), 0);
+    // The inner CONNECT reached the allowed host as bytes, both times.
+    for _ in 0..200 {
+        if seen.lock().unwrap().len() == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 2, "{seen:?}");
+    for got in seen.iter() {
+        assert!(
+            String::from_utf8_lossy(got).contains(&format!("CONNECT evil.test:{evil}")),
+            "{:?}",
+            String::from_utf8_lossy(got)
+        );
+    }
+}

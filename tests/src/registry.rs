@@ -418,6 +418,8 @@ pub fn cases() -> Vec<Case> {
         case!(egress::denied_name_refused_and_recorded, proxy_tools),
         case!(egress::ip_literal_refused, proxy_tools, confinement),
         case!(egress::wildcard_rebound_to_loopback_refused, proxy_tools),
+        case!(egress::wildcard_into_refused_forms_refused, proxy_tools),
+        case!(egress::fronted_server_name_refused, proxy_tools),
         case!(egress::dns_from_inside_fails, network_proxy, confinement),
         case!(egress::direct_connect_fails, network_proxy, confinement),
         case!(egress::proxy_itself_refused, proxy_tools),

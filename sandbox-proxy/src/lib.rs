@@ -35,9 +35,9 @@
 //! 4. An allowed name is resolved here, on the host, by the run's [`Resolver`]; never
 //!    before the check, so a denied name is never looked up. Every address (resolved, or
 //!    the literal) is judged against core's one table of refused addresses
-//!    ([`sandbox_core::policy::refused`]: loopback, link-local, the cloud metadata
-//!    addresses, their IPv4-mapped, -compatible and NAT64 forms): a wildcard never reaches
-//!    them, a network rule only from within the refused range.
+//!    ([`refused`](mod@sandbox_core::policy::refused): loopback, link-local, the cloud
+//!    metadata addresses, their IPv4-mapped, -compatible and NAT64 forms): a wildcard
+//!    never reaches them, a network rule only from within the refused range.
 //! 5. The connection is made to the resolved address; the record gets the peer and the
 //!    bytes each way.
 //!

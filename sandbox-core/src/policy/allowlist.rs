@@ -23,10 +23,10 @@
 //! IPv6 address is its IPv4 address, so an IPv6 network (even `::/0`) never covers an IPv4
 //! address written in mapped form, and `::ffff:127.0.0.1` is judged as `127.0.0.1`.
 //!
-//! What a name resolves to, and what an IP literal names, is judged against the one table of
-//! refused addresses ([`super::refused`]: loopback, link-local, the cloud metadata
-//! addresses, and their IPv6 forms) by [`Allowlist::check_resolved`]: a wildcard never
-//! reaches them; a CIDR or IP rule only when it lies within the refused range itself
+//! What a name resolves to, and what an IP literal names, is judged against the one table
+//! of refused addresses ([`refused`](mod@super::refused): loopback, link-local, the cloud
+//! metadata addresses, and their IPv6 forms) by [`Allowlist::check_resolved`]: a wildcard
+//! never reaches them; a CIDR or IP rule only when it lies within the refused range itself
 //! (`127.0.0.0/8:8080` names loopback, `0.0.0.0/0` does not); an exact name may, since the
 //! caller named that host and its address is theirs to choose (a test resolver stands
 //! servers on loopback that way).
@@ -341,9 +341,9 @@ impl Allowlist {
 
     /// Whether a target allowed by `rule` may be connected at `addr` (what a name resolved
     /// to, or the literal itself), judged against the table of refused addresses
-    /// ([`super::refused`]): never for a wildcard, for a network rule only when it lies
-    /// within the refused range, always for an exact name. `None` when it may; otherwise the
-    /// reason.
+    /// ([`refused`](mod@super::refused)): never for a wildcard, for a network rule only
+    /// when it lies within the refused range, always for an exact name. `None` when it
+    /// may; otherwise the reason.
     pub fn check_resolved(rule: &HostPattern, addr: IpAddr) -> Option<String> {
         let addr = canonical(addr);
         let why = refused(addr)?;

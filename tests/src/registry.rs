@@ -430,6 +430,7 @@ pub fn cases() -> Vec<Case> {
         case!(egress::git_clone_over_http, proxy_git),
         case!(egress::pip_install_from_a_local_index, proxy_python),
         case!(egress::refused_flood_bounded, network_proxy),
+        case!(egress::idle_flood_bounded, network_proxy),
         case!(egress::host_port_reaches_exactly_that_port, host_ports),
         case!(egress::publish_serves_the_host, publish),
         case!(proc::no_survivor_after_wait, always),

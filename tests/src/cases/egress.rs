@@ -492,6 +492,69 @@ pub async fn fronted_server_name_refused(ctx: Arc<Context>) -> CaseResult {
     Ok(())
 }
 
+/// Idle connections the command opens to the proxy.
+const IDLE_FLOOD: usize = 320;
+/// What the host's descriptors may grow by while they are held, beyond the proxy's bound:
+/// other cases run beside this one in the same process.
+const IDLE_FLOOD_SLACK: usize = 64;
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// An idle-connection flood (connections to the proxy that send nothing or one byte) holds
+/// at most the proxy's bound of the host's descriptors (the proxy runs in this process:
+/// counted here while the command holds them all), and the connections beyond the bound
+/// are closed.
+pub async fn idle_flood_bounded(ctx: Arc<Context>) -> CaseResult {
+    use sandbox_core::MAX_OPEN_CONNECTIONS;
+    let ws = ctx.workspace("egress-idle-flood")?;
+    let mark = ws.path().join("held.mark");
+    let closed = IDLE_FLOOD - MAX_OPEN_CONNECTIONS;
+    let o = probe_proxy_opts(
+        &ctx,
+        ws.path(),
+        &[
+            "proxy-idle",
+            &IDLE_FLOOD.to_string(),
+            &closed.to_string(),
+            &mark.to_string_lossy(),
+        ],
+        &["allowed.test".to_string()],
+    );
+    let before = open_fds();
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (done, mark) = (done.clone(), mark.clone());
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !done.load(Ordering::SeqCst) {
+                if mark.exists() {
+                    most = most.max(open_fds());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            most
+        })
+    };
+    let p = ctx.probe_run(o).await;
+    done.store(true, Ordering::SeqCst);
+    let most = sampler.join().unwrap_or(usize::MAX);
+    let p = p?;
+    ensure!(
+        p.succeeded() && p.int("closed")? >= closed as i64,
+        "the proxy did not close the connections beyond its bound: {}",
+        p.describe()
+    );
+    let grown = most.saturating_sub(before);
+    forbid!(
+        most == 0 || grown > MAX_OPEN_CONNECTIONS + IDLE_FLOOD_SLACK,
+        "the host's descriptors grew by {grown} while {IDLE_FLOOD} idle connections were held \
+         (bound {MAX_OPEN_CONNECTIONS})"
+    );
+    Ok(())
+}
+
 /// The first IPv4 nameserver of the host's resolver configuration, or a documentation
 /// address: only ever the target of a route lookup, never of a packet.
 fn host_nameserver() -> SocketAddr {

@@ -62,6 +62,13 @@ pub const MAX_CONNECTIONS: usize = 1000;
 /// The most host ports one run may forward (each is a listener handed over at start).
 pub const MAX_HOST_PORTS: usize = 32;
 
+/// The most connections one run's proxy (and its host ports) holds open at once; one more
+/// is closed as soon as it is accepted. Each holds up to six of the host process's
+/// descriptors (the client, the upstream, a pipe each way for `splice`), so a command that
+/// opens connections and sends nothing cannot take the host's descriptors or memory, while
+/// 128 is several times what a package manager's parallel fetches open.
+pub const MAX_OPEN_CONNECTIONS: usize = 128;
+
 /// The most descriptors one run hands over through its door: the proxy, every host port,
 /// and the network namespace (for published ports). Both sides of the hand-over size their
 /// control message by it.
@@ -192,6 +199,25 @@ impl ConnectionRecord {
             Decision::Allowed(_) => None,
         }
     }
+
+    /// The line the command-line tool prints for an allowed connection the proxy could not
+    /// make (the name did not resolve, the destination refused or did not answer), or
+    /// `None`: the command sees only a failed connect, which would otherwise read like a
+    /// refusal, and the cause is on the host side.
+    pub fn failed_line(&self) -> Option<String> {
+        match (&self.decision, &self.error) {
+            (Decision::Allowed(_), Some(error)) => Some(format!(
+                "sandbox: could not connect to {} ({error}){}",
+                self.target(),
+                if self.count > 1 {
+                    format!(" x{}", self.count)
+                } else {
+                    String::new()
+                }
+            )),
+            _ => None,
+        }
+    }
 }
 
 /// The attempts a full record did not keep: counted exactly, not described.
@@ -229,22 +255,40 @@ impl Connections {
         self.entries.iter().map(|c| c.count).sum::<u64>() + self.more.attempts
     }
 
-    /// The lines the command-line tool prints after a run: one per denied entry, and one
-    /// counting the denied attempts the record did not keep.
+    /// The lines the command-line tool prints after a run: one per denied entry and one
+    /// per allowed connection that could not be made ([`ConnectionRecord::failed_line`]),
+    /// in the order first seen, then one counting the denied attempts the record did not
+    /// keep. The one place the tool, the MCP server and the tests read them from.
+    pub fn lines(&self) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .entries
+            .iter()
+            .filter_map(|e| e.denied_line().or_else(|| e.failed_line()))
+            .collect();
+        lines.extend(self.more_denied_line());
+        lines
+    }
+
+    fn more_denied_line(&self) -> Option<String> {
+        (self.more.denied > 0).then(|| {
+            format!(
+                "sandbox: denied {} more connect{} (the record keeps {MAX_CONNECTIONS} distinct \
+                 entries; the rest are counted)",
+                self.more.denied,
+                if self.more.denied == 1 { "" } else { "s" }
+            )
+        })
+    }
+
+    /// The denied lines alone: one per denied entry, and one counting the denied attempts
+    /// the record did not keep.
     pub fn denied_lines(&self) -> Vec<String> {
         let mut lines: Vec<String> = self
             .entries
             .iter()
             .filter_map(ConnectionRecord::denied_line)
             .collect();
-        if self.more.denied > 0 {
-            lines.push(format!(
-                "sandbox: denied {} more connect{} (the record keeps {MAX_CONNECTIONS} distinct \
-                 entries; the rest are counted)",
-                self.more.denied,
-                if self.more.denied == 1 { "" } else { "s" }
-            ));
-        }
+        lines.extend(self.more_denied_line());
         lines
     }
 }
@@ -597,6 +641,30 @@ mod tests {
             "GET https://api.github.com/repos/**"
         );
         assert!(json["entries"][0]["request"]["injected"][0] == "GH_TOKEN");
+    }
+
+    #[test]
+    fn an_allowed_connection_that_failed_is_one_line_beside_the_refusals() {
+        let mut log = ConnectionLog::default();
+        let allowed = Decision::Allowed("*.test".into());
+        let failed = |host: &str| Attempt {
+            error: Some("the name did not resolve: no such host".into()),
+            ..attempt(host, 443, allowed.clone(), 0)
+        };
+        log.record(failed("gone.test"));
+        log.record(attempt("denied.example", 443, denied(), 0));
+        log.record(attempt("ok.test", 443, allowed.clone(), 0));
+        log.record(failed("gone.test"));
+        let c = log.connections();
+        assert_eq!(
+            c.lines(),
+            [
+                "sandbox: could not connect to gone.test:443 (the name did not resolve: no \
+                 such host) x2",
+                "sandbox: denied connect to denied.example:443 (not in the allowlist)",
+            ]
+        );
+        assert_eq!(c.denied_lines().len(), 1);
     }
 
     #[test]

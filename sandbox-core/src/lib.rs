@@ -71,7 +71,7 @@ pub use denial::{Denial, DenialKind, DenialKinds, DenialMechanism, Denials};
 pub use egress::{
     ConnectionRecord, Connections, EgressRun, FoldedConnections, ProxyProtocol, Publish,
     PublishSink, Published, Request, Resolver, SystemResolver, MAX_CONNECTIONS, MAX_HOST_PORTS,
-    PROXY_PORT,
+    MAX_OPEN_CONNECTIONS, PROXY_PORT,
 };
 pub use error::{Result, SandboxError};
 pub use escape::escape;

@@ -357,6 +357,13 @@ impl SandboxOutcome {
     pub fn denied_lines(&self) -> Vec<String> {
         self.connections.denied_lines()
     }
+
+    /// What the command-line tool prints about the proxy after a run: each refused
+    /// connect and each allowed one that could not be made, a line each
+    /// ([`Connections::lines`](crate::Connections::lines)).
+    pub fn connection_lines(&self) -> Vec<String> {
+        self.connections.lines()
+    }
 }
 
 fn secs<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {

@@ -3,10 +3,11 @@
 //!
 //! # What it speaks
 //!
-//! - HTTP `CONNECT host:port`: a byte tunnel; TLS passes through untouched (never
-//!   terminated, never inspected), except to a host with secrets or request rules: its
-//!   TLS is terminated under the run's authority and each request on the connection judged
-//!   ([`terminate`], [`inject`]).
+//! - HTTP `CONNECT host:port`: a byte tunnel; TLS passes through unterminated, its
+//!   ClientHello's server name judged ([`sni`]: it must be the tunnel's host, no fronting;
+//!   none to a named host, or ECH, is refused; what is not TLS passes), except to a host
+//!   with secrets or request rules: its TLS is terminated under the run's authority and
+//!   each request on the connection judged ([`terminate`], [`inject`]).
 //!   SOCKS5 to such a host is refused; a placeholder in a plain-HTTP request is refused
 //!   and recorded by the secret's name.
 //! - Plain HTTP with an absolute URI (`GET http://host/path`): the request is sent on with
@@ -32,9 +33,11 @@
 //! 3. The allowlist ([`sandbox_core::Allowlist`]): a name only by name patterns, an IP
 //!    literal only by IP/CIDR patterns.
 //! 4. An allowed name is resolved here, on the host, by the run's [`Resolver`]; never
-//!    before the check, so a denied name is never looked up. A name allowed by a wildcard
-//!    that resolves to a loopback, link-local or unspecified address is refused (the host's
-//!    own services, the cloud metadata address).
+//!    before the check, so a denied name is never looked up. Every address (resolved, or
+//!    the literal) is judged against core's one table of refused addresses
+//!    ([`refused`](mod@sandbox_core::policy::refused): loopback, link-local, the cloud
+//!    metadata addresses, their IPv4-mapped, -compatible and NAT64 forms): a wildcard
+//!    never reaches them, a network rule only from within the refused range.
 //! 5. The connection is made to the resolved address; the record gets the peer and the
 //!    bytes each way.
 //!
@@ -55,13 +58,15 @@
 //! in memory), `rustls` with `tokio-rustls` (both sides of a terminated connection, on
 //! `ring`), `webpki-roots` (the roots an upstream server is verified against; see [`tls`]).
 //! SOCKS5 is parsed by hand (a dozen bytes), and tested
-//! against curl's `--socks5-hostname`.
+//! against curl's `--socks5-hostname`; so is a ClientHello's server name ([`sni`],
+//! bounded and fuzzed), for a small reader that refuses what it cannot read.
 
 mod handover;
 pub mod inject;
 pub mod publish;
 mod relay;
 mod resolve;
+pub mod sni;
 mod socks;
 pub mod terminate;
 pub mod tls;
@@ -78,7 +83,7 @@ use async_trait::async_trait;
 use sandbox_core::egress::{
     Attempt, ConnectionLog, Connections, EgressRun, ProxyProtocol, Resolver, Slot,
 };
-use sandbox_core::policy::{host_local, Target, NOT_IN_ALLOWLIST};
+use sandbox_core::policy::{canonical, refused, Target, NOT_IN_ALLOWLIST};
 use sandbox_core::{Allowlist, Decision, SandboxError, SystemResolver, PROXY_PORT};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -90,8 +95,16 @@ pub use resolve::TableResolver;
 
 /// How long an upstream connect may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
-/// How long a client has to send its request.
-const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client has, from its connection, to send its whole request head (the CONNECT
+/// line and headers, the HTTP head, the SOCKS5 greeting and request): one deadline rather
+/// than one per read, so a byte at a time cannot hold a connection open.
+pub const REQUEST_DEADLINE: Duration = Duration::from_secs(30);
+/// The first pause after `accept` fails (out of descriptors, out of memory); doubled at
+/// each failure in a row up to [`ACCEPT_BACKOFF_MAX`]. Without it, a listener whose
+/// backlog holds a connection it cannot take stays ready, and the loop would spin a core.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
+/// The longest pause between failed accepts.
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// The largest HTTP request head accepted.
 const MAX_HEAD: usize = 64 << 10;
 
@@ -104,6 +117,29 @@ pub struct ProxyConfig {
     pub resolver: Arc<dyn Resolver>,
     /// The run's secrets, when it has any: their hosts' TLS is terminated.
     pub secrets: Option<Arc<Secrets>>,
+    /// How much a command may hold of the host process.
+    pub limits: Limits,
+}
+
+/// What bounds a run's proxy, so a command cannot grow the host process or spin a core.
+/// The defaults are core's [`MAX_OPEN_CONNECTIONS`](sandbox_core::MAX_OPEN_CONNECTIONS)
+/// and [`REQUEST_DEADLINE`]; tests make them small.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections held open at once (proxy and host ports together); one more is closed
+    /// when accepted.
+    pub max_open: usize,
+    /// From a connection's accept to its whole request head.
+    pub head_deadline: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_open: sandbox_core::MAX_OPEN_CONNECTIONS,
+            head_deadline: REQUEST_DEADLINE,
+        }
+    }
 }
 
 impl ProxyConfig {
@@ -113,6 +149,7 @@ impl ProxyConfig {
             allowlist,
             resolver: resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
             secrets: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -259,6 +296,8 @@ struct Shared {
     log: Mutex<ConnectionLog>,
     /// Where the proxy listens on the host side (filled in once known).
     local: Mutex<Option<SocketAddr>>,
+    /// The bounds, from the configuration (the defaults when only host ports are served).
+    limits: Limits,
 }
 
 impl Shared {
@@ -374,10 +413,12 @@ pub fn spawn_roles(
     }
     let rt = tokio::runtime::Handle::try_current()
         .map_err(|e| io::Error::other(format!("the proxy needs a tokio runtime: {e}")))?;
+    let limits = config.as_ref().map(|c| c.limits).unwrap_or_default();
     let shared = Arc::new(Shared {
         config,
         log: Mutex::new(ConnectionLog::default()),
         local: Mutex::new(None),
+        limits,
     });
     let (stop, stop_rx) = watch::channel(false);
     let task = rt.spawn(accept_loop(shared.clone(), roles, source, stop_rx));
@@ -613,7 +654,9 @@ async fn accept_loop(
         }
     };
     // One acceptor per listener hands connections to this loop, which owns every relay.
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<(Role, TcpStream)>(64);
+    // Every connection holds one of the run's permits until its task ends.
+    let open = Arc::new(tokio::sync::Semaphore::new(shared.limits.max_open));
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Accepted>(64);
     let mut acceptors = JoinSet::new();
     for (role, listener) in roles.into_iter().zip(listeners) {
         if role == Role::Proxy {
@@ -621,31 +664,32 @@ async fn accept_loop(
                 *local = listener.local_addr().ok();
             }
         }
-        let tx = tx.clone();
-        acceptors.spawn(async move {
-            loop {
-                match listener.accept().await {
-                    Ok((stream, _)) => {
-                        let _ = stream.set_nodelay(true);
-                        if tx.send((role, stream)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => tracing::debug!("egress proxy accept: {e}"),
-                }
-            }
-        });
+        acceptors.spawn(accept_each(
+            listener,
+            role,
+            open.clone(),
+            shared.limits.head_deadline,
+            tx.clone(),
+        ));
     }
     drop(tx);
     let mut relays = JoinSet::new();
     loop {
         tokio::select! {
-            Some((role, stream)) = rx.recv() => match role {
+            Some(Accepted { role, stream, deadline, permit }) = rx.recv() => match role {
                 Role::Proxy => {
-                    relays.spawn(serve(shared.clone(), stream));
+                    let shared = shared.clone();
+                    relays.spawn(async move {
+                        serve(shared, stream, deadline).await;
+                        drop(permit);
+                    });
                 }
                 Role::HostPort(port) => {
-                    relays.spawn(serve_host_port(shared.clone(), stream, port));
+                    let shared = shared.clone();
+                    relays.spawn(async move {
+                        serve_host_port(shared, stream, port).await;
+                        drop(permit);
+                    });
                 }
             },
             Some(_) = relays.join_next(), if !relays.is_empty() => {}
@@ -654,6 +698,57 @@ async fn accept_loop(
     }
     acceptors.shutdown().await;
     relays.shutdown().await;
+}
+
+/// A connection accepted within the run's bound, for the loop that owns every relay.
+struct Accepted {
+    role: Role,
+    stream: TcpStream,
+    /// When its request head must have arrived by.
+    deadline: tokio::time::Instant,
+    permit: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// Accept on `listener` for as long as the run lasts: a connection beyond the run's bound
+/// is closed at once; a failed accept (out of descriptors: `EMFILE`, `ENFILE`) is retried
+/// after a pause that grows while it keeps failing, never in a spin.
+async fn accept_each(
+    listener: TcpListener,
+    role: Role,
+    open: Arc<tokio::sync::Semaphore>,
+    head_deadline: Duration,
+    tx: tokio::sync::mpsc::Sender<Accepted>,
+) {
+    let mut backoff = ACCEPT_BACKOFF;
+    loop {
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                backoff = ACCEPT_BACKOFF;
+                let Ok(permit) = open.clone().try_acquire_owned() else {
+                    tracing::debug!("egress proxy: connection over the run's bound closed");
+                    drop(stream);
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let accepted = Accepted {
+                    role,
+                    stream,
+                    deadline: tokio::time::Instant::now() + head_deadline,
+                    permit,
+                };
+                if tx.send(accepted).await.is_err() {
+                    return;
+                }
+            }
+            // The peer gave up between its connect and our accept: nothing to wait for.
+            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => {}
+            Err(e) => {
+                tracing::debug!("egress proxy accept: {e}; pausing {backoff:?}");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+            }
+        }
+    }
 }
 
 /// A host port: relay to the host's `127.0.0.1:PORT`, recorded like any connection.
@@ -676,13 +771,14 @@ async fn serve_host_port(shared: Arc<Shared>, client: TcpStream, port: u16) {
     }
 }
 
-/// One client connection: find the protocol, decide, relay.
-async fn serve(shared: Arc<Shared>, mut client: TcpStream) {
+/// One client connection: find the protocol, decide, relay. Its request head must be in
+/// by `deadline`.
+async fn serve(shared: Arc<Shared>, mut client: TcpStream, deadline: tokio::time::Instant) {
     let mut first = [0u8; 1];
-    let peeked = tokio::time::timeout(REQUEST_TIMEOUT, client.peek(&mut first)).await;
+    let peeked = tokio::time::timeout_at(deadline, client.peek(&mut first)).await;
     match peeked {
-        Ok(Ok(1)) if first[0] == socks::VERSION => socks::serve(&shared, client).await,
-        Ok(Ok(1)) => serve_http(&shared, client).await,
+        Ok(Ok(1)) if first[0] == socks::VERSION => socks::serve(&shared, client, deadline).await,
+        Ok(Ok(1)) => serve_http(&shared, client, deadline).await,
         _ => {
             let _ = client.shutdown().await;
         }
@@ -697,10 +793,14 @@ struct Head {
     headers: Vec<(String, Vec<u8>)>,
 }
 
-async fn read_head(client: &mut TcpStream, buf: &mut Vec<u8>) -> Result<Head, &'static str> {
+async fn read_head(
+    client: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    deadline: tokio::time::Instant,
+) -> Result<Head, &'static str> {
     let mut chunk = [0u8; 4096];
     loop {
-        let n = match tokio::time::timeout(REQUEST_TIMEOUT, client.read(&mut chunk)).await {
+        let n = match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
             Ok(Ok(0)) | Ok(Err(_)) => return Err("the client closed before its request"),
             Ok(Ok(n)) => n,
             Err(_) => return Err("the request did not arrive in time"),
@@ -756,9 +856,9 @@ async fn respond(client: &mut TcpStream, status: &str, body: &str) {
     let _ = client.shutdown().await;
 }
 
-async fn serve_http(shared: &Shared, mut client: TcpStream) {
+async fn serve_http(shared: &Shared, mut client: TcpStream, deadline: tokio::time::Instant) {
     let mut buf = Vec::new();
-    let head = match read_head(&mut client, &mut buf).await {
+    let head = match read_head(&mut client, &mut buf, deadline).await {
         Ok(h) => h,
         Err(why) => {
             respond(
@@ -878,7 +978,13 @@ async fn serve_http(shared: &Shared, mut client: TcpStream) {
             {
                 return;
             }
-            rest
+            match judge_tunnel(shared, &mut client, &upstream, &host, rest).await {
+                Ok(first) => first,
+                Err(why) => {
+                    refuse_tunnel(shared, protocol, &host, port, why, client, upstream).await;
+                    return;
+                }
+            }
         }
         Some(path) => {
             let mut out = format!("{} {} HTTP/1.1\r\n", head.method, path).into_bytes();
@@ -904,6 +1010,83 @@ async fn serve_http(shared: &Shared, mut client: TcpStream) {
         }
     }
     relay::run(&tally, client, upstream).await;
+}
+
+/// The first bytes of a tunnel the proxy does not terminate (after `early`, what came with
+/// the request): when they are a TLS ClientHello, its server name must be the tunnel's
+/// (no fronting); one without a server name to a name, with ECH, or malformed is refused.
+/// What is not TLS passes, as does a tunnel whose server speaks first (TLS never does).
+/// Returns the bytes read, to be sent on, or why the tunnel is refused.
+async fn judge_tunnel(
+    shared: &Shared,
+    client: &mut TcpStream,
+    upstream: &TcpStream,
+    host: &str,
+    early: Vec<u8>,
+) -> Result<Vec<u8>, String> {
+    let mut buf = early;
+    if buf.is_empty() {
+        tokio::select! {
+            r = client.readable() => if r.is_err() { return Ok(buf) },
+            _ = upstream.readable() => return Ok(buf),
+        }
+    }
+    let deadline = tokio::time::Instant::now() + shared.limits.head_deadline;
+    let mut chunk = [0u8; 4096];
+    loop {
+        match sni::parse(&buf) {
+            sni::Hello::NotTls => return Ok(buf),
+            sni::Hello::Incomplete => {}
+            sni::Hello::Malformed(why) => {
+                return Err(format!("a malformed TLS ClientHello: {why}"))
+            }
+            sni::Hello::ClientHello { ech: true, .. } => {
+                return Err(
+                    "an encrypted ClientHello (ECH) hides the server name from the allowlist"
+                        .into(),
+                )
+            }
+            sni::Hello::ClientHello { server_name, .. } => {
+                return match (Target::parse(host), server_name) {
+                    (Some(Target::Name(want)), Some(sent))
+                        if sandbox_core::policy::normalize_name(&sent).as_ref() == Some(&want) =>
+                    {
+                        Ok(buf)
+                    }
+                    (Some(Target::Ip(_)), None) => Ok(buf),
+                    (_, Some(sent)) => Err(format!(
+                        "TLS server name {} is not the tunnel's host (domain fronting)",
+                        sent
+                    )),
+                    (_, None) => {
+                        Err("a TLS ClientHello without a server name to a named host".into())
+                    }
+                };
+            }
+        }
+        match tokio::time::timeout_at(deadline, client.read(&mut chunk)).await {
+            Ok(Ok(0)) if buf.is_empty() => return Ok(buf),
+            Ok(Ok(0)) | Ok(Err(_)) => return Err("the client closed within its ClientHello".into()),
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+            Err(_) => return Err("the TLS ClientHello did not arrive in time".into()),
+        }
+    }
+}
+
+/// Close a tunnel [`judge_tunnel`] refused, recorded as a refused attempt beside the
+/// connect that was allowed.
+async fn refuse_tunnel(
+    shared: &Shared,
+    protocol: ProxyProtocol,
+    host: &str,
+    port: u16,
+    why: String,
+    mut client: TcpStream,
+    upstream: TcpStream,
+) {
+    Pending::new(shared, protocol, host, port).settle(Decision::Denied(why), None, None);
+    drop(upstream);
+    let _ = client.shutdown().await;
 }
 
 /// A `CONNECT` to a host with secrets: answered, then its TLS terminated
@@ -1018,10 +1201,11 @@ async fn connect<'a>(
         return Err(deny(pending, "not a valid host name or IP address".into()));
     };
     let own_local = shared.local.lock().ok().and_then(|l| *l);
+    let host_own = |ip: IpAddr| refused(ip).is_some_and(|r| r.kind.is_host());
     let is_self = |a: SocketAddr| {
         Some(a) == own_local
-            || (a.port() == PROXY_PORT && host_local(a.ip()).is_some())
-            || own_local.is_some_and(|l| l.port() == a.port() && host_local(a.ip()).is_some())
+            || (a.port() == PROXY_PORT && host_own(a.ip()))
+            || own_local.is_some_and(|l| l.port() == a.port() && host_own(a.ip()))
     };
     if let Target::Ip(ip) = target {
         if is_self(SocketAddr::new(ip, port)) {
@@ -1038,7 +1222,11 @@ async fn connect<'a>(
     let addrs = match &target {
         Target::Ip(ip) => vec![SocketAddr::new(*ip, port)],
         Target::Name(name) => match config.resolver.resolve(name, port).await {
-            Ok(a) if !a.is_empty() => a,
+            // Judged and connected as the kernel will use them (a mapped address as IPv4).
+            Ok(a) if !a.is_empty() => a
+                .into_iter()
+                .map(|a| SocketAddr::new(canonical(a.ip()), a.port()))
+                .collect(),
             Ok(_) => return Err(fail(pending, &rule_text, "the name has no address".into())),
             Err(e) => {
                 return Err(fail(

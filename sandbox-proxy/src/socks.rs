@@ -7,7 +7,7 @@ use sandbox_core::ProxyProtocol;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::{connect, relay, unspecified, Refusal, Shared, REQUEST_TIMEOUT};
+use crate::{connect, judge_tunnel, refuse_tunnel, relay, unspecified, Refusal, Shared};
 
 /// The protocol version, and the first byte of every SOCKS5 greeting.
 pub(crate) const VERSION: u8 = 5;
@@ -79,8 +79,9 @@ async fn request(client: &mut TcpStream) -> std::io::Result<Result<(String, u16)
     Ok(Ok((host, u16::from_be_bytes(port))))
 }
 
-pub(crate) async fn serve(shared: &Shared, mut client: TcpStream) {
-    let asked = match tokio::time::timeout(REQUEST_TIMEOUT, request(&mut client)).await {
+/// Serve one SOCKS5 client, whose greeting and request must be in by `deadline`.
+pub(crate) async fn serve(shared: &Shared, mut client: TcpStream, deadline: tokio::time::Instant) {
+    let asked = match tokio::time::timeout_at(deadline, request(&mut client)).await {
         Ok(Ok(r)) => r,
         _ => return,
     };
@@ -111,9 +112,33 @@ pub(crate) async fn serve(shared: &Shared, mut client: TcpStream) {
         return;
     }
     match connect(shared, ProxyProtocol::Socks5, &host, port).await {
-        Ok((tally, upstream)) => {
-            if reply(&mut client, OK).await.is_ok() {
-                relay::run(&tally, client, upstream).await;
+        Ok((tally, mut upstream)) => {
+            if reply(&mut client, OK).await.is_err() {
+                return;
+            }
+            // A TLS ClientHello's server name must be the host asked for, as through CONNECT.
+            match judge_tunnel(shared, &mut client, &upstream, &host, Vec::new()).await {
+                Ok(first) => {
+                    if !first.is_empty() {
+                        tally.add(first.len() as u64, 0);
+                        if upstream.write_all(&first).await.is_err() {
+                            return;
+                        }
+                    }
+                    relay::run(&tally, client, upstream).await;
+                }
+                Err(why) => {
+                    refuse_tunnel(
+                        shared,
+                        ProxyProtocol::Socks5,
+                        &host,
+                        port,
+                        why,
+                        client,
+                        upstream,
+                    )
+                    .await
+                }
             }
         }
         Err(Refusal { status, .. }) => {

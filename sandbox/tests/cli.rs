@@ -1028,6 +1028,46 @@ fn allow_host_reaches_the_allowlist_and_prints_each_denied_attempt(backend: &str
     }
 }
 
+/// An allowed connection the proxy could not make (here the destination refuses: a
+/// loopback port with nothing listening) is one line on stderr after the run, with the
+/// cause, not only in `--json`: the command sees only a failed connect.
+fn an_allowed_connection_that_fails_is_one_line_on_stderr(backend: &str) {
+    if capability(backend)["network_proxy"]["kind"] != "exact" {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: backend {backend} enforces no proxy exactly (its capability), so no \
+             connection is the proxy's to make"
+        );
+        return;
+    }
+    let flags = flags_with_curl(backend);
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let ws = workspace();
+    let allow = format!("127.0.0.0/8:{port}");
+    let script = format!("curl -sS --noproxy '' http://127.0.0.1:{port}/ >/dev/null 2>&1; exit 0");
+    let o = run_with_flags(
+        &flags,
+        ws.path(),
+        &["--json", "--allow-host", &allow],
+        &["sh", "-c", &script],
+    );
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), 0, "{err}");
+    let want = format!("sandbox: could not connect to 127.0.0.1:{port} (");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with(&want)).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].to_lowercase().contains("refused"), "{err}");
+    assert!(!err.contains("denied connect"), "{err}");
+    let j = json_of(&o);
+    let c = j["connections"]["entries"].as_array().unwrap();
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0]["decision"], "allowed");
+    assert!(c[0]["error"].as_str().is_some(), "{c:?}");
+}
+
 /// `doctor --prove --backend NAME --json` proves the backend on this host, case by case,
 /// with the command itself as the probe (in an image built from it, for a backend that runs
 /// one): exit 0, `proved`, no case failed, every skip with its reason, and the read
@@ -1887,6 +1927,7 @@ macro_rules! backend_cases {
             case!(a_denied_host_name_is_escaped_on_a_terminal);
             case!(a_name_that_is_not_utf8_is_in_the_json_outcome);
             case!(allow_host_reaches_the_allowlist_and_prints_each_denied_attempt);
+            case!(an_allowed_connection_that_fails_is_one_line_on_stderr);
             case!(doctor_prove_proves_the_backend);
             case!(an_image_from_the_host_holds_no_file_others_cannot_read);
         }

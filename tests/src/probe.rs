@@ -13,6 +13,7 @@
 //! Subcommands: `argv`, `argv-hex`, `exit N`, `signal N`, `read PATH`, `write PATH [CONTENT]`,
 //! `rename FROM TO`, `link FROM TO`, `remove PATH`,
 //! `connect HOST:PORT`, `proxy-connect HOST:PORT`, `proxy-connect-loop SUFFIX DISTINCT N`,
+//! `proxy-idle N CLOSED MARK`,
 //! `connect-abstract NAME`, `listen-connect`, `dns-udp HOST:PORT`,
 //! `udp-route HOST:PORT`, `bind-any PORT HOST:PORT SECS`, `env`, `fds`, `fork N`, `alloc MB`, `spin`,
 //! `sleep SECS`, `flood BYTES`, `cat`, `daemonize PIDFILE [RELEASE]`, `pwd`, `id`,
@@ -64,6 +65,7 @@ pub fn main(args: Vec<OsString>) -> ! {
         ("proxy-connect-loop", [suffix, distinct, n]) => {
             proxy_connect_loop(suffix, num(distinct), num(n))
         }
+        ("proxy-idle", [n, closed, mark]) => proxy_idle(num(n), num(closed), mark),
         ("connect-abstract", [name]) => connect_abstract(name),
         ("listen-connect", []) => listen_connect(),
         ("dns-udp", [addr]) => dns_udp(addr),
@@ -660,6 +662,52 @@ fn proxy_connect_loop(suffix: &str, distinct: u64, n: u64) -> ! {
         .n("other", other as i64)
         .emit();
     exit(if other == 0 { 0 } else { 1 })
+}
+
+/// `N` connections to the proxy that send nothing or one byte, held open: how a command
+/// would take the host's descriptors. Waits (up to 30 s) until `CLOSED` of them were closed
+/// by the proxy, then writes `MARK` (the host measures while they are held), holds them 3
+/// s more, and reports how many were opened and closed.
+fn proxy_idle(n: u64, want_closed: u64, mark: &str) -> ! {
+    let proxy = proxy_addr();
+    let mut conns = Vec::new();
+    for i in 0..n {
+        match TcpStream::connect_timeout(&proxy, Duration::from_secs(5)) {
+            Ok(mut s) => {
+                if i % 2 == 0 {
+                    let _ = s.write_all(b"C");
+                }
+                let _ = s.set_nonblocking(true);
+                conns.push(Some(s));
+            }
+            Err(e) => fail("connect", &e),
+        }
+    }
+    let mut closed = 0u64;
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut buf = [0u8; 64];
+    while closed < want_closed && Instant::now() < until {
+        for c in conns.iter_mut() {
+            let gone = match c.as_mut().map(|s| s.read(&mut buf)) {
+                Some(Ok(0)) => true,
+                Some(Err(e)) => e.kind() != io::ErrorKind::WouldBlock,
+                _ => false,
+            };
+            if gone {
+                *c = None;
+                closed += 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = std::fs::write(mark, b"held");
+    std::thread::sleep(Duration::from_secs(3));
+    Json::new()
+        .b("ok", closed >= want_closed)
+        .n("opened", n as i64)
+        .n("closed", closed as i64)
+        .emit();
+    exit(if closed >= want_closed { 0 } else { 1 })
 }
 
 /// Ask the proxy that `HTTPS_PROXY` names (`http://IP:PORT`) for a tunnel to `target` with

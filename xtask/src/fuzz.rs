@@ -1,7 +1,8 @@
 //! `cargo xtask fuzz [--seconds N]`: the property tests over `Plan::new`, the request-path
 //! canonicaliser, the request rewriter, the policy file and the command line, with many
-//! cases, for half the time; then the `cargo fuzz` targets ([`TARGETS`]) for the other
-//! half, shared between them. Fails on any panic or property violation.
+//! cases, for half the time; then the `cargo fuzz` targets ([`TARGETS`]: `Plan::new`, the
+//! canonicaliser, the proxy's TLS ClientHello reader) for the other half, shared between
+//! them. Fails on any panic or property violation.
 //!
 //! The property tests draw a new seed on every run, so repeating them explores new
 //! inputs. The fuzz target needs `cargo fuzz` (`cargo install cargo-fuzz`) and the
@@ -15,7 +16,7 @@ use crate::{cargo, project_root, Result};
 
 /// The `cargo fuzz` targets (`fuzz/fuzz_targets/`), each run for an equal share of the
 /// second half.
-const TARGETS: [&str; 2] = ["plan_new", "canonical_path"];
+const TARGETS: [&str; 3] = ["plan_new", "canonical_path", "tls_hello"];
 
 /// Cases per property-test run: enough that one run takes a few seconds.
 const CASES_PER_RUN: &str = "4096";

@@ -19,16 +19,25 @@
 //! is matched only by IP and CIDR patterns: a name pattern never covers an address, so an
 //! allowed name cannot be used to reach an arbitrary address.
 //!
-//! What a name resolves to is judged by [`Allowlist::check_resolved`]: a loopback,
-//! link-local or unspecified address (the host's own services, the cloud metadata address
-//! 169.254.169.254) is refused unless the rule that allowed the name is an exact name, so a
-//! wildcard can never be rebound to the host.
+//! IP literals and networks are judged in canonical form ([`canonical`]): an IPv4-mapped
+//! IPv6 address is its IPv4 address, so an IPv6 network (even `::/0`) never covers an IPv4
+//! address written in mapped form, and `::ffff:127.0.0.1` is judged as `127.0.0.1`.
+//!
+//! What a name resolves to, and what an IP literal names, is judged against the one table
+//! of refused addresses ([`refused`](mod@super::refused): loopback, link-local, the cloud
+//! metadata addresses, and their IPv6 forms) by [`Allowlist::check_resolved`]: a wildcard
+//! never reaches them; a CIDR or IP rule only when it lies within the refused range itself
+//! (`127.0.0.0/8:8080` names loopback, `0.0.0.0/0` does not); an exact name may, since the
+//! caller named that host and its address is theirs to choose (a test resolver stands
+//! servers on loopback that way).
 
 use std::fmt;
 use std::net::IpAddr;
 use std::str::FromStr;
 
 use serde::{Serialize, Serializer};
+
+use super::refused::{canonical, mask, refused};
 
 /// The ports a pattern without `:port` allows.
 pub const DEFAULT_PORTS: [u16; 2] = [80, 443];
@@ -129,29 +138,6 @@ fn parse_port(s: &str) -> Result<u16, String> {
     }
 }
 
-fn mask(addr: IpAddr, prefix: u8) -> IpAddr {
-    match addr {
-        IpAddr::V4(a) => {
-            let bits = u32::from(a);
-            let m = if prefix == 0 {
-                0
-            } else {
-                u32::MAX << (32 - prefix)
-            };
-            IpAddr::V4((bits & m).into())
-        }
-        IpAddr::V6(a) => {
-            let bits = u128::from(a);
-            let m = if prefix == 0 {
-                0
-            } else {
-                u128::MAX << (128 - prefix)
-            };
-            IpAddr::V6((bits & m).into())
-        }
-    }
-}
-
 impl FromStr for HostPattern {
     type Err = PatternError;
 
@@ -208,10 +194,10 @@ impl FromStr for HostPattern {
                     mask(addr, prefix)
                 )));
             }
-            HostMatch::Network { addr, prefix }
+            network(addr, prefix)
         } else if let Ok(addr) = host.parse::<IpAddr>() {
             let prefix = if addr.is_ipv4() { 32 } else { 128 };
-            HostMatch::Network { addr, prefix }
+            network(addr, prefix)
         } else if let Some(suffix) = host.strip_prefix("*.") {
             let s = normalize_name(suffix)
                 .ok_or_else(|| err(format!("`{suffix}` after `*.` is not a valid host name")))?;
@@ -241,6 +227,18 @@ impl FromStr for HostPattern {
     }
 }
 
+/// A network pattern in canonical form: one inside the IPv4-mapped range
+/// (`::ffff:10.0.0.0/104`) is the IPv4 network it maps, since targets are judged as IPv4.
+fn network(addr: IpAddr, prefix: u8) -> HostMatch {
+    match canonical(addr) {
+        IpAddr::V4(v4) if addr.is_ipv6() && prefix >= 96 => HostMatch::Network {
+            addr: IpAddr::V4(v4),
+            prefix: prefix - 96,
+        },
+        _ => HostMatch::Network { addr, prefix },
+    }
+}
+
 /// The destination a command asked for: a name or an IP literal.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Target {
@@ -252,14 +250,15 @@ pub enum Target {
 
 impl Target {
     /// Classify a host as written in a request; `None` when it is neither a valid name nor
-    /// an IP literal (`[v6]` brackets are accepted).
+    /// an IP literal (`[v6]` brackets are accepted). An IPv4-mapped literal is its IPv4
+    /// address ([`canonical`]).
     pub fn parse(host: &str) -> Option<Self> {
         let h = host
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host);
         if let Ok(ip) = h.parse::<IpAddr>() {
-            return Some(Self::Ip(ip));
+            return Some(Self::Ip(canonical(ip)));
         }
         normalize_name(h).map(Self::Name)
     }
@@ -340,35 +339,25 @@ impl Allowlist {
         })
     }
 
-    /// Whether a name allowed by `rule` may be connected at `addr`, which it resolved to:
-    /// the host's own addresses only for an exact-name rule. `None` when it may; otherwise
-    /// the reason.
+    /// Whether a target allowed by `rule` may be connected at `addr` (what a name resolved
+    /// to, or the literal itself), judged against the table of refused addresses
+    /// ([`refused`](mod@super::refused)): never for a wildcard, for a network rule only
+    /// when it lies within the refused range, always for an exact name. `None` when it
+    /// may; otherwise the reason.
     pub fn check_resolved(rule: &HostPattern, addr: IpAddr) -> Option<String> {
-        let exact = matches!(rule.host, HostMatch::Exact(_) | HostMatch::Network { .. });
-        match host_local(addr) {
-            Some(kind) if !exact => Some(format!(
-                "resolves to a {kind} address ({addr}), which a wildcard never allows"
+        let addr = canonical(addr);
+        let why = refused(addr)?;
+        match &rule.host {
+            HostMatch::Exact(_) => None,
+            HostMatch::Subdomains(_) => Some(format!(
+                "resolves to {why} ({addr}), which a wildcard never allows"
             )),
-            _ => None,
+            HostMatch::Network { addr: net, prefix } if why.named_by(*net, *prefix) => None,
+            HostMatch::Network { .. } => Some(format!(
+                "{addr} is {why}; only a rule within {}/{} allows it",
+                why.net, why.prefix
+            )),
         }
-    }
-}
-
-/// `loopback`, `link-local` or `unspecified` when `addr` is one of the host's own or the
-/// cloud metadata range; IPv4-mapped IPv6 addresses are judged as IPv4.
-pub fn host_local(addr: IpAddr) -> Option<&'static str> {
-    let addr = match addr {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(addr, IpAddr::V4),
-        a => a,
-    };
-    match addr {
-        IpAddr::V4(a) if a.is_loopback() => Some("loopback"),
-        IpAddr::V4(a) if a.is_link_local() => Some("link-local"),
-        IpAddr::V4(a) if a.is_unspecified() => Some("unspecified"),
-        IpAddr::V6(a) if a.is_loopback() => Some("loopback"),
-        IpAddr::V6(a) if a.is_unspecified() => Some("unspecified"),
-        IpAddr::V6(a) if (a.segments()[0] & 0xffc0) == 0xfe80 => Some("link-local"),
-        _ => None,
     }
 }
 
@@ -454,11 +443,60 @@ mod tests {
             "::ffff:127.0.0.1",
             "0.0.0.0",
             "fe80::1",
+            "fd00:ec2::254",
+            "64:ff9b::7f00:1",
+            "::127.0.0.1",
         ] {
             let a: IpAddr = a.parse().unwrap();
             assert!(Allowlist::check_resolved(&wild, a).is_some(), "{a}");
             assert!(Allowlist::check_resolved(&exact, a).is_none(), "{a}");
         }
         assert!(Allowlist::check_resolved(&wild, "192.0.2.1".parse().unwrap()).is_none());
+    }
+
+    #[test]
+    fn an_ipv6_network_never_covers_a_mapped_ipv4_address() {
+        let l = list(&["::/0", "2001:db8::/32"]);
+        for a in [
+            "[::ffff:127.0.0.1]",
+            "[::ffff:10.0.0.1]",
+            "::ffff:169.254.169.254",
+        ] {
+            assert!(matches!(name(a), Target::Ip(IpAddr::V4(_))), "{a}");
+            assert!(l.check(&name(a), 443).is_none(), "{a}");
+        }
+        assert!(l.check(&name("[2001:db8::1]"), 443).is_some());
+        // Written as a mapped network, a pattern is the IPv4 network.
+        let mapped = list(&["::ffff:10.0.0.0/104"]);
+        assert!(mapped.check(&name("10.1.2.3"), 443).is_some());
+        assert!(mapped.check(&name("[::ffff:10.1.2.3]"), 443).is_some());
+        assert!(mapped.check(&name("11.0.0.1"), 443).is_none());
+    }
+
+    #[test]
+    fn a_literal_in_the_table_needs_a_rule_within_its_range() {
+        let judged = |rule: &str, a: &str| {
+            let rule: HostPattern = rule.parse().unwrap();
+            Allowlist::check_resolved(&rule, a.parse().unwrap())
+        };
+        assert_eq!(judged("127.0.0.0/8", "127.0.0.1"), None);
+        assert_eq!(judged("127.0.0.1:8080", "127.0.0.1"), None);
+        assert_eq!(judged("[::1]:8080", "::1"), None);
+        assert_eq!(judged("169.254.169.254", "169.254.169.254"), None);
+        for (rule, a) in [
+            ("0.0.0.0/0", "127.0.0.1"),
+            ("0.0.0.0/0", "169.254.169.254"),
+            ("169.254.0.0/16", "169.254.169.254"),
+            ("::/0", "::1"),
+            ("::/0", "fd00:ec2::254"),
+            ("::/0", "64:ff9b::7f00:1"),
+            ("::/0", "::127.0.0.1"),
+            ("64:ff9b::/96", "64:ff9b::a9fe:a9fe"),
+            ("fd00::/8", "fd00:ec2::254"),
+        ] {
+            let why = judged(rule, a).unwrap_or_else(|| panic!("{rule} allowed {a}"));
+            assert!(why.contains("only a rule within"), "{why}");
+        }
+        assert_eq!(judged("0.0.0.0/0", "192.0.2.1"), None);
     }
 }

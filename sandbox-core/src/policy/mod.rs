@@ -6,14 +6,16 @@
 mod allowlist;
 mod lane;
 mod network;
+pub mod refused;
 mod request;
 
 pub use allowlist::{
-    host_local, normalize_name, Allowlist, Decision, HostMatch, HostPattern, PatternError, Target,
+    normalize_name, Allowlist, Decision, HostMatch, HostPattern, PatternError, Target,
     DEFAULT_PORTS, NOT_IN_ALLOWLIST,
 };
 pub use lane::Lane;
 pub use network::NetworkMode;
+pub use refused::{canonical, refused, Refused};
 pub use request::{
     canonical_path, CanonicalPath, PathRefusal, RequestRule, RuleError, MAX_PATTERN_LEN, METHODS,
 };

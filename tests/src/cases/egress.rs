@@ -125,22 +125,34 @@ impl Drop for Upstream {
 }
 
 /// The names the cases use, all standing for the host's loopback (the secrets cases'
-/// too).
+/// too), some in the IPv6 forms that carry it (and one for a cloud metadata address)
+/// behind a wildcard.
 pub(crate) fn resolver() -> Arc<TableResolver> {
+    let table = [
+        "allowed.test",
+        "denied.test",
+        "a.wild.test",
+        "git.test",
+        "pypi.test",
+        "api.test",
+        "other.test",
+    ]
+    .iter()
+    .fold(TableResolver::new(), |t, n| t.with(n, LO));
     Arc::new(
-        [
-            "allowed.test",
-            "denied.test",
-            "a.wild.test",
-            "git.test",
-            "pypi.test",
-            "api.test",
-            "other.test",
-        ]
-        .iter()
-        .fold(TableResolver::new(), |t, n| t.with(n, LO)),
+        REFUSED_FORMS
+            .iter()
+            .fold(table, |t, (n, a)| t.with(n, a.parse().unwrap_or(LO))),
     )
 }
+
+/// Wildcard names resolving into the proxy's refused table in forms a naive check misses.
+const REFUSED_FORMS: [(&str, &str); 4] = [
+    ("mapped.wild.test", "::ffff:127.0.0.1"),
+    ("compat.wild.test", "::127.0.0.1"),
+    ("nat64.wild.test", "64:ff9b::7f00:1"),
+    ("metadata.wild.test", "fd00:ec2::254"),
+];
 
 /// `sh -c SCRIPT` in `ws` with network `proxy` allowing `allow`, on the context's lane.
 fn proxy_opts(ctx: &Context, ws: &Path, script: &str, allow: &[String]) -> SandboxOpts {
@@ -399,6 +411,149 @@ pub async fn wildcard_rebound_to_loopback_refused(ctx: Arc<Context>) -> CaseResu
             [c] if matches!(&c.decision, Decision::Denied(why) if why.contains("loopback"))),
         "the record does not say why: {:?}",
         o.connections
+    );
+    Ok(())
+}
+
+/// A wildcard name resolving to loopback in its IPv4-mapped, IPv4-compatible or NAT64
+/// form, or to the IPv6 cloud metadata address, is refused and recorded with the reason;
+/// the loopback upstream is never reached.
+pub async fn wildcard_into_refused_forms_refused(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-refused-forms")?;
+    tmp_in(ws.path())?;
+    let up = Upstream::start(None)?;
+    let script = REFUSED_FORMS
+        .iter()
+        .map(|(n, _)| format!("curl -fsS --max-time 10 http://{n}:{}/; ", up.port))
+        .collect::<String>()
+        + "exit 0";
+    let o = ctx
+        .run(proxy_opts(
+            &ctx,
+            ws.path(),
+            &script,
+            &[format!("*.wild.test:{}", up.port)],
+        ))
+        .await?;
+    ensure!(
+        up.hits() == 0 && !o.stdout.text().contains(&up.token),
+        "a wildcard name resolving into the refused table was reached: {}",
+        crate::context::describe(&o)
+    );
+    let refused: Vec<&str> = o
+        .connections
+        .entries
+        .iter()
+        .filter_map(|c| match &c.decision {
+            Decision::Denied(why) if why.contains("wildcard never allows") => Some(c.host.as_str()),
+            _ => None,
+        })
+        .collect();
+    let want: Vec<&str> = REFUSED_FORMS.iter().map(|(n, _)| *n).collect();
+    ensure!(
+        refused == want && o.connections.entries.len() == want.len(),
+        "the record does not refuse each form with the reason: {:?}",
+        o.connections
+    );
+    Ok(())
+}
+
+/// TLS for another name inside a tunnel to an allowed one (domain fronting: curl's
+/// `--connect-to` asks the proxy for the allowed host and sends the other as the server
+/// name) is refused at its ClientHello and recorded.
+pub async fn fronted_server_name_refused(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-fronting")?;
+    tmp_in(ws.path())?;
+    let up = Upstream::start(None)?;
+    let p = up.port;
+    let script = format!(
+        "curl -sS --max-time 10 --connect-to denied.test:{p}:allowed.test:{p} \
+         https://denied.test:{p}/; exit 0"
+    );
+    let o = ctx
+        .run(proxy_opts(
+            &ctx,
+            ws.path(),
+            &script,
+            &[format!("allowed.test:{p}")],
+        ))
+        .await?;
+    let fronting = o.connections.entries.iter().any(|c| {
+        c.host == "allowed.test"
+            && matches!(&c.decision, Decision::Denied(why)
+                if why.contains("denied.test") && why.contains("fronting"))
+    });
+    ensure!(
+        fronting
+            && o.connections
+                .entries
+                .iter()
+                .all(|c| c.host == "allowed.test"),
+        "the fronted server name was not refused at the proxy: {:?}",
+        o.connections
+    );
+    Ok(())
+}
+
+/// Idle connections the command opens to the proxy.
+const IDLE_FLOOD: usize = 320;
+/// What the host's descriptors may grow by while they are held, beyond the proxy's bound:
+/// other cases run beside this one in the same process.
+const IDLE_FLOOD_SLACK: usize = 64;
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// An idle-connection flood (connections to the proxy that send nothing or one byte) holds
+/// at most the proxy's bound of the host's descriptors (the proxy runs in this process:
+/// counted here while the command holds them all), and the connections beyond the bound
+/// are closed.
+pub async fn idle_flood_bounded(ctx: Arc<Context>) -> CaseResult {
+    use sandbox_core::MAX_OPEN_CONNECTIONS;
+    let ws = ctx.workspace("egress-idle-flood")?;
+    let mark = ws.path().join("held.mark");
+    let closed = IDLE_FLOOD - MAX_OPEN_CONNECTIONS;
+    let o = probe_proxy_opts(
+        &ctx,
+        ws.path(),
+        &[
+            "proxy-idle",
+            &IDLE_FLOOD.to_string(),
+            &closed.to_string(),
+            &mark.to_string_lossy(),
+        ],
+        &["allowed.test".to_string()],
+    );
+    let before = open_fds();
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (done, mark) = (done.clone(), mark.clone());
+        std::thread::spawn(move || {
+            let mut most = 0;
+            while !done.load(Ordering::SeqCst) {
+                if mark.exists() {
+                    most = most.max(open_fds());
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            most
+        })
+    };
+    let p = ctx.probe_run(o).await;
+    done.store(true, Ordering::SeqCst);
+    let most = sampler.join().unwrap_or(usize::MAX);
+    let p = p?;
+    ensure!(
+        p.succeeded() && p.int("closed")? >= closed as i64,
+        "the proxy did not close the connections beyond its bound: {}",
+        p.describe()
+    );
+    let grown = most.saturating_sub(before);
+    forbid!(
+        most == 0 || grown > MAX_OPEN_CONNECTIONS + IDLE_FLOOD_SLACK,
+        "the host's descriptors grew by {grown} while {IDLE_FLOOD} idle connections were held \
+         (bound {MAX_OPEN_CONNECTIONS})"
     );
     Ok(())
 }

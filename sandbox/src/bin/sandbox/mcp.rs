@@ -472,9 +472,9 @@ fn outcome_result(o: &SandboxOutcome, timeout: Option<Duration>) -> CallToolResu
         };
         let _ = writeln!(text, "--- {name}{note} ---\n{body}");
     }
-    // What was refused, as `sandbox run` prints it: the proxy's refusals one line each,
-    // then the rest counted.
-    for line in o.denied_lines() {
+    // What was refused, as `sandbox run` prints it: the proxy's refusals and the
+    // connections it could not make one line each, then the rest counted.
+    for line in o.connection_lines() {
         let _ = writeln!(text, "{line}");
     }
     if let Some(line) = o

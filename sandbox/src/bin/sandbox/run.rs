@@ -216,11 +216,12 @@ async fn run_inner(args: RunArgs) -> Result<i32, CliError> {
             eprintln!("{line}");
         }
     }
-    // After the command's own output: what the proxy refused, one line each with its
-    // reason; then the summary, which counts those lines without naming them again.
+    // After the command's own output: what the proxy refused, and each allowed connection
+    // it could not make, one line each with its reason; then the summary, which counts the
+    // refusals without naming them again.
     // A host name is the command's choice (SOCKS5 takes any bytes): escaped on a terminal.
     let on_terminal = std::io::stderr().is_terminal();
-    for line in outcome.denied_lines() {
+    for line in outcome.connection_lines() {
         if on_terminal {
             eprintln!("{}", sandbox::escape(line.as_bytes()));
         } else {

@@ -263,8 +263,9 @@ async fn the_init_is_the_spawned_process_and_holds_no_copy_of_the_host() {
 const INNER: &str = "SANDBOX_LANDLOCK_NO_USERNS_INNER";
 
 /// As uid 65534 with no user namespace to be had: `process_isolation` is not claimed,
-/// `strict` refuses with the remedy, and `fast` still runs (with `full` network: `none`
-/// needs a network namespace to hide the host's /proc/net, and is an over-grant without).
+/// `strict` refuses with the remedy, and `fast` still runs, with network `none` too: the
+/// filter and landlock enforce it, and the host's /proc/net left readable is recorded
+/// (`strict` refuses that).
 ///
 /// No host sysctl is touched: the test re-runs itself in a user namespace of its own whose
 /// `user.max_user_namespaces` (a per-namespace limit, checked for every ancestor) it sets
@@ -311,10 +312,8 @@ async fn inner() {
     let b = sandbox_landlock::LandlockBackend::new();
     let cap = b.capability();
     assert!(!cap.process_isolation);
-    assert!(matches!(
-        cap.network_none,
-        sandbox_core::Enforcement::OverGrant(_)
-    ));
+    assert_eq!(cap.network_none, sandbox_core::Enforcement::Exact);
+    assert!(!cap.network_state_private);
     let ws = tempdir();
     // `full` network, so that the refusal is for the processes alone.
     let mut o = strict(ws.path(), &["true"]);
@@ -336,9 +335,27 @@ async fn inner() {
     let out = b.sandbox().execute(o).await.unwrap();
     assert_eq!(out.status, Status::Exited { code: 0 }, "{}", err(&out));
     assert_eq!(out.stdout.text(), "ran\n");
+    // `none` on `fast`: runs, no socket but AF_UNIX, the disclosure in its grants.
+    let out = b
+        .sandbox()
+        .execute(opts(
+            ws.path(),
+            &[
+                "python3",
+                "-c",
+                "import socket\ntry:\n socket.socket()\nexcept PermissionError:\n print('denied')",
+            ],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.text(), "denied\n", "{}", err(&out));
+    assert!(out.policy.grants.iter().any(|g| {
+        g.what == sandbox_core::admission::NETWORK_STATE_UNSEEN
+            && matches!(g.enforcement, sandbox_core::Enforcement::OverGrant(_))
+    }));
     let e = b
         .sandbox()
-        .execute(opts(ws.path(), &["true"]))
+        .execute(strict(ws.path(), &["true"]))
         .await
         .unwrap_err();
     assert!(

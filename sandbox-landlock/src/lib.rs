@@ -375,9 +375,14 @@ fn capability(host: &Host) -> Capability {
         // proxy refuses, where it can run. Landlock's own refusals (files, network ports,
         // signals) go to the audit log, which this backend does not read, so they are not
         // claimed.
+        // Inside a container whose own seccomp profile refuses a call (`mount`, `unshare`)
+        // before this filter sees it, the kernel answers with the profile's errno and no
+        // notification comes (an error action outranks a notification): not claimed there.
         reports_denials: DenialKinds {
-            syscall: sandbox_host::seccomp::user_notification_available(),
-            ptrace: sandbox_host::seccomp::user_notification_available(),
+            syscall: sandbox_host::seccomp::user_notification_available()
+                && !sandbox_host::container::Confinement::detect().seccomp_filtered,
+            ptrace: sandbox_host::seccomp::user_notification_available()
+                && !sandbox_host::container::Confinement::detect().seccomp_filtered,
             network_connect: host.ns.is_ok(),
             ..DenialKinds::default()
         },

@@ -364,3 +364,34 @@ async fn inner() {
     );
     println!("inner checks passed");
 }
+
+/// `fast`, with no pid namespace: the command runs in the waiter's nested landlock domain
+/// that scopes signals, and a rename or a hard link across directories of the workspace
+/// still works (that domain leaves `REFER` to the sandbox's own layer; a layer that handles
+/// no file access would refuse both with `EXDEV`).
+#[tokio::test(flavor = "multi_thread")]
+async fn fast_lane_renames_and_links_across_directories() {
+    let ws = tempdir();
+    let w = ws.path();
+    fs::create_dir(w.join("a")).unwrap();
+    fs::create_dir(w.join("b")).unwrap();
+    fs::write(w.join("a/f"), "f").unwrap();
+    fs::write(w.join("a/g"), "g").unwrap();
+    let out = run(opts(
+        w,
+        &[
+            "python3",
+            "-c",
+            "import os; os.rename('a/f', 'b/f'); os.link('a/g', 'b/g'); print('ok')",
+        ],
+    ))
+    .await;
+    assert_eq!(out.stdout.text(), "ok\n", "{}", err(&out));
+    assert!(out.policy.enforced.iter().any(|e| matches!(
+        e,
+        sandbox_core::Enforced::Namespaces(sandbox_core::record::Namespaces::SubreaperWithoutPid)
+    )));
+    assert_eq!(fs::read_to_string(w.join("b/f")).unwrap(), "f");
+    assert!(!w.join("a/f").exists());
+    assert_eq!(fs::read_to_string(w.join("b/g")).unwrap(), "g");
+}

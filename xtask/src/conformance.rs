@@ -288,6 +288,12 @@ fn run_one(built: &Built, backend: &str, validate: bool, opts: &Options) -> Resu
                 .args(["--user", &format!("{uid}:{uid}")])
                 .args(["--tmpfs", "/tmp:rw,exec,mode=1777,size=2g"])
                 .args(["-v", &format!("{}:/opt/conformance", dir.display())])
+                // The suite runs the probe on its own side too, from the path it was built
+                // at (`CARGO_BIN_EXE_sandbox-probe`): the same file, there.
+                .args([
+                    "-v",
+                    &format!("{}:{}:ro", built.probe.display(), built.probe.display()),
+                ])
                 .args(["-w", "/tmp", "-e", "HOME=/tmp", "-e", "TMPDIR=/tmp"])
                 .args(["-e", &format!("SANDBOX_PROBE={}", inside(&probe).display())])
                 .args(["-e", &format!("SANDBOX_BACKEND={backend}")])

@@ -34,6 +34,9 @@ struct Options {
     /// engine (its default seccomp profile, masked /proc, no capabilities), as `as_user`
     /// (default 1000), the suite and the probe bound in read-only.
     in_container: Option<String>,
+    /// `--container-arg ARG`: an argument for `docker run` before the image, for a container
+    /// started with more allowed (what `doctor` names for `strict`).
+    container_args: Vec<String>,
     test_args: Vec<String>,
 }
 
@@ -57,6 +60,7 @@ fn parse(args: &[String]) -> Result<Options> {
             ),
             "--validate" => o.validate = true,
             "--in-container" => o.in_container = Some(value("--in-container")?),
+            "--container-arg" => o.container_args.push(value("--container-arg")?),
             "--as-user" => {
                 let v = value("--as-user")?;
                 o.as_user = Some(
@@ -304,7 +308,9 @@ fn run_one(built: &Built, backend: &str, validate: bool, opts: &Options) -> Resu
             if validate {
                 cmd.args(["-e", "SANDBOX_VALIDATE=1"]);
             }
-            cmd.arg(image).arg(inside(&suite));
+            cmd.args(&opts.container_args)
+                .arg(image)
+                .arg(inside(&suite));
         }
         (Some(uid), None) => {
             let dir = user_dir(uid)?;
@@ -398,10 +404,15 @@ fn render(columns: &[Column], opts: &Options) -> String {
     match (&opts.in_container, opts.as_user) {
         (Some(image), uid) => {
             let uid = uid.unwrap_or(DEFAULT_CONTAINER_UID);
-            let _ = writeln!(
-                md,
-                "Run inside a default container of image `{image}` as uid {uid}.\n"
-            );
+            let with = if opts.container_args.is_empty() {
+                "a default container".to_string()
+            } else {
+                format!(
+                    "a container started with `{}`",
+                    opts.container_args.join(" ")
+                )
+            };
+            let _ = writeln!(md, "Run inside {with} of image `{image}` as uid {uid}.\n");
         }
         (None, Some(uid)) => {
             let _ = writeln!(md, "Run as uid {uid}.\n");

@@ -294,6 +294,8 @@ fn capability(facts: &HostFacts) -> Capability {
         readonly_carveouts: true,
         hide_paths: true,
         network_none: Enforcement::Exact,
+        // `none` is a network namespace (or, for gVisor, a network stack) of its own.
+        network_state_private: true,
         network_loopback: Enforcement::Exact,
         network_full: full,
         // bwrap's own network namespace holds only `lo`; the waiter hands the proxy its

@@ -4,26 +4,33 @@
 //! [`Capability`] and a request into either a list of grants (each with how it is enforced)
 //! or a refusal naming the lane, the backend and what falls short. The whole table:
 //!
-//! | requirement                                         | `strict` | `fast`   | `trusted`            |
-//! |-----------------------------------------------------|----------|----------|----------------------|
-//! | writes confined to the workspace and named paths    | required | required | over-grant accepted  |
-//! | reads confined (home, keys, credentials unreadable) | required | required | over-grant accepted  |
-//! | read-only carve-outs, when asked                    | required | required | over-grant accepted  |
-//! | the network mode asked, exactly                     | required | required | over-grant accepted  |
-//! | `proxy` mode, by a backend that can run the proxy   | required | required | required             |
-//! | every descendant killed with the command            | required | required | required             |
-//! | host root's power dropped, when the host is root    | required | required | not required         |
-//! | cannot see or signal the host's processes           | required | —        | —                    |
-//! | each resource limit asked                           | required | required | required             |
-//! | snapshot, when asked                                | required | required | required             |
-//! | a change set to review, when asked                  | required | required | required             |
+//! | requirement                                         | `strict` | `fast`     | `trusted`            |
+//! |-----------------------------------------------------|----------|------------|----------------------|
+//! | writes confined to the workspace and named paths    | required | required   | over-grant accepted  |
+//! | reads confined (home, keys, credentials unreadable) | required | required   | over-grant accepted  |
+//! | read-only carve-outs, when asked                    | required | required   | over-grant accepted  |
+//! | the network mode asked, exactly                     | required | required   | over-grant accepted  |
+//! | `none`: the host's or pod's network state unseen    | required | disclosure recorded | disclosure recorded |
+//! | `proxy` mode, by a backend that can run the proxy   | required | required   | required             |
+//! | every descendant killed with the command            | required | required   | required             |
+//! | host root's power dropped, when the host is root    | required | required   | not required         |
+//! | cannot see or signal the host's processes           | required | —          | —                    |
+//! | each resource limit asked                           | required | required   | required             |
+//! | snapshot, when asked                                | required | required   | required             |
+//! | a change set to review, when asked                  | required | required   | required             |
 //!
 //! - `strict` is the default: everything asked is enforced exactly, and the command is in
-//!   its own process world. bwrap and docker qualify.
+//!   its own process world and its own network state. bwrap and docker qualify.
 //! - `fast` is for the many short commands an agent runs (`ls`, `grep`, `cargo check`): the
 //!   same exact enforcement of everything asked, without requiring process isolation, so a
 //!   backend that confines with landlock and seccomp alone (no namespaces, near a bare
-//!   spawn's cost) qualifies.
+//!   spawn's cost) qualifies. That is also what runs inside a default container or pod,
+//!   where no namespace can be made: there network `none` is still exact (no socket but
+//!   `AF_UNIX`, TCP bind and connect denied, io_uring denied: nothing reaches a network),
+//!   but `/proc/net` shows the host's (in a pod, the pod's) sockets, listeners and routes.
+//!   That disclosure is of the same kind as the host processes `fast` already shows: it is
+//!   accepted, and recorded in the outcome's effective policy as a grant the backend
+//!   over-fulfils, so a host can see it after the fact. `strict` refuses it.
 //! - `trusted` is for commands the host already trusts: it accepts a documented over-grant
 //!   (loopback given as the whole network, no filesystem confinement at all; the `none`
 //!   backend runs only here). What was over-granted is recorded in the outcome's effective
@@ -36,6 +43,13 @@
 use crate::capability::{Capability, Enforcement};
 use crate::outcome::Grant;
 use crate::{Lane, NetworkMode, ResourceLimits, SandboxError};
+
+/// The grant a backend without a network namespace of its own over-fulfils with `none`.
+pub const NETWORK_STATE_UNSEEN: &str = "network state out of sight with `none` (/proc/net)";
+
+/// What such a backend discloses instead.
+pub const NETWORK_STATE_DISCLOSED: &str = "the host's (in a container, the pod's) network \
+     state readable in /proc/net: unix socket paths, listeners, connections, routes";
 
 /// What a run asks for, as far as the lane is concerned.
 #[derive(Clone, Debug)]
@@ -131,6 +145,23 @@ pub fn check_lane(
         cap.network(request.network),
         "the host's whole network",
     )?;
+    if request.network == NetworkMode::None
+        && cap.network_none.is_exact()
+        && !cap.network_state_private
+    {
+        if lane == Lane::Strict {
+            return Err(refuse(format!(
+                "network mode `none` without a network namespace of its own leaves {}; use \
+                 the `fast` lane, which accepts and records that, or make namespaces \
+                 possible here",
+                NETWORK_STATE_DISCLOSED
+            )));
+        }
+        grants.push(Grant::new(
+            NETWORK_STATE_UNSEEN,
+            Enforcement::OverGrant(NETWORK_STATE_DISCLOSED),
+        ));
+    }
     if request.host_is_root && lane != Lane::Trusted {
         if !cap.drops_host_root {
             return Err(refuse(
@@ -213,6 +244,182 @@ mod tests {
             changes: crate::Changes::Direct,
             host_is_root: false,
         }
+    }
+
+    /// What a lane answers for one row of the table.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Want {
+        /// Runs, everything exact.
+        Runs,
+        /// Runs, with an over-grant recorded in the grants.
+        Recorded,
+        /// Refused by the lane.
+        Refused,
+        /// Refused on every lane as not supported.
+        Unsupported,
+    }
+
+    /// One row of the module's table: what the backend lacks (or the request asks), and
+    /// the answer of `strict`, `fast` and `trusted`.
+    struct Row {
+        requirement: &'static str,
+        change: fn(&mut Capability, &mut LaneRequest<'_>),
+        want: [Want; 3],
+    }
+
+    /// A test per row of the table in the module docs, in its order: the table and the
+    /// code change together.
+    #[test]
+    fn each_row_of_the_table_holds_on_each_lane() {
+        use Want::*;
+        static MEMORY: ResourceLimits = ResourceLimits {
+            memory_bytes: Some(1 << 20),
+            cpu_seconds: None,
+            max_processes: None,
+            open_files: None,
+        };
+        let rows = [
+            Row {
+                requirement: "writes confined",
+                change: |c, _| c.confine_writes = false,
+                want: [Refused, Refused, Recorded],
+            },
+            Row {
+                requirement: "reads confined",
+                change: |c, _| c.confine_reads = false,
+                want: [Refused, Refused, Recorded],
+            },
+            Row {
+                requirement: "read-only carve-outs",
+                change: |c, r| {
+                    c.readonly_carveouts = false;
+                    r.carveouts = true;
+                },
+                want: [Refused, Refused, Recorded],
+            },
+            Row {
+                requirement: "the network mode exactly",
+                change: |c, r| {
+                    c.network_loopback = Enforcement::OverGrant("the host's whole network");
+                    r.network = NetworkMode::Loopback;
+                },
+                want: [Refused, Refused, Recorded],
+            },
+            Row {
+                requirement: "network state unseen with `none`",
+                change: |c, _| c.network_state_private = false,
+                want: [Refused, Recorded, Recorded],
+            },
+            Row {
+                requirement: "proxy by a backend that runs it",
+                change: |c, r| {
+                    c.network_proxy = Enforcement::Unsupported;
+                    r.network = NetworkMode::Proxy;
+                },
+                want: [Unsupported, Unsupported, Unsupported],
+            },
+            Row {
+                requirement: "every descendant killed",
+                change: |c, _| c.tree_kill = false,
+                want: [Unsupported, Unsupported, Unsupported],
+            },
+            Row {
+                requirement: "host root dropped",
+                change: |c, r| {
+                    c.drops_host_root = false;
+                    r.host_is_root = true;
+                },
+                want: [Refused, Refused, Runs],
+            },
+            Row {
+                requirement: "process isolation",
+                change: |c, _| c.process_isolation = false,
+                want: [Refused, Runs, Runs],
+            },
+            Row {
+                requirement: "each resource limit",
+                change: |c, r| {
+                    c.memory_limit = false;
+                    r.limits = &MEMORY;
+                },
+                want: [Unsupported, Unsupported, Unsupported],
+            },
+            Row {
+                requirement: "snapshot",
+                change: |c, r| {
+                    c.snapshot = false;
+                    c.change_layer = None;
+                    r.changes = crate::Changes::Discard;
+                },
+                want: [Unsupported, Unsupported, Unsupported],
+            },
+            Row {
+                requirement: "a change set to review",
+                change: |c, r| {
+                    c.change_layer = None;
+                    r.changes = crate::Changes::Review;
+                },
+                want: [Unsupported, Unsupported, Unsupported],
+            },
+        ];
+        let limits = ResourceLimits::none();
+        // The baseline: everything claimed runs on every lane, all of it exact.
+        for lane in Lane::ALL {
+            let grants = check_lane(lane, "b", &full_cap(), &req(&limits)).unwrap();
+            assert!(
+                grants.iter().all(|g| g.enforcement.is_exact()),
+                "{grants:?}"
+            );
+        }
+        for row in rows {
+            for (lane, want) in Lane::ALL.into_iter().zip(row.want) {
+                let mut cap = full_cap();
+                let mut r = req(&limits);
+                (row.change)(&mut cap, &mut r);
+                let got = match check_lane(lane, "b", &cap, &r) {
+                    Ok(g) if g.iter().all(|g| g.enforcement.is_exact()) => Runs,
+                    Ok(_) => Recorded,
+                    Err(SandboxError::PolicyRefused { lane: l, .. }) => {
+                        assert_eq!(l, lane.as_str());
+                        Refused
+                    }
+                    Err(SandboxError::NotSupported { .. }) => Unsupported,
+                    Err(e) => panic!("{}: {lane}: {e}", row.requirement),
+                };
+                assert_eq!(got, want, "{} on `{lane}`", row.requirement);
+            }
+        }
+    }
+
+    /// Without a network namespace, `none` on `fast` runs with the disclosure named in its
+    /// grants; `strict` names it in the refusal. A backend whose `none` is itself an
+    /// over-grant (the whole network) gets no second line for it.
+    #[test]
+    fn the_network_state_disclosure_is_recorded_on_fast_and_named_on_strict() {
+        let mut cap = full_cap();
+        cap.network_state_private = false;
+        let limits = ResourceLimits::none();
+        let grants = check_lane(Lane::Fast, "b", &cap, &req(&limits)).unwrap();
+        let g = grants
+            .iter()
+            .find(|g| g.what == NETWORK_STATE_UNSEEN)
+            .expect("the disclosure is a grant");
+        assert_eq!(
+            g.enforcement,
+            Enforcement::OverGrant(NETWORK_STATE_DISCLOSED)
+        );
+        assert!(grants
+            .iter()
+            .any(|g| g.what == "network mode `none`" && g.enforcement.is_exact()));
+        let err = check_lane(Lane::Strict, "b", &cap, &req(&limits)).unwrap_err();
+        assert!(err.to_string().contains("/proc/net"), "{err}");
+        // Other modes are not concerned.
+        let mut r = req(&limits);
+        r.network = NetworkMode::Full;
+        assert!(check_lane(Lane::Strict, "b", &cap, &r).is_ok());
+        cap.network_none = Enforcement::OverGrant("the host's whole network");
+        let grants = check_lane(Lane::Trusted, "b", &cap, &req(&limits)).unwrap();
+        assert!(!grants.iter().any(|g| g.what == NETWORK_STATE_UNSEEN));
     }
 
     #[test]

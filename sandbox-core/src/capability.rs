@@ -48,6 +48,12 @@ pub struct Capability {
     pub hide_paths: bool,
     /// Network mode `none`.
     pub network_none: Enforcement,
+    /// With network `none` the command is in a network namespace of its own, so the
+    /// network state of the host (or of the pod it runs in) is out of sight: `/proc/net`
+    /// (unix socket paths, listeners, connections, routes) and the interfaces. Without it,
+    /// `none` can still be exact (no socket reaches anything) while that state is readable:
+    /// a disclosure the `fast` lane accepts and records and `strict` refuses.
+    pub network_state_private: bool,
     /// Network mode `loopback`: a private loopback, nothing of the host's.
     pub network_loopback: Enforcement,
     /// Network mode `full`.
@@ -150,6 +156,7 @@ impl Capability {
             readonly_carveouts: true,
             hide_paths: true,
             network_none: Enforcement::Exact,
+            network_state_private: true,
             network_loopback: Enforcement::Exact,
             network_full: Enforcement::Exact,
             network_proxy: Enforcement::Exact,

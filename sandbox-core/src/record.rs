@@ -55,7 +55,8 @@ pub enum Namespaces {
     /// No network namespace: `loopback` is the host's network (a lane that accepts the
     /// over-grant ran it).
     LoopbackOverGranted,
-    /// No network namespace: `none` has no sockets, but the host's `/proc/net` is readable.
+    /// No network namespace: `none` has no sockets (the filter allows only `AF_UNIX`,
+    /// landlock denies TCP), but the host's (or pod's) `/proc/net` is readable.
     NoneWithoutNamespace,
     /// A pid namespace of the command's own, with the waiter as its init.
     Pid,
@@ -421,8 +422,8 @@ impl fmt::Display for Namespaces {
             }
             Self::LoopbackOverGranted => f.write_str("loopback over-granted as the host's network"),
             Self::NoneWithoutNamespace => f.write_str(
-                "network none: no sockets, but the host's /proc/net readable (no namespace \
-                 can be made here)",
+                "network none: no sockets, by the filter and landlock (no namespace can be \
+                 made here); the host's (in a container, the pod's) /proc/net readable",
             ),
             Self::Pid => f.write_str(
                 "processes: a pid namespace of its own, with a private /proc; the sandbox's \

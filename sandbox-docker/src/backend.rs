@@ -36,6 +36,8 @@ pub fn capability_in(mode: WorkspaceMode) -> Capability {
         // Not yet: the spec binds a read grant whole, with no mount over what it holds.
         hide_paths: false,
         network_none: Enforcement::Exact,
+        // `none` is a network namespace (or, for gVisor, a network stack) of its own.
+        network_state_private: true,
         network_loopback: Enforcement::Exact,
         network_full: Enforcement::Exact,
         // The host enters the container's namespace to make the proxy's listeners there:

@@ -215,6 +215,8 @@ fn capability(facts: &HostFacts) -> Capability {
         confine_reads: true,
         readonly_carveouts: true,
         network_none: Enforcement::Exact,
+        // `none` is a network namespace (or, for gVisor, a network stack) of its own.
+        network_state_private: true,
         network_loopback: Enforcement::Exact,
         network_full: if facts.is_root {
             Enforcement::Exact

@@ -44,6 +44,7 @@
 //! (the shared system-call filter).
 
 pub mod changes;
+pub mod container;
 pub mod door;
 pub mod facts;
 pub mod fs;

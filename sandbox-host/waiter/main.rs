@@ -80,6 +80,8 @@ extern "C" {
     fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
     fn fcntl(fd: i32, cmd: i32, arg: i32) -> i32;
     fn syscall(nr: i64, a: u64, b: u64, c: u64, d: u64) -> i64;
+    fn open(path: *const std::ffi::c_char, flags: i32, ...) -> i32;
+    fn close(fd: i32) -> i32;
     fn setrlimit(resource: i32, rlim: *const Rlimit) -> i32;
     fn sendmsg(fd: i32, msg: *const Msghdr, flags: i32) -> isize;
     fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
@@ -149,7 +151,19 @@ const F_SETFD: i32 = 2;
 const FD_CLOEXEC: i32 = 1;
 // landlock_create_ruleset and landlock_restrict_self: one number on every architecture.
 const SYS_LANDLOCK_CREATE_RULESET: i64 = 444;
+const SYS_LANDLOCK_ADD_RULE: i64 = 445;
 const SYS_LANDLOCK_RESTRICT_SELF: i64 = 446;
+const LANDLOCK_RULE_PATH_BENEATH: u64 = 1;
+/// `LANDLOCK_ACCESS_FS_REFER` (ABI 2; scopes need ABI 6, so the kernel has it).
+const LANDLOCK_ACCESS_FS_REFER: u64 = 1 << 13;
+const O_PATH: i32 = 0o10_000_000;
+const O_CLOEXEC: i32 = 0o2_000_000;
+/// `struct landlock_path_beneath_attr` (packed in the kernel's header).
+#[repr(C, packed)]
+struct PathBeneathAttr {
+    allowed_access: u64,
+    parent_fd: i32,
+}
 const LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET: u64 = 1;
 
 /// `struct landlock_ruleset_attr` of ABI 6: nothing handled but the abstract-socket scope.
@@ -173,9 +187,15 @@ fn scope_abstract_unix() -> std::io::Result<()> {
 
 /// A landlock domain of this process's own that handles nothing but `scoped`: what it
 /// scopes is denied towards every process (or socket) outside the new domain.
+///
+/// It also handles `REFER` and grants it beneath `/`, which leaves renames and links to
+/// the outer layers: the kernel denies `REFER` in every layer of a domain that handles
+/// any file access unless that layer grants it (it is "initially denied", handled or
+/// not), so a scope-only layer nested in the sandbox's own would refuse every rename or
+/// link across directories with `EXDEV`, `mv` and `cargo` alike.
 fn scope(scoped: u64) -> std::io::Result<()> {
     let attr = RulesetAttr {
-        handled_access_fs: 0,
+        handled_access_fs: LANDLOCK_ACCESS_FS_REFER,
         handled_access_net: 0,
         scoped,
     };
@@ -191,6 +211,37 @@ fn scope(scoped: u64) -> std::io::Result<()> {
     };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a constant NUL-terminated path; an `O_PATH` open is no file access landlock
+    // judges, and allocates nothing (this runs between fork and exec too).
+    let root = unsafe { open(c"/".as_ptr(), O_PATH | O_CLOEXEC) };
+    if root < 0 {
+        let err = std::io::Error::last_os_error();
+        // SAFETY: we own the ruleset descriptor and close it once.
+        drop(unsafe { File::from_raw_fd(fd as i32) });
+        return Err(err);
+    }
+    let rule = PathBeneathAttr {
+        allowed_access: LANDLOCK_ACCESS_FS_REFER,
+        parent_fd: root,
+    };
+    // SAFETY: the rule lives across the call; both descriptors are ours.
+    let added = unsafe {
+        syscall(
+            SYS_LANDLOCK_ADD_RULE,
+            fd as u64,
+            LANDLOCK_RULE_PATH_BENEATH,
+            &rule as *const PathBeneathAttr as u64,
+            0,
+        )
+    };
+    let add_err = std::io::Error::last_os_error();
+    // SAFETY: the descriptor opened above, closed once.
+    unsafe { close(root) };
+    if added < 0 {
+        // SAFETY: we own the ruleset descriptor and close it once.
+        drop(unsafe { File::from_raw_fd(fd as i32) });
+        return Err(add_err);
     }
     // SAFETY: a descriptor the kernel just returned; no_new_privs is already set by bwrap.
     let r = unsafe { syscall(SYS_LANDLOCK_RESTRICT_SELF, fd as u64, 0, 0, 0) };

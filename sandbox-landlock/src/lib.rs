@@ -27,8 +27,15 @@
 //!   private network namespace with its own `lo`; both made through a user namespace when
 //!   the host is not root; `full` unrestricted; `proxy` and host ports are `loopback` plus
 //!   listeners made in that namespace between fork and exec and handed to the run's proxy
-//!   (`sandbox-proxy`). Where no namespace can be made, the capability says `none` and
-//!   `loopback` are over-granted and the lane decides, and refuses `proxy` and host ports.
+//!   (`sandbox-proxy`). Where no namespace can be made (a default container or pod: its
+//!   seccomp profile refuses `unshare`), `none` is enforced by the filters and landlock
+//!   alone, exactly: no socket but `AF_UNIX`, no io_uring, no TCP bind or connect; what is
+//!   left is the host's (the pod's) `/proc/net` readable, which the capability states
+//!   (`network_state_private` false) and the lane table accepts and records on `fast` and
+//!   refuses on `strict`. `loopback` is then over-granted (the lane decides), `proxy` and
+//!   host ports refused. Signals and abstract unix sockets are scoped to the sandbox
+//!   (ABI 6) on every run, so runs that share the host's uid and network cannot signal or
+//!   reach each other.
 //! - **Processes** (on `strict`): a pid namespace of the command's own, with a private
 //!   `/proc` that shows only its processes. Core's `clone3` makes the spawned process the
 //!   namespace's init (`sandbox_host::process::BornIn`); every step below confines it, and
@@ -172,6 +179,22 @@ pub const PID_NS_REMEDY: &str = "enable unprivileged user namespaces (`sysctl \
      Ubuntu `kernel.apparmor_restrict_unprivileged_userns=0`), run the host as root, or use the \
      `fast` lane, which does not need process isolation";
 
+/// What to do where no pid namespace can be made, for the `strict` lane: inside a container
+/// that withholds namespaces or masks `/proc`, what the container must allow (the host's
+/// sysctls are not the cause there); elsewhere [`PID_NS_REMEDY`].
+pub fn pid_ns_remedy() -> String {
+    sandbox_host::container::Confinement::detect()
+        .strict_remedy()
+        .unwrap_or_else(|| PID_NS_REMEDY.to_string())
+}
+
+/// What to do where no network namespace can be made (`proxy`, host ports).
+fn net_ns_remedy() -> String {
+    sandbox_host::container::Confinement::detect()
+        .namespaces_remedy()
+        .unwrap_or_else(|| "enable unprivileged user namespaces, or run the host as root".into())
+}
+
 /// What the facade's registry knows of this backend. `auto` tries it first on `fast` and
 /// on `strict` (it costs about what a bare spawn does, its pid namespace a little more:
 /// the cheapest of the backends that qualify, as the bench measures; where it cannot make
@@ -271,7 +294,10 @@ impl LandlockBackend {
                 "this backend was built on recorded host facts that no longer hold: the \
                  namespaces it would make fail ({found}); the record is dropped"
             ),
-            format!("{PID_NS_REMEDY}; then run again, which probes the host afresh"),
+            format!(
+                "{}; then run again, which probes the host afresh",
+                pid_ns_remedy()
+            ),
         ))
     }
 }
@@ -296,16 +322,15 @@ fn capability(host: &Host) -> Capability {
         confine_reads: true,
         readonly_carveouts: true,
         hide_paths: true,
-        // Seccomp leaves no socket but AF_UNIX either way; without a namespace of its own
-        // the command would still read the host's network state in /proc/net.
-        network_none: if host.ns.is_ok() {
-            Enforcement::Exact
-        } else {
-            Enforcement::OverGrant(
-                "no sockets, but the host's network state readable in /proc/net (unix socket \
-                 paths, listeners, routes)",
-            )
-        },
+        // Nothing reaches a network with or without a namespace: the shared filter allows no
+        // socket but `AF_UNIX` (no inet, packet or netlink socket) and no io_uring, landlock
+        // denies every TCP bind and connect (ABI 4), and a unix socket reaches nothing of the
+        // host's (by path: landlock ABI 9 or `socket(AF_UNIX)` denied; abstract: scoped,
+        // ABI 6, or again no `AF_UNIX` socket at all). Without a network namespace of its own
+        // the command still reads the host's (or pod's) network state in /proc/net: that is
+        // `network_state_private`, which the lane table weighs.
+        network_none: Enforcement::Exact,
+        network_state_private: host.ns.is_ok(),
         network_loopback: if host.ns.is_ok() {
             Enforcement::Exact
         } else {
@@ -350,9 +375,14 @@ fn capability(host: &Host) -> Capability {
         // proxy refuses, where it can run. Landlock's own refusals (files, network ports,
         // signals) go to the audit log, which this backend does not read, so they are not
         // claimed.
+        // Inside a container whose own seccomp profile refuses a call (`mount`, `unshare`)
+        // before this filter sees it, the kernel answers with the profile's errno and no
+        // notification comes (an error action outranks a notification): not claimed there.
         reports_denials: DenialKinds {
-            syscall: sandbox_host::seccomp::user_notification_available(),
-            ptrace: sandbox_host::seccomp::user_notification_available(),
+            syscall: sandbox_host::seccomp::user_notification_available()
+                && !sandbox_host::container::Confinement::detect().seccomp_filtered,
+            ptrace: sandbox_host::seccomp::user_notification_available()
+                && !sandbox_host::container::Confinement::detect().seccomp_filtered,
             network_connect: host.ns.is_ok(),
             ..DenialKinds::default()
         },
@@ -409,11 +439,6 @@ impl Launcher for LandlockBackend {
         } else {
             Lane::Fast
         };
-        if !self.capability.network_none.is_exact() {
-            // No namespace: `none` is an over-grant that `fast` refuses; the run itself is
-            // what is checked here.
-            opts.network = NetworkMode::Full;
-        }
         opts.timeout = Some(Duration::from_secs(30));
         let outcome = ProcessSandbox::new(self.clone()).execute(opts).await?;
         if outcome.status != (Status::Exited { code: 0 }) {
@@ -447,8 +472,8 @@ impl Launcher for LandlockBackend {
         details.push(match &self.host.pid_ns {
             Ok(()) => "processes: a pid namespace with a private /proc on `strict`".into(),
             Err(e) => format!(
-                "no process isolation ({e}): `strict` refuses this backend; remedy: \
-                 {PID_NS_REMEDY}"
+                "no process isolation ({e}): `strict` refuses this backend; remedy: {}",
+                pid_ns_remedy()
             ),
         });
         Ok(Preflight::new(
@@ -530,7 +555,7 @@ impl Launcher for LandlockBackend {
                 return Err(SandboxError::NotSupported {
                     backend: NAME,
                     feature: "network mode `proxy` without a network namespace".into(),
-                    remedy: "enable unprivileged user namespaces, or run the host as root".into(),
+                    remedy: net_ns_remedy(),
                 });
             }
             (NetworkMode::Loopback, None) => {
@@ -552,7 +577,7 @@ impl Launcher for LandlockBackend {
             return Err(SandboxError::unavailable(
                 NAME,
                 "no pid namespace can be made on this host",
-                PID_NS_REMEDY,
+                pid_ns_remedy(),
             ));
         }
         // Without a pid namespace the waiter, a child subreaper, kills the tree; it holds
@@ -570,7 +595,10 @@ impl Launcher for LandlockBackend {
                      command from killing the sandbox's waiter (signal scoping needs ABI 6)",
                     kernel as i32
                 ),
-                format!("a Linux 6.12 kernel or later, a writable cgroup, or: {PID_NS_REMEDY}"),
+                format!(
+                    "a Linux 6.12 kernel or later, a writable cgroup, or: {}",
+                    pid_ns_remedy()
+                ),
             ));
         }
         let mut userns = false;
@@ -802,7 +830,9 @@ mod tests {
         let b = without_namespaces();
         let c = Launcher::capability(&b);
         assert!(matches!(c.network_loopback, Enforcement::OverGrant(_)));
-        assert!(matches!(c.network_none, Enforcement::OverGrant(_)));
+        // `none` stays exact (the filter and landlock), its network state is the host's.
+        assert_eq!(c.network_none, Enforcement::Exact);
+        assert!(!c.network_state_private);
         assert!(!c.process_isolation);
         assert_eq!(c.drops_host_root, !b.host.is_root);
         assert!(c.readonly_carveouts && c.confine_writes && c.confine_reads);

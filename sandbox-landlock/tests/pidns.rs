@@ -263,8 +263,9 @@ async fn the_init_is_the_spawned_process_and_holds_no_copy_of_the_host() {
 const INNER: &str = "SANDBOX_LANDLOCK_NO_USERNS_INNER";
 
 /// As uid 65534 with no user namespace to be had: `process_isolation` is not claimed,
-/// `strict` refuses with the remedy, and `fast` still runs (with `full` network: `none`
-/// needs a network namespace to hide the host's /proc/net, and is an over-grant without).
+/// `strict` refuses with the remedy, and `fast` still runs, with network `none` too: the
+/// filter and landlock enforce it, and the host's /proc/net left readable is recorded
+/// (`strict` refuses that).
 ///
 /// No host sysctl is touched: the test re-runs itself in a user namespace of its own whose
 /// `user.max_user_namespaces` (a per-namespace limit, checked for every ancestor) it sets
@@ -311,10 +312,8 @@ async fn inner() {
     let b = sandbox_landlock::LandlockBackend::new();
     let cap = b.capability();
     assert!(!cap.process_isolation);
-    assert!(matches!(
-        cap.network_none,
-        sandbox_core::Enforcement::OverGrant(_)
-    ));
+    assert_eq!(cap.network_none, sandbox_core::Enforcement::Exact);
+    assert!(!cap.network_state_private);
     let ws = tempdir();
     // `full` network, so that the refusal is for the processes alone.
     let mut o = strict(ws.path(), &["true"]);
@@ -336,9 +335,27 @@ async fn inner() {
     let out = b.sandbox().execute(o).await.unwrap();
     assert_eq!(out.status, Status::Exited { code: 0 }, "{}", err(&out));
     assert_eq!(out.stdout.text(), "ran\n");
+    // `none` on `fast`: runs, no socket but AF_UNIX, the disclosure in its grants.
+    let out = b
+        .sandbox()
+        .execute(opts(
+            ws.path(),
+            &[
+                "python3",
+                "-c",
+                "import socket\ntry:\n socket.socket()\nexcept PermissionError:\n print('denied')",
+            ],
+        ))
+        .await
+        .unwrap();
+    assert_eq!(out.stdout.text(), "denied\n", "{}", err(&out));
+    assert!(out.policy.grants.iter().any(|g| {
+        g.what == sandbox_core::admission::NETWORK_STATE_UNSEEN
+            && matches!(g.enforcement, sandbox_core::Enforcement::OverGrant(_))
+    }));
     let e = b
         .sandbox()
-        .execute(opts(ws.path(), &["true"]))
+        .execute(strict(ws.path(), &["true"]))
         .await
         .unwrap_err();
     assert!(
@@ -346,4 +363,35 @@ async fn inner() {
         "{e}"
     );
     println!("inner checks passed");
+}
+
+/// `fast`, with no pid namespace: the command runs in the waiter's nested landlock domain
+/// that scopes signals, and a rename or a hard link across directories of the workspace
+/// still works (that domain leaves `REFER` to the sandbox's own layer; a layer that handles
+/// no file access would refuse both with `EXDEV`).
+#[tokio::test(flavor = "multi_thread")]
+async fn fast_lane_renames_and_links_across_directories() {
+    let ws = tempdir();
+    let w = ws.path();
+    fs::create_dir(w.join("a")).unwrap();
+    fs::create_dir(w.join("b")).unwrap();
+    fs::write(w.join("a/f"), "f").unwrap();
+    fs::write(w.join("a/g"), "g").unwrap();
+    let out = run(opts(
+        w,
+        &[
+            "python3",
+            "-c",
+            "import os; os.rename('a/f', 'b/f'); os.link('a/g', 'b/g'); print('ok')",
+        ],
+    ))
+    .await;
+    assert_eq!(out.stdout.text(), "ok\n", "{}", err(&out));
+    assert!(out.policy.enforced.iter().any(|e| matches!(
+        e,
+        sandbox_core::Enforced::Namespaces(sandbox_core::record::Namespaces::SubreaperWithoutPid)
+    )));
+    assert_eq!(fs::read_to_string(w.join("b/f")).unwrap(), "f");
+    assert!(!w.join("a/f").exists());
+    assert_eq!(fs::read_to_string(w.join("b/g")).unwrap(), "g");
 }

@@ -44,6 +44,9 @@ pub struct HostFacts {
     /// process backend's copy-on-write layer (`change_layer: overlay`) is then an overlay
     /// on a workspace whose filesystem allows it, and a copy otherwise.
     pub overlay: bool,
+    /// Inside a container that withholds namespaces or masks `/proc`: what it withholds
+    /// and what it must allow for `strict` (`None` elsewhere).
+    pub container: Option<String>,
 }
 
 /// One backend on this host.
@@ -175,6 +178,7 @@ pub async fn doctor(config: &Config) -> DoctorReport {
             root: is_root,
             compiled_in: registry::compiled_in().map(|i| i.name).collect(),
             overlay,
+            container: crate::select::container_strict_remedy(),
         },
         backends,
         auto,
@@ -312,8 +316,13 @@ fn write_capability(f: &mut fmt::Formatter<'_>, c: &Capability) -> fmt::Result {
     )?;
     writeln!(
         f,
-        "    network     none: {}, loopback: {}, proxy: {}, full: {}{}",
+        "    network     none: {}{}, loopback: {}, proxy: {}, full: {}{}",
         enforcement(c.network_none),
+        if c.network_state_private || !c.network_none.is_exact() {
+            ""
+        } else {
+            " (the host's or pod's /proc/net readable)"
+        },
         enforcement(c.network_loopback),
         enforcement(c.network_proxy),
         enforcement(c.network_full),
@@ -380,6 +389,13 @@ impl fmt::Display for DoctorReport {
                 "a copy"
             },
         )?;
+        if let Some(c) = &h.container {
+            writeln!(
+                f,
+                "container: no namespace can be made here, so `fast` runs without them (the \
+                 pod's /proc/net readable, recorded) and `strict` is refused; for `strict`: {c}"
+            )?;
+        }
         for b in &self.backends {
             writeln!(f)?;
             if b.works {

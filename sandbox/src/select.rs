@@ -338,6 +338,32 @@ fn left_out() -> Vec<String> {
         .collect()
 }
 
+/// What a container this process runs in must allow for `strict`, where one withholds
+/// namespaces or its own `/proc` (see `sandbox_host::container`).
+pub fn container_strict_remedy() -> Option<String> {
+    #[cfg(feature = "host")]
+    {
+        sandbox_host::container::Confinement::detect().strict_remedy()
+    }
+    #[cfg(not(feature = "host"))]
+    {
+        None
+    }
+}
+
+/// What a container this process runs in must allow for namespaces, where one withholds
+/// them.
+pub fn container_namespaces_remedy() -> Option<String> {
+    #[cfg(feature = "host")]
+    {
+        sandbox_host::container::Confinement::detect().namespaces_remedy()
+    }
+    #[cfg(not(feature = "host"))]
+    {
+        None
+    }
+}
+
 fn nothing_qualified(lane: Lane, passed_over: &[PassedOver]) -> SandboxError {
     let left_out = left_out();
     let also = if left_out.is_empty() {
@@ -369,11 +395,25 @@ fn nothing_qualified(lane: Lane, passed_over: &[PassedOver]) -> SandboxError {
         .collect::<Vec<_>>()
         .join("; ");
     let refused_by_lane = passed_over.iter().any(|p| p.refused_by_lane);
-    let remedy = if lane == Lane::Strict && refused_by_lane {
-        "fix one of the backends above (`sandbox doctor` shows each), or accept the `fast` \
-         lane, which does not require process isolation"
-    } else {
-        "fix one of the backends above (`sandbox doctor` shows each)"
+    let remedy = match (lane, container_strict_remedy()) {
+        // Inside a container that withholds namespaces, no host setting is the cause: what
+        // the container must allow is named.
+        (Lane::Strict, Some(container)) => {
+            format!("{container}; or accept the `fast` lane, which runs here without namespaces")
+        }
+        (Lane::Strict, None) if refused_by_lane => "fix one of the backends above (`sandbox \
+             doctor` shows each), or accept the `fast` lane, which does not require process \
+             isolation"
+            .into(),
+        // `fast` in such a container: what needs a network namespace (`loopback`, `proxy`,
+        // host ports) is refused for the container's reason.
+        (_, _) => match container_namespaces_remedy() {
+            Some(container) => format!(
+                "fix one of the backends above (`sandbox doctor` shows each); what needs a \
+                 namespace is refused here because {container}"
+            ),
+            None => "fix one of the backends above (`sandbox doctor` shows each)".into(),
+        },
     };
     SandboxError::unavailable(
         AUTO,

@@ -456,6 +456,7 @@ impl Context {
                     confine_reads: true,
                     readonly_carveouts: true,
                     network_none: Exact,
+                    network_state_private: true,
                     network_loopback: Exact,
                     network_proxy: Exact,
                     process_isolation: true,

@@ -92,7 +92,8 @@ pub fn main(args: Vec<OsString>) -> ! {
         ("chmod-setuid", [p]) => chmod_setuid(p),
         ("syscall", [name]) => syscall(name),
         ("syscall-loop", [name, n]) => syscall_loop(name, num(n)),
-        ("see-pid", [pid]) => see_pid(num(pid) as libc::pid_t),
+        ("see-pid", [pid]) => see_pid(num(pid) as libc::pid_t, None),
+        ("see-pid", [pid, start]) => see_pid(num(pid) as libc::pid_t, Some(num(start))),
         ("open-files", [n]) => open_files(num(n)),
         ("print", [t]) => print_then_sleep(t, None),
         ("print", [t, s]) => print_then_sleep(t, Some(secs(s))),
@@ -1237,17 +1238,35 @@ fn chmod_setuid(p: &str) -> ! {
 }
 
 /// Is host process `pid` visible (signal 0: nothing is delivered)?
-fn see_pid(pid: libc::pid_t) -> ! {
+/// Whether process `pid` exists here; with `start`, only the process that started at that
+/// time (`/proc/PID/stat` field 22, clock ticks since boot: one kernel, one clock), so that
+/// a process of the sandbox's own with the same number (its init is pid 1, as a
+/// container's first process is) is not taken for it. Where the start cannot be read, the
+/// number alone decides (seen: the safe answer for a check that it is not).
+fn see_pid(pid: libc::pid_t, start: Option<u64>) -> ! {
     // SAFETY: signal 0 only checks existence and permission.
     let r = unsafe { libc::kill(pid, 0) };
     let e = if r < 0 { errno() } else { 0 };
-    let exists = r == 0 || e == libc::EPERM;
+    let mut exists = r == 0 || e == libc::EPERM;
+    if let (true, Some(want)) = (exists, start) {
+        if let Some(got) = start_time(pid) {
+            exists = got == want;
+        }
+    }
     Json::new()
         .b("ok", exists)
         .b("exists", exists)
         .n("errno", i64::from(e))
         .emit();
     exit(if exists { 0 } else { 1 })
+}
+
+/// Field 22 of `/proc/PID/stat` (the fields after the command's closing parenthesis start
+/// at field 3).
+pub fn start_time(pid: libc::pid_t) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Open `/dev/null` up to `n` times, keeping every descriptor; report how many opened.

@@ -13,6 +13,10 @@ use crate::{cargo, project_root, target_dir, Result};
 /// `--require all`.
 const ALL: &str = "all";
 
+/// The uid the suite runs as in `--in-container` without `--as-user`: a non-root user, as
+/// a pod's `runAsNonRoot` gives.
+const DEFAULT_CONTAINER_UID: u32 = 1000;
+
 /// The suite's exit code for "backend unavailable" (see `sandbox_conformance::harness`).
 pub(crate) const UNAVAILABLE_EXIT: i32 = 3;
 
@@ -26,6 +30,13 @@ struct Options {
     require: Vec<String>,
     validate: bool,
     as_user: Option<u32>,
+    /// `--in-container IMAGE`: run the suite inside a default container of the local
+    /// engine (its default seccomp profile, masked /proc, no capabilities), as `as_user`
+    /// (default 1000), the suite and the probe bound in read-only.
+    in_container: Option<String>,
+    /// `--container-arg ARG`: an argument for `docker run` before the image, for a container
+    /// started with more allowed (what `doctor` names for `strict`).
+    container_args: Vec<String>,
     test_args: Vec<String>,
 }
 
@@ -48,6 +59,8 @@ fn parse(args: &[String]) -> Result<Options> {
                     .map(String::from),
             ),
             "--validate" => o.validate = true,
+            "--in-container" => o.in_container = Some(value("--in-container")?),
+            "--container-arg" => o.container_args.push(value("--container-arg")?),
             "--as-user" => {
                 let v = value("--as-user")?;
                 o.as_user = Some(
@@ -261,8 +274,45 @@ fn run_one(built: &Built, backend: &str, validate: bool, opts: &Options) -> Resu
     eprintln!("\nxtask: running the suite: {label}");
     let mut cmd;
     let report;
-    match opts.as_user {
-        Some(uid) => {
+    match (opts.as_user, &opts.in_container) {
+        (uid, Some(image)) => {
+            let uid = uid.unwrap_or(DEFAULT_CONTAINER_UID);
+            let dir = user_dir(uid)?;
+            let suite = copy_for(uid, &built.suite, &dir, "conformance")?;
+            let probe = copy_for(uid, &built.probe, &dir, "sandbox-probe")?;
+            report = dir.join(format!("report-{backend}-{validate}.json"));
+            let inside =
+                |p: &Path| Path::new("/opt/conformance").join(p.file_name().unwrap_or_default());
+            cmd = Command::new("docker");
+            // What a default pod gives: the engine's default seccomp profile and masked
+            // /proc (nothing said of either), no capabilities for a non-root user. Only a
+            // tmpfs for /tmp (executable: the suite runs programs it writes there) and the
+            // suite's directory are added.
+            cmd.args(["run", "--rm", "--network", "none"])
+                .args(["--user", &format!("{uid}:{uid}")])
+                .args(["--tmpfs", "/tmp:rw,exec,mode=1777,size=2g"])
+                .args(["-v", &format!("{}:/opt/conformance", dir.display())])
+                // The suite runs the probe on its own side too, from the path it was built
+                // at (`CARGO_BIN_EXE_sandbox-probe`): the same file, there.
+                .args([
+                    "-v",
+                    &format!("{}:{}:ro", built.probe.display(), built.probe.display()),
+                ])
+                .args(["-w", "/tmp", "-e", "HOME=/tmp", "-e", "TMPDIR=/tmp"])
+                .args(["-e", &format!("SANDBOX_PROBE={}", inside(&probe).display())])
+                .args(["-e", &format!("SANDBOX_BACKEND={backend}")])
+                .args([
+                    "-e",
+                    &format!("SANDBOX_CONFORMANCE_REPORT={}", inside(&report).display()),
+                ]);
+            if validate {
+                cmd.args(["-e", "SANDBOX_VALIDATE=1"]);
+            }
+            cmd.args(&opts.container_args)
+                .arg(image)
+                .arg(inside(&suite));
+        }
+        (Some(uid), None) => {
             let dir = user_dir(uid)?;
             let suite = copy_for(uid, &built.suite, &dir, "conformance")?;
             let probe = copy_for(uid, &built.probe, &dir, "sandbox-probe")?;
@@ -279,7 +329,7 @@ fn run_one(built: &Built, backend: &str, validate: bool, opts: &Options) -> Resu
                 .env("HOME", &dir)
                 .env("SANDBOX_PROBE", &probe);
         }
-        None => {
+        (None, None) => {
             let dir = target_dir().join("conformance");
             std::fs::create_dir_all(&dir)?;
             report = dir.join(format!("report-{backend}-{validate}.json"));
@@ -351,8 +401,23 @@ fn render(columns: &[Column], opts: &Options) -> String {
     }
     let mut md = String::new();
     let _ = writeln!(md, "# Conformance matrix\n");
-    if let Some(uid) = opts.as_user {
-        let _ = writeln!(md, "Run as uid {uid}.\n");
+    match (&opts.in_container, opts.as_user) {
+        (Some(image), uid) => {
+            let uid = uid.unwrap_or(DEFAULT_CONTAINER_UID);
+            let with = if opts.container_args.is_empty() {
+                "a default container".to_string()
+            } else {
+                format!(
+                    "a container started with `{}`",
+                    opts.container_args.join(" ")
+                )
+            };
+            let _ = writeln!(md, "Run inside {with} of image `{image}` as uid {uid}.\n");
+        }
+        (None, Some(uid)) => {
+            let _ = writeln!(md, "Run as uid {uid}.\n");
+        }
+        (None, None) => {}
     }
     let _ = write!(md, "| case |");
     for c in columns {
@@ -455,7 +520,10 @@ pub fn run(args: &[String]) -> Result<()> {
             .ok_or("the registry has no unconfined backend to validate the suite against")?;
         columns.push(run_one(&built, &against, true, &opts)?);
     }
-    if let Some(uid) = opts.as_user {
+    let user = opts
+        .as_user
+        .or(opts.in_container.as_ref().map(|_| DEFAULT_CONTAINER_UID));
+    if let Some(uid) = user {
         // The copies of the binaries and the temp dirs of the unprivileged runs.
         let _ = std::fs::remove_dir_all(user_dir_path(uid));
     }

@@ -154,6 +154,7 @@ const MODULE_FLOORS: &[(&str, &[(&str, u8)])] = &[
         &[
             ("sys", 0),
             ("kernel", 0),
+            ("container", 0),
             ("layout", 0),
             ("fs", 1),
             ("syscalls", 2),

@@ -21,7 +21,7 @@ Usage: cargo xtask <task> [options]
 
 Tasks:
   conformance [--backend NAME]... [--require NAME,...|all] [--validate] [--as-user UID]
-              [-- <test harness args>]
+              [--in-container IMAGE [--container-arg ARG]...] [-- <test harness args>]
       Build the conformance suite once, run it for each backend (default: every backend
       in the registry, `sandbox/src/registry.rs`), print a backend-by-case matrix
       (pass / FAIL / skip (reason)) and write it to target/conformance.md. Fails on any
@@ -33,6 +33,14 @@ Tasks:
         --as-user UID   run the suite as UID (setpriv, no groups, a TMPDIR it owns), for
                         the unprivileged run; then every backend (and `all`) means every
                         confining backend the registry says an ordinary user runs
+        --in-container IMAGE
+                        run the suite inside a default container of the local engine
+                        (default seccomp profile, masked /proc, no capabilities, no
+                        network), as --as-user's uid or 1000: a default pod
+        --container-arg ARG
+                        with --in-container: an argument for `docker run` (e.g.
+                        `--security-opt=systempaths=unconfined`), for a container that
+                        allows what `strict` needs
         -- ARGS         passed to the test harness (e.g. `-- fs::` to run one area)
   bench [--backend NAME]... [--quick]
       Build sandbox-bench (and the `sandbox` command) in release once, measure each

@@ -9,10 +9,13 @@ use std::str::FromStr;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Lane {
-    /// Exact enforcement of everything asked, plus process isolation. The default.
+    /// Exact enforcement of everything asked, plus process isolation and a network state
+    /// of the command's own. The default.
     #[default]
     Strict,
-    /// Exact enforcement of everything asked, without process isolation.
+    /// Exact enforcement of everything asked, without process isolation; where no network
+    /// namespace can be made (a default container or pod), network `none` with the host's
+    /// or pod's `/proc/net` readable, recorded in the outcome's policy.
     Fast,
     /// Accepts documented over-grants, up to no confinement at all.
     Trusted,

@@ -185,9 +185,14 @@ fn explain_sandbox(e: &SandboxError) -> (String, String) {
             reason,
         } => (
             format!("lane `{lane}` refuses backend `{backend}`: {reason}"),
-            "choose a backend that enforces the request (`sandbox doctor` shows what each \
-             enforces), or another --lane"
-                .to_string(),
+            match sandbox::select::container_strict_remedy() {
+                Some(container) if lane == "strict" => {
+                    format!("{container}; or use --lane fast, which runs here without namespaces")
+                }
+                _ => "choose a backend that enforces the request (`sandbox doctor` shows what \
+                      each enforces), or another --lane"
+                    .to_string(),
+            },
         ),
         SandboxError::NotSupported {
             backend,
@@ -245,6 +250,26 @@ pub fn trusted_lane_hint(
 ) -> Option<String> {
     if opts.lane == Lane::Trusted {
         return None;
+    }
+    if opts.lane == Lane::Strict {
+        // `fast` first: inside a container that withholds namespaces it runs what `strict`
+        // refuses, with what it gives up recorded; the container's remedy is for `strict`.
+        let mut fast = opts.clone();
+        fast.lane = Lane::Fast;
+        if let Ok(plan) = Plan::new(&fast, backend, cap) {
+            let over = over_grants(&plan.grants);
+            let gives = if over.is_empty() {
+                String::new()
+            } else {
+                format!(", where it does not enforce: {}", over.join(", "))
+            };
+            let strict = sandbox::select::container_strict_remedy()
+                .map(|r| format!("; for `strict`: {r}"))
+                .unwrap_or_default();
+            return Some(format!(
+                "backend `{backend}` runs this on `--lane fast`{gives}{strict}"
+            ));
+        }
     }
     let mut trusted = opts.clone();
     trusted.lane = Lane::Trusted;

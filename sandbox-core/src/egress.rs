@@ -100,7 +100,7 @@ pub const MAX_PATH_LEN: usize = 256;
 /// request rules): what was asked, and which secrets went into it. The rule that allowed
 /// it, or why it was refused, is the entry's decision.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
-pub struct Request {
+pub struct RequestRecord {
     /// The method (at most 16 bytes).
     pub method: String,
     /// The path without its query: canonical (decoded once, dots resolved) on a host with
@@ -110,7 +110,7 @@ pub struct Request {
     pub injected: Vec<String>,
 }
 
-impl Request {
+impl RequestRecord {
     /// `method` and `path` cut to their bounds, so a command cannot grow the record
     /// through what it asks for.
     pub fn bounded(method: &str, path: &str, injected: Vec<String>) -> Self {
@@ -166,7 +166,7 @@ pub struct ConnectionRecord {
     /// For one request on a terminated connection: the request (alike requests, the same
     /// method, path, secrets and decision, are one entry with a count).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub request: Option<Request>,
+    pub request: Option<RequestRecord>,
 }
 
 impl ConnectionRecord {
@@ -311,7 +311,7 @@ pub struct Attempt {
     /// Why an allowed connection could not be made.
     pub error: Option<String>,
     /// The request, for one on a terminated connection.
-    pub request: Option<Request>,
+    pub request: Option<RequestRecord>,
 }
 
 /// Where an attempt's bytes are counted: its entry, or the folded remainder.
@@ -325,7 +325,7 @@ type Key = (
     u16,
     Decision,
     Option<String>,
-    Option<Request>,
+    Option<RequestRecord>,
 );
 
 /// Collects a run's connection attempts within a fixed memory bound ([`MAX_CONNECTIONS`]
@@ -350,7 +350,7 @@ impl ConnectionLog {
         }
         let request = a
             .request
-            .map(|r| Request::bounded(&r.method, &r.path, r.injected));
+            .map(|r| RequestRecord::bounded(&r.method, &r.path, r.injected));
         let key: Key = (a.protocol, host, a.port, a.decision, a.error, request);
         if let Some(&i) = self.index.get(&key) {
             let e = &mut self.connections.entries[i];
@@ -604,7 +604,11 @@ mod tests {
     fn requests_on_terminated_connections_are_entries_folded_and_bounded() {
         let mut log = ConnectionLog::default();
         let req = |method: &str, path: &str, decision: Decision| Attempt {
-            request: Some(Request::bounded(method, path, vec!["GH_TOKEN".into()])),
+            request: Some(RequestRecord::bounded(
+                method,
+                path,
+                vec!["GH_TOKEN".into()],
+            )),
             ..attempt("api.github.com", 443, decision, 1)
         };
         let rule = Decision::Allowed("GET https://api.github.com/repos/**".into());

@@ -1138,7 +1138,7 @@ async fn serve_terminated(
             (None, None) => Decision::Allowed(NO_RULES.into()),
         };
         shared.record(Attempt {
-            request: Some(sandbox_core::Request::bounded(
+            request: Some(sandbox_core::RequestRecord::bounded(
                 &ex.method,
                 &ex.path,
                 ex.injected,

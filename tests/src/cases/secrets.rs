@@ -606,6 +606,9 @@ pub async fn bundle_holds_the_runs_authority_and_no_key(ctx: Arc<Context>) -> Ca
     f.finish()
 }
 
+/// One change to good options that makes them bad.
+type Tweak<'a> = Box<dyn Fn(&mut SandboxOpts) + Send + Sync + 'a>;
+
 /// Bad input is refused before anything runs: a caller's value for a bundle variable, an
 /// upstream authority that is not PEM certificates, one that cannot be read.
 pub async fn bad_input_refused(ctx: Arc<Context>) -> CaseResult {
@@ -615,7 +618,7 @@ pub async fn bad_input_refused(ctx: Arc<Context>) -> CaseResult {
     let script = format!(": > {}", marker.display());
     let not_pem = s.host.join("not.pem");
     std::fs::write(&not_pem, "not a certificate\n")?;
-    let cases: Vec<(&str, &str, Box<dyn Fn(&mut SandboxOpts) + Send + Sync>)> = vec![
+    let cases: Vec<(&str, &str, Tweak<'_>)> = vec![
         (
             "env.set",
             "certificate bundle",

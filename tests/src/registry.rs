@@ -482,6 +482,11 @@ pub fn cases() -> Vec<Case> {
             confinement
         ),
         case!(
+            secrets::request_rule_passes_get_and_refuses_post,
+            secrets_tools,
+            confinement
+        ),
+        case!(
             secrets::python_urllib_gets_the_value_injected,
             secrets_python,
             confinement

@@ -368,6 +368,76 @@ pub async fn upstream_receives_the_value(ctx: Arc<Context>) -> CaseResult {
     f.finish()
 }
 
+/// A request rule (`GET https://api.test/rules/**`) passes curl's `GET` and refuses its
+/// `POST` on the same path, and refuses `/rules/..;/admin` (OpenShell CVE-2026-100971)
+/// rather than guessing; the upstream sees the `GET` alone, and the record names the rule
+/// and the refusals, request by request.
+pub async fn request_rule_passes_get_and_refuses_post(ctx: Arc<Context>) -> CaseResult {
+    let up = Upstream::start(true)?;
+    let s = Setup::new(&ctx, "secrets-rules", &up)?;
+    let script = format!(
+        "{CURL} -H \"Authorization: Bearer $TOK\" https://api.test:{p}/rules/x; echo get=$?; \
+         {CURL} --data-binary x https://api.test:{p}/rules/x; echo post=$?; \
+         {CURL} --path-as-is 'https://api.test:{p}/rules/..;/admin'; echo semi=$?",
+        p = up.port
+    );
+    let mut opts = s.opts(&ctx, &up, &script)?;
+    let rule = "GET https://api.test/rules/**";
+    opts.allow_requests = vec![rule.into()];
+    let o = ctx.run(opts).await?;
+    let out = o.stdout.text();
+    ensure!(
+        out.contains("ok\nget=0"),
+        "the GET did not pass: {}",
+        crate::context::describe(&o)
+    );
+    ensure!(
+        out.contains("no request rule for api.test allows POST /rules/x"),
+        "the POST was not refused by the rule: {out}"
+    );
+    ensure!(
+        out.contains("request refused: a `;` in the path"),
+        "`..;` was not refused: {out}"
+    );
+    ensure!(
+        upstream_saw(
+            &up,
+            "/rules/x",
+            &format!("authorization: Bearer {}", s.value)
+        ),
+        "the upstream did not get the GET with the value: {:?}",
+        up.seen()
+    );
+    ensure!(
+        up.seen().len() == 1,
+        "the upstream got more than the GET: {:?}",
+        up.seen()
+    );
+    let requests: Vec<(String, String, bool)> = o
+        .connections
+        .entries
+        .iter()
+        .filter_map(|c| {
+            let r = c.request.as_ref()?;
+            Some((r.method.clone(), r.path.clone(), c.decision.is_allowed()))
+        })
+        .collect();
+    ensure!(
+        requests.contains(&("GET".into(), "/rules/x".into(), true))
+            && requests.contains(&("POST".into(), "/rules/x".into(), false))
+            && requests.iter().any(|r| r.0 == "GET" && !r.2),
+        "the record's requests: {requests:?}"
+    );
+    ensure!(
+        o.connections.entries.iter().any(
+            |c| c.request.is_some() && matches!(&c.decision, Decision::Allowed(r) if r == rule)
+        ),
+        "the record does not name the rule: {:?}",
+        o.connections.entries
+    );
+    Ok(())
+}
+
 /// Python's `urllib` (the proxy from `https_proxy`, the run's authority from the bundle
 /// variables) sends the placeholder; the upstream receives the value.
 pub async fn python_urllib_gets_the_value_injected(ctx: Arc<Context>) -> CaseResult {

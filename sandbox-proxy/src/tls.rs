@@ -211,10 +211,10 @@ pub fn upstream_config(
 }
 
 /// The run's certificate bundle, the one file the command's tools read to trust the
-/// run's authority: every certificate of `host_roots` (the host's bundle, as read; any
-/// other PEM section there is dropped, so no key can come along), then `extra` (the
-/// caller's `--upstream-ca`), then the authority's certificate. Certificates only, each
-/// written anew from its DER.
+/// run's authority: the certificates of `host_roots` (the host's bundle: as it is when
+/// every PEM section in it is a certificate, else its certificates alone, so no key can
+/// come along), then `extra` (the caller's `--upstream-ca`), then the authority's
+/// certificate, each written from its DER.
 pub fn bundle_pem(
     host_roots: &[u8],
     extra: &[CertificateDer<'_>],
@@ -222,11 +222,28 @@ pub fn bundle_pem(
 ) -> String {
     use rustls::pki_types::pem::PemObject;
     let mut out = String::new();
-    // A section the parser cannot read in the host's own bundle is skipped, not fatal:
-    // the host's tools already live with that file, and the run's authority is what
-    // matters here.
-    for cert in CertificateDer::pem_slice_iter(host_roots).flatten() {
-        push_pem(&mut out, &cert);
+    let only_certificates = |text: &str| {
+        text.lines()
+            .filter(|l| l.starts_with("-----BEGIN"))
+            .all(|l| l.trim_end() == "-----BEGIN CERTIFICATE-----")
+    };
+    match std::str::from_utf8(host_roots) {
+        // Every section a certificate (the usual host bundle): taken as it is, which
+        // spares every run the decoding of a few hundred certificates.
+        Ok(text) if only_certificates(text) => {
+            out.push_str(text);
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push('\n');
+            }
+        }
+        // Anything else in it (a key by mistake): its certificates alone, written anew. A
+        // section the parser cannot read is skipped, not fatal: the host's tools already
+        // live with that file, and the run's authority is what matters here.
+        _ => {
+            for cert in CertificateDer::pem_slice_iter(host_roots).flatten() {
+                push_pem(&mut out, &cert);
+            }
+        }
     }
     for cert in extra {
         push_pem(&mut out, cert);
@@ -352,6 +369,12 @@ mod tests {
         let other = RunAuthority::new(&["x.test".into()]).unwrap();
         // A host bundle with a key in it by mistake, and a line of noise.
         let key = KeyPair::generate_for(&PKCS_ECDSA_P256_SHA256).unwrap();
+        let plain = format!("# roots\n{}", other.ca_pem());
+        let pem = bundle_pem(plain.as_bytes(), &[], &auth);
+        assert!(
+            pem.starts_with(&plain),
+            "a bundle of certificates is taken as it is"
+        );
         let host = format!("# roots\n{}{}", other.ca_pem(), key.serialize_pem());
         let extra = RunAuthority::new(&["y.test".into()]).unwrap();
         let pem = bundle_pem(host.as_bytes(), &[extra.ca_der()], &auth);

@@ -228,6 +228,11 @@ pub mod require {
             Ok(())
         }
     }
+    /// Secrets, with `sh` and `git` runnable.
+    pub fn secrets_git(c: &Capability) -> Result<(), String> {
+        secrets_tools(c)?;
+        sandbox_runs(c, &["git"])
+    }
     /// Secrets, with `sh` and `python3` runnable.
     pub fn secrets_python(c: &Capability) -> Result<(), String> {
         secrets_tools(c)?;
@@ -514,6 +519,11 @@ pub fn cases() -> Vec<Case> {
         case!(
             secrets::echoing_endpoint_cannot_return_the_value,
             secrets_tools,
+            confinement
+        ),
+        case!(
+            secrets::git_clone_with_a_token_it_never_sees,
+            secrets_git,
             confinement
         ),
         case!(

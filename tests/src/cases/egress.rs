@@ -896,7 +896,7 @@ pub async fn python_urllib_through_the_proxy(ctx: Arc<Context>) -> CaseResult {
     Ok(())
 }
 
-fn host_cmd(dir: &Path, argv: &[&str]) -> Result<(), Failure> {
+pub(crate) fn host_cmd(dir: &Path, argv: &[&str]) -> Result<(), Failure> {
     let o = std::process::Command::new(argv[0])
         .args(&argv[1..])
         .current_dir(dir)

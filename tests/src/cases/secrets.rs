@@ -48,7 +48,16 @@ struct Upstream {
     thread: Option<JoinHandle<()>>,
 }
 
-fn serve(mut s: impl Read + Write, seen: &Seen) {
+/// What an upstream serves besides `ok` and `/echo`: files under `root` (a git
+/// repository laid out for dumb HTTP), each only to a request whose `Authorization` is
+/// exactly `auth` (else `401` with a `Basic` challenge, as a git host answers).
+#[derive(Clone, Debug, Default)]
+struct Files {
+    root: Option<PathBuf>,
+    auth: Option<String>,
+}
+
+fn serve(mut s: impl Read + Write, seen: &Seen, files: &Files) {
     let mut got = Vec::new();
     let mut buf = [0u8; 4096];
     let head_end = loop {
@@ -77,25 +86,55 @@ fn serve(mut s: impl Read + Write, seen: &Seen) {
         seen.push(String::from_utf8_lossy(&got).into_owned());
     }
     let path = head.split_whitespace().nth(1).unwrap_or("/");
-    let body = if path.starts_with("/echo") {
-        head.clone()
-    } else {
-        "ok\n".to_string()
+    let authorized = files.auth.as_ref().is_none_or(|want| {
+        head.lines().any(|l| {
+            l.split_once(':').is_some_and(|(k, v)| {
+                k.trim().eq_ignore_ascii_case("authorization") && v.trim() == want
+            })
+        })
+    });
+    let file = files.root.as_ref().and_then(|r| {
+        let rel = path
+            .split('?')
+            .next()
+            .unwrap_or("/")
+            .trim_start_matches('/');
+        let f = r.join(rel);
+        (!rel.contains("..") && f.is_file()).then_some(f)
+    });
+    let (status, extra, body) = match file {
+        Some(_) if !authorized => (
+            "401 Unauthorized",
+            "WWW-Authenticate: Basic realm=\"test\"\r\n",
+            b"authentication required\n".to_vec(),
+        ),
+        Some(f) => ("200 OK", "", std::fs::read(f).unwrap_or_default()),
+        None if files.root.is_some() && !path.starts_with("/echo") && path != "/" => {
+            ("404 Not Found", "", b"not found\n".to_vec())
+        }
+        None if path.starts_with("/echo") => ("200 OK", "", head.clone().into_bytes()),
+        None => ("200 OK", "", b"ok\n".to_vec()),
     };
     let _ = s.write_all(
         format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
-             Connection: close\r\n\r\n{body}",
+            "HTTP/1.1 {status}\r\n{extra}Content-Type: application/octet-stream\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
         )
         .as_bytes(),
     );
+    let _ = s.write_all(&body);
     let _ = s.flush();
 }
 
 impl Upstream {
     /// Over TLS when `tls`, for [`NAMES`], under a fresh test authority.
     fn start(tls: bool) -> Result<Self, Failure> {
+        Self::serving(tls, Files::default())
+    }
+
+    /// [`Upstream::start`], serving `files` too.
+    fn serving(tls: bool, files: Files) -> Result<Self, Failure> {
         let broken = |what: &str, e: &dyn std::fmt::Display| {
             Failure::Broken(format!("the test authority: {what}: {e}"))
         };
@@ -134,8 +173,11 @@ impl Upstream {
                 while !stop.load(Ordering::Relaxed) {
                     match listener.accept() {
                         Ok((s, _)) => {
-                            let (seen, config) = (seen.clone(), config.clone());
-                            std::thread::spawn(move || handle(s, tls.then_some(config), &seen));
+                            let (seen, config, files) =
+                                (seen.clone(), config.clone(), files.clone());
+                            std::thread::spawn(move || {
+                                handle(s, tls.then_some(config), &seen, &files)
+                            });
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(5)),
                     }
@@ -156,7 +198,7 @@ impl Upstream {
     }
 }
 
-fn handle(s: TcpStream, tls: Option<Arc<rustls::ServerConfig>>, seen: &Seen) {
+fn handle(s: TcpStream, tls: Option<Arc<rustls::ServerConfig>>, seen: &Seen, files: &Files) {
     let _ = s.set_nonblocking(false);
     let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
     match tls {
@@ -165,11 +207,11 @@ fn handle(s: TcpStream, tls: Option<Arc<rustls::ServerConfig>>, seen: &Seen) {
                 return;
             };
             let mut tls = rustls::StreamOwned::new(conn, s);
-            serve(&mut tls, seen);
+            serve(&mut tls, seen, files);
             tls.conn.send_close_notify();
             let _ = tls.flush();
         }
-        None => serve(s, seen),
+        None => serve(s, seen, files),
     }
 }
 
@@ -198,10 +240,18 @@ struct Setup {
 
 impl Setup {
     fn new(ctx: &Context, label: &str, up: &Upstream) -> Result<Self, Failure> {
+        Self::with_value(ctx, label, up, value())
+    }
+
+    fn with_value(
+        ctx: &Context,
+        label: &str,
+        up: &Upstream,
+        value: String,
+    ) -> Result<Self, Failure> {
         let ws = ctx.workspace(label)?;
         std::fs::create_dir_all(ws.join("tmp"))?;
         let host = ctx.dir(&format!("{label}-host"), 0o755)?;
-        let value = value();
         std::fs::write(host.join("token"), format!("{value}\n"))?;
         let ca = host.join("upstream-ca.pem");
         std::fs::write(&ca, &up.ca_pem)?;
@@ -731,6 +781,77 @@ pub async fn bad_input_refused(ctx: Arc<Context>) -> CaseResult {
         ensure!(!marker.exists(), "{field}: the command ran");
     }
     Ok(())
+}
+
+/// `git clone` over HTTPS with a token it never sees: the host answers `401` until it
+/// reads the real token in `Basic` credentials; git, given only the placeholder in its
+/// URL, clones, and the token appears nowhere the command can read.
+pub async fn git_clone_with_a_token_it_never_sees(ctx: Arc<Context>) -> CaseResult {
+    let srv = ctx.dir("secrets-git-srv", 0o755)?;
+    let content = format!("content-{}", token());
+    super::egress::host_cmd(srv.path(), &["git", "init", "-q", "src"])?;
+    std::fs::write(srv.join("src/hello.txt"), &content)?;
+    let src = srv.join("src");
+    super::egress::host_cmd(&src, &["git", "add", "hello.txt"])?;
+    super::egress::host_cmd(
+        &src,
+        &[
+            "git",
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "-qm",
+            "one",
+        ],
+    )?;
+    super::egress::host_cmd(
+        srv.path(),
+        &["git", "clone", "-q", "--bare", "src", "repo.git"],
+    )?;
+    super::egress::host_cmd(&srv.join("repo.git"), &["git", "update-server-info"])?;
+    let token_value = value();
+    let basic = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode(format!("x-access-token:{token_value}"))
+    };
+    let up = Upstream::serving(
+        true,
+        Files {
+            root: Some(srv.path().to_path_buf()),
+            auth: Some(format!("Basic {basic}")),
+        },
+    )?;
+    let s = Setup::with_value(&ctx, "secrets-git", &up, token_value)?;
+    let script = format!(
+        "git clone -q https://x-access-token:$TOK@api.test:{}/repo.git out && cat out/hello.txt \
+         && git -C out remote get-url origin",
+        up.port
+    );
+    let o = ctx.run(s.opts(&ctx, &up, &script)?).await?;
+    ensure!(
+        o.status.success() && o.stdout.text().contains(&content),
+        "git clone with the placeholder failed: {}",
+        crate::context::describe(&o)
+    );
+    let mut f = Forbidden::new(&ctx);
+    f.check(
+        "the value in the command's output",
+        value_in_outcome(&o, &s.value),
+        || "the command saw the value".into(),
+    );
+    let config = std::fs::read_to_string(s.ws.join("out/.git/config")).unwrap_or_default();
+    f.check(
+        "the value in the clone's configuration",
+        config.contains(&s.value),
+        || format!("the clone's remote holds the value: {config}"),
+    );
+    ensure!(
+        config.contains(sandbox_core::secret::PLACEHOLDER_PREFIX),
+        "the clone's remote does not hold the placeholder: {config}"
+    );
+    f.finish()
 }
 
 /// A backend that does not claim secrets refuses a run with one before anything runs,

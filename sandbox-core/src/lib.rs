@@ -42,7 +42,9 @@
 //! as JSON), `which` (resolving `argv[0]` as a shell would, in [`Plan::new`]), and `rustix`
 //! for the two host facts a plan is checked against before anything runs: the effective
 //! uid, and the filesystem type under a granted path (`statfs`), so that no spelling of a
-//! path grants a control filesystem.
+//! path grants a control filesystem (and the random placeholder of a secret);
+//! `rustls-pki-types` for the PEM sections of an `--upstream-ca` file, read with the parser
+//! rustls itself uses, so what [`Plan::new`] accepts is what the proxy reads.
 
 pub mod admission;
 pub mod capability;

@@ -230,6 +230,9 @@ pub fn prepare_secrets(plan: &mut Plan) -> Result<Option<SecretsReady>, SandboxE
         .open(&bundle)
         .map_err(io)?;
     f.write_all(pem.as_bytes()).map_err(io)?;
+    // Whatever the umask made of the mode: the command may run as another uid.
+    f.set_permissions(std::fs::Permissions::from_mode(0o644))
+        .map_err(io)?;
     for var in CA_BUNDLE_VARS {
         // Plan::new refused a caller's value for these; the run's own replaces nothing.
         plan.env.retain(|(k, _)| k != var);

@@ -90,6 +90,11 @@ pub struct Plan {
     /// The secrets, read and checked; their placeholders are in `env`, their values only
     /// here (redacted in `Debug`), for the proxy.
     pub secrets: Vec<ResolvedSecret>,
+    /// The copy-on-write layer over the workspace, once the start pipeline has made it
+    /// (never set by a caller): how it is made and its private directory. A backend that
+    /// hands a root host's trees to an unprivileged id needs both: an overlay is then
+    /// mounted on idmapped layers, where a copy is a tree like any other.
+    pub layer: Option<(crate::LayerMechanism, PathBuf)>,
 }
 
 fn canonical_dir(field: &'static str, path: &Path) -> Result<PathBuf, SandboxError> {
@@ -420,6 +425,7 @@ impl Plan {
             publish,
             on_published: opts.on_published.clone(),
             secrets,
+            layer: None,
         })
     }
 

@@ -158,6 +158,9 @@ async fn start_launch<L: Launcher>(
         }
         None => None,
     };
+    plan.layer = layer
+        .as_ref()
+        .map(|l| (l.mechanism(), l.dir().to_path_buf()));
     if let Some(d) = deadline {
         plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
     }
@@ -180,6 +183,14 @@ async fn start_launch<L: Launcher>(
         launch.enforced.push(door::record(&plan));
     }
     if let Some(mut step) = mount {
+        if let Some(trees) = launch.layer_trees.take() {
+            // The command runs as an unprivileged id (a root host's hand-over): the overlay
+            // is mounted on idmapped layers, so it owns what root owns in the workspace.
+            let dir = plan.layer.as_ref().map(|(_, d)| d.as_path());
+            dir.ok_or_else(|| std::io::Error::other("no layer directory"))
+                .and_then(|d| step.on_idmapped_layers(trees.lower, trees.dir, d))
+                .map_err(|e| SandboxError::io("preparing the idmapped overlay", e))?;
+        }
         if launch.born_in.user {
             // Born in a user namespace of its own, already mapped: the overlay is mounted
             // there (a nested one would leave the pid namespace, which that one owns,

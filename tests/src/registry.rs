@@ -186,6 +186,44 @@ pub mod require {
     pub fn sh_git(c: &Capability) -> Result<(), String> {
         sandbox_runs(c, &["sh", "git"])
     }
+    /// `sh` and cargo runnable, with the caller's rustup toolchain readable here to grant
+    /// (`toolchains` are host paths: a backend that runs an image has none to show).
+    pub fn rust_toolchain(c: &Capability) -> Result<(), String> {
+        sandbox_runs(c, &["sh", "cargo"])?;
+        crate::cases::realworld::rust_toolchain()
+            .map(|_| ())
+            .ok_or_else(|| {
+                "no rustup toolchain this user can read (RUSTUP_HOME or ~/.rustup, and cargo in \
+             CARGO_HOME/bin or ~/.cargo/bin): nothing to grant with `toolchains`"
+                    .into()
+            })
+    }
+    /// `sh` and `python3` runnable, and a host python3 to make the wheel and import the
+    /// installed package.
+    pub fn python_venv(c: &Capability) -> Result<(), String> {
+        sandbox_runs(c, &["sh", "python3"])?;
+        host_has(&["python3"])
+    }
+    /// `sh`, `npm` and `node` runnable, and the host's `node` to require the package.
+    pub fn sh_npm(c: &Capability) -> Result<(), String> {
+        sandbox_runs(c, &["sh", "npm", "node"])?;
+        host_has(&["npm", "node"])
+    }
+    fn host_has(tools: &[&str]) -> Result<(), String> {
+        let missing: Vec<&str> = tools
+            .iter()
+            .copied()
+            .filter(|t| crate::cases::realworld::host_tool(t).is_none())
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the host has no {} on core's PATH",
+                missing.join(", ")
+            ))
+        }
+    }
     /// Network `proxy` exactly, with `sh` and `curl` runnable.
     pub fn proxy_tools(c: &Capability) -> Result<(), String> {
         network_proxy(c)?;
@@ -446,6 +484,10 @@ pub fn cases() -> Vec<Case> {
         ),
         case!(proc::self_signals, isolated_signals),
         case!(proc::orphans_reaped, reaps_orphans),
+        case!(realworld::cargo_build_offline, rust_toolchain),
+        case!(realworld::python_venv_pip_install, python_venv),
+        case!(realworld::git_init_add_commit, sh_git),
+        case!(realworld::npm_install_local_tarball, sh_npm),
         case!(limits::process_cap, process_limit),
         case!(limits::memory, memory_limit),
         case!(

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,19 @@ use sandbox_host::door::{self, InNamespace, ProxyRun, PublishRun};
 /// How long teardown waits for a killed container to stop.
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
 
+/// `caller`'s carve-outs and those that keep this user's runs directory read-only where
+/// the workspace or a writable path holds it, for a command that sees `tree` at the
+/// workspace (see `sandbox_host::owner::runs_dir_carveouts`).
+fn with_runs_carveouts(plan: &Plan, caller: &[PathBuf], tree: &Path) -> Vec<PathBuf> {
+    let mut out = caller.to_vec();
+    for d in sandbox_host::owner::runs_dir_carveouts(tree, &plan.workspace, &plan.writable_paths) {
+        if !out.contains(&d) {
+            out.push(d);
+        }
+    }
+    out
+}
+
 /// Start `plan` in a container; returns once it runs.
 pub(crate) async fn start(
     config: &DockerConfig,
@@ -71,6 +84,10 @@ pub(crate) async fn start(
             labels: labels::labels(kind.role),
         })
     };
+    // The sandbox's own run directories, where a writable grant holds them: read-only.
+    let caller_carveouts = plan.readonly_carveouts.clone();
+    let workspace = plan.workspace.clone();
+    plan.readonly_carveouts = with_runs_carveouts(&plan, &caller_carveouts, &workspace);
     let mut handovers = prepare::handovers(config, &plan, &identity, true, None);
     // Every input error surfaces here, before anything is made.
     let mut body = spec_for(&plan, &handovers)?;
@@ -135,7 +152,9 @@ pub(crate) async fn start(
     if let Some(d) = deadline {
         plan.timeout = Some(d.saturating_duration_since(Instant::now()));
     }
-    if layer.is_some() {
+    if let Some(l) = &layer {
+        // The layer's copy is in the runs directory: it stays writable, the rest not.
+        plan.readonly_carveouts = with_runs_carveouts(&plan, &caller_carveouts, l.tree());
         let tree = layer.as_ref().map(|l| l.tree());
         handovers = prepare::handovers(config, &plan, &identity, true, tree);
         layer_bindable(&handovers, tree, "the layer's owner cannot be read")?;

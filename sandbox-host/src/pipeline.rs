@@ -161,6 +161,22 @@ async fn start_launch<L: Launcher>(
     plan.layer = layer
         .as_ref()
         .map(|l| (l.mechanism(), l.dir().to_path_buf()));
+    let runs =
+        crate::owner::runs_dir_carveouts(&plan.workspace, &plan.workspace, &plan.writable_paths);
+    if !runs.is_empty() && cap.confine_writes && !cap.readonly_carveouts {
+        return Err(SandboxError::NotSupported {
+            backend: name,
+            feature: "a writable grant holding the sandbox's own run directories (read-only \
+                      carve-outs)"
+                .into(),
+            remedy: "grant a narrower writable directory than the temp dir".into(),
+        });
+    }
+    for d in runs {
+        if !plan.readonly_carveouts.contains(&d) {
+            plan.readonly_carveouts.push(d);
+        }
+    }
     if let Some(d) = deadline {
         plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
     }

@@ -343,6 +343,17 @@ pub mod require {
             "a copy-on-write layer with a change set (capability.change_layer)",
         )
     }
+    /// `change_layer` and `readonly_carveouts`, with `sh` runnable: the sandbox's own run
+    /// directories in a writable temp dir are carved out read-only.
+    pub fn layer_dirs(c: &Capability) -> Result<(), String> {
+        change_layer(c)?;
+        claim(
+            c.readonly_carveouts,
+            "read-only carve-outs (capability.readonly_carveouts), which keep the run \
+             directories in a writable temp dir read-only",
+        )?;
+        sandbox_runs(c, &["sh"])
+    }
     /// `host_programs`: argv\[0\] is resolved on the host before anything runs.
     pub fn host_programs(c: &Capability) -> Result<(), String> {
         claim(
@@ -438,6 +449,12 @@ pub fn cases() -> Vec<Case> {
         case!(changes::apply_resolves_links_physically, change_layer),
         case!(changes::apply_is_all_or_nothing, change_layer),
         case!(changes::conflict_detected, change_layer),
+        case!(
+            changes::another_runs_layer_stays_read_only,
+            layer_dirs,
+            confinement
+        ),
+        case!(changes::own_layer_stays_read_only, layer_dirs, confinement),
         case!(fs::reads_outside_denied, confine_reads, confinement),
         case!(fs::writes_outside_denied, confine_writes, confinement),
         case!(fs::readonly_carveouts, carveouts, confinement),

@@ -152,9 +152,9 @@ pub(crate) async fn start(
     if let Some(d) = deadline {
         plan.timeout = Some(d.saturating_duration_since(Instant::now()));
     }
-    if let Some(l) = &layer {
-        // The layer's copy is in the runs directory: it stays writable, the rest not.
-        plan.readonly_carveouts = with_runs_carveouts(&plan, &caller_carveouts, l.tree());
+    if layer.is_some() {
+        // The layer's copy is bound at the workspace's path: in the runs directory (which
+        // a writable temp dir shows, carved out above) it stays read-only with the rest.
         let tree = layer.as_ref().map(|l| l.tree());
         handovers = prepare::handovers(config, &plan, &identity, true, tree);
         layer_bindable(&handovers, tree, "the layer's owner cannot be read")?;

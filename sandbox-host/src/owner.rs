@@ -226,8 +226,10 @@ fn temp_reason(e: &io::Error) -> &'static str {
 /// directory: a command must not plant files in what another run (or its own host) will
 /// apply, nor change the stamps its conflicts are judged by. One carve-out covers what
 /// runs started later make there. A workspace that is itself a copy in there stays
-/// writable: then everything beside the path down to it is carved out instead (what
-/// exists now; a later run's directory is then only as closed as its mode makes it).
+/// writable: then what is beside the path down to it in this run's own directory is
+/// carved out instead (its conflict stamp); the other runs' directories are left as open
+/// as their modes make them (carved out one by one, one that goes away first would fail
+/// this run's mounts).
 ///
 /// `tree` is what the command sees at `workspace` (a copy in there, for a layer bound at
 /// the workspace's path); `writable` the plan's writable paths, canonical.
@@ -247,9 +249,17 @@ pub fn runs_dir_carveouts(tree: &Path, workspace: &Path, writable: &[PathBuf]) -
     };
     let mut out = Vec::new();
     let mut dir = runs;
-    for step in inner.components() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            break;
+    for (depth, step) in inner.components().enumerate() {
+        // Not the other runs' directories, one by one: each may go away before the
+        // command's mounts are made, which would fail this run (a copy layer with a
+        // writable temp dir leaves them as open as their modes make them).
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(_) if depth == 0 => {
+                dir.push(step);
+                continue;
+            }
+            Ok(entries) => entries,
+            Err(_) => break,
         };
         out.extend(
             entries

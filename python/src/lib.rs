@@ -38,7 +38,7 @@ use tokio::sync::watch;
 use sandbox::select::{Choice, Config};
 use sandbox::{
     ChangeSet, Changes, DynSandbox, EnvPolicy, Lane, NetworkMode, Publish, PublishSink,
-    SandboxError, SandboxOpts, SandboxOutcome, Stdin,
+    SandboxError, SandboxOpts, SandboxOutcome, SecretSpec, Stdin,
 };
 
 /// How often a blocking wait lets Python's signal handlers run.
@@ -184,12 +184,14 @@ struct Policy<'a, 'py> {
     max_output: Option<usize>,
     changes: &'a str,
     snapshot: bool,
+    toolchains: Vec<PathBuf>,
+    secrets: Vec<String>,
 }
 
 /// The network mode when none is named: as the command's, an allowlist implies the
 /// proxy, host ports and published ports a private loopback.
 fn implied_network(p: &Policy<'_, '_>) -> NetworkMode {
-    if !p.allow_hosts.is_empty() {
+    if !p.allow_hosts.is_empty() || !p.secrets.is_empty() {
         NetworkMode::Proxy
     } else if !p.host_ports.is_empty() || !p.publish.is_empty() {
         NetworkMode::Loopback
@@ -255,6 +257,8 @@ fn request(argv: &Bound<'_, PyAny>, p: Policy<'_, '_>) -> Result<Request, Failur
         max_output,
         changes,
         snapshot,
+        toolchains,
+        secrets,
         ..
     } = p;
     let workspace = match workspace {
@@ -265,6 +269,13 @@ fn request(argv: &Bound<'_, PyAny>, p: Policy<'_, '_>) -> Result<Request, Failur
     let mut opts = SandboxOpts::new(workspace, argv);
     opts.read_only_paths = read;
     opts.writable_paths = write;
+    opts.toolchains = toolchains;
+    // A secret is named, with where its value is read from (the caller's environment or
+    // a file), never given as a value: `NAME[=file:PATH]@HOST[,HOST...][:header=H]`.
+    opts.secrets = secrets
+        .iter()
+        .map(|s| SecretSpec::parse(s).map_err(|e| Failure::invalid(format!("secrets: {e}"))))
+        .collect::<Result<_, _>>()?;
     opts.network = network;
     opts.allow_hosts = allow_hosts;
     opts.host_ports = host_ports;
@@ -727,7 +738,8 @@ impl Process {
     argv, *, workspace=None, read=Vec::new(), write=Vec::new(), network=None,
     allow_hosts=Vec::new(), host_ports=Vec::new(), publish=Vec::new(), lane="strict",
     timeout=None, memory_mb=None, env=None, backend="auto", image=None, cwd=None, stdin=None,
-    max_output=None, changes="direct", snapshot=false
+    max_output=None, changes="direct", snapshot=false, toolchains=Vec::new(),
+    secrets=Vec::new()
 ))]
 #[allow(clippy::too_many_arguments)]
 fn start<'py>(
@@ -751,6 +763,8 @@ fn start<'py>(
     max_output: Option<usize>,
     changes: &str,
     snapshot: bool,
+    toolchains: Vec<PathBuf>,
+    secrets: Vec<String>,
 ) -> PyResult<Process> {
     let policy = Policy {
         workspace,
@@ -771,6 +785,8 @@ fn start<'py>(
         max_output,
         changes,
         snapshot,
+        toolchains,
+        secrets,
     };
     let req = request(argv, policy).map_err(|f| f.into_py(py))?;
     start_request(py, req)

@@ -112,6 +112,38 @@ def test_a_read_outside_the_workspace_fails(backend, workspace):
         shutil.rmtree(outside, ignore_errors=True)
 
 
+def test_a_toolchain_is_readable_and_only_when_granted(backend, workspace):
+    home = tempfile.mkdtemp()
+    try:
+        os.chmod(home, 0o755)
+        tool = os.path.join(home, "tool")
+        with open(tool, "w") as f:
+            f.write("toolchain-file\n")
+        os.chmod(tool, 0o644)
+        out = sandbox.run(["cat", tool], workspace=workspace, toolchains=[home], **backend)
+        assert out.code == 0 and out.stdout == b"toolchain-file\n", out
+        out = sandbox.run(["cat", tool], workspace=workspace, **backend)
+        assert out.code != 0 and b"toolchain-file" not in out.stdout, out
+    finally:
+        import shutil
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_secret_is_named_and_its_value_never_in_an_error(backend, workspace, monkeypatch):
+    value = "value-that-must-not-leak-%d" % os.getpid()
+    monkeypatch.setenv("RW_API_TOKEN", value)
+    marker = os.path.join(workspace, "marker")
+    try:
+        out = sandbox.run(["touch", marker], workspace=workspace,
+                          secrets=["RW_API_TOKEN@api.example.test"], **backend)
+    except sandbox.SandboxError as e:
+        # No backend carries secrets yet: refused before anything runs, by name only.
+        assert value not in str(e) and value not in e.reason + e.remedy, e
+        assert not os.path.exists(marker), "the command ran"
+    else:
+        assert value.encode() not in out.stdout + out.stderr, out
+
+
 def test_a_write_outside_the_workspace_fails_and_the_file_is_absent(backend, workspace):
     outside = tempfile.mkdtemp()
     os.chmod(outside, 0o777)
@@ -219,6 +251,8 @@ def test_run_async_returns_the_outcome(backend, workspace):
     ({"workspace": "/no/such/dir"}, sandbox.InvalidOptions, "workspace"),
     ({"read": ["/no/such/path"]}, sandbox.InvalidOptions, "read"),
     ({"cwd": ".."}, sandbox.InvalidOptions, "cwd"),
+    ({"toolchains": ["/no/such/toolchain"]}, sandbox.InvalidOptions, "toolchains"),
+    ({"secrets": ["TOKEN"]}, sandbox.InvalidOptions, "secrets"),
 ] + [
     # The backend that confines nothing, off the trusted lane.
     ({"backend": b["name"]}, sandbox.PolicyRefused, b["name"])

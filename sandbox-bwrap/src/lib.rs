@@ -52,7 +52,8 @@
 //! root's on disk, as before.
 //!
 //! Where that cannot be had for a run (a tree on a filesystem without idmapped mounts, a
-//! path only root can reach, a copy-on-write layer, bwrap unable to make a user namespace
+//! path only root can reach, a writable path holding a layered workspace, bwrap unable
+//! to make a user namespace
 //! as that id), bwrap runs as root, the command as kuid 0: files it creates belong to
 //! root, and it passes every owner check on root's files. What keeps it from root's power
 //! then:
@@ -434,6 +435,7 @@ impl Launcher for BwrapBackend {
         }
         let mut launch = seam::launch(bwrap, plan, &layout, &hidden, record, door)?;
         if let Ok(h) = &handover {
+            launch.layer_trees = h.layer.clone();
             let enter = handover::Enter::new(h, &plan.cwd)
                 .map_err(|e| SandboxError::io("preparing the handover", e))?;
             launch.pre_exec.push(Box::new(enter));

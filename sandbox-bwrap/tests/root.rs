@@ -123,3 +123,70 @@ async fn as_root_a_workspace_that_cannot_be_idmapped_keeps_bwrap_root_and_hides_
     );
     assert!(at.join("made").exists());
 }
+
+/// A run with a layer hands over too (nothing hidden, no survey): the overlay is on
+/// idmapped layers, so bwrap as the spare id writes root's files in the layer, the real
+/// workspace is untouched until the host applies, and what it applied is root's on disk.
+#[tokio::test(flavor = "multi_thread")]
+async fn as_root_a_layered_bwrap_run_hands_over_and_its_changes_are_roots_once_applied() {
+    if !is_root() {
+        eprintln!("skipped: a host that is not root has no root to drop");
+        return;
+    }
+    let spare = SPARE_COMMAND_ID.to_string();
+    let ws = tempfile::tempdir().unwrap();
+    let f = ws.path().join("f");
+    fs::write(&f, "orig\n").unwrap();
+    fs::set_permissions(&f, fs::Permissions::from_mode(0o644)).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let (data, public, private) = data_dir(0o600);
+    let script = format!("{PROBE}; echo edited > f; echo edit=$?");
+    let mut o =
+        sandbox_conformance::host::read_both(ws.path(), &script, data.path(), &public, &private);
+    o.timeout = Some(Duration::from_secs(120));
+    o.changes = sandbox_core::Changes::Review;
+    let out = BwrapSandbox::new(BwrapBackend::new())
+        .execute(o)
+        .await
+        .unwrap();
+    let s = out.stdout.text();
+    assert_eq!(
+        out.status,
+        Status::Exited { code: 0 },
+        "{s} {}",
+        out.stderr.text()
+    );
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(&lines[..2], [&spare, &spare], "{s}");
+    for want in ["shadow=1", "public=0", "private=1", "write=0", "edit=0"] {
+        assert!(lines.contains(&want), "{want}: {s}");
+    }
+    let e = &out.policy.enforced;
+    assert!(
+        e.contains(
+            &Identity::HandedOver {
+                id: SPARE_COMMAND_ID,
+                by: Dropper::Bwrap
+            }
+            .into()
+        ),
+        "{e:?}"
+    );
+    assert!(
+        !e.iter()
+            .any(|e| matches!(e, Enforced::Identity(Identity::RootOnlyHidden { .. }))),
+        "{e:?}"
+    );
+    assert!(!ws.path().join("made").exists());
+    assert_eq!(fs::read_to_string(&f).unwrap(), "orig\n");
+    out.changes
+        .clone()
+        .expect("a change set")
+        .apply(false)
+        .unwrap();
+    assert_eq!(fs::read_to_string(&f).unwrap(), "edited\n");
+    for name in ["made", "f"] {
+        let m = fs::metadata(ws.path().join(name)).unwrap();
+        assert_eq!((m.uid(), m.gid()), (0, 0), "{name}");
+    }
+}

@@ -174,6 +174,18 @@ pub fn state_dir() -> Option<PathBuf> {
     Some(base.join("sandbox"))
 }
 
+/// Where a host keeps the directories of its runs (layers, copies, bundles), in the host
+/// process's temp dir: `$TMPDIR/sandbox-runs-<euid>`, private to that user. One directory
+/// for all of them, so that a writable grant holding the temp dir gets it back read-only
+/// as a whole (the start pipeline's carve-out), including what runs started later make
+/// there.
+pub fn runs_dir() -> PathBuf {
+    std::env::temp_dir().join(format!(
+        "sandbox-runs-{}",
+        rustix::process::geteuid().as_raw()
+    ))
+}
+
 /// The sandbox's state directories (canonical, existing) that the workspace or a writable
 /// path holds: carved out read-only, so `--write ~/.cache` or a workspace of `$HOME` still
 /// runs. One that does not exist yet is not carved out: whoever keeps state there makes it

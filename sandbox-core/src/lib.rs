@@ -77,7 +77,7 @@ pub use egress::{
 };
 pub use error::{Result, SandboxError};
 pub use escape::escape;
-pub use grants::state_dir;
+pub use grants::{runs_dir, state_dir};
 pub use options::{
     EnvPolicy, OutputSink, ResourceLimits, SandboxOpts, Stdin, StreamKind, DEFAULT_MAX_PROCESSES,
     DEFAULT_MEMORY_BYTES, DEFAULT_OUTPUT_LIMIT,

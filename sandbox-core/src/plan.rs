@@ -95,6 +95,11 @@ pub struct Plan {
     pub upstream_cas: Vec<crate::UpstreamCa>,
     /// The request rules, parsed (network mode `proxy` only).
     pub request_rules: Vec<RequestRule>,
+    /// The copy-on-write layer over the workspace, once the start pipeline has made it
+    /// (never set by a caller): how it is made and its private directory. A backend that
+    /// hands a root host's trees to an unprivileged id needs both: an overlay is then
+    /// mounted on idmapped layers, where a copy is a tree like any other.
+    pub layer: Option<(crate::LayerMechanism, PathBuf)>,
 }
 
 fn canonical_dir(field: &'static str, path: &Path) -> Result<PathBuf, SandboxError> {
@@ -456,6 +461,7 @@ impl Plan {
             secrets,
             upstream_cas,
             request_rules,
+            layer: None,
         })
     }
 

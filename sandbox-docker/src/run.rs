@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::ffi::OsStrExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -48,6 +48,19 @@ use sandbox_host::door::{self, InNamespace, ProxyRun, PublishRun};
 /// How long teardown waits for a killed container to stop.
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
 
+/// `caller`'s carve-outs and those that keep this user's runs directory read-only where
+/// the workspace or a writable path holds it, for a command that sees `tree` at the
+/// workspace (see `sandbox_host::owner::runs_dir_carveouts`).
+fn with_runs_carveouts(plan: &Plan, caller: &[PathBuf], tree: &Path) -> Vec<PathBuf> {
+    let mut out = caller.to_vec();
+    for d in sandbox_host::owner::runs_dir_carveouts(tree, &plan.workspace, &plan.writable_paths) {
+        if !out.contains(&d) {
+            out.push(d);
+        }
+    }
+    out
+}
+
 /// Start `plan` in a container; returns once it runs.
 pub(crate) async fn start(
     config: &DockerConfig,
@@ -74,6 +87,10 @@ pub(crate) async fn start(
     // Secrets: the run's authority, made once now, and its bundle named in the plan (a
     // read-only path, bound like any other, and the bundle variables) before the spec.
     let secrets = door::prepare_secrets(&mut plan)?;
+    // The sandbox's own run directories, where a writable grant holds them: read-only.
+    let caller_carveouts = plan.readonly_carveouts.clone();
+    let workspace = plan.workspace.clone();
+    plan.readonly_carveouts = with_runs_carveouts(&plan, &caller_carveouts, &workspace);
     let mut handovers = prepare::handovers(config, &plan, &identity, true, None);
     // Every input error surfaces here, before anything is made.
     let mut body = spec_for(&plan, &handovers)?;
@@ -143,6 +160,8 @@ pub(crate) async fn start(
         plan.timeout = Some(d.saturating_duration_since(Instant::now()));
     }
     if layer.is_some() {
+        // The layer's copy is bound at the workspace's path: in the runs directory (which
+        // a writable temp dir shows, carved out above) it stays read-only with the rest.
         let tree = layer.as_ref().map(|l| l.tree());
         handovers = prepare::handovers(config, &plan, &identity, true, tree);
         layer_bindable(&handovers, tree, "the layer's owner cannot be read")?;

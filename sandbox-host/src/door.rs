@@ -217,7 +217,7 @@ pub fn prepare_secrets(plan: &mut Plan) -> Result<Option<SecretsReady>, SandboxE
         .map(|d| rustls_pki_types_der(d))
         .collect();
     let pem = sandbox_proxy::tls::bundle_pem(&roots, &extra, &secrets.authority);
-    let dir = crate::owner::temp_dir("bundle")?;
+    let dir = crate::owner::public_temp_dir("bundle")?;
     let io = |e| SandboxError::io("writing the run's certificate bundle", e);
     // Readable by the command whatever uid it runs as: the directory holds nothing but
     // certificates, which are public.

@@ -27,8 +27,10 @@
 //! found by the walk and closed), which confines as much, only slower. Never a run with
 //! neither: the outcome's notes say which path a run took and why.
 //!
-//! - `changes: direct` (a copy-on-write layer is mounted by core over the workspace in the
-//!   child, where the prepared trees would bypass it);
+//! - with a copy-on-write layer over the workspace: an overlay on Linux 5.19 or later
+//!   (idmapped layers), the workspace itself a handed-over tree (no writable path holding
+//!   it, where the host's tree attached would cover the overlay); a copy is a tree like
+//!   any other;
 //! - no local account or group with the id;
 //! - every tree to hand over idmappable, all mounts beneath it included (ext4, xfs, btrfs,
 //!   overlayfs, tmpfs from Linux 6.3; not FUSE, 9p or ramfs);
@@ -42,6 +44,16 @@
 //! Not idmapped: a root-only file in one stays unreadable, as it was for uid 0 (the walk
 //! covered them too and left only their world-readable parts) and as it is for any
 //! unprivileged user. Idmapping them would hand root's files to the command.
+//!
+//! # Under an overlay
+//!
+//! overlayfs cannot itself be idmapped, but takes idmapped layers: the workspace and the
+//! layer's private directory (upper and work) are idmapped here, and core's overlay step
+//! attaches both in the command's mount namespace, mounts the overlay over the workspace
+//! on them, and detaches the layer's directory again, so the command sees the overlay
+//! alone. What the command writes is stored as root's in the upper directory, as it was
+//! when the command kept uid 0. The backend binds the workspace as it finds it at its
+//! path (the overlay) instead of attaching the host's tree over it ([`Handover::trees`]).
 
 use std::ffi::CString;
 use std::io;
@@ -53,7 +65,7 @@ use std::sync::Arc;
 
 use crate::idmap::{self, SPARE_COMMAND_ID};
 use crate::sys::PreExec;
-use sandbox_core::{Changes, Plan};
+use sandbox_core::{Changes, LayerMechanism, Plan};
 
 /// What a run hands to the command's id: detached idmapped copies of its writable trees,
 /// to attach over their own paths in the command's mount namespace.
@@ -63,8 +75,20 @@ pub struct Handover {
     pub id: u32,
     /// The trees' paths.
     pub paths: Vec<PathBuf>,
-    /// One detached tree per entry of `paths`, in its order.
-    pub trees: Arc<Vec<OwnedFd>>,
+    /// One detached tree per entry of `paths`, in its order; `None` for the workspace under
+    /// an overlay, which is bound as the command's namespace shows it (the overlay, on
+    /// [`Handover::layer`]).
+    pub trees: Arc<Vec<Option<OwnedFd>>>,
+    /// Under an overlay: its layers, idmapped as the trees are.
+    pub layer: Option<LayerTrees>,
+}
+
+/// An overlay's layers idmapped for the command's id: the workspace (its lower layer) and
+/// the layer's private directory (holding upper and work, which must share a mount).
+#[derive(Debug, Clone)]
+pub struct LayerTrees {
+    pub lower: Arc<OwnedFd>,
+    pub dir: Arc<OwnedFd>,
 }
 
 /// The mode, owner and group of a path, for [`may`].
@@ -136,12 +160,21 @@ pub fn writable_trees(plan: &Plan) -> Vec<PathBuf> {
 /// The handover of `trees` (the run's writable trees, outermost) for `plan`, or why this
 /// run keeps uid 0 (see the module docs).
 pub fn hand_over(plan: &Plan, trees: &[PathBuf]) -> Result<Handover, String> {
-    if plan.changes != Changes::Direct {
-        return Err("a copy-on-write layer is mounted over the workspace".into());
-    }
     if trees.is_empty() || trees.iter().any(|t| t == Path::new("/")) {
         return Err("the whole filesystem is writable".into());
     }
+    let overlay = match (&plan.changes, &plan.layer) {
+        (Changes::Direct, _) => None,
+        (_, Some((LayerMechanism::Overlay, dir))) => {
+            overlay_can_be_handed_over(&plan.workspace, trees)?;
+            Some(dir)
+        }
+        // A copy: the plan's workspace is the copy, a tree like any other.
+        (_, Some(_)) => None,
+        (_, None) => {
+            return Err("a copy-on-write layer is mounted over the workspace".into());
+        }
+    };
     let id = SPARE_COMMAND_ID;
     if !idmap::no_local_account_has(id) {
         return Err(format!(
@@ -160,18 +193,65 @@ pub fn hand_over(plan: &Plan, trees: &[PathBuf]) -> Result<Handover, String> {
     }
     let userns = idmap::shared_user_namespace(&[((0, 0), (id, id))])
         .map_err(|e| format!("a user namespace for the idmapping: {e}"))?;
-    let fds = trees
-        .iter()
-        .map(|t| {
-            idmap::idmapped_tree(t, userns.as_fd(), 0, true)
-                .map_err(|e| format!("{} cannot be idmapped: {e}", t.display()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let idmapped = |t: &Path| {
+        idmap::idmapped_tree(t, userns.as_fd(), 0, true)
+            .map_err(|e| format!("{} cannot be idmapped: {e}", t.display()))
+    };
+    let mut fds = Vec::with_capacity(trees.len());
+    let mut layer = None;
+    for t in trees {
+        match overlay {
+            Some(dir) if *t == plan.workspace => {
+                // overlayfs makes its work directory and copies up as its mounter (uid 0),
+                // which must have an id on the upper layer's mount: on-disk `id` (nothing
+                // of the host's has it) shows as 0 there, and on-disk root as `id`.
+                let both = idmap::shared_user_namespace(&[((0, 0), (id, id)), ((id, id), (0, 0))])
+                    .map_err(|e| format!("a user namespace for the idmapping: {e}"))?;
+                let dir = idmap::idmapped_tree(dir, both.as_fd(), 0, true)
+                    .map_err(|e| format!("{} cannot be idmapped: {e}", dir.display()))?;
+                layer = Some(LayerTrees {
+                    lower: Arc::new(idmapped(t)?),
+                    dir: Arc::new(dir),
+                });
+                fds.push(None);
+            }
+            _ => fds.push(Some(idmapped(t)?)),
+        }
+    }
     Ok(Handover {
         id,
         paths: trees.to_vec(),
         trees: Arc::new(fds),
+        layer,
     })
+}
+
+/// Why an overlay over `workspace` cannot be mounted on idmapped layers for a run whose
+/// writable trees are `trees`, if it cannot.
+fn overlay_can_be_handed_over(workspace: &Path, trees: &[PathBuf]) -> Result<(), String> {
+    // overlayfs takes idmapped layers from Linux 5.19.
+    if !crate::kernel::release_at_least(5, 19) {
+        return Err(
+            "a copy-on-write layer is mounted over the workspace, and overlayfs \
+                    takes idmapped layers only from Linux 5.19"
+                .into(),
+        );
+    }
+    // A writable tree holding the workspace would be attached from the host's namespace,
+    // over the overlay: the command would write the real workspace.
+    if let Some(t) = trees
+        .iter()
+        .find(|t| workspace.starts_with(t) && *t != workspace)
+    {
+        return Err(format!(
+            "the writable path {} holds the workspace under its copy-on-write layer",
+            t.display()
+        ));
+    }
+    if !trees.iter().any(|t| t == workspace) {
+        return Err("the workspace under its layer is not one of the run's trees".into());
+    }
+    Ok(())
 }
 
 /// Leave uid 0 for `id` (and gid; no supplementary groups).
@@ -194,7 +274,7 @@ const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
 #[derive(Debug)]
 pub struct Enter {
     id: u32,
-    trees: Arc<Vec<OwnedFd>>,
+    trees: Arc<Vec<Option<OwnedFd>>>,
     paths: Vec<CString>,
     cwd: CString,
 }
@@ -252,6 +332,8 @@ unsafe impl PreExec for Enter {
                 .into(),
             )?;
             for (tree, path) in self.trees.iter().zip(&self.paths) {
+                // The workspace under an overlay: the overlay already at its path is bound.
+                let Some(tree) = tree else { continue };
                 // The descriptor stays open here (close-on-exec); the parent's is its own.
                 check(libc::syscall(
                     libc::SYS_move_mount,
@@ -288,6 +370,23 @@ mod tests {
         // Another user's file: "others" everywhere.
         assert!(!may(o(0o770, 1000, 1000), true, 0o1));
         assert!(may(o(0o755, 1000, 1000), false, 0o1));
+    }
+
+    #[test]
+    fn a_layered_workspace_is_handed_over_only_as_a_tree_of_its_own() {
+        let ws = Path::new("/tmp/ws");
+        if crate::kernel::release_at_least(5, 19) {
+            assert_eq!(overlay_can_be_handed_over(ws, &[ws.into()]), Ok(()));
+            assert_eq!(
+                overlay_can_be_handed_over(ws, &[ws.into(), "/var/out".into()]),
+                Ok(())
+            );
+        }
+        // A writable path holding it would be attached over the overlay.
+        let held = overlay_can_be_handed_over(ws, &["/tmp".into()]);
+        assert!(held.is_err(), "{held:?}");
+        let not_a_tree = overlay_can_be_handed_over(ws, &["/var/out".into()]);
+        assert!(not_a_tree.is_err(), "{not_a_tree:?}");
     }
 
     #[test]

@@ -16,7 +16,7 @@
 //! run ([`remove_dead_leftovers_once`]), so the next start after a crash cleans up.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// A process's start time in clock ticks since boot (field 22 of `/proc/PID/stat`).
@@ -158,6 +158,24 @@ fn label_state_with(
 /// An error names the temp dir and says what to do: an unwritable or full `TMPDIR` is a
 /// host problem the caller can fix.
 pub fn temp_dir(kind: &str) -> Result<tempfile::TempDir, sandbox_core::SandboxError> {
+    let base = runs_dir().map_err(|(reason, e)| sandbox_core::SandboxError::TempDir {
+        dir: std::env::temp_dir(),
+        what: kind.to_string(),
+        reason,
+        source: e,
+    })?;
+    tempfile::Builder::new()
+        .prefix(&format!("sandbox-{kind}@{}-", Owner::current().tag()))
+        .tempdir_in(&base)
+        .map_err(|e| temp_dir_error(&base, kind, e))
+}
+
+/// A run-private directory for what the command must reach by its own path whatever uid
+/// it runs as (the run's certificate bundle: public certificates only), in the temp dir
+/// itself: [`runs_dir`] is open to nobody else, so a command running as another id (a
+/// root host's spare id, a container's user) could not pass through it. Swept like the
+/// others when its owner is gone.
+pub fn public_temp_dir(kind: &str) -> Result<tempfile::TempDir, sandbox_core::SandboxError> {
     let base = std::env::temp_dir();
     tempfile::Builder::new()
         .prefix(&format!("sandbox-{kind}@{}-", Owner::current().tag()))
@@ -165,22 +183,106 @@ pub fn temp_dir(kind: &str) -> Result<tempfile::TempDir, sandbox_core::SandboxEr
         .map_err(|e| temp_dir_error(&base, kind, e))
 }
 
+/// The directory of this user's runs ([`sandbox_core::runs_dir`]), made `0700` if it is
+/// not there. In a shared temp dir another user may have made it first: it must be a
+/// directory (not a link), this user's, and open to nobody else, or nothing is put in it.
+pub fn runs_dir() -> Result<std::path::PathBuf, (&'static str, io::Error)> {
+    let dir = sandbox_core::runs_dir();
+    private_dir(&dir)?;
+    Ok(dir)
+}
+
+/// Make `dir` (`0700`) unless it is there, then check that it is a directory of this
+/// user's that nobody else may enter.
+fn private_dir(dir: &Path) -> Result<(), (&'static str, io::Error)> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err((temp_reason(&e), e)),
+    }
+    let m = std::fs::symlink_metadata(dir).map_err(|e| (temp_reason(&e), e))?;
+    let euid = rustix::process::geteuid().as_raw();
+    if !m.file_type().is_dir() || m.uid() != euid || m.mode() & 0o077 != 0 {
+        return Err((
+            "its sandbox-runs directory is a link, another user's, or open to others",
+            io::Error::from(io::ErrorKind::PermissionDenied),
+        ));
+    }
+    Ok(())
+}
+
 fn temp_dir_error(base: &Path, kind: &str, e: io::Error) -> sandbox_core::SandboxError {
+    sandbox_core::SandboxError::TempDir {
+        dir: base.to_path_buf(),
+        what: kind.to_string(),
+        reason: temp_reason(&e),
+        source: e,
+    }
+}
+
+fn temp_reason(e: &io::Error) -> &'static str {
     use io::ErrorKind as K;
-    let reason = match e.kind() {
+    match e.kind() {
         K::StorageFull => "its disk is full",
         K::PermissionDenied => "it is not writable",
         K::ReadOnlyFilesystem => "it is on a read-only filesystem",
         K::NotFound => "it does not exist",
         K::NotADirectory => "it is not a directory",
         _ => "it cannot be written",
-    };
-    sandbox_core::SandboxError::TempDir {
-        dir: base.to_path_buf(),
-        what: kind.to_string(),
-        reason,
-        source: e,
     }
+}
+
+/// Where the workspace or a writable path holds this user's runs directory
+/// ([`sandbox_core::runs_dir`]: every run's layer, copy and bundle, this run's included),
+/// the carve-outs that keep it read-only to the command, as `Plan::new` keeps the state
+/// directory: a command must not plant files in what another run (or its own host) will
+/// apply, nor change the stamps its conflicts are judged by. One carve-out covers what
+/// runs started later make there. A workspace that is itself a copy in there stays
+/// writable: then what is beside the path down to it in this run's own directory is
+/// carved out instead (its conflict stamp); the other runs' directories are left as open
+/// as their modes make them (carved out one by one, one that goes away first would fail
+/// this run's mounts).
+///
+/// `tree` is what the command sees at `workspace` (a copy in there, for a layer bound at
+/// the workspace's path); `writable` the plan's writable paths, canonical.
+pub fn runs_dir_carveouts(tree: &Path, workspace: &Path, writable: &[PathBuf]) -> Vec<PathBuf> {
+    // Made now where no run made it yet, so that one started during this run puts its
+    // directory under the carve-out (where it cannot be made, no run can put one there).
+    let _ = runs_dir();
+    let Ok(runs) = sandbox_core::runs_dir().canonicalize() else {
+        return Vec::new();
+    };
+    let held = runs.starts_with(workspace) || writable.iter().any(|w| runs.starts_with(w));
+    if !held {
+        return Vec::new();
+    }
+    let Ok(inner) = tree.strip_prefix(&runs) else {
+        return vec![runs];
+    };
+    let mut out = Vec::new();
+    let mut dir = runs;
+    for (depth, step) in inner.components().enumerate() {
+        // Not the other runs' directories, one by one: each may go away before the
+        // command's mounts are made, which would fail this run (a copy layer with a
+        // writable temp dir leaves them as open as their modes make them).
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(_) if depth == 0 => {
+                dir.push(step);
+                continue;
+            }
+            Ok(entries) => entries,
+            Err(_) => break,
+        };
+        out.extend(
+            entries
+                .flatten()
+                .filter(|e| e.file_name() != step.as_os_str())
+                .map(|e| e.path()),
+        );
+        dir.push(step);
+    }
+    out
 }
 
 /// The owner of a temp dir named by [`temp_dir`].
@@ -192,6 +294,25 @@ pub(crate) fn temp_owner(name: &str) -> Option<Owner> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_runs_directory_must_be_a_private_directory_of_ours() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let made = t.path().join("made");
+        private_dir(&made).unwrap();
+        let m = std::fs::metadata(&made).unwrap();
+        assert_eq!(m.permissions().mode() & 0o777, 0o700);
+        // Open to others (made so by someone first): refused, not used.
+        let open = t.path().join("open");
+        std::fs::create_dir(&open).unwrap();
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(private_dir(&open).is_err());
+        // A link to a directory of ours: refused (it could be swapped).
+        let link = t.path().join("link");
+        std::os::unix::fs::symlink(&made, &link).unwrap();
+        assert!(private_dir(&link).is_err());
+    }
 
     #[test]
     fn our_own_label_says_alive() {

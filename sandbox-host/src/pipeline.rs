@@ -160,6 +160,25 @@ async fn start_launch<L: Launcher>(
         }
         None => None,
     };
+    plan.layer = layer
+        .as_ref()
+        .map(|l| (l.mechanism(), l.dir().to_path_buf()));
+    let runs =
+        crate::owner::runs_dir_carveouts(&plan.workspace, &plan.workspace, &plan.writable_paths);
+    if !runs.is_empty() && cap.confine_writes && !cap.readonly_carveouts {
+        return Err(SandboxError::NotSupported {
+            backend: name,
+            feature: "a writable grant holding the sandbox's own run directories (read-only \
+                      carve-outs)"
+                .into(),
+            remedy: "grant a narrower writable directory than the temp dir".into(),
+        });
+    }
+    for d in runs {
+        if !plan.readonly_carveouts.contains(&d) {
+            plan.readonly_carveouts.push(d);
+        }
+    }
     if let Some(d) = deadline {
         plan.timeout = Some(d.saturating_duration_since(std::time::Instant::now()));
     }
@@ -200,6 +219,14 @@ async fn start_launch<L: Launcher>(
         launch.keep_alive.push(Box::new(s.into_keep_alive()));
     }
     if let Some(mut step) = mount {
+        if let Some(trees) = launch.layer_trees.take() {
+            // The command runs as an unprivileged id (a root host's hand-over): the overlay
+            // is mounted on idmapped layers, so it owns what root owns in the workspace.
+            let dir = plan.layer.as_ref().map(|(_, d)| d.as_path());
+            dir.ok_or_else(|| std::io::Error::other("no layer directory"))
+                .and_then(|d| step.on_idmapped_layers(trees.lower, trees.dir, d))
+                .map_err(|e| SandboxError::io("preparing the idmapped overlay", e))?;
+        }
         if launch.born_in.user {
             // Born in a user namespace of its own, already mapped: the overlay is mounted
             // there (a nested one would leave the pid namespace, which that one owns,

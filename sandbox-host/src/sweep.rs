@@ -31,12 +31,15 @@ pub fn remove_dead_leftovers() -> Removed {
         cgroups: crate::process::cgroup::remove_dead(crate::process::cgroup::CgroupSupport::get()),
         ..Removed::default()
     };
-    let base = std::env::temp_dir();
-    let Ok(entries) = std::fs::read_dir(&base) else {
-        return removed;
-    };
+    // This user's runs directory, and the temp dir itself (where hosts before it made
+    // theirs); the runs directory is not made here.
+    let bases = [sandbox_core::runs_dir(), std::env::temp_dir()];
     let mut dead = Vec::new();
-    for e in entries.flatten() {
+    for e in bases
+        .iter()
+        .filter_map(|b| std::fs::read_dir(b).ok())
+        .flat_map(|d| d.flatten())
+    {
         let name = e.file_name();
         let Some(owner) = name.to_str().and_then(temp_owner) else {
             continue;
@@ -175,9 +178,16 @@ mod tests {
         std::fs::write(dead.join("sub/f"), b"x").unwrap();
         let live = temp_dir("test").unwrap();
         std::fs::write(live.path().join("f"), b"x").unwrap();
+        let dead_run = live
+            .path()
+            .parent()
+            .unwrap()
+            .join("sandbox-test@4194305-1-def");
+        std::fs::create_dir_all(&dead_run).unwrap();
         let r = remove_dead_leftovers();
         assert!(r.dirs.contains(&dead), "{r:?}");
-        assert!(!dead.exists());
+        assert!(r.dirs.contains(&dead_run), "{r:?}");
+        assert!(!dead.exists() && !dead_run.exists());
         assert!(live.path().join("f").exists());
     }
 

@@ -116,8 +116,10 @@ pub(crate) struct MountPlan {
     pub readonly: Vec<CString>,
     /// Detached trees prepared in the parent, one per entry of `writable`, attached there
     /// instead of clones of the host's: a root host's idmapped copies that hand the trees
-    /// to the command's unprivileged id (see `sandbox_host::handover`).
-    pub prepared: Option<Arc<Vec<OwnedFd>>>,
+    /// to the command's unprivileged id (see `sandbox_host::handover`); `None` for the
+    /// workspace under an overlay, cloned from its path as the others are without a
+    /// hand-over (core's overlay, already mounted on idmapped layers).
+    pub prepared: Option<Arc<Vec<Option<OwnedFd>>>>,
 }
 
 /// The namespaces of the command, made in one `unshare`:
@@ -335,8 +337,13 @@ unsafe impl PreExec for Namespaces {
                         Some(trees) if trees.len() == plan.writable.len() => {
                             // Closed by `attach` in this process only; the parent's
                             // descriptors stay its own.
-                            for (slot, tree) in clones.iter_mut().zip(trees.iter()) {
-                                *slot = tree.as_raw_fd();
+                            for ((slot, tree), path) in
+                                clones.iter_mut().zip(trees.iter()).zip(&plan.writable)
+                            {
+                                *slot = match tree {
+                                    Some(t) => t.as_raw_fd(),
+                                    None => Self::clone_tree(path)?,
+                                };
                             }
                         }
                         Some(_) => return Err(io::Error::from_raw_os_error(libc::EINVAL)),

@@ -105,7 +105,7 @@ impl NsMode {
         pid: bool,
         spec: &crate::ruleset::Spec,
         cwd: &Path,
-        prepared: Option<std::sync::Arc<Vec<std::os::fd::OwnedFd>>>,
+        prepared: Option<std::sync::Arc<Vec<Option<std::os::fd::OwnedFd>>>>,
         mask: Option<&'static ProcMask>,
     ) -> Namespaces {
         let c = |v: &[std::path::PathBuf]| v.iter().map(|p| c_path(p)).collect();

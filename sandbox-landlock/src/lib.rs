@@ -60,8 +60,8 @@
 //!   attached in its mount namespace as idmapped copies where on-disk root shows as that
 //!   id: the kernel's own permission checks refuse it every root-only file, as they do an
 //!   ordinary user (see `sandbox_host::handover`). Where that cannot be had for a run (a
-//!   tree on a filesystem without idmapped mounts, a path only root can reach, a
-//!   copy-on-write layer), it keeps uid 0 (a root-owned workspace must stay writable) and a
+//!   tree on a filesystem without idmapped mounts, a path only root can reach, a writable
+//!   path holding a layered workspace), it keeps uid 0 (a root-owned workspace must stay writable) and a
 //!   first landlock layer lets it read the system directories and the named read-only
 //!   paths only as an unprivileged user could, so root-only files like `/etc/shadow` stay
 //!   closed although uid 0 owns them (see `src/compile.rs`; this needs a walk of those
@@ -526,6 +526,7 @@ impl Launcher for LandlockBackend {
                         id: h.id,
                         by: Dropper::Command,
                     });
+                    launch.layer_trees = h.layer.clone();
                     Some(h)
                 }
                 Err(why) => {

@@ -465,7 +465,12 @@ pub(crate) fn spec(
             }
         }
     }
-    for c in &carveouts {
+    // The sandbox's own runs directory is not walked: what is in it is made by hosts
+    // (layers, copies, bundles), which link nothing out of it, and a walk would read every
+    // other run's tree (a copy of a whole workspace, an overlay's work directory another
+    // user's namespace made unreadable).
+    let runs = sandbox_core::runs_dir().canonicalize().ok();
+    for c in carveouts.iter().filter(|c| Some(*c) != runs.as_ref()) {
         check_links(fs, c)?;
     }
 

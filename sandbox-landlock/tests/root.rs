@@ -184,3 +184,95 @@ async fn as_root_a_workspace_below_a_root_only_directory_keeps_uid_0() {
         o.policy.enforced
     );
 }
+
+/// A run with a layer hands over too (no survey): the overlay is mounted on idmapped
+/// layers, so the command as the spare id writes root's files in the layer, root-only
+/// files stay closed, the real workspace is untouched until the host applies, and what
+/// it applied is root's on disk.
+#[tokio::test(flavor = "multi_thread")]
+async fn as_root_a_layered_run_hands_over_and_its_changes_are_roots_once_applied() {
+    if !is_root() {
+        eprintln!("skipped: a host that is not root has no root to drop");
+        return;
+    }
+    let spare = SPARE_COMMAND_ID.to_string();
+    for lane in [Lane::Fast, Lane::Strict] {
+        let ws = tempdir();
+        let f = ws.path().join("f");
+        fs::write(&f, "orig\n").unwrap();
+        fs::set_permissions(&f, fs::Permissions::from_mode(0o644)).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let (data, public, private) = data_dir();
+        let script = format!("{PROBE}; echo edited > f; echo edit=$?");
+        let mut o = sandbox_conformance::host::read_both(
+            ws.path(),
+            &script,
+            data.path(),
+            &public,
+            &private,
+        );
+        o.lane = lane;
+        o.changes = sandbox_core::Changes::Review;
+        o.timeout = Some(std::time::Duration::from_secs(120));
+        let o = run(o).await;
+        assert_ok(&o);
+        let s = out(&o);
+        let lines: Vec<&str> = s.lines().collect();
+        assert_eq!(&lines[..3], [&spare, &spare, &spare], "{lane:?}: {s}");
+        for want in [
+            "shadow=1",
+            "keys=1",
+            "public=0",
+            "private=1",
+            "write=0",
+            "edit=0",
+        ] {
+            assert!(lines.contains(&want), "{lane:?} {want}: {s}");
+        }
+        assert!(!s.contains("PRIVATE"), "{lane:?}: {s}");
+        assert!(kept_root(&o).is_none(), "{:?}", o.policy.enforced);
+        assert!(
+            !o.policy
+                .enforced
+                .iter()
+                .any(|e| matches!(e, Enforced::Landlock(Landlock::RootReadLayer { .. }))),
+            "no survey: {:?}",
+            o.policy.enforced
+        );
+        // The real workspace, untouched until the host applies.
+        assert!(!ws.path().join("made").exists(), "{lane:?}");
+        assert_eq!(fs::read_to_string(&f).unwrap(), "orig\n");
+        let set = o.changes.clone().expect("a change set");
+        set.apply(false).unwrap();
+        assert_eq!(fs::read_to_string(&f).unwrap(), "edited\n");
+        for name in ["made", "f"] {
+            let m = fs::metadata(ws.path().join(name)).unwrap();
+            assert_eq!((m.uid(), m.gid()), (0, 0), "{lane:?} {name}");
+        }
+    }
+}
+
+/// A writable path holding the workspace would be attached from the host's mounts over
+/// the layer: such a run keeps uid 0 (and the survey), and the layer holds.
+#[tokio::test(flavor = "multi_thread")]
+async fn as_root_a_writable_path_holding_a_layered_workspace_keeps_uid_0() {
+    if !is_root() {
+        eprintln!("skipped: a host that is not root has no root to drop");
+        return;
+    }
+    let holder = tempdir();
+    let ws = holder.path().join("ws");
+    fs::create_dir(&ws).unwrap();
+    let mut o = opts(&ws, &["sh", "-c", "id -u; echo x > made"]);
+    o.writable_paths = vec![holder.path().to_path_buf()];
+    o.changes = sandbox_core::Changes::Discard;
+    let o = run(o).await;
+    assert_ok(&o);
+    assert_eq!(out(&o).lines().next(), Some("0"), "{}", out(&o));
+    assert!(
+        kept_root(&o).is_some_and(|why| why.contains("holds the workspace")),
+        "{:?}",
+        o.policy.enforced
+    );
+    assert!(!ws.join("made").exists(), "the layer held");
+}

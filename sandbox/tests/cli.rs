@@ -1434,6 +1434,63 @@ fn git_init(dir: &Path) {
     assert!(o.status.success(), "git init: {}", text(&o.stderr));
 }
 
+/// A hooks directory and a program a repository's config names inside the work tree
+/// (`core.hooksPath = .husky`, `core.fsmonitor = ./tools/fsmon.sh`) are read-only, and
+/// one that does not exist yet cannot be created: its nearest directory is read-only,
+/// said on stderr (checked from the host, directly and through a change layer).
+fn a_config_named_hooks_path_is_read_only(backend: &str) {
+    if !confines(backend) {
+        return;
+    }
+    let ws = workspace();
+    let w = ws.path();
+    git_init(w);
+    std::fs::create_dir_all(w.join(".husky")).unwrap();
+    std::fs::create_dir_all(w.join("tools")).unwrap();
+    std::fs::write(w.join("tools/fsmon.sh"), "#!/bin/sh\n").unwrap();
+    let mut config = std::fs::read_to_string(w.join(".git/config")).unwrap();
+    config.push_str("[core]\n\thooksPath = .husky\n\tfsmonitor = ./tools/fsmon.sh\n");
+    std::fs::write(w.join(".git/config"), &config).unwrap();
+    let script = "echo 'echo pwned' > .husky/pre-commit 2>/dev/null && echo wrote hook; \
+                  echo 'echo pwned' >> tools/fsmon.sh 2>/dev/null && echo wrote fsmonitor; \
+                  echo ok > file.txt";
+    let mut args: Vec<&str> = vec![];
+    if !capability(backend)["change_layer"].is_null() {
+        args = vec!["--changes", "apply"];
+    }
+    for a in [vec![], args] {
+        let o = run_with(backend, w, &a, &["sh", "-c", script]);
+        let out = text(&o.stdout);
+        assert_eq!(code(&o), 0, "{a:?} {out}{}", text(&o.stderr));
+        assert!(!w.join(".husky/pre-commit").exists(), "{a:?} {out}");
+        assert_eq!(
+            std::fs::read_to_string(w.join("tools/fsmon.sh")).unwrap(),
+            "#!/bin/sh\n",
+            "{a:?} {out}"
+        );
+        assert_eq!(std::fs::read_to_string(w.join("file.txt")).unwrap(), "ok\n");
+    }
+    // Not there yet: the command cannot make it (its directory is read-only).
+    config.push_str("[core]\n\thooksPath = tools/hooks\n");
+    std::fs::write(w.join(".git/config"), &config).unwrap();
+    let o = run_with(
+        backend,
+        w,
+        &[],
+        &[
+            "sh",
+            "-c",
+            "mkdir -p tools/hooks && echo x > tools/hooks/pre-commit; true",
+        ],
+    );
+    assert!(!w.join("tools/hooks").exists(), "{}", text(&o.stderr));
+    assert!(
+        text(&o.stderr).contains("does not exist yet"),
+        "{}",
+        text(&o.stderr)
+    );
+}
+
 /// In a repository that existed before the run, the command cannot write the hooks or the
 /// config of the repository, of a submodule's repository under `.git/modules` or of a
 /// nested repository (checked from the host), while the rest of the workspace (and of
@@ -1921,6 +1978,7 @@ macro_rules! backend_cases {
             case!(changes_are_asked_applied_or_refused);
             case!(the_review_on_a_terminal_escapes_what_the_command_wrote);
             case!(a_repository_s_hooks_and_config_are_read_only);
+            case!(a_config_named_hooks_path_is_read_only);
             case!(the_diff_is_a_patch_git_applies);
             case!(a_long_diff_on_a_terminal_is_capped_and_kept_whole_in_a_patch);
             case!(a_conflict_keeps_a_patch_and_force_applies);

@@ -351,7 +351,15 @@ fn tools_are_listed_with_a_closed_schema(backend: &str) {
     props.sort();
     assert_eq!(
         props,
-        ["argv", "command", "cwd", "stdin", "timeout_seconds"],
+        [
+            "argv",
+            "command",
+            "cwd",
+            "secrets",
+            "stdin",
+            "timeout_seconds",
+            "toolchains"
+        ],
         "the only inputs: {schema}"
     );
     // The result's shape is declared: an object, whatever ran or did not.
@@ -548,6 +556,58 @@ fn an_attempt_to_widen_the_policy_is_refused(backend: &str) {
     assert_eq!(structured(&r)["exit_code"], 0, "{r}");
     assert!(marker.exists());
     assert!(c.disconnect().success());
+}
+
+/// A call may choose among the host's toolchains and secrets, never add one: a toolchain
+/// left out is unreadable for that call, one the host did not grant (or a secret it did
+/// not configure) is refused and nothing runs.
+fn a_call_chooses_among_the_hosts_toolchains_and_secrets(backend: &str) {
+    let ws = workspace();
+    let homes = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(homes.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = |n: &str| {
+        let d = homes.path().join(n);
+        std::fs::create_dir(&d).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::write(d.join("f"), format!("{n}\n")).unwrap();
+        d.display().to_string()
+    };
+    let (a, b, c) = (dir("a"), dir("b"), dir("c"));
+    let mut client = Client::start(backend, ws.path(), &["--toolchain", &a, "--toolchain", &b]);
+    let listed = client.request("tools/list", json!({}));
+    let text = content_text(&client.call("explain_policy", json!({})));
+    assert!(
+        text.contains("Toolchains") && text.contains(&a),
+        "{text} {listed}"
+    );
+    let read_both = format!("cat {a}/f; cat {b}/f; true");
+    let r = client.call("run_command", json!({"command": read_both}));
+    assert_eq!(structured(&r)["stdout"], "a\nb\n", "both by default: {r}");
+    let r = client.call(
+        "run_command",
+        json!({"command": read_both, "toolchains": [a]}),
+    );
+    assert_eq!(structured(&r)["stdout"], "a\n", "only the chosen one: {r}");
+    let marker = ws.path().join("marker");
+    let touch = format!("touch {}", marker.display());
+    for (key, value, named) in [
+        ("toolchains", json!([c]), c.as_str()),
+        ("secrets", json!(["NOT_CONFIGURED"]), "NOT_CONFIGURED"),
+    ] {
+        let r = client.call("run_command", json!({"command": touch, key: value}));
+        assert_eq!(structured(&r)["status"], "refused", "{key}: {r}");
+        assert_eq!(structured(&r)["error"], "policy_refused", "{key}: {r}");
+        assert!(content_text(&r).contains(named), "{key}: {r}");
+        assert!(!marker.exists(), "{key}: the command ran");
+    }
+    // A value is not an input: a secret is a name.
+    let r = client.call(
+        "run_command",
+        json!({"command": touch, "secrets": [{"name": "X", "value": "hunter2"}]}),
+    );
+    assert_eq!(structured(&r)["error"], "invalid_input", "{r}");
+    assert!(!marker.exists());
+    assert!(client.disconnect().success());
 }
 
 fn the_policy_comes_from_the_config_file_and_the_flags(backend: &str) {
@@ -944,6 +1004,7 @@ macro_rules! backend_cases {
             case!(tools_are_listed_with_a_closed_schema);
             case!(a_call_runs_and_its_result_is_exact);
             case!(a_write_outside_the_workspace_fails_and_the_file_is_absent);
+            case!(a_call_chooses_among_the_hosts_toolchains_and_secrets);
             case!(an_attempt_to_widen_the_policy_is_refused);
             case!(a_disconnect_mid_command_leaves_no_process_behind);
             case!(the_policy_comes_from_the_config_file_and_the_flags);

@@ -196,6 +196,44 @@ pub mod require {
     pub fn sh_git(c: &Capability) -> Result<(), String> {
         sandbox_runs(c, &["sh", "git"])
     }
+    /// `sh` and cargo runnable, with the caller's rustup toolchain readable here to grant
+    /// (`toolchains` are host paths: a backend that runs an image has none to show).
+    pub fn rust_toolchain(c: &Capability) -> Result<(), String> {
+        sandbox_runs(c, &["sh", "cargo"])?;
+        crate::cases::realworld::rust_toolchain()
+            .map(|_| ())
+            .ok_or_else(|| {
+                "no rustup toolchain this user can read (RUSTUP_HOME or ~/.rustup, and cargo in \
+             CARGO_HOME/bin or ~/.cargo/bin): nothing to grant with `toolchains`"
+                    .into()
+            })
+    }
+    /// `sh` and `python3` runnable, and a host python3 to make the wheel and import the
+    /// installed package.
+    pub fn python_venv(c: &Capability) -> Result<(), String> {
+        sandbox_runs(c, &["sh", "python3"])?;
+        host_has(&["python3"])
+    }
+    /// `sh`, `npm` and `node` runnable, and the host's `node` to require the package.
+    pub fn sh_npm(c: &Capability) -> Result<(), String> {
+        sandbox_runs(c, &["sh", "npm", "node"])?;
+        host_has(&["npm", "node"])
+    }
+    fn host_has(tools: &[&str]) -> Result<(), String> {
+        let missing: Vec<&str> = tools
+            .iter()
+            .copied()
+            .filter(|t| crate::cases::realworld::host_tool(t).is_none())
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(format!(
+                "the host has no {} on core's PATH",
+                missing.join(", ")
+            ))
+        }
+    }
     /// Network `proxy` exactly, with `sh` and `curl` runnable.
     pub fn proxy_tools(c: &Capability) -> Result<(), String> {
         network_proxy(c)?;
@@ -342,6 +380,17 @@ pub mod require {
             "a copy-on-write layer with a change set (capability.change_layer)",
         )
     }
+    /// `change_layer` and `readonly_carveouts`, with `sh` runnable: the sandbox's own run
+    /// directories in a writable temp dir are carved out read-only.
+    pub fn layer_dirs(c: &Capability) -> Result<(), String> {
+        change_layer(c)?;
+        claim(
+            c.readonly_carveouts,
+            "read-only carve-outs (capability.readonly_carveouts), which keep the run \
+             directories in a writable temp dir read-only",
+        )?;
+        sandbox_runs(c, &["sh"])
+    }
     /// `host_programs`: argv\[0\] is resolved on the host before anything runs.
     pub fn host_programs(c: &Capability) -> Result<(), String> {
         claim(
@@ -437,6 +486,12 @@ pub fn cases() -> Vec<Case> {
         case!(changes::apply_resolves_links_physically, change_layer),
         case!(changes::apply_is_all_or_nothing, change_layer),
         case!(changes::conflict_detected, change_layer),
+        case!(
+            changes::another_runs_layer_stays_read_only,
+            layer_dirs,
+            confinement
+        ),
+        case!(changes::own_layer_stays_read_only, layer_dirs, confinement),
         case!(fs::reads_outside_denied, confine_reads, confinement),
         case!(fs::writes_outside_denied, confine_writes, confinement),
         case!(fs::readonly_carveouts, carveouts, confinement),
@@ -547,6 +602,10 @@ pub fn cases() -> Vec<Case> {
         ),
         case!(proc::self_signals, isolated_signals),
         case!(proc::orphans_reaped, reaps_orphans),
+        case!(realworld::cargo_build_offline, rust_toolchain),
+        case!(realworld::python_venv_pip_install, python_venv),
+        case!(realworld::git_init_add_commit, sh_git),
+        case!(realworld::npm_install_local_tarball, sh_npm),
         case!(limits::process_cap, process_limit),
         case!(limits::memory, memory_limit),
         case!(

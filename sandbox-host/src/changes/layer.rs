@@ -4,11 +4,11 @@
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::io::{self, Read};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::LayerMechanism;
 use crate::fs::fsx::{self, Kind};
@@ -228,6 +228,19 @@ pub(crate) struct OverlayMount {
     target: CString,
     data: CString,
     cwd: CString,
+    idmapped: Option<IdmappedLayers>,
+}
+
+/// The overlay's layers idmapped for a root host's command that runs as an unprivileged
+/// id (see `crate::handover`): attached over the workspace (the lower layer) and over the
+/// layer's directory (upper and work) before the overlay is mounted on them; the layer's
+/// directory is detached again right after, so the command never sees the upper directory
+/// under its own id.
+#[derive(Debug)]
+struct IdmappedLayers {
+    lower: Arc<OwnedFd>,
+    dir: Arc<OwnedFd>,
+    dir_path: CString,
 }
 
 /// Characters that cannot be given in overlayfs' mount options (separators, escapes).
@@ -272,6 +285,7 @@ impl OverlayMount {
             target: fsx::cstring(target.as_os_str())?,
             data: fsx::cstring(OsStr::new(&data))?,
             cwd: fsx::cstring(cwd.as_os_str())?,
+            idmapped: None,
         })
     }
 }
@@ -281,6 +295,54 @@ impl OverlayMount {
     /// ([`crate::process::BornIn::user`]): mount there, making no nested one.
     pub(crate) fn in_the_born_user_namespace(&mut self) {
         self.userns = None;
+    }
+
+    /// Mount on `lower` (the workspace) and `dir` (the layer's directory, `layer_dir`),
+    /// idmapped trees made by the host (`crate::handover`), instead of the paths as they
+    /// are. Only for a root host, which mounts the overlay in no user namespace.
+    pub(crate) fn on_idmapped_layers(
+        &mut self,
+        lower: Arc<OwnedFd>,
+        dir: Arc<OwnedFd>,
+        layer_dir: &Path,
+    ) -> io::Result<()> {
+        if self.userns.is_some() {
+            return Err(io::Error::other(
+                "idmapped layers are for a root host's overlay, made in no user namespace",
+            ));
+        }
+        self.idmapped = Some(IdmappedLayers {
+            lower,
+            dir,
+            dir_path: fsx::cstring(layer_dir.as_os_str())?,
+        });
+        Ok(())
+    }
+}
+
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+
+/// Attach the detached tree `fd` at `path` (the descriptor stays open: close-on-exec).
+///
+/// # Safety
+///
+/// Only a system call; callable between fork and exec.
+unsafe fn attach(fd: BorrowedFd<'_>, path: &std::ffi::CStr) -> io::Result<()> {
+    // SAFETY: a descriptor and a NUL-terminated path prepared before the fork.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
     }
 }
 
@@ -292,8 +354,9 @@ fn check(r: libc::c_int) -> io::Result<()> {
     }
 }
 
-// SAFETY: `unshare`, `open`/`write`/`close` of the id maps, `mount` and `chdir` on C
-// strings and byte buffers prepared before the fork; errors are raw errnos.
+// SAFETY: `unshare`, `open`/`write`/`close` of the id maps, `mount`, `move_mount`,
+// `umount2` and `chdir` on C strings, descriptors and byte buffers prepared before the
+// fork; errors are raw errnos.
 unsafe impl PreExec for OverlayMount {
     fn name(&self) -> &'static str {
         "overlay mount"
@@ -320,6 +383,10 @@ unsafe impl PreExec for OverlayMount {
                 libc::MS_REC | libc::MS_PRIVATE,
                 std::ptr::null(),
             ))?;
+            if let Some(l) = &self.idmapped {
+                attach(l.dir.as_fd(), &l.dir_path)?;
+                attach(l.lower.as_fd(), &self.target)?;
+            }
             check(libc::mount(
                 c"overlay".as_ptr(),
                 self.target.as_ptr(),
@@ -327,6 +394,11 @@ unsafe impl PreExec for OverlayMount {
                 0,
                 self.data.as_ptr().cast(),
             ))?;
+            if let Some(l) = &self.idmapped {
+                // The overlay holds private clones of its layers' mounts; the idmapped
+                // directory (upper and work, the command's as their owner) goes away.
+                check(libc::umount2(l.dir_path.as_ptr(), libc::MNT_DETACH))?;
+            }
             check(libc::chdir(self.cwd.as_ptr()))?;
         }
         Ok(())

@@ -111,6 +111,10 @@ pub struct Launch {
     /// Namespaces the spawned process is born in, by core's `clone3`, rather than made by a
     /// step after it (see [`BornIn`]).
     pub born_in: BornIn,
+    /// A root host's command handed to an unprivileged id, over an overlay layer: the
+    /// layers idmapped as its other trees are, for the pipeline's overlay mount
+    /// ([`crate::handover::Handover::layer`]).
+    pub layer_trees: Option<crate::handover::LayerTrees>,
 }
 
 /// Namespaces core's `clone3` makes the spawned process in.
@@ -264,6 +268,7 @@ impl Launch {
             egress: None,
             seccomp_listener: None,
             born_in: BornIn::default(),
+            layer_trees: None,
         }
     }
 

@@ -683,3 +683,171 @@ pub async fn conflict_detected(ctx: Arc<Context>) -> CaseResult {
     );
     Ok(())
 }
+
+/// `sh -c script` with `args` in `ws`, on the context's lane, `$TMPDIR` (the host's temp
+/// dir, holding every run's directory) writable.
+fn with_tmp_writable(
+    ctx: &Context,
+    ws: &Path,
+    script: &str,
+    args: &[&Path],
+) -> Result<sandbox_core::SandboxOpts, Failure> {
+    let mut o = ctx.opts(ws, [""]);
+    o.argv = ["sh", "-c", script, "sh"]
+        .iter()
+        .map(std::ffi::OsString::from)
+        .chain(args.iter().map(|a| a.as_os_str().to_owned()))
+        .collect();
+    o.writable_paths = vec![std::env::temp_dir().canonicalize()?];
+    Ok(o)
+}
+
+/// The layer directory (in this user's runs directory) whose tree holds `mark` at its top:
+/// `upper/mark` (an overlay) or `copy/mark` (a copy).
+fn layer_holding(mark: &str) -> Option<PathBuf> {
+    std::fs::read_dir(sandbox_core::runs_dir())
+        .ok()?
+        .flatten()
+        .map(|e| e.path())
+        .find(|d| {
+            ["upper", "copy"]
+                .iter()
+                .any(|t| d.join(t).join(mark).exists())
+        })
+}
+
+/// With the temp dir writable, another run's layer (its upper directory or copy, and the
+/// directory around it) cannot be written: nothing is planted in what its host applies.
+pub async fn another_runs_layer_stays_read_only(ctx: Arc<Context>) -> CaseResult {
+    let mark = format!("mark-{}", crate::context::token());
+    let ws_a = ctx.workspace("layer-a")?;
+    let mut a = ctx.opts(ws_a.path(), [""]);
+    a.argv = ["sh", "-c", &format!("echo a > {mark}; sleep 60")]
+        .iter()
+        .map(std::ffi::OsString::from)
+        .collect();
+    a.changes = Changes::Review;
+    let sb_a = ctx.sandbox();
+    sb_a.run(a).await?;
+    let mut dir = None;
+    for _ in 0..200 {
+        dir = layer_holding(&mark);
+        if dir.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let result = async {
+        let dir = dir.ok_or_else(|| {
+            Failure::Broken(format!(
+                "the other run's layer is not in {}",
+                sandbox_core::runs_dir().display()
+            ))
+        })?;
+        let ws_b = ctx.workspace("layer-b")?;
+        let tmp = std::env::temp_dir().canonicalize()?;
+        let reach = tmp.join(format!("reach-{mark}"));
+        let script = "echo ok > \"$2\" && echo reached; \
+             for f in \"$1/planted\" \"$1/upper/planted\" \"$1/copy/planted\" \"$1/start\"; do \
+               echo evil > \"$f\" 2>/dev/null && echo \"wrote $f\"; done; true";
+        let o = ctx
+            .run(with_tmp_writable(
+                &ctx,
+                ws_b.path(),
+                script,
+                &[&dir, &reach],
+            )?)
+            .await?;
+        let _ = std::fs::remove_file(&reach);
+        ensure!(
+            o.status.success() && o.stdout.text().contains("reached"),
+            "the command could not write the temp dir it was granted: {}",
+            describe(&o)
+        );
+        let mut checks = crate::context::Forbidden::new(&ctx);
+        let planted: Vec<PathBuf> = ["planted", "upper/planted", "copy/planted"]
+            .iter()
+            .map(|f| dir.join(f))
+            .filter(|p| p.exists())
+            .collect();
+        checks.check(
+            "plant a file in another run's layer",
+            !planted.is_empty(),
+            || format!("{planted:?} written: {}", describe(&o)),
+        );
+        let start = std::fs::read(dir.join("start")).unwrap_or_default();
+        checks.check(
+            "rewrite another run's conflict stamp",
+            start.starts_with(b"evil"),
+            || describe(&o),
+        );
+        checks.finish()
+    }
+    .await;
+    let _ = sb_a.kill().await;
+    let _ = sb_a.wait().await;
+    result
+}
+
+/// With the temp dir writable, the run's own layer (its upper directory and its conflict
+/// stamp) cannot be written around the overlay: the change set is what the command did
+/// through the workspace.
+pub async fn own_layer_stays_read_only(ctx: Arc<Context>) -> CaseResult {
+    let mark = format!("mark-{}", crate::context::token());
+    let ws = ctx.workspace("layer-own")?;
+    let script = format!(
+        "echo x > {mark}; ls \"$1\" >/dev/null 2>&1 && echo listed; \
+         for d in \"$1\"/sandbox-layer@*; do \
+           if [ -e \"$d/upper/{mark}\" ] || [ -e \"$d/copy/{mark}\" ]; then echo \"own $d\"; \
+             for f in \"$d/upper/planted\" \"$d/start\"; do \
+               echo evil > \"$f\" 2>/dev/null && echo \"wrote $f\"; done; fi; done; true"
+    );
+    let runs = sandbox_core::runs_dir();
+    let mut o = with_tmp_writable(&ctx, ws.path(), &script, &[&runs])?;
+    o.changes = Changes::Review;
+    let out = ctx.run(o).await?;
+    let set = out.changes.clone();
+    let result = (|| {
+        let own = out
+            .stdout
+            .text()
+            .lines()
+            .find_map(|l| l.strip_prefix("own ").map(PathBuf::from));
+        let Some(own) = own else {
+            if !out.stdout.text().contains("listed") && out.status.success() {
+                // The runs directory is out of the command's reach altogether (the
+                // temp dir's bind shows it, but its mode keeps the command's id out).
+                return Ok(());
+            }
+            return Err(Failure::Broken(format!(
+                "the command did not find its own layer in {}: {}",
+                runs.display(),
+                describe(&out)
+            )));
+        };
+        let mut checks = crate::context::Forbidden::new(&ctx);
+        let planted = own.join("upper/planted");
+        checks.check(
+            "write its own upper directory around the overlay",
+            planted.exists(),
+            || format!("{} was written: {}", planted.display(), describe(&out)),
+        );
+        let start = std::fs::read(own.join("start")).unwrap_or_default();
+        checks.check(
+            "rewrite its own conflict stamp",
+            start.starts_with(b"evil"),
+            || describe(&out),
+        );
+        let listed = set
+            .as_ref()
+            .is_some_and(|s| s.changes().iter().any(|c| c.path == Path::new("planted")));
+        checks.check("add to its change set around the overlay", listed, || {
+            describe(&out)
+        });
+        checks.finish()
+    })();
+    if let Some(s) = set {
+        s.discard();
+    }
+    result
+}

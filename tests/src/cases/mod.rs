@@ -13,6 +13,7 @@ pub mod kernel;
 pub mod limits;
 pub mod net;
 pub mod proc;
+pub mod realworld;
 pub mod root;
 pub mod scale;
 pub mod secrets;

@@ -43,7 +43,7 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -78,7 +78,15 @@ const RUN_COMMAND: &str = "run_command";
 const EXPLAIN_POLICY: &str = "explain_policy";
 /// The keys a `run_command` call may carry; anything else is a request to widen the
 /// policy, and refused.
-const INPUTS: [&str; 5] = ["argv", "command", "cwd", "timeout_seconds", "stdin"];
+const INPUTS: [&str; 7] = [
+    "argv",
+    "command",
+    "cwd",
+    "timeout_seconds",
+    "stdin",
+    "toolchains",
+    "secrets",
+];
 /// Progress chunks waiting for the client; past this, chunks are counted and dropped so a
 /// slow client cannot make the server hold a command's whole output twice.
 const PROGRESS_QUEUE: usize = 256;
@@ -174,6 +182,10 @@ struct RunInput {
     cwd: Option<PathBuf>,
     timeout_seconds: Option<f64>,
     stdin: Option<String>,
+    /// Only these of the host's toolchains (paths as the host granted them).
+    toolchains: Option<Vec<PathBuf>>,
+    /// Only these of the host's secrets, by name: a value never comes through a call.
+    secrets: Option<Vec<String>>,
 }
 
 /// Why a call ran nothing, as the tool error the model reads.
@@ -299,7 +311,41 @@ fn call_opts(inner: &Inner, args: JsonObject) -> Result<SandboxOpts, Refusal> {
     if let Some(stdin) = input.stdin {
         opts.stdin = Stdin::Bytes(stdin.into_bytes());
     }
+    // Toolchains and secrets: a call may only leave out some of the host's, never add.
+    if let Some(asked) = input.toolchains {
+        let canon = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        let mut chosen = Vec::new();
+        for t in asked {
+            let Some(granted) = opts.toolchains.iter().find(|g| canon(g) == canon(&t)) else {
+                return Err(not_the_hosts("toolchain", &t.display().to_string()));
+            };
+            chosen.push(granted.clone());
+        }
+        opts.toolchains = chosen;
+    }
+    if let Some(names) = input.secrets {
+        if let Some(n) = names
+            .iter()
+            .find(|n| !opts.secrets.iter().any(|s| &s.name == *n))
+        {
+            return Err(not_the_hosts("secret", n));
+        }
+        opts.secrets.retain(|s| names.contains(&s.name));
+    }
     Ok(opts)
+}
+
+/// A call named a toolchain or secret the host did not configure.
+fn not_the_hosts(what: &str, name: &str) -> Refusal {
+    Refusal {
+        kind: "policy_refused",
+        reason: format!(
+            "the {what} `{}` is not one the host configured: a call may only choose among \
+             the host's",
+            sandbox::escape(name.as_bytes())
+        ),
+        remedy: format!("call {EXPLAIN_POLICY} to see the {what}s the host configured"),
+    }
 }
 
 impl Inner {
@@ -621,6 +667,21 @@ fn explain(spec: &RunSpec, base: &SandboxOpts, backend: &dyn Backend) -> String 
             ports.join(", 127.0.0.1:")
         );
     }
+    if !base.toolchains.is_empty() {
+        let _ = writeln!(
+            s,
+            "Toolchains (readable, credentials inside hidden; a call may choose among them): {}",
+            paths(&base.toolchains)
+        );
+    }
+    if !base.secrets.is_empty() {
+        let names: Vec<&str> = base.secrets.iter().map(|x| x.name.as_str()).collect();
+        let _ = writeln!(
+            s,
+            "Secrets (placeholders only; a call may choose among them by name): {}",
+            names.join(", ")
+        );
+    }
     let mut env: Vec<String> = vec!["PATH".into(), "HOME".into(), "LANG".into()];
     env.extend(base.env.set.iter().map(|(n, _)| n.clone()));
     env.extend(base.env.pass.iter().cloned());
@@ -658,8 +719,9 @@ fn explain(spec: &RunSpec, base: &SandboxOpts, backend: &dyn Backend) -> String 
     let _ = write!(
         s,
         "A call to {RUN_COMMAND} chooses the command (`argv`, or `command` run by sh -c \
-         inside the sandbox), `cwd` inside the workspace, a shorter `timeout_seconds` and \
-         `stdin`; nothing above can be changed by a call."
+         inside the sandbox), `cwd` inside the workspace, a shorter `timeout_seconds`, \
+         `stdin`, and which of the toolchains and secrets above it gets; nothing above can \
+         be widened by a call."
     );
     s
 }
@@ -690,6 +752,16 @@ fn run_command_tool() -> Tool {
             "stdin": {
                 "type": "string",
                 "description": "The command's standard input (default: empty)."
+            },
+            "toolchains": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Only these of the toolchains the host granted (paths as explain_policy lists them; default: all of them)."
+            },
+            "secrets": {
+                "type": "array",
+                "items": {"type": "string"},
+                "description": "Only these of the secrets the host configured, by name (default: all of them); a value is never given here."
             }
         },
         "oneOf": [{"required": ["argv"]}, {"required": ["command"]}],

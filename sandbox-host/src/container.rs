@@ -135,14 +135,14 @@ pub const SECCOMP_CAUSE: &str = "this container's seccomp profile refuses namesp
 
 /// What lets namespaces be made in a container.
 pub const SECCOMP_FIX: &str = "start it with a profile that allows `unshare`, `clone` \
-     with namespace flags, `mount` and `pivot_root`: Docker `--security-opt \
+     with namespace flags, `mount` and `pivot_root`: `docker run --security-opt \
      seccomp=PROFILE` (or `seccomp=unconfined`), Kubernetes `securityContext.seccompProfile: \
      {type: Localhost, localhostProfile: PROFILE}` (or `type: Unconfined`; see \
      docs/cluster.md)";
 
 /// What gives a pid namespace its own `/proc` in a container.
 pub const PROC_FIX: &str = "this container's /proc is masked, so no pid namespace can mount \
-     its own: start it with Docker `--security-opt systempaths=unconfined`, or in Kubernetes \
+     its own: start it with `docker run --security-opt systempaths=unconfined`, or in Kubernetes \
      `securityContext.procMount: Unmasked` with `hostUsers: false` (see docs/cluster.md)";
 
 impl fmt::Display for Confinement {

@@ -227,6 +227,29 @@ fn a_backend_left_out_of_the_build_names_its_feature() {
     }
 }
 
+/// A reader that went away before the outcome was written (`sandbox run --json … | head
+/// -c0`) makes no panic: the run's own exit code is still the command's.
+#[test]
+fn json_to_a_closed_pipe_is_no_panic() {
+    let ws = workspace();
+    let mut child = sandbox()
+        .current_dir(ws.path())
+        .args([
+            "run", "--lane", "trusted", "--json", "--", "sh", "-c", "exit 3",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the sandbox binary runs");
+    // Close the read end before anything is written.
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = text(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert_eq!(code(&o), 3, "{err}");
+}
+
 #[test]
 fn auto_runs_what_doctor_says_it_picks_and_never_none() {
     for pick in doctor()["auto"].as_array().unwrap() {

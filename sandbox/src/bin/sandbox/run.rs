@@ -430,9 +430,19 @@ fn env_policy(items: &[OsString]) -> Result<EnvPolicy, CliError> {
     Ok(env)
 }
 
+/// Written with `writeln!`, not `println!`: a reader that closed its end (`| head`) is no
+/// reason to panic after the run; the outcome's exit code still tells what happened.
 fn print_json<T: Serialize>(value: &T) {
+    use std::io::Write;
     match serde_json::to_string(value) {
-        Ok(s) => println!("{s}"),
+        Ok(s) => {
+            let mut out = std::io::stdout().lock();
+            if let Err(e) = writeln!(out, "{s}").and_then(|()| out.flush()) {
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    eprintln!("sandbox: could not write the JSON outcome: {e}");
+                }
+            }
+        }
         Err(e) => eprintln!("sandbox: could not write the JSON outcome: {e}"),
     }
 }

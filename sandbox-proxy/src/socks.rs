@@ -93,8 +93,8 @@ pub(crate) async fn serve(shared: &Shared, mut client: TcpStream, deadline: toki
             return;
         }
     };
-    // A host with secrets is reached only through `CONNECT`, where its TLS is terminated
-    // and every request judged; a SOCKS tunnel to it would pass unjudged.
+    // A host with secrets or request rules is reached only through `CONNECT`, where its
+    // TLS is terminated and every request judged; a SOCKS tunnel to it would pass unjudged.
     if shared
         .config
         .as_ref()
@@ -103,7 +103,9 @@ pub(crate) async fn serve(shared: &Shared, mut client: TcpStream, deadline: toki
     {
         super::Pending::new(shared, ProxyProtocol::Socks5, &host, port).settle(
             sandbox_core::Decision::Denied(
-                "a host with secrets is reached through HTTPS_PROXY (CONNECT), not SOCKS5".into(),
+                "a host with secrets or request rules is reached through HTTPS_PROXY \
+                 (CONNECT), where each request is judged, not SOCKS5"
+                    .into(),
             ),
             None,
             None,

@@ -493,3 +493,51 @@ async fn curl_reuses_its_connection_and_each_request_is_judged() {
     assert_eq!(reqs.len(), 3, "{reqs:?}");
     assert!(reqs[2].2.starts_with("denied: no request rule"), "{reqs:?}");
 }
+
+/// SOCKS5 to a host with request rules and no secret is refused too, naming the rules: a
+/// SOCKS tunnel would carry its requests unjudged. Nothing reaches the upstream.
+#[tokio::test(flavor = "multi_thread")]
+async fn socks5_to_a_host_with_rules_alone_is_refused() {
+    let (up, upstream_ca, mut seen) = upstream().await;
+    let rules: Vec<RequestRule> = vec![ISSUES.parse().unwrap()];
+    let secrets = Secrets::with_rules(Vec::new(), rules, &[upstream_ca]).unwrap();
+    assert!(secrets.terminates("api.test"));
+    let mut config = ProxyConfig::new(
+        Allowlist::parse(&[format!("api.test:{up}")]).unwrap(),
+        Some(Arc::new(TableResolver::new().with("api.test", LO))),
+    );
+    config.secrets = Some(Arc::new(secrets));
+    let l = std::net::TcpListener::bind((LO, 0)).unwrap();
+    let port = l.local_addr().unwrap().port();
+    let proxy = spawn(config, Box::pin(async move { Ok(l) })).unwrap();
+    let (_, err) = run(
+        "curl",
+        vec![
+            "-sS".into(),
+            "--max-time".into(),
+            "20".into(),
+            "-k".into(),
+            "--socks5-hostname".into(),
+            format!("127.0.0.1:{port}"),
+            format!("https://api.test:{up}/repos/o/r/issues"),
+        ],
+    )
+    .await;
+    assert!(!err.is_empty(), "curl got through: {err}");
+    let record = proxy.finish().await;
+    let denied: Vec<String> = record
+        .entries
+        .iter()
+        .filter_map(|e| match &e.decision {
+            Decision::Denied(why) => Some(why.clone()),
+            Decision::Allowed(_) => None,
+        })
+        .collect();
+    assert!(
+        denied
+            .iter()
+            .any(|w| w.contains("request rules") && w.contains("not SOCKS5")),
+        "{denied:?}"
+    );
+    assert!(seen.try_recv().is_err(), "the upstream got a request");
+}

@@ -39,6 +39,9 @@ const NAME: &str = "bench.test";
 
 /// Start-up with `proxy` against `loopback`: at most 1.2×.
 const STARTUP: Target = Target::AtMost(1.2);
+/// Start-up with a secret against the same run with `--allow-host` alone: at most 1.2×
+/// (issue 30: the authority and a certificate made once per run).
+const SECRET_STARTUP: Target = Target::AtMost(1.2);
 /// A download through the proxy against a direct one: at least 0.5× the throughput.
 const DOWNLOAD: Target = Target::AtLeast(0.5);
 /// Connection set-up through the proxy: at most 1 ms added (median).
@@ -185,6 +188,12 @@ pub async fn measure(s: &Subject, budget: &Budget) -> Result<Vec<Row>, BenchErro
         target: STARTUP.cell(),
         verdict: Verdict::judge(STARTUP.met(r), budget.quick),
     });
+
+    // Start-up with a secret: the run's authority, its bundle and the terminated host's
+    // certificate made per run, against the same `proxy` run without one.
+    if cap.secrets {
+        rows.push(secret_startup(s, budget, &px).await?);
+    }
 
     // A download: curl in the sandbox through the proxy, against curl on the host.
     let (Some(inside_curl), Ok(curl)) = (&s.curl_program, which::which("curl")) else {
@@ -379,5 +388,52 @@ pub async fn setup(budget: &Budget) -> Result<Row, BenchError> {
         ),
         target: format!("≤ {} added", fmt_duration(SETUP_ADDED)),
         verdict: Verdict::judge(added <= SETUP_ADDED, budget.quick),
+    })
+}
+
+/// The start-up row for a run with one secret (read from a file, for the host the proxy
+/// allows) against `px`, the same run with the host allowed and no secret.
+async fn secret_startup(s: &Subject, budget: &Budget, px: &SandboxOpts) -> Result<Row, BenchError> {
+    let dir = tempfile::tempdir().map_err(|e| BenchError::io("the secret's file", e))?;
+    let file = dir.path().join("token");
+    std::fs::write(&file, "bench-token-value\n")
+        .map_err(|e| BenchError::io("the secret's file", e))?;
+    let spec =
+        sandbox_core::SecretSpec::parse(&format!("BENCH_TOKEN=file:{}@{NAME}", file.display()))
+            .map_err(|e| BenchError::wrong("the bench's secret", e.to_string()))?;
+    let mut with_secret = px.clone();
+    with_secret.secrets = vec![spec];
+    let (rounds, _) = budget.startup_for(s.slow);
+    let probes: Vec<Probe<'_>> = vec![
+        Box::new(|| {
+            let o = px.clone();
+            Box::pin(async move { runs::library_run(&s.backend, o).await.map(|(d, _)| d) })
+        }),
+        Box::new(|| {
+            let o = with_secret.clone();
+            Box::pin(async move { runs::library_run(&s.backend, o).await.map(|(d, _)| d) })
+        }),
+    ];
+    let samples = interleaved(&probes, rounds).await?;
+    let (plain, secret) = (&samples[0], &samples[1]);
+    let r = secret.median().as_secs_f64() / plain.median().as_secs_f64();
+    Ok(Row {
+        backend: s.name.into(),
+        what: format!(
+            "start-up of `/bin/true` with a secret (its run's authority, bundle and \
+             certificate; lane {}), {} runs",
+            s.lane,
+            secret.len()
+        ),
+        median: fmt_duration(secret.median()),
+        p95: fmt_duration(secret.p95()),
+        ratio: fmt_ratio(r),
+        baseline: format!(
+            "the same `proxy` run with the host allowed and no secret: {} (p95 {})",
+            fmt_duration(plain.median()),
+            fmt_duration(plain.p95())
+        ),
+        target: SECRET_STARTUP.cell(),
+        verdict: Verdict::judge(SECRET_STARTUP.met(r), budget.quick),
     })
 }

@@ -383,13 +383,60 @@ fn replace(hay: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
 }
 
 /// Looks for any of a set of byte strings across a stream cut into chunks at any place: a
-/// request body for placeholders, a response for the values. Keeps only the last
-/// `longest - 1` bytes between chunks, so its memory is bounded whatever the stream.
+/// request body for placeholders, a response for the values. One matching automaton per
+/// string (Knuth–Morris–Pratt), fed byte by byte, so each chunk costs its length once per
+/// string, memory is bounded by the strings whatever the stream, and what could still
+/// begin a match is known exactly ([`StreamScanner::holds_back`]).
 #[derive(Debug)]
 pub struct StreamScanner {
-    needles: Vec<(String, Vec<u8>)>,
-    tail: Vec<u8>,
-    keep: usize,
+    needles: Vec<Needle>,
+}
+
+#[derive(Debug)]
+struct Needle {
+    name: String,
+    bytes: Vec<u8>,
+    /// `fail[i]`: the longest proper prefix of `bytes[..=i]` that is also its suffix.
+    fail: Vec<usize>,
+    /// How many bytes of `bytes` the stream's end matches.
+    state: usize,
+}
+
+impl Needle {
+    fn new(name: String, bytes: Vec<u8>) -> Self {
+        let mut fail = vec![0; bytes.len()];
+        let mut k = 0;
+        for i in 1..bytes.len() {
+            while k > 0 && bytes[i] != bytes[k] {
+                k = fail[k - 1];
+            }
+            if bytes[i] == bytes[k] {
+                k += 1;
+            }
+            fail[i] = k;
+        }
+        Self {
+            name,
+            bytes,
+            fail,
+            state: 0,
+        }
+    }
+
+    /// Advance over `b`; true when the string ends here.
+    fn step(&mut self, b: u8) -> bool {
+        while self.state > 0 && b != self.bytes[self.state] {
+            self.state = self.fail[self.state - 1];
+        }
+        if b == self.bytes[self.state] {
+            self.state += 1;
+        }
+        if self.state == self.bytes.len() {
+            self.state = self.fail[self.state - 1];
+            return true;
+        }
+        false
+    }
 }
 
 impl StreamScanner {
@@ -428,31 +475,37 @@ impl StreamScanner {
     }
 
     fn new(needles: Vec<(String, Vec<u8>)>) -> Self {
-        let keep = needles.iter().map(|(_, n)| n.len()).max().unwrap_or(1) - 1;
         Self {
-            needles,
-            tail: Vec::new(),
-            keep,
+            needles: needles
+                .into_iter()
+                .filter(|(_, n)| !n.is_empty())
+                .map(|(name, n)| Needle::new(name, n))
+                .collect(),
         }
     }
 
-    /// How many of the last bytes fed could still begin a match: a relay holds them back
-    /// until the next chunk, so no part of a value passes before it is seen whole.
+    /// How many of the last bytes fed could still begin a match (the longest end of the
+    /// stream that is the start of a string looked for): a relay holds exactly those back
+    /// until the next chunk, so no part of a value passes before it is seen whole, and
+    /// nothing else waits (a small websocket frame is not delayed for want of more bytes).
     pub fn holds_back(&self) -> usize {
-        self.keep
+        self.needles.iter().map(|n| n.state).max().unwrap_or(0)
     }
 
     /// Feed the next chunk; the name of the first secret found, if any.
     pub fn feed(&mut self, chunk: &[u8]) -> Option<&str> {
-        let mut window = std::mem::take(&mut self.tail);
-        window.extend_from_slice(chunk);
-        let hit = self
-            .needles
-            .iter()
-            .position(|(_, n)| find(&window, n).is_some());
-        let start = window.len().saturating_sub(self.keep);
-        self.tail = window[start..].to_vec();
-        hit.map(|i| self.needles[i].0.as_str())
+        for &b in chunk {
+            let mut hit = None;
+            for (i, n) in self.needles.iter_mut().enumerate() {
+                if n.step(b) && hit.is_none() {
+                    hit = Some(i);
+                }
+            }
+            if let Some(i) = hit {
+                return Some(self.needles[i].name.as_str());
+            }
+        }
+        None
     }
 }
 
@@ -751,6 +804,41 @@ mod tests {
         }
         let mut sc = StreamScanner::placeholders(&secrets());
         assert_eq!(sc.feed(b"nothing to see here"), None);
+    }
+
+    /// What is held back is exactly what could begin a value: nothing after unrelated
+    /// bytes, the started part after a value's first bytes, and a value cut anywhere is
+    /// never passed in part before it is caught.
+    #[test]
+    fn only_what_could_begin_a_value_is_held_back() {
+        let v = "ghp_realvalue123";
+        let mut sc = StreamScanner::values(&secrets());
+        assert_eq!(sc.feed(b"frame-bytes"), None);
+        assert_eq!(sc.holds_back(), 0);
+        assert_eq!(sc.feed(b"x ghp_real"), None);
+        assert_eq!(sc.holds_back(), "ghp_real".len());
+        assert_eq!(sc.feed(b"ly not"), None);
+        assert_eq!(sc.holds_back(), 0);
+        // A value cut at every place: the bytes passed on (all but those held back) never
+        // hold any part of it before the scanner names it.
+        let text = format!("abc gh gghp_{v} tail");
+        for cut in 0..text.len() {
+            let mut sc = StreamScanner::values(&secrets());
+            let first = &text.as_bytes()[..cut];
+            if sc.feed(first).is_none() {
+                let passed = &first[..first.len() - sc.holds_back()];
+                assert!(
+                    !String::from_utf8_lossy(passed).contains("ghp_r"),
+                    "cut at {cut}: {:?} passed",
+                    String::from_utf8_lossy(passed)
+                );
+                assert_eq!(
+                    sc.feed(&text.as_bytes()[cut..]),
+                    Some("GH_TOKEN"),
+                    "cut at {cut}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -23,10 +23,12 @@
 //! # WebSocket
 //!
 //! A request with `Upgrade: websocket` is judged like any other (placeholders in its headers
-//! replaced, rules applied); when the server answers `101`, bytes are relayed both ways
-//! **uninspected** from then on: frames are not parsed, so a placeholder in a frame is not
-//! seen, and the value cannot be put into one either. `h2c` and every other upgrade are
-//! refused by the judge.
+//! replaced, rules applied); when the server answers `101`, frames are not parsed from then
+//! on: a placeholder in a frame the command sends is not seen, and the value cannot be put
+//! into one either. What the server sends back is still scanned for the value, as every
+//! response is (a server frame is unmasked, so the value would travel in it as written):
+//! one that carries it cuts the connection off. `h2c` and every other upgrade are refused
+//! by the judge.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -508,7 +510,9 @@ where
         }
     }
 
-    /// After `101`: bytes both ways, uninspected, until either side ends.
+    /// After `101`: bytes both ways until either side ends; the command's unparsed, the
+    /// server's scanned for the value (held back as in [`Conn::send`]), cut off when one
+    /// carries it.
     async fn tunnel(&mut self) -> Result<bool, Stop> {
         let Some(up) = self.up.as_mut() else {
             return Err(Stop::Done);
@@ -518,11 +522,53 @@ where
             return Err(Stop::Done);
         }
         let late = std::mem::take(&mut up.buf);
-        if !late.is_empty() && self.client.inner.write_all(&late).await.is_err() {
-            return Err(Stop::Done);
+        let (mut client_rd, mut client_wr) = tokio::io::split(&mut self.client.inner);
+        let (mut up_rd, mut up_wr) = tokio::io::split(&mut up.inner);
+        let values = &mut self.values;
+        let held = &mut self.held;
+        let host = self.host;
+        let to_server = async {
+            let _ = tokio::io::copy(&mut client_rd, &mut up_wr).await;
+            let _ = up_wr.shutdown().await;
+        };
+        let to_command = async {
+            let mut buf = vec![0u8; 16 << 10];
+            let mut chunk = late;
+            loop {
+                if !chunk.is_empty() {
+                    if let Some(name) = values.feed(&chunk) {
+                        return Err(Stop::Cut(format!(
+                            "the response from {host} carried the value of secret {name}: \
+                             cut off"
+                        )));
+                    }
+                    held.extend_from_slice(&chunk);
+                    let send = held.len() - values.holds_back().min(held.len());
+                    if client_wr.write_all(&held[..send]).await.is_err() {
+                        return Err(Stop::Done);
+                    }
+                    held.drain(..send);
+                }
+                let n = match up_rd.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => n,
+                };
+                chunk = buf[..n].to_vec();
+            }
+            // The end: what was held back cannot hold a whole value.
+            let _ = client_wr.write_all(held).await;
+            held.clear();
+            Err(Stop::Done)
+        };
+        tokio::pin!(to_server);
+        tokio::pin!(to_command);
+        let mut server_done = false;
+        loop {
+            tokio::select! {
+                () = &mut to_server, if !server_done => server_done = true,
+                r = &mut to_command => return r,
+            }
         }
-        let _ = tokio::io::copy_bidirectional(&mut self.client.inner, &mut up.inner).await;
-        Err(Stop::Done)
     }
 
     /// Refuse a request with the proxy's `403`, record it, and end the connection.
@@ -861,6 +907,8 @@ mod tests {
         Chunked,
         /// `101` to a websocket upgrade, then every byte back as read.
         Socket,
+        /// `101`, then the request head it read as a first frame, then every byte back.
+        SocketEchoHead,
     }
 
     /// An HTTPS server on loopback under a test authority of its own (what
@@ -938,11 +986,12 @@ mod tests {
                             "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1\r\no\r\n1;x=y\r\nk\r\n0\r\nX-T: 1\r\n\r\n".into()
                         }
                         Serve::Socket => "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n".into(),
+                        Serve::SocketEchoHead => format!("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n{text}"),
                     };
                     if r.inner.write_all(answer.as_bytes()).await.is_err() {
                         break;
                     }
-                    if serve == Serve::Socket {
+                    if matches!(serve, Serve::Socket | Serve::SocketEchoHead) {
                         let early = std::mem::take(&mut r.buf);
                         let _ = r.inner.write_all(&early).await;
                         let (mut rd, mut wr) = tokio::io::split(r.inner);
@@ -1298,6 +1347,36 @@ mod tests {
         assert!(t.answer.starts_with("HTTP/1.1 101"), "{}", t.answer);
         assert!(t.answer.ends_with("frame-bytes"), "{}", t.answer);
         assert_eq!(t.requests[0].injected, ["GH_TOKEN"]);
+    }
+
+    /// A server that sends the upgrade request's head back in a frame (the value in its
+    /// `Authorization`) is cut off: after `101` the server's bytes are scanned still.
+    #[tokio::test]
+    async fn a_websocket_server_cannot_hand_the_value_back_in_a_frame() {
+        let req = format!(
+            "GET /socket HTTP/1.1\r\nHost: api.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nAuthorization: Bearer {PH}\r\n\r\nframe-bytes"
+        );
+        let mut t = through(
+            Serve::SocketEchoHead,
+            "api.test",
+            &["GET https://api.test/socket"],
+            req,
+        )
+        .await;
+        assert!(
+            next(&mut t.seen).await.contains(VALUE),
+            "the upstream got the value"
+        );
+        assert!(
+            !t.answer.contains(VALUE),
+            "the command got the value back: {}",
+            t.answer
+        );
+        assert!(t.answer.starts_with("HTTP/1.1 101"), "{}", t.answer);
+        assert_eq!(
+            t.cut.as_deref(),
+            Some("the response from api.test carried the value of secret GH_TOKEN: cut off")
+        );
     }
 
     #[tokio::test]

@@ -7,12 +7,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is a failed test
 
+mod common;
+
 use std::net::IpAddr;
 use std::process::Command;
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::CertificateDer;
 use sandbox_core::egress::EgressRun;
 use sandbox_core::policy::RequestRule;
 use sandbox_core::{Allowlist, Connections, Decision, Placement, ResolvedSecret, Secret};
@@ -33,23 +34,7 @@ async fn upstream() -> (
     CertificateDer<'static>,
     mpsc::UnboundedReceiver<String>,
 ) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::default();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["api.test".into()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    let config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-        )
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (acceptor, ca, _) = common::test_tls(&["api.test"]);
     let l = tokio::net::TcpListener::bind((LO, 0)).await.unwrap();
     let port = l.local_addr().unwrap().port();
     let (tx, rx) = mpsc::unbounded_channel();
@@ -105,7 +90,7 @@ async fn upstream() -> (
             });
         }
     });
-    (port, ca.der().clone(), rx)
+    (port, ca, rx)
 }
 
 /// Every request the upstream has read so far, waiting a generous bound for at least

@@ -5,12 +5,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is a failed test
 
+mod common;
+
 use std::net::IpAddr;
 use std::process::Command;
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::pki_types::CertificateDer;
 use sandbox_core::egress::EgressRun;
 use sandbox_core::{Allowlist, Connections, Decision, Placement, ResolvedSecret, Secret};
 use sandbox_proxy::{spawn, ProxyConfig, ProxyRun, Secrets, TableResolver};
@@ -30,23 +31,7 @@ async fn upstream(
     CertificateDer<'static>,
     mpsc::UnboundedReceiver<String>,
 ) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::default();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = ca.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["api.test".into()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    let config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-        )
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (acceptor, ca, _) = common::test_tls(&["api.test"]);
     let l = tokio::net::TcpListener::bind((LO, 0)).await.unwrap();
     let port = l.local_addr().unwrap().port();
     let (tx, rx) = mpsc::unbounded_channel();
@@ -77,7 +62,7 @@ async fn upstream(
             });
         }
     });
-    (port, ca.der().clone(), rx)
+    (port, ca, rx)
 }
 
 /// The next head the upstream read, within a generous bound, so a broken proxy fails the

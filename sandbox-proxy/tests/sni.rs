@@ -4,13 +4,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // tests: a failed step is a failed test
 
+mod common;
+
 use std::net::IpAddr;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair};
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName};
 use sandbox_core::egress::EgressRun;
 use sandbox_core::{Allowlist, Connections, Decision};
 use sandbox_proxy::{spawn, ProxyConfig, ProxyRun, TableResolver};
@@ -30,27 +31,7 @@ struct Front {
 }
 
 async fn front() -> Front {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca = CertificateParams::default();
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    // A name of its own: OpenSSL takes a leaf whose issuer is its own subject (rcgen's
-    // default for both) for a self-signed certificate.
-    ca.distinguished_name
-        .push(rcgen::DnType::CommonName, "sni test authority");
-    let ca = ca.self_signed(&ca_key).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["allowed.test".into(), "evil.test".into()])
-        .unwrap()
-        .signed_by(&key, &ca, &ca_key)
-        .unwrap();
-    let config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(
-            vec![leaf.der().clone()],
-            PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der())),
-        )
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let (acceptor, ca, ca_pem) = common::test_tls(&["allowed.test", "evil.test"]);
     let l = tokio::net::TcpListener::bind((LO, 0)).await.unwrap();
     let port = l.local_addr().unwrap().port();
     let served = Arc::new(Mutex::new(Vec::new()));
@@ -83,10 +64,10 @@ async fn front() -> Front {
         }
     });
     let ca_file = tempfile::NamedTempFile::new().unwrap();
-    std::fs::write(ca_file.path(), ca.pem()).unwrap();
+    std::fs::write(ca_file.path(), ca_pem).unwrap();
     Front {
         port,
-        ca: ca.der().clone(),
+        ca,
         ca_file,
         served,
     }

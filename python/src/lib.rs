@@ -186,12 +186,14 @@ struct Policy<'a, 'py> {
     snapshot: bool,
     toolchains: Vec<PathBuf>,
     secrets: Vec<String>,
+    allow_requests: Vec<String>,
+    upstream_ca: Vec<PathBuf>,
 }
 
 /// The network mode when none is named: as the command's, an allowlist implies the
 /// proxy, host ports and published ports a private loopback.
 fn implied_network(p: &Policy<'_, '_>) -> NetworkMode {
-    if !p.allow_hosts.is_empty() || !p.secrets.is_empty() {
+    if !p.allow_hosts.is_empty() || !p.secrets.is_empty() || !p.allow_requests.is_empty() {
         NetworkMode::Proxy
     } else if !p.host_ports.is_empty() || !p.publish.is_empty() {
         NetworkMode::Loopback
@@ -259,6 +261,8 @@ fn request(argv: &Bound<'_, PyAny>, p: Policy<'_, '_>) -> Result<Request, Failur
         snapshot,
         toolchains,
         secrets,
+        allow_requests,
+        upstream_ca,
         ..
     } = p;
     let workspace = match workspace {
@@ -276,6 +280,10 @@ fn request(argv: &Bound<'_, PyAny>, p: Policy<'_, '_>) -> Result<Request, Failur
         .iter()
         .map(|s| SecretSpec::parse(s).map_err(|e| Failure::invalid(format!("secrets: {e}"))))
         .collect::<Result<_, _>>()?;
+    // Request rules and upstream authorities as the command takes them; `Plan::new` checks
+    // them (a bad rule, an unreadable or non-PEM file) before anything runs.
+    opts.allow_requests = allow_requests;
+    opts.upstream_cas = upstream_ca;
     opts.network = network;
     opts.allow_hosts = allow_hosts;
     opts.host_ports = host_ports;
@@ -739,7 +747,7 @@ impl Process {
     allow_hosts=Vec::new(), host_ports=Vec::new(), publish=Vec::new(), lane="strict",
     timeout=None, memory_mb=None, env=None, backend="auto", image=None, cwd=None, stdin=None,
     max_output=None, changes="direct", snapshot=false, toolchains=Vec::new(),
-    secrets=Vec::new()
+    secrets=Vec::new(), allow_requests=Vec::new(), upstream_ca=Vec::new()
 ))]
 #[allow(clippy::too_many_arguments)]
 fn start<'py>(
@@ -765,6 +773,8 @@ fn start<'py>(
     snapshot: bool,
     toolchains: Vec<PathBuf>,
     secrets: Vec<String>,
+    allow_requests: Vec<String>,
+    upstream_ca: Vec<PathBuf>,
 ) -> PyResult<Process> {
     let policy = Policy {
         workspace,
@@ -787,6 +797,8 @@ fn start<'py>(
         snapshot,
         toolchains,
         secrets,
+        allow_requests,
+        upstream_ca,
     };
     let req = request(argv, policy).map_err(|f| f.into_py(py))?;
     start_request(py, req)

@@ -144,6 +144,21 @@ def test_a_secret_is_named_and_its_value_never_in_an_error(backend, workspace, m
         assert value.encode() not in out.stdout + out.stderr, out
 
 
+def test_request_rules_and_upstream_authorities_are_checked_before_anything_runs(backend, workspace):
+    marker = os.path.join(workspace, "marker")
+    bad = [
+        ({"allow_requests": ["GET http://api.example.test/"]}, "allow_requests"),
+        ({"allow_requests": ["FETCH https://api.example.test/"]}, "allow_requests"),
+        ({"allow_hosts": ["api.example.test"], "upstream_ca": [os.path.join(workspace, "missing.pem")]},
+         "upstream_cas"),
+    ]
+    for options, field in bad:
+        with pytest.raises(sandbox.SandboxError) as e:
+            sandbox.run(["touch", marker], workspace=workspace, **options, **backend)
+        assert field in str(e.value), (options, e.value)
+        assert not os.path.exists(marker), ("the command ran", options)
+
+
 def test_a_write_outside_the_workspace_fails_and_the_file_is_absent(backend, workspace):
     outside = tempfile.mkdtemp()
     os.chmod(outside, 0o777)

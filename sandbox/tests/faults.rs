@@ -174,6 +174,55 @@ fn dir() -> tempfile::TempDir {
 // ---------------------------------------------------------------------------------------
 // The host SIGKILLed mid-run.
 
+/// The same without a layer: a plain run's tree, which on a root host is handed to an
+/// unprivileged id (a change of ids clears the parent-death signal, which made a root
+/// host's landlock tree outlive it), dies with the SIGKILLed host where the backend says so.
+fn sigkill_of_the_host_ends_a_plain_runs_tree(backend: &str) {
+    if capability(backend)["dies_with_host"] != true {
+        skip(&format!(
+            "{backend}: its capability says the tree does not die with the host \
+             (dies_with_host false)"
+        ));
+        return;
+    }
+    let ws = dir();
+    let tmp = dir();
+    let tok = token("plainkill");
+    let script = format!("( (setsid sh -c 'sleep 600; :' {tok}d) &); echo started; sleep 600; :");
+    let mut child = sandbox(tmp.path())
+        .current_dir(ws.path())
+        .arg("run")
+        .args(backend_flags(backend))
+        .args([
+            "--timeout",
+            "900",
+            "--",
+            "sh",
+            "-c",
+            &script,
+            &format!("{tok}m"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().map(|l| l.unwrap_or_default());
+    assert_eq!(first.as_deref(), Some("started"), "the run did not start");
+    assert!(
+        eventually(|| !processes_with(&tok).is_empty()),
+        "the run's processes are not visible from the host: the test proves nothing"
+    );
+    child.kill().unwrap();
+    let _ = child.wait().unwrap();
+    assert!(
+        eventually(|| processes_with(&tok).is_empty()),
+        "the run's processes outlived the SIGKILLed host: {:?}",
+        processes_with(&tok)
+    );
+}
+
 /// `sandbox run` is SIGKILLed while its command (and a double-forked, setsid daemon of it)
 /// runs over a layer: where the backend says its tree dies with the host, nothing of the
 /// run keeps running; and the next `sandbox run` removes what the dead one left (cgroups,
@@ -468,6 +517,7 @@ macro_rules! backend_cases {
                 };
             }
             case!(sigkill_of_the_host_leaves_nothing_behind_after_the_next_start);
+            case!(sigkill_of_the_host_ends_a_plain_runs_tree);
             case!(an_unwritable_temp_dir_is_a_clear_error_naming_it);
             case!(a_full_workspace_disk_applies_nothing_and_says_so);
         }

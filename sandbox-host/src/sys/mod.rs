@@ -238,19 +238,29 @@ pub unsafe fn fork_raw() -> io::Result<libc::pid_t> {
 /// Become `uid`/`gid` with no supplementary groups, for this (single-threaded) process,
 /// by the raw calls rather than glibc's wrappers (module docs).
 ///
+/// The parent-death signal survives: the kernel clears it on any change of the effective
+/// or filesystem ids (prctl(2)), which would leave a root host's handed-over launch (a pid
+/// namespace's init among them) alive after the host is SIGKILLed. It is read first and
+/// set again after the change; a host that dies in between is seen by the launch's ready
+/// pipe, whose write then fails.
+///
 /// # Safety
 ///
 /// For a single-threaded process between fork and exec: in a multi-threaded one it would
 /// change the calling thread's credentials only.
 pub unsafe fn become_ids(uid: u32, gid: u32) -> io::Result<()> {
-    use rustix::process::{Gid, Uid};
+    use rustix::process::{parent_process_death_signal, set_parent_process_death_signal, Gid, Uid};
     use rustix::thread::{set_thread_groups, set_thread_res_gid, set_thread_res_uid};
     // rustix makes these system calls directly (no allocation, no locks).
+    let death = parent_process_death_signal()?;
     set_thread_groups(&[])?;
     let gid = Gid::from_raw(gid);
     set_thread_res_gid(gid, gid, gid)?;
     let uid = Uid::from_raw(uid);
     set_thread_res_uid(uid, uid, uid)?;
+    if death.is_some() {
+        set_parent_process_death_signal(death)?;
+    }
     Ok(())
 }
 

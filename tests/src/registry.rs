@@ -546,11 +546,10 @@ pub fn cases() -> Vec<Case> {
             secrets_tools,
             confinement
         ),
-        // Real clients through the proxy (python, git): what works, not what is refused, so
-        // not in `doctor --prove`, whose image holds no python3 or git.
         case!(
             secrets::python_urllib_gets_the_value_injected,
-            secrets_python
+            secrets_python,
+            confinement
         ),
         case!(
             secrets::placeholder_to_another_host_refused,
@@ -577,7 +576,11 @@ pub fn cases() -> Vec<Case> {
             secrets_tools,
             confinement
         ),
-        case!(secrets::git_clone_with_a_token_it_never_sees, secrets_git),
+        case!(
+            secrets::git_clone_with_a_token_it_never_sees,
+            secrets_git,
+            confinement
+        ),
         case!(
             secrets::bundle_holds_the_runs_authority_and_no_key,
             secrets_tools,

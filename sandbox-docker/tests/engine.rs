@@ -1224,10 +1224,17 @@ async fn host_ports_reach_exactly_the_hosts_port_fresh_and_pooled_and_nothing_is
 fn running_layer(ws: &Path) -> PathBuf {
     let source = running_source(ws);
     let source = source.to_str().unwrap();
+    // The layer's own directory: the path up to its `sandbox-layer@` component (in the
+    // runs directory, `$TMPDIR/sandbox-runs-UID`).
     let named = |p: &str| {
-        p.split('/')
-            .find(|c| c.starts_with("sandbox-layer@"))
-            .map(|c| std::env::temp_dir().join(c))
+        let p = Path::new(p);
+        p.ancestors()
+            .find(|a| {
+                a.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("sandbox-layer@"))
+            })
+            .map(Path::to_path_buf)
     };
     if let Some(p) = named(source) {
         return p;

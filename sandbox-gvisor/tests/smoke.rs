@@ -109,9 +109,13 @@ fn assert_nothing_left(before: &[PathBuf]) {
     assert!(!mounts.contains("sandbox-gvisor@"), "{mounts}");
 }
 
+/// The run directories of gVisor bundles: in the runs directory (`$TMPDIR/sandbox-runs-UID`)
+/// and, from before it, the temp dir itself.
 fn bundles() -> Vec<PathBuf> {
-    std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
+    [sandbox_core::runs_dir(), std::env::temp_dir()]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
         .flatten()
         .map(|e| e.path())
         .filter(|p| {

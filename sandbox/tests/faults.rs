@@ -221,6 +221,23 @@ fn sigkill_of_the_host_ends_a_plain_runs_tree(backend: &str) {
         "the run's processes outlived the SIGKILLed host: {:?}",
         processes_with(&tok)
     );
+    // The next start sweeps what the dead host left (a staging mount, its temp dirs), so
+    // this test leaves nothing on the machine either.
+    let next = sandbox(tmp.path())
+        .current_dir(ws.path())
+        .arg("run")
+        .args(backend_flags(backend))
+        .args(["--", "true"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(next.status.success(), "{}", text(&next.stderr));
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let tmp_path = tmp.path().to_string_lossy().into_owned();
+    assert!(
+        !mounts.contains(&tmp_path),
+        "the dead host's mounts outlived the next start: {mounts}"
+    );
 }
 
 /// `sandbox run` is SIGKILLed while its command (and a double-forked, setsid daemon of it)

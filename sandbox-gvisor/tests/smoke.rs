@@ -56,9 +56,9 @@ fn workspace() -> tempfile::TempDir {
 }
 
 /// What every runsc process of this binary's runs has in its command line, the gofer
-/// included: the bundle directory's prefix (`--root=TMP/sandbox-gvisor-…/state`).
+/// included: the bundle directory's prefix (`--root=TMP/sandbox-runs-UID/sandbox-gvisor@…/state`).
 fn ours() -> String {
-    std::env::temp_dir()
+    sandbox_core::runs_dir()
         .join("sandbox-gvisor@")
         .to_string_lossy()
         .into_owned()

@@ -247,7 +247,12 @@ pub async fn counts(leaves: Option<&HostObjects>) -> Counts {
         zombies,
         cgroups: own_cgroups(me),
         mounts: own_mounts(&tmp),
-        temp_entries: tmp.read_dir().map(|d| d.count()).unwrap_or(0),
+        // The temp dir's entries and the runs directory's, where each run's own
+        // directories are made (`$TMPDIR/sandbox-runs-UID`).
+        temp_entries: [tmp.clone(), sandbox_core::runs_dir()]
+            .iter()
+            .map(|d| d.read_dir().map(|d| d.count()).unwrap_or(0))
+            .sum(),
         backend_objects: match leaves {
             // A count that cannot be taken is taken as large, so that a soak whose second
             // count fails does not pass.

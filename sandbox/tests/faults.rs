@@ -108,8 +108,13 @@ fn cgroups_of(pid: u32) -> Vec<PathBuf> {
 /// Entries of `tmp` made by host process `pid` (`sandbox-<kind>@<pid>-...`).
 fn temp_dirs_of(tmp: &Path, pid: u32) -> Vec<PathBuf> {
     let mark = format!("@{pid}-");
-    std::fs::read_dir(tmp)
-        .unwrap()
+    // The temp dir itself and its runs directory (`sandbox-runs-EUID`), where each run's
+    // own directories are made.
+    let runs = tmp.join(sandbox_core::runs_dir().file_name().unwrap());
+    [tmp.to_path_buf(), runs]
+        .iter()
+        .filter_map(|d| std::fs::read_dir(d).ok())
+        .flatten()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().contains(&mark))
         .map(|e| e.path())

@@ -57,6 +57,7 @@ pub(crate) fn launch(
     // The same program the landlock backend installs, so both deny the same kernel surface.
     let program = SeccompProgram::cached(&SyscallPolicy {
         network: plan.network,
+        mediated: false,
     })?;
     let seccomp = memfd("sandbox-seccomp", program.as_bytes()).map_err(io_err("seccomp"))?;
     // Core's waiter, which bwrap runs as its init: a reader of the process's one sealed

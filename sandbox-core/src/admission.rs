@@ -10,7 +10,7 @@
 //! | reads confined (home, keys, credentials unreadable) | required | required   | over-grant accepted  |
 //! | read-only carve-outs, when asked                    | required | required   | over-grant accepted  |
 //! | the network mode asked, exactly                     | required | required   | over-grant accepted  |
-//! | `none`: the host's or pod's network state unseen    | required | disclosure recorded | disclosure recorded |
+//! | `none`, `proxy`: the host's or pod's network state unseen | required | disclosure recorded | disclosure recorded |
 //! | `proxy` mode, by a backend that can run the proxy   | required | required   | required             |
 //! | every descendant killed with the command            | required | required   | required             |
 //! | host root's power dropped, when the host is root    | required | required   | not required         |
@@ -45,7 +45,8 @@ use crate::outcome::Grant;
 use crate::{Lane, NetworkMode, ResourceLimits, SandboxError};
 
 /// The grant a backend without a network namespace of its own over-fulfils with `none`.
-pub const NETWORK_STATE_UNSEEN: &str = "network state out of sight with `none` (/proc/net)";
+pub const NETWORK_STATE_UNSEEN: &str =
+    "network state out of sight with `none` or `proxy` (/proc/net)";
 
 /// What such a backend discloses instead.
 pub const NETWORK_STATE_DISCLOSED: &str = "the host's (in a container, the pod's) network \
@@ -145,16 +146,19 @@ pub fn check_lane(
         cap.network(request.network),
         "the host's whole network",
     )?;
-    if request.network == NetworkMode::None
-        && cap.network_none.is_exact()
+    // `none` and `proxy` both promise a network of the command's own; where the backend
+    // keeps them exact without a namespace (the filter, landlock, a mediated door), the
+    // host's network state stays readable.
+    if matches!(request.network, NetworkMode::None | NetworkMode::Proxy)
+        && cap.network(request.network).is_exact()
         && !cap.network_state_private
     {
         if lane == Lane::Strict {
             return Err(refuse(format!(
-                "network mode `none` without a network namespace of its own leaves {}; use \
+                "network mode `{}` without a network namespace of its own leaves {}; use \
                  the `fast` lane, which accepts and records that, or make namespaces \
                  possible here",
-                NETWORK_STATE_DISCLOSED
+                request.network, NETWORK_STATE_DISCLOSED
             )));
         }
         grants.push(Grant::new(
@@ -308,6 +312,14 @@ mod tests {
             Row {
                 requirement: "network state unseen with `none`",
                 change: |c, _| c.network_state_private = false,
+                want: [Refused, Recorded, Recorded],
+            },
+            Row {
+                requirement: "network state unseen with `proxy`",
+                change: |c, r| {
+                    c.network_state_private = false;
+                    r.network = NetworkMode::Proxy;
+                },
                 want: [Refused, Recorded, Recorded],
             },
             Row {

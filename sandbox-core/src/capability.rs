@@ -48,11 +48,12 @@ pub struct Capability {
     pub hide_paths: bool,
     /// Network mode `none`.
     pub network_none: Enforcement,
-    /// With network `none` the command is in a network namespace of its own, so the
-    /// network state of the host (or of the pod it runs in) is out of sight: `/proc/net`
-    /// (unix socket paths, listeners, connections, routes) and the interfaces. Without it,
-    /// `none` can still be exact (no socket reaches anything) while that state is readable:
-    /// a disclosure the `fast` lane accepts and records and `strict` refuses.
+    /// With network `none` or `proxy` the command is in a network namespace of its own, so
+    /// the network state of the host (or of the pod it runs in) is out of sight:
+    /// `/proc/net` (unix socket paths, listeners, connections, routes) and the interfaces.
+    /// Without it, `none` and `proxy` can still be exact (no socket reaches anything but
+    /// the run's proxy) while that state is readable: a disclosure the `fast` lane accepts
+    /// and records and `strict` refuses.
     pub network_state_private: bool,
     /// Network mode `loopback`: a private loopback, nothing of the host's.
     pub network_loopback: Enforcement,
@@ -140,6 +141,25 @@ pub struct Capability {
     /// (`SandboxOpts::allow_requests`) are judged on the same terminated TLS and need the
     /// same claim.
     pub secrets: bool,
+    /// Where the door of network mode `proxy` (and host ports, published ports) meets the
+    /// command: what the pipeline's door stage makes for this backend. Not a claim (the
+    /// claims are `network_proxy`, `host_ports`, `publish`), but where they are kept.
+    pub door: DoorPlace,
+}
+
+/// Where a run's door meets the command.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DoorPlace {
+    /// In a network namespace of the command's own: listeners made there (by the
+    /// sandbox's child and handed to the host, or by the host entering it), the proxy the
+    /// only way out of it.
+    #[default]
+    Namespace,
+    /// No namespace: every `connect` of the command is mediated by the host's supervisor
+    /// (seccomp user notification), which makes the connection to the run's proxy itself
+    /// and puts it in the command's place; the command opens no other way out.
+    Mediated,
 }
 
 impl Capability {
@@ -180,6 +200,7 @@ impl Capability {
             host_programs: true,
             reports_denials: crate::DenialKinds::default(),
             secrets: true,
+            door: DoorPlace::Namespace,
         }
     }
 

@@ -67,7 +67,7 @@ mod sandbox;
 pub mod secret;
 
 pub use admission::{check_lane, LaneRequest};
-pub use capability::{Capability, Enforcement};
+pub use capability::{Capability, DoorPlace, Enforcement};
 pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};
 pub use denial::{Denial, DenialKind, DenialKinds, DenialMechanism, Denials};
 pub use egress::{

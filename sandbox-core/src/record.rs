@@ -269,6 +269,14 @@ pub enum Door {
         /// The ports and their host addresses.
         ports: Vec<Published>,
     },
+    /// No network namespace (a default container or pod): every `connect` of the command is
+    /// mediated by the host's supervisor, which connects to the run's proxy itself and puts
+    /// that connection in the command's place; any other address is refused, and so are
+    /// `listen`, sockets other than `AF_UNIX` and TCP, and sends that name an address.
+    Mediated {
+        /// The egress proxy, at the address the command dials.
+        proxy: Proxy,
+    },
     /// Secrets the command holds only placeholders for: the proxy terminates TLS for their
     /// hosts under an authority made for the run and puts each value into requests there.
     Secrets {
@@ -667,6 +675,14 @@ impl fmt::Display for Door {
                  by the host inside the sandbox's namespace)",
                 list(ports.iter().map(|p| format!("{} at {}", p.port, p.host)))
             ),
+            Self::Mediated { proxy } => write!(
+                f,
+                "network: no namespace of its own; every connect mediated by the sandbox's \
+                 supervisor, which reaches only the egress proxy on 127.0.0.1:{} (HTTP \
+                 CONNECT, HTTP, SOCKS5), allowing {}; listen, UDP and raw sockets refused",
+                proxy.port,
+                list(&proxy.allow)
+            ),
             Self::Secrets {
                 names,
                 hosts,
@@ -957,6 +973,12 @@ mod tests {
                 host_ports: Vec::new(),
                 published: Vec::new(),
             },
+            Door::Mediated {
+                proxy: Proxy {
+                    port: 3128,
+                    allow: vec!["example.com".into()],
+                },
+            },
             Door::Published {
                 ports: vec![Published {
                     port: 8080,
@@ -1235,6 +1257,17 @@ mod tests {
                 published: Vec::new()
             }),
             "network: a private namespace with only its loopback"
+        );
+        assert_eq!(
+            r(Door::Mediated {
+                proxy: Proxy {
+                    port: 3128,
+                    allow: vec!["a.com".into()]
+                }
+            }),
+            "network: no namespace of its own; every connect mediated by the sandbox's \
+             supervisor, which reaches only the egress proxy on 127.0.0.1:3128 (HTTP CONNECT, \
+             HTTP, SOCKS5), allowing a.com; listen, UDP and raw sockets refused"
         );
         assert_eq!(
             r(Door::Published {

@@ -92,6 +92,8 @@ pub fn capability_in(mode: WorkspaceMode) -> Capability {
         // Wherever its proxy runs (root, a local engine): the run's bundle is bound
         // read-only into the container like any read-only path.
         secrets: listeners,
+        // Listeners made by the host inside the container's own network namespace.
+        door: sandbox_core::DoorPlace::Namespace,
     }
 }
 

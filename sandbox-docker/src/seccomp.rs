@@ -30,6 +30,7 @@ use crate::error::DockerError;
 /// sockets nor new process groups need filtering.
 pub(crate) const POLICY: SyscallPolicy = SyscallPolicy {
     network: NetworkMode::Full,
+    mediated: false,
 };
 
 /// The profile, as the engine's `SecurityOpt` value (`seccomp=<json>`). Rendered once; a

@@ -57,6 +57,7 @@ use crate::error::GvisorError;
 /// the smoke tests show.
 pub(crate) const SYSCALL_POLICY: SyscallPolicy = SyscallPolicy {
     network: NetworkMode::Full,
+    mediated: false,
 };
 
 /// Core's allow-list for [`SYSCALL_POLICY`], as docker's engine gets it, save the calls

@@ -13,8 +13,12 @@
 //!   itself in a running container's network namespace, before its command starts
 //!   (docker).
 //!
-//! A way without any namespace (connections mediated by the supervisor) is the next variant
-//! this module gains.
+//! - **Mediated** ([`mediate`]): no namespace at all (a default container or pod). The
+//!   proxy listens on the host's loopback and serves only the connections the run's
+//!   supervisor announces; the supervisor makes each of them itself when the command calls
+//!   `connect` to the proxy's address, and puts it in the command's place
+//!   ([`crate::process::Mediation`]). For a backend whose capability says
+//!   [`DoorPlace::Mediated`](sandbox_core::DoorPlace): network `proxy` alone.
 //!
 //! A run with secrets gets its secrets ready first ([`prepare_secrets`]): the run's
 //! authority, made once, and the bundle the command trusts it through, written to a
@@ -56,19 +60,61 @@ pub fn hand_over(
     }))
 }
 
+/// The door for `plan` mediated by the run's supervisor: the proxy served on the host's
+/// loopback, and where the supervisor sends the command's connections to it. `None` when
+/// the plan asks for no door.
+pub fn mediate(
+    plan: &Plan,
+    secrets: Option<Arc<Secrets>>,
+) -> Result<Option<(ProxyRun, Arc<crate::process::Mediation>)>, SandboxError> {
+    if plan.network != NetworkMode::Proxy && plan.host_ports.is_empty() && plan.publish.is_empty() {
+        return Ok(None);
+    }
+    let (run, at, expected) = sandbox_proxy::serve_mediated(plan, secrets)?;
+    let dialled = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, PROXY_PORT));
+    let mediation =
+        crate::process::Mediation::new(vec![(dialled, at)], Arc::new(Announced(expected)));
+    Ok(Some((run, Arc::new(mediation))))
+}
+
+/// The proxy's list of announced connections, as the supervisor announces them.
+#[derive(Debug)]
+struct Announced(sandbox_proxy::Expected);
+
+impl crate::process::Admissions for Announced {
+    fn expect(&self, from: std::net::SocketAddr) {
+        self.0.expect(from);
+    }
+    fn forget(&self, from: std::net::SocketAddr) {
+        self.0.forget(from);
+    }
+}
+
+/// The record of a mediated door: the proxy at the address the command dials, and what it
+/// allows.
+pub fn mediated_record(plan: &Plan) -> Door {
+    Door::Mediated {
+        proxy: proxy_record(plan),
+    }
+}
+
+fn proxy_record(plan: &Plan) -> Proxy {
+    Proxy {
+        port: PROXY_PORT,
+        allow: plan
+            .allowlist
+            .patterns()
+            .iter()
+            .map(|p| p.as_str().to_string())
+            .collect(),
+    }
+}
+
 /// The record of a run with a door: the proxy and what it allows, the host ports, the
 /// published ports.
 pub fn record(plan: &Plan) -> Door {
     Door::WaysOut {
-        proxy: (plan.network == NetworkMode::Proxy).then(|| Proxy {
-            port: PROXY_PORT,
-            allow: plan
-                .allowlist
-                .patterns()
-                .iter()
-                .map(|p| p.as_str().to_string())
-                .collect(),
-        }),
+        proxy: (plan.network == NetworkMode::Proxy).then(|| proxy_record(plan)),
         host_ports: plan.host_ports.clone(),
         published: plan.publish.iter().map(|p| p.port).collect(),
     }

@@ -9,8 +9,10 @@
 //!    ([`crate::changes`]);
 //! 3. **door**: where the plan asks for the egress proxy, host ports or published ports,
 //!    the host's side of the door (`sandbox-proxy`: the published ports bound, the proxy
-//!    served on the listeners the sandbox will send) and the sandbox's end of it; with
-//!    secrets, first their authority and the bundle the command trusts it through
+//!    served on the listeners the sandbox will send) and the sandbox's end of it; for a
+//!    backend whose door is mediated ([`DoorPlace::Mediated`]), the proxy on the host's
+//!    loopback and the routes the supervisor connects the command by ([`door::mediate`]);
+//!    with secrets, first their authority and the bundle the command trusts it through
 //!    ([`door::prepare_secrets`]);
 //! 4. **the backend's own stage**: [`Launcher::prepare`], the pure turn of the plan (and
 //!    the door's end) into a [`Launch`];
@@ -25,8 +27,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sandbox_core::run::{RunHandle, RunSandbox, Starter};
 use sandbox_core::{
-    Capability, Changes, Enforcement, Lane, NetworkMode, Plan, Preflight, ResourceLimits,
-    SandboxError, SandboxExt, SandboxOpts, Status,
+    Capability, Changes, DoorPlace, Enforcement, Lane, NetworkMode, Plan, Preflight,
+    ResourceLimits, SandboxError, SandboxExt, SandboxOpts, Status,
 };
 
 use crate::changes::layer_within;
@@ -199,19 +201,41 @@ async fn start_launch<L: Launcher>(
     // read-only path and the bundle variables) before the backend turns the plan into
     // its launch.
     let secrets = door::prepare_secrets(&mut plan)?;
-    let door = if over_granted {
-        None
+    let run_secrets = secrets.as_ref().map(door::SecretsReady::secrets);
+    let mediated = cap.door == DoorPlace::Mediated;
+    let (egress, door_end, mediation) = if over_granted {
+        (None, None, None)
+    } else if mediated {
+        match door::mediate(&plan, run_secrets)? {
+            Some((run, m)) => (Some(run), None, Some(m)),
+            None => (None, None, None),
+        }
     } else {
-        door::hand_over(&plan, secrets.as_ref().map(door::SecretsReady::secrets))?
-    };
-    let (egress, door_end) = match door {
-        Some((run, end)) => (Some(run), Some(end)),
-        None => (None, None),
+        match door::hand_over(&plan, run_secrets)? {
+            Some((run, end)) => (Some(run), Some(end), None),
+            None => (None, None, None),
+        }
     };
     let mut launch = launcher.prepare(&plan, door_end)?;
+    if let Some(m) = mediation {
+        // The launch's filter notifies `connect` (it is a mediated one, or the backend
+        // refused the plan above); its supervisor answers by this door.
+        if launch.seccomp_listener.is_none() {
+            return Err(SandboxError::NotSupported {
+                backend: name,
+                feature: "a mediated door without a notifying filter".into(),
+                remedy: "run `sandbox doctor` to see what this host refuses".into(),
+            });
+        }
+        launch.mediation = Some(m);
+    }
     if let Some(run) = egress {
         launch.egress = Some(Box::new(run));
-        launch.enforced.push(door::record(&plan));
+        launch.enforced.push(if mediated {
+            door::mediated_record(&plan)
+        } else {
+            door::record(&plan)
+        });
     }
     if let Some(s) = secrets {
         launch.enforced.push(s.record());

@@ -125,6 +125,52 @@ fn rules_of(r: Rule) -> Result<Vec<SeccompRule>, SandboxError> {
             Op::Ne,
             libc::AF_UNIX as u64,
         )?])?],
+        Rule::MediatedSockets {
+            domain,
+            kind,
+            protocol,
+        } => {
+            let mut v = vec![rule(vec![
+                cond(domain, Len::Dword, Op::Ne, libc::AF_UNIX as u64)?,
+                cond(domain, Len::Dword, Op::Ne, libc::AF_INET as u64)?,
+                cond(domain, Len::Dword, Op::Ne, libc::AF_INET6 as u64)?,
+            ])?];
+            for family in [libc::AF_INET, libc::AF_INET6] {
+                let inet = || cond(domain, Len::Dword, Op::Eq, family as u64);
+                // The type's low four bits, `SOCK_STREAM` (1) alone allowed: 0, or any of
+                // bits 1 to 3 set, is another type. The bits above are flags.
+                v.push(rule(vec![
+                    inet()?,
+                    cond(kind, Len::Dword, Op::MaskedEq(0xf), 0)?,
+                ])?);
+                for bit in [0x2, 0x4, 0x8] {
+                    v.push(rule(vec![
+                        inet()?,
+                        cond(kind, Len::Dword, Op::MaskedEq(bit), bit)?,
+                    ])?);
+                }
+                v.push(rule(vec![
+                    inet()?,
+                    cond(protocol, Len::Dword, Op::Ne, 0)?,
+                    cond(protocol, Len::Dword, Op::Ne, libc::IPPROTO_TCP as u64)?,
+                ])?);
+            }
+            v
+        }
+        Rule::Mediated => Vec::new(),
+        Rule::MediatedSend { flags, addr } => {
+            let fastopen = libc::MSG_FASTOPEN as u64;
+            let mut v = vec![rule(vec![cond(
+                flags,
+                Len::Dword,
+                Op::MaskedEq(fastopen),
+                fastopen,
+            )?])?];
+            if let Some(addr) = addr {
+                v.push(rule(vec![cond(addr, Len::Qword, Op::Ne, 0)?])?);
+            }
+            v
+        }
     })
 }
 
@@ -181,6 +227,19 @@ fn head() -> Vec<sock_filter> {
         stmt(BPF_JA, 2),                           // 4:         -> 7
         stmt(BPF_RET_K, errno(libc::ENOSYS)),      // 5
         stmt(BPF_RET_K, errno(libc::EPERM)),       // 6
+    ]
+}
+
+/// For a mediated door: the native `connect` notifies the supervisor, whatever its
+/// arguments, ahead of the table (which does not name it) and of the fast path (which
+/// would allow it). Any other call, or a foreign architecture's, falls through.
+fn mediated_connect() -> Vec<sock_filter> {
+    vec![
+        stmt(BPF_LD_W_ABS, 4),                           // 0: A = seccomp_data.arch
+        jump(BPF_JEQ_K, audit_arch(), 0, 3),             // 1: foreign -> 5
+        stmt(BPF_LD_W_ABS, 0),                           // 2: A = seccomp_data.nr
+        jump(BPF_JEQ_K, libc::SYS_connect as u32, 0, 1), // 3: other   -> 5
+        stmt(BPF_RET_K, libc::SECCOMP_RET_USER_NOTIF),   // 4
     ]
 }
 
@@ -346,6 +405,9 @@ impl SeccompProgram {
     /// and answers `EPERM` itself (the run's supervisor in core). Only the table's rule
     /// actions change: the head (`ENOSYS` fall-backs, `EPERM` for x32) and the kill of a
     /// foreign architecture stay as they are, and allowed calls never leave the kernel.
+    /// A `mediated` policy's `connect` notifies whatever `notify` says: such a program is
+    /// installed only with a supervisor to answer it
+    /// ([`crate::process::Launch::mediation`]).
     pub fn build_with(policy: &SyscallPolicy, notify: bool) -> Result<Self, SandboxError> {
         let rules = deny_rules(policy)?;
         let filtered: Vec<u32> = rules.keys().map(|&nr| nr as u32).collect();
@@ -366,6 +428,9 @@ impl SeccompProgram {
             }
         }
         let mut program = head();
+        if policy.mediates() {
+            program.extend(mediated_connect());
+        }
         program.extend(fast_path(&filtered));
         program.extend(compiled);
         let bytes = program
@@ -617,6 +682,27 @@ mod tests {
                 off[domain as usize] = libc::AF_UNIX as u64;
                 true
             }
+            Rule::MediatedSockets {
+                domain,
+                kind,
+                protocol,
+            } => {
+                on[domain as usize] = libc::AF_INET6 as u64;
+                on[kind as usize] = (libc::SOCK_DGRAM | libc::SOCK_CLOEXEC) as u64;
+                off[domain as usize] = libc::AF_INET6 as u64;
+                off[kind as usize] = (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64;
+                off[protocol as usize] = libc::IPPROTO_TCP as u64;
+                true
+            }
+            Rule::Mediated => false,
+            Rule::MediatedSend { flags, addr } => {
+                on[flags as usize] = (libc::MSG_FASTOPEN | libc::MSG_NOSIGNAL) as u64;
+                off[flags as usize] = libc::MSG_NOSIGNAL as u64;
+                if let Some(a) = addr {
+                    off[a as usize] = 0;
+                }
+                true
+            }
         };
         (on, conditional.then_some(off))
     }
@@ -626,12 +712,15 @@ mod tests {
     /// the architecture allowed.
     #[test]
     fn the_program_renders_the_table_exactly() {
-        for net in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
+        for pol in policies() {
             {
-                let pol = policy(net);
                 let p = SeccompProgram::build(&pol).unwrap();
                 for d in TABLE {
                     let Some(nr) = d.nr else { continue };
+                    // Another entry for the same call that applies here decides instead.
+                    if !d.rule.applies(&pol) && syscalls::denials(&pol).any(|o| o.nr == d.nr) {
+                        continue;
+                    }
                     let nr = nr as u32;
                     let (on, off) = triggering(d);
                     let want = match d.rule {
@@ -651,7 +740,9 @@ mod tests {
                 }
                 #[cfg(target_arch = "x86_64")]
                 for name in crate::syscalls::X86_64_NAMES {
-                    if crate::syscalls::denial(name).is_some() {
+                    if syscalls::denials(&pol).any(|d| d.name == *name)
+                        || (pol.mediates() && *name == "connect")
+                    {
                         continue;
                     }
                     let nr = crate::syscalls::x86_64_number(name).unwrap();
@@ -676,13 +767,109 @@ mod tests {
     }
 
     fn policy(network: NetworkMode) -> SyscallPolicy {
-        SyscallPolicy { network }
+        SyscallPolicy {
+            network,
+            mediated: false,
+        }
+    }
+
+    /// Every policy a backend builds: each network mode, and `proxy` with a mediated door.
+    fn policies() -> Vec<SyscallPolicy> {
+        let mut all: Vec<_> = [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full]
+            .into_iter()
+            .map(policy)
+            .collect();
+        all.push(SyscallPolicy {
+            network: NetworkMode::Proxy,
+            mediated: true,
+        });
+        all
+    }
+
+    /// A mediated door's `connect` notifies the supervisor, plain or notifying program
+    /// alike, and only the native architecture's: every other call decides as without.
+    #[test]
+    fn a_mediated_door_notifies_connect_alone() {
+        let mediated = policies().pop().unwrap();
+        let plain = SeccompProgram::build(&policy(NetworkMode::Proxy)).unwrap();
+        for notify in [false, true] {
+            let p = SeccompProgram::build_with(&mediated, notify).unwrap();
+            let connect = libc::SYS_connect as u32;
+            assert_eq!(
+                p.decide(connect, [3, 0x1000, 16, 0, 0, 0]),
+                libc::SECCOMP_RET_USER_NOTIF
+            );
+            let foreign = interpret(
+                p.instructions(),
+                &seccomp_data(connect, 0x4000_0003, [0; 6]),
+            )
+            .0;
+            assert_eq!(foreign, libc::SECCOMP_RET_KILL_PROCESS);
+            for nr in 0..460u32 {
+                if nr == connect || syscalls::denials(&mediated).any(|d| d.nr == Some(nr as i64)) {
+                    continue;
+                }
+                if !notify {
+                    assert_eq!(p.decide(nr, [0; 6]), plain.decide(nr, [0; 6]), "call {nr}");
+                }
+            }
+        }
+        // What the mediated rules refuse, and what they leave to the supervisor.
+        let p = SeccompProgram::build(&mediated).unwrap();
+        let socket = |d: i32, t: i32, pr: i32| {
+            p.decide(
+                libc::SYS_socket as u32,
+                [d as u64, t as u64, pr as u64, 0, 0, 0],
+            )
+        };
+        let nb = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+        assert_eq!(
+            socket(libc::AF_INET, libc::SOCK_STREAM | nb, 0),
+            libc::SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            socket(libc::AF_INET6, libc::SOCK_STREAM, libc::IPPROTO_TCP),
+            libc::SECCOMP_RET_ALLOW
+        );
+        assert_eq!(
+            socket(libc::AF_UNIX, libc::SOCK_DGRAM, 0),
+            libc::SECCOMP_RET_ALLOW
+        );
+        for (d, t, pr) in [
+            (libc::AF_INET, libc::SOCK_DGRAM, 0),
+            (libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_ICMP),
+            (libc::AF_INET6, libc::SOCK_SEQPACKET, 0),
+            (libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_MPTCP),
+            (libc::AF_INET, libc::SOCK_STREAM, libc::IPPROTO_SCTP),
+            (libc::AF_NETLINK, libc::SOCK_RAW, 0),
+            (libc::AF_PACKET, libc::SOCK_RAW, 0),
+            (libc::AF_VSOCK, libc::SOCK_STREAM, 0),
+        ] {
+            assert_eq!(socket(d, t, pr), EPERM, "socket({d}, {t}, {pr})");
+        }
+        assert_eq!(
+            p.decide(libc::SYS_listen as u32, [3, 16, 0, 0, 0, 0]),
+            EPERM
+        );
+        let sendto = |flags: i32, addr: u64| {
+            p.decide(
+                libc::SYS_sendto as u32,
+                [3, 0x1000, 10, flags as u64, addr, 16],
+            )
+        };
+        assert_eq!(sendto(libc::MSG_NOSIGNAL, 0), libc::SECCOMP_RET_ALLOW);
+        assert_eq!(sendto(0, 0x2000), EPERM);
+        assert_eq!(sendto(libc::MSG_FASTOPEN, 0), EPERM);
+        let sendmsg =
+            |flags: i32| p.decide(libc::SYS_sendmsg as u32, [3, 0x1000, flags as u64, 0, 0, 0]);
+        assert_eq!(sendmsg(libc::MSG_NOSIGNAL), libc::SECCOMP_RET_ALLOW);
+        assert_eq!(sendmsg(libc::MSG_FASTOPEN), EPERM);
     }
 
     #[test]
     fn every_policy_compiles_and_bytes_match_instructions() {
-        for net in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
-            let p = SeccompProgram::build(&policy(net)).unwrap();
+        for pol in policies() {
+            let p = SeccompProgram::build(&pol).unwrap();
             assert_eq!(p.as_bytes().len(), p.instructions().len() * 8);
             assert!(p.instructions().len() < 4096, "BPF_MAXINSNS");
         }
@@ -778,8 +965,7 @@ mod tests {
     /// `ENOSYS` fall-backs, x32's `EPERM`, the kill of a foreign architecture) is identical.
     #[test]
     fn notifying_program_notifies_exactly_the_table_denials() {
-        for network in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
-            let pol = policy(network);
+        for pol in policies() {
             let plain = SeccompProgram::build(&pol).unwrap();
             let notify = SeccompProgram::build_with(&pol, true).unwrap();
             let mut notified = 0;
@@ -806,7 +992,7 @@ mod tests {
             assert!(notified > 10);
             for nr in 0..460u32 {
                 let (p, n) = (plain.decide(nr, [0; 6]), notify.decide(nr, [0; 6]));
-                if p != EPERM {
+                if p != EPERM && p != libc::SECCOMP_RET_USER_NOTIF {
                     assert_eq!(p, n, "call {nr}");
                 }
             }

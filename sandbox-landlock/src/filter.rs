@@ -33,19 +33,25 @@ use seccompiler::{
     SeccompRule,
 };
 
-/// The shared filter's policy for a run with `network`.
-pub(crate) fn shared_policy(network: NetworkMode) -> SyscallPolicy {
-    SyscallPolicy { network }
+/// The shared filter's policy for a run with `network`, its door `mediated` or not.
+pub(crate) fn shared_policy(network: NetworkMode, mediated: bool) -> SyscallPolicy {
+    SyscallPolicy { network, mediated }
 }
 
 /// The shared filter, compiled once per policy.
-pub(crate) fn shared(network: NetworkMode) -> Result<Arc<SeccompProgram>, SandboxError> {
-    SeccompProgram::cached(&shared_policy(network))
+pub(crate) fn shared(
+    network: NetworkMode,
+    mediated: bool,
+) -> Result<Arc<SeccompProgram>, SandboxError> {
+    SeccompProgram::cached(&shared_policy(network, mediated))
 }
 
 /// The shared filter whose denied calls notify a supervisor instead of failing at once.
-pub(crate) fn shared_notifying(network: NetworkMode) -> Result<Arc<SeccompProgram>, SandboxError> {
-    SeccompProgram::cached_with(&shared_policy(network), true)
+pub(crate) fn shared_notifying(
+    network: NetworkMode,
+    mediated: bool,
+) -> Result<Arc<SeccompProgram>, SandboxError> {
+    SeccompProgram::cached_with(&shared_policy(network, mediated), true)
 }
 
 fn build_error(e: impl std::fmt::Display) -> SandboxError {
@@ -109,7 +115,13 @@ mod tests {
     #[test]
     fn shared_policy_follows_the_network() {
         for n in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
-            assert_eq!(shared_policy(n), SyscallPolicy { network: n });
+            assert_eq!(
+                shared_policy(n, false),
+                SyscallPolicy {
+                    network: n,
+                    mediated: false
+                }
+            );
         }
     }
 

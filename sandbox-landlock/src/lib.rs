@@ -32,8 +32,13 @@
 //!   alone, exactly: no socket but `AF_UNIX`, no io_uring, no TCP bind or connect; what is
 //!   left is the host's (the pod's) `/proc/net` readable, which the capability states
 //!   (`network_state_private` false) and the lane table accepts and records on `fast` and
-//!   refuses on `strict`. `loopback` is then over-granted (the lane decides), `proxy` and
-//!   host ports refused. Signals and abstract unix sockets are scoped to the sandbox
+//!   refuses on `strict`. `loopback` is then over-granted (the lane decides); `proxy` is a
+//!   door the supervisor mediates (`sandbox_host::process::Mediation`): the filter notifies
+//!   it of every `connect`, it connects a socket of its own to the run's proxy and installs
+//!   that in the command's place, and it refuses every other address; `listen`, sockets but
+//!   `AF_UNIX` and TCP, sends to an address of their own and `MSG_FASTOPEN` are denied, and
+//!   landlock denies the command's own TCP, with the same `/proc/net` disclosure recorded.
+//!   Host ports and published ports are refused there. Signals and abstract unix sockets are scoped to the sandbox
 //!   (ABI 6) on every run, so runs that share the host's uid and network cannot signal or
 //!   reach each other.
 //! - **Processes** (on `strict`): a pid namespace of the command's own, with a private
@@ -158,7 +163,7 @@ use async_trait::async_trait;
 use sandbox_core::record::{Dropper, Identity, Landlock, Namespaces, Seccomp};
 use sandbox_core::registry::{AutoRank, BackendConfig, BackendInfo, HostKey};
 use sandbox_core::{
-    Capability, Changes, DenialKinds, Enforcement, Lane, NetworkMode, Plan, Preflight,
+    Capability, Changes, DenialKinds, DoorPlace, Enforcement, Lane, NetworkMode, Plan, Preflight,
     SandboxError, SandboxExt, SandboxOpts, Status, TreeKill,
 };
 use sandbox_host::facts::HostRecord;
@@ -317,6 +322,7 @@ pub fn sandbox() -> LandlockSandbox {
 /// every run is refused as unavailable (never run with less).
 fn capability(host: &Host) -> Capability {
     let support = HostSupport::detect(false);
+    let mediated = host.ns.is_err() && mediation_possible(host);
     let mut cap = Capability {
         confine_writes: true,
         confine_reads: true,
@@ -338,11 +344,17 @@ fn capability(host: &Host) -> Capability {
         },
         network_full: Enforcement::Exact,
         // The proxy's listener is made inside the command's private network namespace;
-        // without one there is nothing to hold the command to the proxy.
-        network_proxy: if host.ns.is_ok() {
+        // without one, the run's supervisor mediates every connect (the door's
+        // `DoorPlace::Mediated`), where the kernel can notify it.
+        network_proxy: if host.ns.is_ok() || mediated {
             Enforcement::Exact
         } else {
             Enforcement::Unsupported
+        },
+        door: if mediated {
+            DoorPlace::Mediated
+        } else {
+            DoorPlace::Namespace
         },
         host_ports: host.ns.is_ok(),
         // The child also hands over its network namespace, for the sockets of published
@@ -383,16 +395,28 @@ fn capability(host: &Host) -> Capability {
                 && !sandbox_host::container::Confinement::detect().seccomp_filtered,
             ptrace: sandbox_host::seccomp::user_notification_available()
                 && !sandbox_host::container::Confinement::detect().seccomp_filtered,
-            network_connect: host.ns.is_ok(),
+            network_connect: host.ns.is_ok() || mediated,
             ..DenialKinds::default()
         },
-        // Where the proxy is the only way out (a private network namespace); the run's
-        // bundle is a read-only path the ruleset grants.
-        secrets: host.ns.is_ok(),
+        // Where the proxy is the only way out (a private network namespace, or a mediated
+        // door); the run's bundle is a read-only path the ruleset grants.
+        secrets: host.ns.is_ok() || mediated,
         ..Capability::default()
     };
     support.apply(&mut cap);
     cap
+}
+
+/// Whether a door without a namespace can be kept here: the kernel notifies a supervisor
+/// (and installs its descriptors: `SECCOMP_ADDFD_FLAG_SETFD`, Linux 5.14, older than any
+/// kernel with landlock's TCP rules), and landlock denies the command's own TCP (ABI 4).
+fn mediation_possible(host: &Host) -> bool {
+    sandbox_host::seccomp::user_notification_available()
+        && host.seccomp
+        && host
+            .landlock
+            .abi()
+            .is_ok_and(|abi| abi >= landlock::ABI::V4)
 }
 
 impl LandlockBackend {
@@ -549,9 +573,12 @@ impl Launcher for LandlockBackend {
         let own = Arc::new(compile::create(&spec)?);
         layers.push(own.clone());
 
+        // Network `proxy` without a namespace: every connect goes to the supervisor, which
+        // makes the connection to the proxy itself (the pipeline's mediated door).
+        let mediated = plan.network == NetworkMode::Proxy && ns.is_none();
         let net = match (plan.network, ns) {
             (NetworkMode::Loopback | NetworkMode::None | NetworkMode::Proxy, Some(_)) => true,
-            (NetworkMode::Proxy, None) => {
+            (NetworkMode::Proxy, None) if !mediation_possible(&self.host) => {
                 // The capability says unsupported and the lane refused; never run it open.
                 return Err(SandboxError::NotSupported {
                     backend: NAME,
@@ -682,20 +709,25 @@ impl Launcher for LandlockBackend {
             )));
         }
         // Last: it denies calls the steps above make. Where the kernel can notify, the
-        // denied calls go to core's supervisor, which records each and answers EPERM.
-        if plan.report_denials && sandbox_host::seccomp::user_notification_available() {
-            let (step, host_end) = sandbox_host::seccomp::InstallNotifying::pair(
-                filter::shared_notifying(plan.network)?,
-            )?;
+        // denied calls go to core's supervisor, which records each and answers EPERM; a
+        // mediated door's filter notifies it of every `connect` whatever else it reports.
+        let reports = plan.report_denials && sandbox_host::seccomp::user_notification_available();
+        if reports || mediated {
+            let program = if reports {
+                filter::shared_notifying(plan.network, mediated)?
+            } else {
+                filter::shared(plan.network, mediated)?
+            };
+            let (step, host_end) = sandbox_host::seccomp::InstallNotifying::pair(program)?;
             launch.pre_exec.push(Box::new(step));
             launch.seccomp_listener = Some(host_end);
             launch
                 .enforced
-                .push(Seccomp::SharedFilter { notifies: true });
+                .push(Seccomp::SharedFilter { notifies: reports });
         } else {
-            launch
-                .pre_exec
-                .push(Box::new(filter::shared(plan.network)?.install_step()));
+            launch.pre_exec.push(Box::new(
+                filter::shared(plan.network, false)?.install_step(),
+            ));
             launch
                 .enforced
                 .push(Seccomp::SharedFilter { notifies: false });

@@ -419,7 +419,13 @@ pub(crate) fn spec(
         abi,
         needed,
         handled_fs: full,
-        handled_net: if abi >= ABI::V4 && req.network == NetworkMode::None {
+        // No TCP bind or connect of the command's own: with network `none`, and with a
+        // mediated door (`proxy` where no namespace is made), whose every connection the
+        // supervisor makes for it.
+        handled_net: if abi >= ABI::V4
+            && (req.network == NetworkMode::None
+                || (req.network == NetworkMode::Proxy && req.mount_ns == MountNs::Shared))
+        {
             AccessNet::BindTcp | AccessNet::ConnectTcp
         } else {
             BitFlags::EMPTY
@@ -779,11 +785,18 @@ mod tests {
         assert_eq!(s.handled_net, AccessNet::BindTcp | AccessNet::ConnectTcp);
         let s = spec(&r, &system(&fs), ABI::V3, &fs).unwrap();
         assert!(s.handled_net.is_empty());
-        for mode in [NetworkMode::Loopback, NetworkMode::Full] {
+        for mode in [NetworkMode::Loopback, NetworkMode::Full, NetworkMode::Proxy] {
             r.network = mode;
+            // In a namespace of its own: the proxy is its private loopback's.
+            r.mount_ns = MountNs::Private;
             let s = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
             assert!(s.handled_net.is_empty(), "{mode}");
         }
+        // A mediated door: no namespace, so the command's own TCP is denied outright.
+        r.network = NetworkMode::Proxy;
+        r.mount_ns = MountNs::Shared;
+        let s = spec(&r, &system(&fs), ABI::V7, &fs).unwrap();
+        assert_eq!(s.handled_net, AccessNet::BindTcp | AccessNet::ConnectTcp);
     }
 
     #[test]

@@ -408,6 +408,89 @@ pub fn spawn_roles(
     roles: Vec<Role>,
     source: ListenersSource,
 ) -> io::Result<ProxyRun> {
+    spawn_admitting(config, roles, source, None)
+}
+
+/// Connections a supervisor makes on the command's behalf, for a door without a
+/// namespace: the proxy then listens on the host's own loopback, where any process of the
+/// host could reach it, so it serves only a connection from a source it was told of
+/// (each once) and closes any other at once.
+#[derive(Clone, Debug, Default)]
+pub struct Expected(Arc<Mutex<std::collections::HashSet<SocketAddr>>>);
+
+impl Expected {
+    /// A connection from `from` is coming.
+    pub fn expect(&self, from: SocketAddr) {
+        if let Ok(mut e) = self.0.lock() {
+            e.insert(from);
+        }
+    }
+
+    /// The connection from `from` will not come.
+    pub fn forget(&self, from: SocketAddr) {
+        if let Ok(mut e) = self.0.lock() {
+            e.remove(&from);
+        }
+    }
+
+    /// Whether a connection from `peer` was expected; it no longer is.
+    fn admit(&self, peer: SocketAddr) -> bool {
+        let peer = SocketAddr::new(canonical_ip(peer.ip()), peer.port());
+        self.0.lock().is_ok_and(|mut e| e.remove(&peer))
+    }
+}
+
+/// `ip` with an IPv4-mapped address as the IPv4 one it stands for.
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Serve `plan`'s proxy for a door without a namespace: on a listener of the host's
+/// loopback, for the connections the run's supervisor announces alone. The listener's
+/// address (where the supervisor connects) and the announcements. Host ports and
+/// published ports have no such door (a backend's capability refuses them before).
+pub fn serve_mediated(
+    plan: &sandbox_core::Plan,
+    secrets: Option<Arc<Secrets>>,
+) -> Result<(ProxyRun, SocketAddr, Expected), SandboxError> {
+    let Some(config) = config_for(plan, secrets)? else {
+        return Err(SandboxError::invalid(
+            "network",
+            "a mediated door serves network mode `proxy` alone",
+        ));
+    };
+    if !plan.host_ports.is_empty() || !plan.publish.is_empty() {
+        return Err(SandboxError::NotSupported {
+            backend: "proxy",
+            feature: "host ports or published ports without a network namespace".into(),
+            remedy: "run `sandbox doctor` to see what this host can make".into(),
+        });
+    }
+    let start = || -> io::Result<(ProxyRun, SocketAddr, Expected)> {
+        let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+        let at = l.local_addr()?;
+        let expected = Expected::default();
+        let run = spawn_admitting(
+            Some(config),
+            vec![Role::Proxy],
+            Box::pin(async move { Ok(vec![l]) }),
+            Some(expected.clone()),
+        )?;
+        Ok((run, at, expected))
+    };
+    start().map_err(|e| SandboxError::io("starting the egress proxy", e))
+}
+
+/// [`spawn_roles`], serving only the connections `expected` admits where it is given.
+fn spawn_admitting(
+    config: Option<ProxyConfig>,
+    roles: Vec<Role>,
+    source: ListenersSource,
+    expected: Option<Expected>,
+) -> io::Result<ProxyRun> {
     if roles.contains(&Role::Proxy) && config.is_none() {
         return Err(io::Error::other("the proxy role needs its configuration"));
     }
@@ -421,7 +504,13 @@ pub fn spawn_roles(
         limits,
     });
     let (stop, stop_rx) = watch::channel(false);
-    let task = rt.spawn(accept_loop(shared.clone(), roles, source, stop_rx));
+    let task = rt.spawn(accept_loop(
+        shared.clone(),
+        roles,
+        source,
+        stop_rx,
+        expected,
+    ));
     Ok(ProxyRun {
         publish: None,
         shared,
@@ -626,6 +715,7 @@ async fn accept_loop(
     roles: Vec<Role>,
     source: ListenersSource,
     mut stop: watch::Receiver<bool>,
+    expected: Option<Expected>,
 ) {
     let listeners = tokio::select! {
         l = source => l,
@@ -670,6 +760,7 @@ async fn accept_loop(
             open.clone(),
             shared.limits.head_deadline,
             tx.clone(),
+            expected.clone(),
         ));
     }
     drop(tx);
@@ -718,12 +809,18 @@ async fn accept_each(
     open: Arc<tokio::sync::Semaphore>,
     head_deadline: Duration,
     tx: tokio::sync::mpsc::Sender<Accepted>,
+    expected: Option<Expected>,
 ) {
     let mut backoff = ACCEPT_BACKOFF;
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
                 backoff = ACCEPT_BACKOFF;
+                if expected.as_ref().is_some_and(|e| !e.admit(peer)) {
+                    tracing::debug!("egress proxy: connection from {peer}, not announced, closed");
+                    drop(stream);
+                    continue;
+                }
                 let Ok(permit) = open.clone().try_acquire_owned() else {
                     tracing::debug!("egress proxy: connection over the run's bound closed");
                     drop(stream);

@@ -71,6 +71,7 @@ pub fn main(args: Vec<OsString>) -> ! {
         ("dns-udp", [addr]) => dns_udp(addr),
         ("udp-route", [addr]) => udp_route(addr),
         ("bind-any", [port, addr, s]) => bind_any(num(port) as u16, addr, secs(s)),
+        ("side-ways", [proxy, host, n]) => side_ways(proxy, host, num(n)),
         ("env", []) => env(),
         ("fds", []) => fds(),
         ("fork", [n]) => fork_many(num(n)),
@@ -831,6 +832,94 @@ fn bind_any(port: u16, addr: &str, listen_for: Duration) -> ! {
         }
     }
     ok().b("escaped", escaped).n("accepted", accepted).emit();
+    exit(0)
+}
+
+/// The ways around a door other than `connect` to the proxy, each tried against `HOST`
+/// (an address the command must not reach): `listen` on an unbound TCP socket (which
+/// binds one itself), a `sendto` with `MSG_FASTOPEN` (a send that connects), and `N`
+/// connects racing a second thread that keeps switching the address between `PROXY` and
+/// `HOST` while each connect is on its way. Reports what each got; the host judges by its
+/// listener, which must see no one.
+fn side_ways(proxy: &str, host: &str, n: u64) -> ! {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let parse = |a: &str| -> libc::sockaddr_in {
+        let a: SocketAddr = a
+            .parse()
+            .unwrap_or_else(|_| usage(&format!("`{a}` is not HOST:PORT")));
+        // SAFETY: plain data.
+        let mut s: libc::sockaddr_in = unsafe { std::mem::zeroed() };
+        s.sin_family = libc::AF_INET as libc::sa_family_t;
+        s.sin_port = a.port().to_be();
+        if let std::net::IpAddr::V4(v4) = a.ip() {
+            s.sin_addr.s_addr = u32::from(v4).to_be();
+        }
+        s
+    };
+    let (to_proxy, to_host) = (parse(proxy), parse(host));
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY (every block below): plain socket calls on descriptors this function owns and
+    // closes, with addresses that are valid `sockaddr_in`s for `len`.
+    let listened = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        let r = fd >= 0 && libc::listen(fd, 1) == 0;
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        r
+    };
+    let fastopen = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        let r = fd >= 0
+            && libc::sendto(
+                fd,
+                b"x".as_ptr().cast(),
+                1,
+                libc::MSG_FASTOPEN | libc::MSG_NOSIGNAL,
+                (&to_host as *const libc::sockaddr_in).cast(),
+                len,
+            ) >= 0;
+        if fd >= 0 {
+            libc::close(fd);
+        }
+        r
+    };
+    // One address in memory that the racer rewrites while the main thread connects with it.
+    let shared: &'static mut libc::sockaddr_in = Box::leak(Box::new(to_proxy));
+    let at = shared as *mut libc::sockaddr_in as usize;
+    let stop: &'static AtomicBool = Box::leak(Box::new(AtomicBool::new(false)));
+    let racer = std::thread::spawn(move || {
+        let mut flip = false;
+        while !stop.load(Ordering::Relaxed) {
+            let a = if flip { to_host } else { to_proxy };
+            // SAFETY: the leaked address lives for the process; a torn read by the other
+            // thread is the point of the race, and any bytes are a valid sockaddr_in.
+            unsafe { std::ptr::write_volatile(at as *mut libc::sockaddr_in, a) };
+            flip = !flip;
+        }
+    });
+    let (mut connected, mut refused) = (0i64, 0i64);
+    for _ in 0..n {
+        unsafe {
+            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+            if fd < 0 {
+                continue;
+            }
+            if libc::connect(fd, (at as *const libc::sockaddr_in).cast(), len) == 0 {
+                connected += 1;
+            } else {
+                refused += 1;
+            }
+            libc::close(fd);
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let _ = racer.join();
+    ok().b("listened", listened)
+        .b("fastopen_sent", fastopen)
+        .n("connected", connected)
+        .n("refused", refused)
+        .emit();
     exit(0)
 }
 

@@ -163,6 +163,19 @@ pub mod require {
     pub fn network_proxy(c: &Capability) -> Result<(), String> {
         exact("network mode `proxy`", c.network_proxy)
     }
+    /// Network `proxy` through a door the supervisor mediates (no namespace).
+    pub fn mediated_door(c: &Capability) -> Result<(), String> {
+        network_proxy(c)?;
+        if c.door == sandbox_core::DoorPlace::Mediated {
+            Ok(())
+        } else {
+            Err(
+                "the door is a network namespace of the command's own (capability.door): \
+                 no connect of the command's goes through a supervisor to be judged"
+                    .into(),
+            )
+        }
+    }
     /// The sandbox can run each of `tools`: the host's programs, or, for a backend that
     /// runs an image, the suite's image holds them ([`crate::IMAGE_TOOLS`]).
     pub fn sandbox_runs(c: &Capability, tools: &[&str]) -> Result<(), String> {
@@ -521,6 +534,11 @@ pub fn cases() -> Vec<Case> {
         case!(egress::proxy_itself_refused, proxy_tools),
         case!(egress::bind_opens_no_way, network_proxy, confinement),
         case!(egress::raw_sockets_and_io_uring_refused, network_proxy),
+        case!(
+            egress::mediated_door_holds_against_side_ways,
+            mediated_door,
+            confinement
+        ),
         case!(egress::socks5_works, proxy_tools),
         case!(egress::python_urllib_through_the_proxy, proxy_python),
         case!(egress::git_clone_over_http, proxy_git),

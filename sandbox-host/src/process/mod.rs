@@ -20,6 +20,7 @@
 
 pub mod cgroup;
 mod child;
+mod mediate;
 mod notify;
 mod spawn;
 pub(crate) mod supervise;
@@ -31,11 +32,13 @@ use std::ffi::OsString;
 use std::fmt;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 
 pub use crate::fs::{files, tree};
 pub use crate::sys::{become_ids, fork_raw, raw_write_file, PreExec};
+pub use mediate::{Admissions, Mediation};
 
 use sandbox_core::egress::EgressRun;
 use sandbox_core::outcome::{LimitMechanism, TreeKill};
@@ -108,6 +111,10 @@ pub struct Launch {
     /// it for the run: each denied call is recorded in the outcome's denials and answered
     /// `EPERM`.
     pub seccomp_listener: Option<OwnedFd>,
+    /// The run's mediated door (network `proxy` without a namespace, set by the pipeline's
+    /// door stage): the supervisor serving [`Self::seccomp_listener`] answers each notified
+    /// `connect` by it. Without it a notified `connect` is refused like a denied call.
+    pub mediation: Option<Arc<Mediation>>,
     /// Namespaces the spawned process is born in, by core's `clone3`, rather than made by a
     /// step after it (see [`BornIn`]).
     pub born_in: BornIn,
@@ -228,6 +235,7 @@ impl fmt::Debug for Launch {
             .field("limits_inside", &self.limits_inside)
             .field("egress", &self.egress)
             .field("seccomp_listener", &self.seccomp_listener)
+            .field("mediation", &self.mediation)
             .field("born_in", &self.born_in)
             .finish()
     }
@@ -267,6 +275,7 @@ impl Launch {
             limits_inside: false,
             egress: None,
             seccomp_listener: None,
+            mediation: None,
             born_in: BornIn::default(),
             layer_trees: None,
         }

@@ -1,4 +1,5 @@
-//! The seccomp supervisor: records each denied system call of a run and answers it `EPERM`.
+//! The seccomp supervisor: records each denied system call of a run and answers it `EPERM`,
+//! and, for a mediated door, answers each `connect` ([`super::mediate`]).
 //!
 //! A backend that installs the shared filter built with `notify`
 //! ([`crate::seccomp::SeccompProgram::build_with`]) gets, for the table's denied calls only,
@@ -23,6 +24,9 @@ use std::sync::{Arc, Mutex};
 
 use sandbox_core::denial::{kind_of_call, DenialLog, DenialMechanism};
 
+use super::mediate::Mediation;
+use crate::sys::unotify;
+
 /// Where a run's denials are collected while it runs.
 pub(crate) type SharedLog = Arc<Mutex<DenialLog>>;
 
@@ -38,7 +42,14 @@ impl Watcher {
     /// Serve the listener the child sends on `sock`: receive it, then answer each
     /// notification until [`Watcher::finish`], or until every process under the filter is
     /// gone.
-    pub(crate) fn start(sock: OwnedFd, log: SharedLog) -> std::io::Result<Self> {
+    /// `mediation`: the run's mediated door, for a filter that notifies `connect`; without
+    /// one, a notified `connect` is answered as a denial (nothing is ever connected
+    /// unmediated).
+    pub(crate) fn start(
+        sock: OwnedFd,
+        log: SharedLog,
+        mediation: Option<Arc<Mediation>>,
+    ) -> std::io::Result<Self> {
         let (stop_read, stop) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)?;
         let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
         std::thread::Builder::new()
@@ -46,7 +57,7 @@ impl Watcher {
             .spawn(move || {
                 if let Some(listener) = receive_listener(&sock, &stop_read) {
                     drop(sock);
-                    serve(&listener, &stop_read, &log);
+                    serve(&listener, &stop_read, &log, mediation.as_deref());
                 }
                 // The listener is closed (it was dropped above) before `done` completes.
                 drop(done_tx);
@@ -97,64 +108,34 @@ fn wait(fd: BorrowedFd<'_>, stop: &OwnedFd) -> Woken {
     }
 }
 
-/// `SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP` (linux/seccomp.h, kernel 6.6): the kernel wakes the
-/// caller and this thread as a pair on one CPU, as a synchronous hand-off, instead of
-/// through the scheduler's ordinary wake-up; libc names the ioctl but not the flag.
-const SYNC_WAKE_UP: u64 = 1;
-
-/// Answer each notification on `listener` `EPERM`, recording it first.
-fn serve(listener: &OwnedFd, stop: &OwnedFd, log: &SharedLog) {
-    // Speed only: an older kernel refuses the flag and answers as fast as it can anyway.
-    // SAFETY: the ioctl takes a flags word by value; the descriptor is live.
-    unsafe {
-        libc::ioctl(
-            listener.as_raw_fd(),
-            libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
-            SYNC_WAKE_UP,
-        );
-    }
+/// Answer each notification on `listener`: a mediated `connect` as the door decides, any
+/// other call `EPERM`, recorded first.
+fn serve(listener: &OwnedFd, stop: &OwnedFd, log: &SharedLog, mediation: Option<&Mediation>) {
+    unotify::set_sync_wake_up(listener.as_fd());
     loop {
         // `NOTIF_RECV` blocks whatever the descriptor's flags, so it is only called when a
         // poll says a notification is pending.
         if let Woken::Stop = wait(listener.as_fd(), stop) {
             return;
         }
-        // SAFETY: `seccomp_notif` is plain data; the kernel requires it zeroed.
-        let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
-        // SAFETY: the ioctl fills the live, correctly sized struct.
-        let r = unsafe {
-            libc::ioctl(
-                listener.as_raw_fd(),
-                libc::SECCOMP_IOCTL_NOTIF_RECV,
-                &mut req,
-            )
-        };
-        if r < 0 {
-            match std::io::Error::last_os_error().raw_os_error() {
-                // The caller died before we read it, or a signal: try again.
-                Some(libc::ENOENT) | Some(libc::EINTR) => continue,
-                _ => return,
+        let n = match unotify::receive(listener.as_fd()) {
+            Ok(n) => n,
+            // The caller died before we read it, or a signal: try again.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::EINTR)) => {
+                continue
             }
+            Err(_) => return,
+        };
+        if let (Some(m), true) = (mediation, n.nr as libc::c_long == libc::SYS_connect) {
+            super::mediate::answer_connect(listener.as_fd(), &n, m, log);
+            continue;
         }
-        let name = call_name(req.data.nr);
+        let name = call_name(n.nr);
         if let Ok(mut l) = log.lock() {
             l.record(kind_of_call(name), name, DenialMechanism::Seccomp);
         }
-        let mut resp = libc::seccomp_notif_resp {
-            id: req.id,
-            val: 0,
-            error: -libc::EPERM,
-            flags: 0,
-        };
-        // SAFETY: the ioctl reads the live, correctly sized struct. It fails with ENOENT
-        // when the caller died meanwhile: nothing to answer then.
-        unsafe {
-            libc::ioctl(
-                listener.as_raw_fd(),
-                libc::SECCOMP_IOCTL_NOTIF_SEND,
-                &mut resp,
-            );
-        }
+        // ENOENT when the caller died meanwhile: nothing to answer then.
+        let _ = unotify::answer(listener.as_fd(), n.id, unotify::Answer::Fail(libc::EPERM));
     }
 }
 
@@ -231,7 +212,7 @@ mod tests {
     #[tokio::test]
     async fn a_finished_watcher_leaves_no_thread() {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair().unwrap();
-        let w = Watcher::start(OwnedFd::from(ours), SharedLog::default()).unwrap();
+        let w = Watcher::start(OwnedFd::from(ours), SharedLog::default(), None).unwrap();
         // The thread names itself once it runs: wait for it, so the check below can fail.
         let running = (0..10_000).any(|_| {
             std::thread::sleep(std::time::Duration::from_millis(1));

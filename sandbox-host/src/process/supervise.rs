@@ -154,17 +154,18 @@ pub(crate) fn start(
     let denial_log = super::notify::SharedLog::default();
     let watcher = match launch.seccomp_listener.take() {
         Some(sock) => Some(
-            super::notify::Watcher::start(sock, denial_log.clone()).map_err(|e| {
-                SandboxError::unavailable(
-                    backend,
-                    format!(
-                        "cannot start the thread that answers the seccomp filter's \
+            super::notify::Watcher::start(sock, denial_log.clone(), launch.mediation.take())
+                .map_err(|e| {
+                    SandboxError::unavailable(
+                        backend,
+                        format!(
+                            "cannot start the thread that answers the seccomp filter's \
                          notifications: {e}"
-                    ),
-                    "the host may be out of threads: check `ulimit -u` and \
+                        ),
+                        "the host may be out of threads: check `ulimit -u` and \
                      /proc/sys/kernel/threads-max",
-                )
-            })?,
+                    )
+                })?,
         ),
         None => None,
     };

@@ -19,6 +19,7 @@
 //! its own stack (everything else it would write, the host would see).
 
 pub mod door;
+pub mod unotify;
 
 use std::ffi::CStr;
 use std::io;

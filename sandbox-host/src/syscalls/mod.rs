@@ -20,6 +20,7 @@
 //! | `ioctl(TIOCSTI)`, `ioctl(TIOCLINUX)` | pushing input into the caller's terminal; matched on the request's low 32 bits, since the kernel ignores the high ones (CVE-2019-10063) |
 //! | `chmod`, `fchmod`, `fchmodat`, `fchmodat2`, and `open`/`openat` (with `O_CREAT` or `O_TMPFILE`)/`creat`/`mknod`/`mknodat` creating a file, with setuid or setgid bits | no setuid file left behind for the host to run |
 //! | `socket` of any family but `AF_UNIX` (when the network mode is `none`) | no network at all, not even netlink or packet sockets |
+//! | with a mediated door (`proxy` without a namespace): `socket` but `AF_UNIX` and TCP, `listen`, `sendto` with an address, `MSG_FASTOPEN` on any send | every connection is the supervisor's to make ([`crate::seccomp`] notifies `connect`); nothing else may open a way, in or out |
 //!
 //! `setsid` and `setpgid` are allowed under every policy, on every backend: no tree kill
 //! depends on sessions or process groups (a pid namespace, a cgroup, a container, or core's
@@ -48,6 +49,19 @@ pub mod oci;
 pub struct SyscallPolicy {
     /// With `None`, sockets of every family but `AF_UNIX` are denied.
     pub network: NetworkMode,
+    /// The door is mediated (network `proxy` with no namespace of the command's own): the
+    /// command's every `connect` notifies the run's supervisor, which makes the connection
+    /// itself ([`crate::seccomp`]'s program does that ahead of the table), and the table's
+    /// mediated rules deny what would open a way the supervisor does not see.
+    pub mediated: bool,
+}
+
+impl SyscallPolicy {
+    /// Whether the door is mediated: `mediated`, for network `proxy` (the one mode with a
+    /// door to mediate).
+    pub fn mediates(&self) -> bool {
+        self.mediated && self.network == NetworkMode::Proxy
+    }
 }
 
 /// When a call in the table is denied.
@@ -88,6 +102,29 @@ pub enum Rule {
         /// The index of the domain argument.
         domain: u8,
     },
+    /// Only with a mediated door: a socket of any family but `AF_UNIX`, `AF_INET` and
+    /// `AF_INET6`, or of those two any type but `SOCK_STREAM` or a protocol but TCP (no
+    /// datagram that names its own address, no raw socket).
+    MediatedSockets {
+        /// The index of the domain argument.
+        domain: u8,
+        /// The index of the type argument (its low four bits; the rest are flags).
+        kind: u8,
+        /// The index of the protocol argument.
+        protocol: u8,
+    },
+    /// Only with a mediated door, whatever its arguments: `listen` (on an unbound TCP
+    /// socket it binds one itself, which landlock's bind right does not see).
+    Mediated,
+    /// Only with a mediated door: when argument `flags` has `MSG_FASTOPEN` (a send that
+    /// connects, past the supervisor), or argument `addr`, where the call has one, is not
+    /// null (a send to an address of its own).
+    MediatedSend {
+        /// The index of the flags argument.
+        flags: u8,
+        /// The index of the address argument, if the call has one in a register.
+        addr: Option<u8>,
+    },
 }
 
 impl Rule {
@@ -95,6 +132,9 @@ impl Rule {
     pub fn applies(self, policy: &SyscallPolicy) -> bool {
         match self {
             Self::NetworkSockets { .. } => policy.network == NetworkMode::None,
+            Self::MediatedSockets { .. } | Self::Mediated | Self::MediatedSend { .. } => {
+                policy.mediates()
+            }
             _ => true,
         }
     }
@@ -180,7 +220,8 @@ macro_rules! unified {
 
 use Rule::*;
 
-/// Every denied call. See the module docs for why.
+/// Every denied call. See the module docs for why. A call is named once, or once per
+/// policy where its entries' policies exclude each other (`socket`).
 pub const TABLE: &[Denial] = &[
     // Reading or steering other processes.
     call!("ptrace", SYS_ptrace, Always),
@@ -270,6 +311,41 @@ pub const TABLE: &[Denial] = &[
     unified!("openat2", 437, FallBack),
     // No network at all.
     call!("socket", SYS_socket, NetworkSockets { domain: 0 }),
+    // A mediated door: the supervisor makes every connection; nothing else opens a way.
+    call!(
+        "socket",
+        SYS_socket,
+        MediatedSockets {
+            domain: 0,
+            kind: 1,
+            protocol: 2
+        }
+    ),
+    call!("listen", SYS_listen, Mediated),
+    call!(
+        "sendto",
+        SYS_sendto,
+        MediatedSend {
+            flags: 3,
+            addr: Some(4)
+        }
+    ),
+    call!(
+        "sendmsg",
+        SYS_sendmsg,
+        MediatedSend {
+            flags: 2,
+            addr: None
+        }
+    ),
+    call!(
+        "sendmmsg",
+        SYS_sendmmsg,
+        MediatedSend {
+            flags: 3,
+            addr: None
+        }
+    ),
 ];
 
 /// The calls denied under `policy`, in [`TABLE`] order.
@@ -685,15 +761,27 @@ pub fn x86_64_number(name: &str) -> Option<u32> {
 mod tests {
     use super::*;
 
+    /// Every name is a call, and under any one policy at most one entry names it (a call
+    /// has two entries only where their policies exclude each other: `socket` without
+    /// network, and with a mediated door).
     #[test]
     fn names_are_unique_and_known() {
-        for (i, d) in TABLE.iter().enumerate() {
-            assert!(
-                TABLE[..i].iter().all(|e| e.name != d.name),
-                "{} twice",
-                d.name
-            );
+        for d in TABLE {
             assert!(X86_64_NAMES.contains(&d.name), "{} is not a call", d.name);
+        }
+        for network in [
+            NetworkMode::None,
+            NetworkMode::Loopback,
+            NetworkMode::Full,
+            NetworkMode::Proxy,
+        ] {
+            for mediated in [false, true] {
+                let policy = SyscallPolicy { network, mediated };
+                let names: Vec<_> = denials(&policy).map(|d| d.name).collect();
+                for (i, n) in names.iter().enumerate() {
+                    assert!(!names[..i].contains(n), "{n} twice under {policy:?}");
+                }
+            }
         }
     }
 
@@ -718,13 +806,28 @@ mod tests {
     fn policy_dependent_rules_apply_only_under_their_policy() {
         let open = SyscallPolicy {
             network: NetworkMode::Full,
+            mediated: false,
         };
         let closed = SyscallPolicy {
             network: NetworkMode::None,
+            mediated: false,
+        };
+        let mediated = SyscallPolicy {
+            network: NetworkMode::Proxy,
+            mediated: true,
         };
         let names = |p| denials(p).map(|d| d.name).collect::<Vec<_>>();
         assert!(!names(&open).contains(&"socket"));
         assert!(names(&closed).contains(&"socket"));
+        for n in ["socket", "listen", "sendto", "sendmsg", "sendmmsg"] {
+            assert!(names(&mediated).contains(&n), "{n}");
+        }
+        for n in ["listen", "sendto", "sendmsg", "sendmmsg"] {
+            assert!(
+                !names(&open).contains(&n) && !names(&closed).contains(&n),
+                "{n}"
+            );
+        }
         // Sessions are the command's own under every policy: no tree kill depends on them.
         for n in ["setsid", "setpgid"] {
             assert!(

@@ -183,6 +183,9 @@ pub fn allow_list(policy: &SyscallPolicy) -> Profile {
             // policy rendered this way (a runtime with a network namespace of its own)
             // asks for it. Kept exhaustive so a new rule is a compile error here.
             Rule::NetworkSockets { .. } => {}
+            // Only for a command whose every connect the host's supervisor mediates: no
+            // runtime rendered this way is one.
+            Rule::MediatedSockets { .. } | Rule::Mediated | Rule::MediatedSend { .. } => {}
         }
     }
     Profile {
@@ -232,6 +235,7 @@ mod tests {
     /// A container's policy: its network is its own namespace, its whole tree dies with it.
     const CONTAINER: SyscallPolicy = SyscallPolicy {
         network: NetworkMode::Full,
+        mediated: false,
     };
 
     fn names(rule: &SyscallRule) -> Vec<String> {

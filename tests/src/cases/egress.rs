@@ -781,6 +781,16 @@ pub async fn bind_opens_no_way(ctx: Arc<Context>) -> CaseResult {
             outcome,
         };
         p.report()?;
+        if mode == NetworkMode::Proxy && ctx.claimed().door == sandbox_core::DoorPlace::Mediated {
+            // No namespace to bind in: the bind itself is refused (landlock), so nothing
+            // listens at the port the host knocked at.
+            f.check(
+                &format!("{mode}: a mediated door let the command bind 0.0.0.0:{port}"),
+                p.succeeded() || knocked > 0,
+                || p.describe(),
+            );
+            continue;
+        }
         ensure!(
             p.succeeded(),
             "{mode}: the command could not bind: {}",
@@ -804,6 +814,52 @@ pub async fn bind_opens_no_way(ctx: Arc<Context>) -> CaseResult {
         );
     }
     f.finish()
+}
+
+/// A door without a namespace holds against the ways around `connect`: `listen` on an
+/// unbound socket, a send with `MSG_FASTOPEN`, and a second thread switching the address
+/// between the proxy's and a host listener's while connects are mediated. The host's
+/// listener sees no one; connects to the proxy still work (the race ran both ways).
+pub async fn mediated_door_holds_against_side_ways(ctx: Arc<Context>) -> CaseResult {
+    let ws = ctx.workspace("egress-side")?;
+    let listener = HostListener::start(&format!("side-{}", token()))?;
+    let proxy = format!("127.0.0.1:{}", sandbox_core::PROXY_PORT);
+    let host = listener.addr().to_string();
+    let p = ctx
+        .probe_run(probe_proxy_opts(
+            &ctx,
+            ws.path(),
+            &["side-ways", &proxy, &host, "400"],
+            &["allowed.test".to_string()],
+        ))
+        .await?;
+    p.report()?;
+    ensure!(p.succeeded(), "the probe did not run: {}", p.describe());
+    let mut f = Forbidden::new(&ctx);
+    f.check(
+        "the host's listener was reached around the proxy",
+        listener.accepted() > 0,
+        || p.describe(),
+    );
+    f.check(
+        "listen on an unbound TCP socket succeeded",
+        p.field("listened") == Some(&serde_json::Value::Bool(true)),
+        || p.describe(),
+    );
+    f.check(
+        "a send with MSG_FASTOPEN to the host's listener went out",
+        p.field("fastopen_sent") == Some(&serde_json::Value::Bool(true)),
+        || p.describe(),
+    );
+    f.finish()?;
+    // The race is only a test if both addresses were tried: some connects reached the
+    // proxy, some were refused.
+    ensure!(
+        p.int("connected")? > 0 && p.int("refused")? > 0,
+        "the racing connects did not alternate: {}",
+        p.describe()
+    );
+    Ok(())
 }
 
 /// Raw and packet sockets and io_uring fail inside with a clear error.

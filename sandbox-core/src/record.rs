@@ -248,6 +248,10 @@ pub struct Proxy {
     pub port: u16,
     /// The allowlist's patterns.
     pub allow: Vec<String>,
+    /// The caller's HTTP proxy every allowed connection goes through (`host:port`), when
+    /// the run chains to one (`--upstream-proxy`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
 }
 
 /// The door.
@@ -631,9 +635,16 @@ impl fmt::Display for Door {
                 if let Some(p) = proxy {
                     parts.push(format!(
                         "the egress proxy on 127.0.0.1:{} (HTTP CONNECT, HTTP, SOCKS5), \
-                         allowing {}",
+                         allowing {}{}",
                         p.port,
-                        list(&p.allow)
+                        list(&p.allow),
+                        match &p.upstream {
+                            Some(up) => format!(
+                                ", each connection through the upstream proxy {up} \
+                                 (CONNECT; it resolves the names)"
+                            ),
+                            None => String::new(),
+                        }
                     ));
                 }
                 if !host_ports.is_empty() {
@@ -948,6 +959,16 @@ mod tests {
                 proxy: Some(Proxy {
                     port: 3128,
                     allow: vec!["example.com".into(), "*.example.org".into()],
+                    upstream: None,
+                }),
+                host_ports: vec![5432],
+                published: vec![8080],
+            },
+            Door::WaysOut {
+                proxy: Some(Proxy {
+                    port: 3128,
+                    allow: vec!["example.com".into()],
+                    upstream: Some("proxy.corp.example:3128".into()),
                 }),
                 host_ports: vec![5432],
                 published: vec![8080],
@@ -1217,7 +1238,8 @@ mod tests {
             r(Door::WaysOut {
                 proxy: Some(Proxy {
                     port: 3128,
-                    allow: vec!["a.com".into(), "*.b.org".into()]
+                    allow: vec!["a.com".into(), "*.b.org".into()],
+                    upstream: None,
                 }),
                 host_ports: vec![5432, 6379],
                 published: vec![8080],
@@ -1227,6 +1249,20 @@ mod tests {
              host's 127.0.0.1 ports 5432, 6379 (and no other); its 127.0.0.1 ports 8080 \
              published on the host's loopback (connections made by the host with sockets \
              created in the namespace)"
+        );
+        assert_eq!(
+            r(Door::WaysOut {
+                proxy: Some(Proxy {
+                    port: 3128,
+                    allow: vec!["a.com".into()],
+                    upstream: Some("proxy.corp:8080".into()),
+                }),
+                host_ports: Vec::new(),
+                published: Vec::new(),
+            }),
+            "network: a private namespace whose ways out are the egress proxy on \
+             127.0.0.1:3128 (HTTP CONNECT, HTTP, SOCKS5), allowing a.com, each connection \
+             through the upstream proxy proxy.corp:8080 (CONNECT; it resolves the names)"
         );
         assert_eq!(
             r(Door::WaysOut {

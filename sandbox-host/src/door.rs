@@ -68,6 +68,7 @@ pub fn record(plan: &Plan) -> Door {
                 .iter()
                 .map(|p| p.as_str().to_string())
                 .collect(),
+            upstream: plan.upstream_proxy.as_ref().map(|u| u.to_string()),
         }),
         host_ports: plan.host_ports.clone(),
         published: plan.publish.iter().map(|p| p.port).collect(),

@@ -188,6 +188,7 @@ struct Policy<'a, 'py> {
     secrets: Vec<String>,
     allow_requests: Vec<String>,
     upstream_ca: Vec<PathBuf>,
+    upstream_proxy: Option<String>,
 }
 
 /// The network mode when none is named: as the command's, an allowlist implies the
@@ -263,6 +264,7 @@ fn request(argv: &Bound<'_, PyAny>, p: Policy<'_, '_>) -> Result<Request, Failur
         secrets,
         allow_requests,
         upstream_ca,
+        upstream_proxy,
         ..
     } = p;
     let workspace = match workspace {
@@ -280,10 +282,12 @@ fn request(argv: &Bound<'_, PyAny>, p: Policy<'_, '_>) -> Result<Request, Failur
         .iter()
         .map(|s| SecretSpec::parse(s).map_err(|e| Failure::invalid(format!("secrets: {e}"))))
         .collect::<Result<_, _>>()?;
-    // Request rules and upstream authorities as the command takes them; `Plan::new` checks
-    // them (a bad rule, an unreadable or non-PEM file) before anything runs.
+    // Request rules, upstream authorities and the upstream proxy as the command takes them;
+    // `Plan::new` checks them (a bad rule, an unreadable or non-PEM file, a URL that is not
+    // `http://HOST:PORT`) before anything runs.
     opts.allow_requests = allow_requests;
     opts.upstream_cas = upstream_ca;
+    opts.upstream_proxy = upstream_proxy;
     opts.network = network;
     opts.allow_hosts = allow_hosts;
     opts.host_ports = host_ports;
@@ -747,7 +751,7 @@ impl Process {
     allow_hosts=Vec::new(), host_ports=Vec::new(), publish=Vec::new(), lane="strict",
     timeout=None, memory_mb=None, env=None, backend="auto", image=None, cwd=None, stdin=None,
     max_output=None, changes="direct", snapshot=false, toolchains=Vec::new(),
-    secrets=Vec::new(), allow_requests=Vec::new(), upstream_ca=Vec::new()
+    secrets=Vec::new(), allow_requests=Vec::new(), upstream_ca=Vec::new(), upstream_proxy=None
 ))]
 #[allow(clippy::too_many_arguments)]
 fn start<'py>(
@@ -775,6 +779,7 @@ fn start<'py>(
     secrets: Vec<String>,
     allow_requests: Vec<String>,
     upstream_ca: Vec<PathBuf>,
+    upstream_proxy: Option<String>,
 ) -> PyResult<Process> {
     let policy = Policy {
         workspace,
@@ -799,6 +804,7 @@ fn start<'py>(
         secrets,
         allow_requests,
         upstream_ca,
+        upstream_proxy,
     };
     let req = request(argv, policy).map_err(|f| f.into_py(py))?;
     start_request(py, req)

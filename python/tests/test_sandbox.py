@@ -151,6 +151,11 @@ def test_request_rules_and_upstream_authorities_are_checked_before_anything_runs
         ({"allow_requests": ["FETCH https://api.example.test/"]}, "allow_requests"),
         ({"allow_hosts": ["api.example.test"], "upstream_ca": [os.path.join(workspace, "missing.pem")]},
          "upstream_cas"),
+        ({"allow_hosts": ["api.example.test"], "upstream_proxy": "https://proxy.test:3128"},
+         "upstream_proxy"),
+        ({"allow_hosts": ["api.example.test"], "upstream_proxy": "http://u:p@proxy.test:3128"},
+         "upstream_proxy"),
+        ({"upstream_proxy": "http://proxy.test:3128"}, "upstream_proxy"),
     ]
     for options, field in bad:
         with pytest.raises(sandbox.SandboxError) as e:

@@ -154,7 +154,9 @@ pub struct ConnectionRecord {
     /// Allowed (with the pattern) or denied (with the reason).
     #[serde(flatten)]
     pub decision: Decision,
-    /// The address connected to (the first one reached), when allowed and reached.
+    /// The address connected to (the first one reached), when allowed and reached. With
+    /// an upstream proxy ([`UpstreamProxy`]) that is the upstream proxy's address: the
+    /// destination's is the upstream proxy's to resolve.
     pub peer: Option<SocketAddr>,
     /// Bytes from the command to the destination, over all of its attempts.
     pub bytes_out: u64,
@@ -476,6 +478,117 @@ impl fmt::Debug for PublishSink {
     }
 }
 
+/// The caller's own HTTP proxy the egress proxy chains to (`--upstream-proxy
+/// http://HOST:PORT`): for a host behind a corporate proxy, every connection the egress
+/// proxy makes for an allowed host goes through it with `CONNECT host:port`. The allowlist
+/// is still decided first, by the egress proxy; the upstream proxy resolves the names.
+///
+/// Only `http://HOST:PORT`: the scheme and the port are required (there is no default
+/// port worth guessing: proxies listen on 3128, 8080 and others), a lone trailing `/` is
+/// taken, and credentials in the URL are refused, since they would be a secret carried in
+/// the run's options and record. TLS to the proxy itself and SOCKS are not spoken.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct UpstreamProxy {
+    /// Its host: a name (lowercase, no trailing dot) or an IP literal.
+    pub host: crate::policy::Target,
+    /// Its port.
+    pub port: u16,
+}
+
+/// Why an `--upstream-proxy` URL was refused. No variant holds the URL's credentials.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum UpstreamProxyError {
+    /// Written without `http://`.
+    #[error("`{0}` names no scheme; write it as `http://HOST:PORT`")]
+    NoScheme(String),
+    /// A scheme other than `http`.
+    #[error(
+        "scheme `{0}` is not supported: only an HTTP proxy that takes `CONNECT` is (TLS to \
+         the proxy itself and SOCKS are not spoken; the tunnels through it still carry the \
+         command's TLS end to end); name its `http://HOST:PORT`"
+    )]
+    Scheme(String),
+    /// `user:pass@` in the URL.
+    #[error(
+        "credentials in the URL are not supported: they would be a secret carried in the \
+         run's options and record; name a proxy that admits this host without them, such as \
+         an authenticating proxy on the host's own loopback, by its `http://HOST:PORT`"
+    )]
+    Credentials,
+    /// No `:PORT`.
+    #[error(
+        "`{0}` names no port; write `http://HOST:PORT` (there is no default: proxies listen \
+         on 3128, 8080 and others)"
+    )]
+    NoPort(String),
+    /// A port that is not 1 to 65535.
+    #[error("`{0}` is not a port from 1 to 65535")]
+    Port(String),
+    /// A path, query or fragment after the authority.
+    #[error("`{0}` has a path, query or fragment; an upstream proxy is `http://HOST:PORT` alone")]
+    Path(String),
+    /// A host that is neither a valid name nor an IP literal.
+    #[error("`{0}` is not a host name or an IP address")]
+    Host(String),
+}
+
+impl UpstreamProxy {
+    /// Parse `http://HOST:PORT` (`http://[v6]:PORT`; a trailing `/` is taken).
+    pub fn parse(url: &str) -> Result<Self, UpstreamProxyError> {
+        // Checked first, so no message below ever echoes a password.
+        if url.contains('@') {
+            return Err(UpstreamProxyError::Credentials);
+        }
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Err(UpstreamProxyError::NoScheme(url.into()));
+        };
+        if !scheme.eq_ignore_ascii_case("http") {
+            return Err(UpstreamProxyError::Scheme(scheme.to_ascii_lowercase()));
+        }
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.contains(['/', '?', '#']) {
+            return Err(UpstreamProxyError::Path(url.into()));
+        }
+        let (host, port) = match authority.strip_prefix('[') {
+            Some(v6) => match v6.split_once(']') {
+                Some((h, after)) => match after.strip_prefix(':') {
+                    Some(p) => (format!("[{h}]"), p),
+                    None if after.is_empty() => return Err(UpstreamProxyError::NoPort(url.into())),
+                    None => return Err(UpstreamProxyError::Host(authority.into())),
+                },
+                None => return Err(UpstreamProxyError::Host(authority.into())),
+            },
+            None => match authority.rsplit_once(':') {
+                Some((h, p)) => (h.to_string(), p),
+                None => return Err(UpstreamProxyError::NoPort(url.into())),
+            },
+        };
+        let port = match port.parse::<u16>() {
+            Ok(p) if p != 0 => p,
+            _ => return Err(UpstreamProxyError::Port(port.into())),
+        };
+        let Some(host) = crate::policy::Target::parse(&host) else {
+            return Err(UpstreamProxyError::Host(host));
+        };
+        Ok(Self { host, port })
+    }
+}
+
+impl fmt::Display for UpstreamProxy {
+    /// `host:port` (`[v6]:port`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+impl std::str::FromStr for UpstreamProxy {
+    type Err = UpstreamProxyError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::parse(s)
+    }
+}
+
 /// A run's proxy, as core sees it. Dropping it stops the proxy too (the backstop when a
 /// run fails to start).
 #[async_trait]
@@ -509,6 +622,66 @@ mod tests {
 
     fn denied() -> Decision {
         Decision::Denied("not in the allowlist".into())
+    }
+
+    #[test]
+    fn an_upstream_proxy_is_http_host_and_port_alone() {
+        use crate::policy::Target;
+        let p = UpstreamProxy::parse("http://Proxy.Corp.example:3128").unwrap();
+        assert_eq!(p.host, Target::Name("proxy.corp.example".into()));
+        assert_eq!(p.port, 3128);
+        assert_eq!(p.to_string(), "proxy.corp.example:3128");
+        assert_eq!(
+            UpstreamProxy::parse("HTTP://10.0.0.1:8080/")
+                .unwrap()
+                .to_string(),
+            "10.0.0.1:8080"
+        );
+        assert_eq!(
+            UpstreamProxy::parse("http://[fd00::1]:3128")
+                .unwrap()
+                .to_string(),
+            "[fd00::1]:3128"
+        );
+        use UpstreamProxyError as E;
+        for (url, want) in [
+            ("proxy:3128", E::NoScheme("proxy:3128".into())),
+            ("https://proxy:3128", E::Scheme("https".into())),
+            ("socks5://proxy:1080", E::Scheme("socks5".into())),
+            ("socks5h://proxy:1080", E::Scheme("socks5h".into())),
+            ("http://proxy", E::NoPort("http://proxy".into())),
+            ("http://[fd00::1]", E::NoPort("http://[fd00::1]".into())),
+            ("http://proxy:0", E::Port("0".into())),
+            ("http://proxy:70000", E::Port("70000".into())),
+            ("http://proxy:", E::Port("".into())),
+            (
+                "http://proxy:3128/pac",
+                E::Path("http://proxy:3128/pac".into()),
+            ),
+            (
+                "http://proxy:3128?x=1",
+                E::Path("http://proxy:3128?x=1".into()),
+            ),
+            ("http://proxy:3128#f", E::Path("http://proxy:3128#f".into())),
+            ("http://:3128", E::Host("".into())),
+            ("http://bad_name!:3128", E::Host("bad_name!".into())),
+        ] {
+            assert_eq!(UpstreamProxy::parse(url), Err(want), "{url}");
+        }
+    }
+
+    #[test]
+    fn credentials_in_an_upstream_proxy_are_refused_without_echoing_them() {
+        for url in [
+            "http://user:hunter2@proxy:3128",
+            "http://user@proxy:3128",
+            "user:hunter2@proxy:3128",
+            "https://user:hunter2@proxy:3128",
+        ] {
+            let e = UpstreamProxy::parse(url).unwrap_err();
+            assert_eq!(e, UpstreamProxyError::Credentials, "{url}");
+            assert!(!e.to_string().contains("hunter2"), "{e}");
+        }
     }
 
     #[test]

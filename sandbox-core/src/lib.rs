@@ -72,8 +72,8 @@ pub use changes::{Change, ChangeKind, ChangeSet, Changes, LayerMechanism};
 pub use denial::{Denial, DenialKind, DenialKinds, DenialMechanism, Denials};
 pub use egress::{
     ConnectionRecord, Connections, EgressRun, FoldedConnections, ProxyProtocol, Publish,
-    PublishSink, Published, RequestRecord, Resolver, SystemResolver, MAX_CONNECTIONS,
-    MAX_HOST_PORTS, MAX_OPEN_CONNECTIONS, PROXY_PORT,
+    PublishSink, Published, RequestRecord, Resolver, SystemResolver, UpstreamProxy,
+    UpstreamProxyError, MAX_CONNECTIONS, MAX_HOST_PORTS, MAX_OPEN_CONNECTIONS, PROXY_PORT,
 };
 pub use error::{Result, SandboxError};
 pub use escape::escape;

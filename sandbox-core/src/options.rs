@@ -205,6 +205,12 @@ pub struct SandboxOpts {
     /// (`--upstream-ca`: a corporate TLS inspection's, a test's). With secrets they join the
     /// run's certificate bundle too. Read and checked before anything runs.
     pub upstream_cas: Vec<PathBuf>,
+    /// With network mode `proxy`: the caller's own HTTP proxy that every connection the
+    /// egress proxy makes goes through (`--upstream-proxy http://HOST:PORT`, see
+    /// [`UpstreamProxy`](crate::UpstreamProxy)): for a host whose only way out is a
+    /// corporate proxy. The allowlist is decided first; the upstream proxy resolves the
+    /// names. Checked before anything runs; credentials in the URL are refused.
+    pub upstream_proxy: Option<String>,
     /// Request rules (`--allow-request 'GET,HEAD https://api.github.com/repos/o/r/**'`,
     /// see [`crate::policy::RequestRule`]): on a host that has rules, only requests that
     /// match one pass, judged on TLS the proxy terminates. Needs network mode `proxy`; a
@@ -246,6 +252,7 @@ impl SandboxOpts {
             report_denials: true,
             secrets: Vec::new(),
             upstream_cas: Vec::new(),
+            upstream_proxy: None,
             allow_requests: Vec::new(),
         }
     }

@@ -93,6 +93,9 @@ pub struct Plan {
     pub secrets: Vec<ResolvedSecret>,
     /// The caller's authorities for upstream servers (`--upstream-ca`), read and checked.
     pub upstream_cas: Vec<crate::UpstreamCa>,
+    /// The caller's HTTP proxy the egress proxy chains to (`--upstream-proxy`), parsed
+    /// (network mode `proxy` only).
+    pub upstream_proxy: Option<crate::UpstreamProxy>,
     /// The request rules, parsed (network mode `proxy` only).
     pub request_rules: Vec<RequestRule>,
     /// The copy-on-write layer over the workspace, once the start pipeline has made it
@@ -377,6 +380,7 @@ impl Plan {
         }
         let secrets = check_secrets(opts)?;
         let upstream_cas = check_upstream_cas(opts)?;
+        let upstream_proxy = check_upstream_proxy(opts)?;
         let request_rules = check_request_rules(opts)?;
         let allowlist = check_allow_hosts(opts, &terminated_hosts(&secrets, &request_rules))?;
         let host_ports = check_host_ports(opts)?;
@@ -460,6 +464,7 @@ impl Plan {
             on_published: opts.on_published.clone(),
             secrets,
             upstream_cas,
+            upstream_proxy,
             request_rules,
             layer: None,
         })
@@ -600,6 +605,28 @@ fn check_upstream_cas(opts: &SandboxOpts) -> Result<Vec<crate::UpstreamCa>, Sand
             crate::UpstreamCa::read(p).map_err(|why| SandboxError::invalid("upstream_cas", why))
         })
         .collect()
+}
+
+/// The caller's upstream proxy: only with `proxy` (the egress proxy is what chains to it;
+/// without it the option would silently mean nothing), and only `http://HOST:PORT`.
+fn check_upstream_proxy(opts: &SandboxOpts) -> Result<Option<crate::UpstreamProxy>, SandboxError> {
+    let Some(url) = &opts.upstream_proxy else {
+        return Ok(None);
+    };
+    if opts.network != NetworkMode::Proxy {
+        return Err(SandboxError::invalid(
+            "upstream_proxy",
+            format!(
+                "an upstream proxy needs network mode `proxy` (the sandbox's egress proxy is \
+                 what chains to it), not `{}`; name the hosts the command may reach with \
+                 `--allow-host`",
+                opts.network
+            ),
+        ));
+    }
+    crate::UpstreamProxy::parse(url)
+        .map(Some)
+        .map_err(|e| SandboxError::invalid("upstream_proxy", e.to_string()))
 }
 
 /// The hosts whose TLS is terminated for `secrets` and `rules` (sorted, distinct):
@@ -1198,6 +1225,52 @@ mod tests {
         o.upstream_cas = vec![good];
         let e = Plan::new(&o, "t", &cap()).unwrap_err().to_string();
         assert!(e.contains("needs network mode `proxy`"), "{e}");
+    }
+
+    #[test]
+    fn an_upstream_proxy_is_parsed_and_checked_before_anything_runs() {
+        let d = ws();
+        let mut o = SandboxOpts::new(d.path(), ["true"]);
+        o.network = NetworkMode::Proxy;
+        o.allow_hosts = vec!["crates.io".into()];
+        o.upstream_proxy = Some("http://proxy.corp.example:3128".into());
+        let plan = Plan::new(&o, "t", &cap()).unwrap();
+        assert_eq!(
+            plan.upstream_proxy.map(|p| p.to_string()).as_deref(),
+            Some("proxy.corp.example:3128")
+        );
+        let refused = |o: &SandboxOpts, want: &str| {
+            let e = Plan::new(o, "t", &cap()).unwrap_err().to_string();
+            assert!(
+                e.contains("upstream_proxy") && e.contains(want),
+                "{want}: {e}"
+            );
+            e
+        };
+        for (url, want) in [
+            ("https://proxy:3128", "scheme `https` is not supported"),
+            ("socks5h://proxy:1080", "scheme `socks5h` is not supported"),
+            ("proxy:3128", "names no scheme"),
+            ("http://proxy", "names no port"),
+            ("http://proxy:99999", "not a port from 1 to 65535"),
+            ("http://proxy:3128/x", "has a path, query or fragment"),
+            ("http://no_such!host:3128", "is not a host name"),
+        ] {
+            let mut o = o.clone();
+            o.upstream_proxy = Some(url.into());
+            refused(&o, want);
+        }
+        let mut creds = o.clone();
+        creds.upstream_proxy = Some("http://alice:hunter2@proxy:3128".into());
+        let e = refused(&creds, "credentials in the URL are not supported");
+        assert!(!e.contains("hunter2"), "{e}");
+        for mode in [NetworkMode::None, NetworkMode::Loopback, NetworkMode::Full] {
+            let mut o = SandboxOpts::new(d.path(), ["true"]);
+            o.network = mode;
+            o.upstream_proxy = Some("http://proxy:3128".into());
+            refused(&o, "needs network mode `proxy`");
+            refused(&o, "`--allow-host`");
+        }
     }
 
     #[test]

@@ -248,6 +248,10 @@ pub struct Proxy {
     pub port: u16,
     /// The allowlist's patterns.
     pub allow: Vec<String>,
+    /// The caller's HTTP proxy every allowed connection goes through (`host:port`), when
+    /// the run chains to one (`--upstream-proxy`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream: Option<String>,
 }
 
 /// The door.
@@ -639,9 +643,10 @@ impl fmt::Display for Door {
                 if let Some(p) = proxy {
                     parts.push(format!(
                         "the egress proxy on 127.0.0.1:{} (HTTP CONNECT, HTTP, SOCKS5), \
-                         allowing {}",
+                         allowing {}{}",
                         p.port,
-                        list(&p.allow)
+                        list(&p.allow),
+                        chained(p)
                     ));
                 }
                 if !host_ports.is_empty() {
@@ -679,9 +684,10 @@ impl fmt::Display for Door {
                 f,
                 "network: no namespace of its own; every connect mediated by the sandbox's \
                  supervisor, which reaches only the egress proxy on 127.0.0.1:{} (HTTP \
-                 CONNECT, HTTP, SOCKS5), allowing {}; listen, UDP and raw sockets refused",
+                 CONNECT, HTTP, SOCKS5), allowing {}{}; listen, UDP and raw sockets refused",
                 proxy.port,
-                list(&proxy.allow)
+                list(&proxy.allow),
+                chained(proxy)
             ),
             Self::Secrets {
                 names,
@@ -697,6 +703,17 @@ impl fmt::Display for Door {
                 bundle.display()
             ),
         }
+    }
+}
+
+/// What the record says of a proxy's upstream proxy, if it chains to one.
+fn chained(p: &Proxy) -> String {
+    match &p.upstream {
+        Some(up) => format!(
+            ", each connection through the upstream proxy {up} (CONNECT; it resolves the \
+             names)"
+        ),
+        None => String::new(),
     }
 }
 
@@ -964,6 +981,16 @@ mod tests {
                 proxy: Some(Proxy {
                     port: 3128,
                     allow: vec!["example.com".into(), "*.example.org".into()],
+                    upstream: None,
+                }),
+                host_ports: vec![5432],
+                published: vec![8080],
+            },
+            Door::WaysOut {
+                proxy: Some(Proxy {
+                    port: 3128,
+                    allow: vec!["example.com".into()],
+                    upstream: Some("proxy.corp.example:3128".into()),
                 }),
                 host_ports: vec![5432],
                 published: vec![8080],
@@ -977,6 +1004,7 @@ mod tests {
                 proxy: Proxy {
                     port: 3128,
                     allow: vec!["example.com".into()],
+                    upstream: None,
                 },
             },
             Door::Published {
@@ -1239,7 +1267,8 @@ mod tests {
             r(Door::WaysOut {
                 proxy: Some(Proxy {
                     port: 3128,
-                    allow: vec!["a.com".into(), "*.b.org".into()]
+                    allow: vec!["a.com".into(), "*.b.org".into()],
+                    upstream: None,
                 }),
                 host_ports: vec![5432, 6379],
                 published: vec![8080],
@@ -1249,6 +1278,20 @@ mod tests {
              host's 127.0.0.1 ports 5432, 6379 (and no other); its 127.0.0.1 ports 8080 \
              published on the host's loopback (connections made by the host with sockets \
              created in the namespace)"
+        );
+        assert_eq!(
+            r(Door::WaysOut {
+                proxy: Some(Proxy {
+                    port: 3128,
+                    allow: vec!["a.com".into()],
+                    upstream: Some("proxy.corp:8080".into()),
+                }),
+                host_ports: Vec::new(),
+                published: Vec::new(),
+            }),
+            "network: a private namespace whose ways out are the egress proxy on \
+             127.0.0.1:3128 (HTTP CONNECT, HTTP, SOCKS5), allowing a.com, each connection \
+             through the upstream proxy proxy.corp:8080 (CONNECT; it resolves the names)"
         );
         assert_eq!(
             r(Door::WaysOut {
@@ -1262,7 +1305,8 @@ mod tests {
             r(Door::Mediated {
                 proxy: Proxy {
                     port: 3128,
-                    allow: vec!["a.com".into()]
+                    allow: vec!["a.com".into()],
+                    upstream: None,
                 }
             }),
             "network: no namespace of its own; every connect mediated by the sandbox's \

@@ -107,6 +107,7 @@ fn proxy_record(plan: &Plan) -> Proxy {
             .iter()
             .map(|p| p.as_str().to_string())
             .collect(),
+        upstream: plan.upstream_proxy.as_ref().map(|u| u.to_string()),
     }
 }
 

@@ -41,6 +41,14 @@
 //! 5. The connection is made to the resolved address; the record gets the peer and the
 //!    bytes each way.
 //!
+//! With an upstream proxy ([`ProxyConfig::upstream`], `--upstream-proxy`), steps 1 to 3
+//! are the same and an IP literal is still judged against the refused table; a name is
+//! then not resolved here but asked of the upstream proxy (`CONNECT host:port`), which
+//! resolves it, so the address it leads to is not judged. Every protocol's connection, a
+//! terminated host's too, is made through it by the one function that connects
+//! (`upstream::open`); the record's peer is the upstream proxy's address, and its refusal
+//! the attempt's error.
+//!
 //! # Lifetime
 //!
 //! [`spawn`] starts one task that waits for the listener (a backend hands it over from
@@ -50,8 +58,8 @@
 //!
 //! # Dependencies
 //!
-//! `tokio` (the relays), `httparse` (the HTTP request head: a well-kept parser rather than
-//! our own), `nix` (receiving the listener over `SCM_RIGHTS`), `sandbox-core` (the allowlist,
+//! `tokio` (the relays), `httparse` (the HTTP request head, and an upstream proxy's answer:
+//! a well-kept parser rather than our own), `nix` (receiving the listener over `SCM_RIGHTS`), `sandbox-core` (the allowlist,
 //! the record, the resolver seam), `base64` (a secret inside `Basic` credentials, and the
 //! value's encodings looked for in responses: see [`inject`]), `thiserror` (the rewriter's
 //! refusals), `rcgen` (the run's certificate authority and a leaf per terminated host, made
@@ -70,6 +78,7 @@ pub mod sni;
 mod socks;
 pub mod terminate;
 pub mod tls;
+mod upstream;
 
 use std::future::Future;
 use std::io;
@@ -119,6 +128,10 @@ pub struct ProxyConfig {
     pub secrets: Option<Arc<Secrets>>,
     /// How much a command may hold of the host process.
     pub limits: Limits,
+    /// The caller's HTTP proxy every allowed connection goes through (`--upstream-proxy`):
+    /// asked with `CONNECT host:port` after the allowlist decided; the names are then
+    /// resolved by it, not here.
+    pub upstream: Option<sandbox_core::UpstreamProxy>,
 }
 
 /// What bounds a run's proxy, so a command cannot grow the host process or spin a core.
@@ -150,6 +163,7 @@ impl ProxyConfig {
             resolver: resolver.unwrap_or_else(|| Arc::new(SystemResolver)),
             secrets: None,
             limits: Limits::default(),
+            upstream: None,
         }
     }
 }
@@ -298,6 +312,8 @@ struct Shared {
     local: Mutex<Option<SocketAddr>>,
     /// The bounds, from the configuration (the defaults when only host ports are served).
     limits: Limits,
+    /// The upstream proxy, resolved once when the run's listeners are awaited.
+    chain: Option<upstream::Chain>,
 }
 
 impl Shared {
@@ -497,11 +513,16 @@ fn spawn_admitting(
     let rt = tokio::runtime::Handle::try_current()
         .map_err(|e| io::Error::other(format!("the proxy needs a tokio runtime: {e}")))?;
     let limits = config.as_ref().map(|c| c.limits).unwrap_or_default();
+    let chain = config
+        .as_ref()
+        .and_then(|c| c.upstream.clone())
+        .map(upstream::Chain::new);
     let shared = Arc::new(Shared {
         config,
         log: Mutex::new(ConnectionLog::default()),
         local: Mutex::new(None),
         limits,
+        chain,
     });
     let (stop, stop_rx) = watch::channel(false);
     let task = rt.spawn(accept_loop(
@@ -593,6 +614,7 @@ fn config_for(
         return Ok(None);
     }
     let mut config = ProxyConfig::new(plan.allowlist.clone(), plan.resolver.clone());
+    config.upstream = plan.upstream_proxy.clone();
     if !plan.terminated_hosts().is_empty() {
         let Some(secrets) = secrets else {
             return Err(SandboxError::invalid(
@@ -717,8 +739,14 @@ async fn accept_loop(
     mut stop: watch::Receiver<bool>,
     expected: Option<Expected>,
 ) {
+    // The upstream proxy's address is resolved once, while the listeners are on their way.
+    let resolve_upstream = async {
+        if let (Some(chain), Some(config)) = (&shared.chain, &shared.config) {
+            chain.resolve(&config.resolver).await;
+        }
+    };
     let listeners = tokio::select! {
-        l = source => l,
+        (l, ()) = async { tokio::join!(source, resolve_upstream) } => l,
         _ = stop.wait_for(|s| *s) => return,
     };
     let listeners = match listeners.and_then(|ls| {
@@ -1269,8 +1297,10 @@ struct Refusal {
     text: String,
 }
 
-/// Decide, resolve, connect, and record. The record is made whatever happens (when the
-/// run ends mid-decision too).
+/// Decide, resolve, connect, and record: the one place every allowed attempt (CONNECT,
+/// plain HTTP, SOCKS5, a terminated host) is connected, directly or through the upstream
+/// proxy (`upstream::open`). The record is made whatever happens (when the run ends
+/// mid-decision too).
 async fn connect<'a>(
     shared: &'a Shared,
     protocol: ProxyProtocol,
@@ -1316,14 +1346,22 @@ async fn connect<'a>(
         return Err(deny(pending, NOT_IN_ALLOWLIST.into()));
     };
     let rule_text = rule.to_string();
-    let addrs = match &target {
-        Target::Ip(ip) => vec![SocketAddr::new(*ip, port)],
-        Target::Name(name) => match config.resolver.resolve(name, port).await {
+    let route = match (&shared.chain, &target) {
+        // Through the upstream proxy, which resolves a name: only an IP literal can be
+        // judged against the refused table here, and is, before anything is sent.
+        (Some(chain), Target::Ip(ip)) => match Allowlist::check_resolved(&rule, *ip) {
+            Some(why) => return Err(deny(pending, why)),
+            None => upstream::Route::Chained(chain, &target),
+        },
+        (Some(chain), Target::Name(_)) => upstream::Route::Chained(chain, &target),
+        (None, Target::Ip(ip)) => upstream::Route::Direct(vec![SocketAddr::new(*ip, port)]),
+        (None, Target::Name(name)) => match config.resolver.resolve(name, port).await {
             // Judged and connected as the kernel will use them (a mapped address as IPv4).
-            Ok(a) if !a.is_empty() => a
-                .into_iter()
-                .map(|a| SocketAddr::new(canonical(a.ip()), a.port()))
-                .collect(),
+            Ok(a) if !a.is_empty() => upstream::Route::Direct(
+                a.into_iter()
+                    .map(|a| SocketAddr::new(canonical(a.ip()), a.port()))
+                    .collect(),
+            ),
             Ok(_) => return Err(fail(pending, &rule_text, "the name has no address".into())),
             Err(e) => {
                 return Err(fail(
@@ -1334,31 +1372,23 @@ async fn connect<'a>(
             }
         },
     };
-    for a in &addrs {
-        if is_self(*a) {
-            return Err(deny(pending, "resolves to the proxy's own address".into()));
-        }
-        if let Some(why) = Allowlist::check_resolved(&rule, a.ip()) {
-            return Err(deny(pending, why));
-        }
-    }
-    let mut last = None;
-    for a in addrs {
-        match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(a)).await {
-            Ok(Ok(s)) => {
-                let _ = s.set_nodelay(true);
-                let tally = pending.settle(Decision::Allowed(rule_text), Some(a), None);
-                return Ok((tally, s));
+    if let upstream::Route::Direct(addrs) = &route {
+        for a in addrs {
+            if is_self(*a) {
+                return Err(deny(pending, "resolves to the proxy's own address".into()));
             }
-            Ok(Err(e)) => last = Some(e.to_string()),
-            Err(_) => last = Some("timed out".into()),
+            if let Some(why) = Allowlist::check_resolved(&rule, a.ip()) {
+                return Err(deny(pending, why));
+            }
         }
     }
-    Err(fail(
-        pending,
-        &rule_text,
-        last.unwrap_or_else(|| "no address".into()),
-    ))
+    match upstream::open(route, port).await {
+        Ok((s, reached)) => {
+            let tally = pending.settle(Decision::Allowed(rule_text), Some(reached), None);
+            Ok((tally, s))
+        }
+        Err(why) => Err(fail(pending, &rule_text, why)),
+    }
 }
 
 /// An IP for a SOCKS5 reply.

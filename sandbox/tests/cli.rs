@@ -104,6 +104,31 @@ fn bad_allowlists_are_125_before_anything_runs() {
 }
 
 #[test]
+fn a_bad_upstream_proxy_is_125_before_anything_runs() {
+    let allow = ["--allow-host", "crates.io", "--upstream-proxy"];
+    let with = |url: &'static str| [&allow[..], &[url]].concat();
+    assert_refused_before_running(&with("https://proxy.test:1"), "scheme `https`");
+    assert_refused_before_running(&with("socks5://proxy.test:1080"), "scheme `socks5`");
+    assert_refused_before_running(&with("http://proxy.test"), "names no port");
+    assert_refused_before_running(&with("http://proxy.test:3128/x"), "path");
+    assert_refused_before_running(&with("http://u:p@proxy.test:1"), "credentials");
+    // Without the proxy it would mean nothing: refused, naming the flag that gives one.
+    assert_refused_before_running(&["--upstream-proxy", "http://proxy.test:1"], "--allow-host");
+    // The refusal of credentials never repeats them.
+    let ws = workspace();
+    let mut args = vec!["run"];
+    args.extend(with("http://alice:hunter2@proxy.test:1"));
+    args.extend(["--", "true"]);
+    let o = run_in(ws.path(), &args);
+    assert_eq!(code(&o), 125);
+    let err = text(&o.stderr);
+    assert!(
+        err.contains("--upstream-proxy") && !err.contains("hunter2"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_values_are_125_before_anything_runs() {
     for (args, named) in [
         (&["--network", "everything"][..], "everything"),

@@ -212,6 +212,14 @@ pub struct PolicyArgs {
     /// authority); they join the run's certificate bundle too
     #[arg(long = "upstream-ca", value_name = "FILE")]
     pub upstream_ca: Vec<PathBuf>,
+
+    /// Send every connection the sandbox's egress proxy makes through your own HTTP proxy
+    /// at http://HOST:PORT (a corporate proxy), with CONNECT: the allowlist still decides
+    /// first, the upstream proxy resolves the names; with `--network proxy` only (name the
+    /// hosts with --allow-host), no credentials in the URL
+    #[arg(long = "upstream-proxy", value_name = "URL")]
+    pub upstream_proxy: Option<String>,
+
     /// Let only matching requests reach a host (repeatable; implies `--network proxy` and
     /// allows the host): 'METHOD[,METHOD] https://HOST/PATH' where `*` matches within a
     /// path segment and `**` across segments; the host's TLS is terminated, each request's

@@ -20,7 +20,7 @@ use crate::error::CliError;
 
 /// The policy file's keys, in [`PolicyFile`]'s order: what `--config`'s help lists. A test
 /// holds it to the keys the file accepts.
-pub const KEYS: [&str; 20] = [
+pub const KEYS: [&str; 21] = [
     "backend",
     "workspace",
     "read",
@@ -30,6 +30,7 @@ pub const KEYS: [&str; 20] = [
     "allow-hosts",
     "secrets",
     "upstream-ca",
+    "upstream-proxy",
     "allow-requests",
     "host-ports",
     "publish",
@@ -67,6 +68,8 @@ pub struct PolicyFile {
     /// hosts (and in the run's bundle).
     #[serde(default)]
     upstream_ca: Vec<PathBuf>,
+    /// `upstream-proxy = "http://proxy.corp.example:3128"`: as `--upstream-proxy`.
+    upstream_proxy: Option<String>,
     /// `allow-requests = ["GET https://api.github.com/repos/o/r/**"]`: as `--allow-request`.
     #[serde(default)]
     allow_requests: Vec<String>,
@@ -191,6 +194,8 @@ pub struct RunSpec {
     pub secrets: Vec<sandbox_core::SecretSpec>,
     /// `--upstream-ca` files, absolute.
     pub upstream_ca: Vec<PathBuf>,
+    /// `--upstream-proxy`, as written (the library parses and refuses it).
+    pub upstream_proxy: Option<String>,
     /// Request rules, as written (the library parses and refuses them).
     pub allow_requests: Vec<String>,
     pub host_ports: Vec<u16>,
@@ -408,6 +413,7 @@ pub fn resolve(args: PolicyArgs, cwd: &Path) -> Result<RunSpec, CliError> {
         allow_hosts,
         secrets,
         upstream_ca,
+        upstream_proxy: args.upstream_proxy.or(file.upstream_proxy),
         allow_requests,
         host_ports,
         publish,
@@ -642,6 +648,46 @@ mod tests {
         let e = resolve(run_args(&["--secret", "GH_TOKEN", "true"]), cwd).unwrap_err();
         assert!(e.to_string().contains("needs its hosts"), "{e}");
         assert!(PolicyFile::parse("[secrets]\nGH = \"x.org\"").is_err());
+    }
+
+    #[test]
+    fn the_upstream_proxy_comes_from_the_file_and_the_flag_overrides_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = dir.path().join("policy.toml");
+        std::fs::write(
+            &cfg,
+            "allow-hosts = [\"crates.io\"]\nupstream-proxy = \"http://corp:3128\"\n",
+        )
+        .unwrap();
+        let cwd = Path::new("/here");
+        let from_file =
+            resolve(run_args(&["--config", cfg.to_str().unwrap(), "true"]), cwd).unwrap();
+        assert_eq!(
+            from_file.upstream_proxy.as_deref(),
+            Some("http://corp:3128")
+        );
+        let opts = crate::run::policy_opts(&from_file, vec!["true".into()]).unwrap();
+        assert_eq!(opts.upstream_proxy.as_deref(), Some("http://corp:3128"));
+        let flag = resolve(
+            run_args(&[
+                "--config",
+                cfg.to_str().unwrap(),
+                "--upstream-proxy",
+                "http://10.0.0.1:8080",
+                "true",
+            ]),
+            cwd,
+        )
+        .unwrap();
+        assert_eq!(flag.upstream_proxy.as_deref(), Some("http://10.0.0.1:8080"));
+        // It implies nothing: without an allowlist the library refuses it.
+        let alone = resolve(
+            run_args(&["--upstream-proxy", "http://corp:3128", "true"]),
+            cwd,
+        )
+        .unwrap();
+        assert_eq!(alone.network, NetworkMode::None);
+        assert!(PolicyFile::parse("upstream-proxy = [\"http://corp:3128\"]").is_err());
     }
 
     #[test]

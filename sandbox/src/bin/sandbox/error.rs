@@ -67,6 +67,7 @@ fn flag_of(field: &str) -> &str {
         "writable_paths" => "--write",
         "env.set" | "env.pass" => "--env",
         "upstream_cas" => "--upstream-ca",
+        "upstream_proxy" => "--upstream-proxy",
         "timeout" => "--timeout",
         "output_limit" => "--max-output",
         "limits.memory_bytes" => "--memory",

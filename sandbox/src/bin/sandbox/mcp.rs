@@ -644,8 +644,17 @@ fn explain(spec: &RunSpec, base: &SandboxOpts, backend: &dyn Backend) -> String 
             }
             sandbox::NetworkMode::Proxy => format!(
                 "only these hosts, through the sandbox's proxy (HTTP_PROXY is set; no DNS, \
-                 no other address): {}",
-                spec.allow_hosts.join(", ")
+                 no other address): {}{}",
+                spec.allow_hosts.join(", "),
+                // Parsed, so what is shown is `host:port` alone, never a URL's userinfo.
+                match spec
+                    .upstream_proxy
+                    .as_deref()
+                    .and_then(|u| sandbox_core::UpstreamProxy::parse(u).ok())
+                {
+                    Some(up) => format!(" (reached through the host's upstream proxy {up})"),
+                    None => String::new(),
+                }
             ),
             sandbox::NetworkMode::Full => "the host's network".to_string(),
         }

@@ -337,6 +337,7 @@ pub fn policy_opts(spec: &RunSpec, argv: Vec<OsString>) -> Result<SandboxOpts, C
     opts.allow_hosts = spec.allow_hosts.clone();
     opts.secrets = spec.secrets.clone();
     opts.upstream_cas = spec.upstream_ca.clone();
+    opts.upstream_proxy = spec.upstream_proxy.clone();
     opts.allow_requests = spec.allow_requests.clone();
     opts.host_ports = spec.host_ports.clone();
     opts.publish = spec.publish.clone();

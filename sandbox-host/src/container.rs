@@ -134,11 +134,11 @@ pub const SECCOMP_CAUSE: &str = "this container's seccomp profile refuses namesp
      cause)";
 
 /// What lets namespaces be made in a container.
-pub const SECCOMP_FIX: &str = "start it with a profile that allows `unshare`, `clone` \
-     with namespace flags, `mount` and `pivot_root`: `docker run --security-opt \
-     seccomp=PROFILE` (or `seccomp=unconfined`), Kubernetes `securityContext.seccompProfile: \
-     {type: Localhost, localhostProfile: PROFILE}` (or `type: Unconfined`; see \
-     docs/cluster.md)";
+pub const SECCOMP_FIX: &str = "start it with the profile `sandbox container-profile` prints \
+     (the engine's default plus the namespace and mount calls the sandbox makes): `docker run \
+     --security-opt seccomp=PROFILE`, or in Kubernetes `securityContext.seccompProfile: \
+     {type: Localhost, localhostProfile: PROFILE}` with the file in the kubelet's seccomp \
+     directory (see docs/cluster.md)";
 
 /// What gives a pid namespace its own `/proc` in a container.
 pub const PROC_FIX: &str = "this container's /proc is masked, so no pid namespace can mount \

@@ -202,7 +202,7 @@ fn no_subcommand_is_125_and_help_is_0() {
 
 #[test]
 fn every_subcommand_help_explains_the_exit_statuses() {
-    for sub in ["run", "doctor", "image", "completions"] {
+    for sub in ["run", "doctor", "image", "container-profile", "completions"] {
         let o = sandbox().args([sub, "--help"]).output().unwrap();
         let help = text(&o.stdout);
         assert!(help.contains("Exit status"), "{sub}: {help}");
@@ -508,6 +508,67 @@ fn completions_are_printed_for_each_shell() {
         code(&sandbox().args(["completions", "cmd"]).output().unwrap()),
         125
     );
+}
+
+/// `container-profile` prints, for both engines, the same JSON document: moby's default
+/// profile as kept in the tree, every rule unchanged, after one added rule that allows the
+/// namespace and mount calls whatever the capabilities. An unknown engine is an option
+/// error naming the engines, and prints nothing.
+#[test]
+fn the_container_profile_is_moby_default_plus_the_sandbox_calls() {
+    let moby: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("src/bin/sandbox/profile/moby-default.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let printed = |engine: &str| {
+        let o = sandbox()
+            .args(["container-profile", "--engine", engine])
+            .output()
+            .unwrap();
+        assert_eq!(code(&o), 0, "{}", text(&o.stderr));
+        serde_json::from_slice::<Value>(&o.stdout).unwrap()
+    };
+    let docker = printed("docker");
+    assert_eq!(printed("kubernetes"), docker);
+    let default = sandbox().arg("container-profile").output().unwrap();
+    assert_eq!(
+        serde_json::from_slice::<Value>(&default.stdout).unwrap(),
+        docker
+    );
+    let (m, p) = (
+        moby["syscalls"].as_array().unwrap(),
+        docker["syscalls"].as_array().unwrap(),
+    );
+    assert_eq!(p.len(), m.len() + 1);
+    assert_eq!(&p[1..], &m[..]);
+    assert_eq!(docker["defaultAction"], moby["defaultAction"]);
+    assert_eq!(docker["archMap"], moby["archMap"]);
+    let added = &p[0];
+    assert_eq!(added["action"], "SCMP_ACT_ALLOW");
+    assert!(added.get("includes").is_none() && added.get("args").is_none());
+    let names: Vec<&str> = added["names"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap())
+        .collect();
+    for call in ["unshare", "clone3", "mount", "mount_setattr"] {
+        assert!(names.contains(&call), "{call}: {names:?}");
+    }
+    let o = sandbox()
+        .args(["container-profile", "--engine", "podman"])
+        .output()
+        .unwrap();
+    let err = text(&o.stderr);
+    assert_eq!(code(&o), 125, "{err}");
+    assert!(
+        err.contains("docker") && err.contains("kubernetes"),
+        "{err}"
+    );
+    assert!(o.stdout.is_empty());
 }
 
 /// A grant no backend takes (`--write /`, which holds /proc) is one short line with one

@@ -31,6 +31,12 @@
 //! filter cannot read, and `ENOSYS` makes the C library fall back to `clone` and `openat`,
 //! which the filter does check.
 //!
+//! # What the sandbox itself needs
+//!
+//! [`HOST_CALLS`] names the calls of this table that the sandbox makes to confine a
+//! command (its namespaces and mounts): what a container it runs in must allow it, which
+//! `sandbox container-profile` adds to a container engine's default profile.
+//!
 //! # Renderings
 //!
 //! The BPF program numbers calls natively ([`Denial::nr`]); the OCI allow-list
@@ -346,6 +352,73 @@ pub const TABLE: &[Denial] = &[
             addr: None
         }
     ),
+];
+
+/// A call of [`TABLE`] that the sandbox itself makes to confine a command, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostCall {
+    /// Its name, as in [`TABLE`].
+    pub name: &'static str,
+    /// The step of the sandbox that makes it.
+    pub why: &'static str,
+}
+
+/// What a container the sandbox runs in must allow the sandbox itself for `strict`, beyond
+/// an engine's default profile, which admits these only with `CAP_SYS_ADMIN`:
+/// `sandbox container-profile` adds exactly these, unconditionally, to the engine's default.
+/// Each is a call a step of the `strict` lane makes; each is also in [`TABLE`], so the
+/// command is still denied it by the filter the sandbox puts on it (tested below).
+///
+/// Not here, because no step makes them: `clone` with namespace flags (namespaces are made
+/// at birth by `clone3`, or by `unshare` and a plain `clone`, which the default allows),
+/// `pivot_root`, `chroot`, `fspick`, `open_tree_attr`.
+pub const HOST_CALLS: &[HostCall] = &[
+    HostCall {
+        name: "unshare",
+        why: "the command's user, mount and network namespaces (sandbox-landlock's child, \
+              the copy-on-write layer, the id-mapped mounts)",
+    },
+    HostCall {
+        name: "clone3",
+        why: "the command born in its own pid and user namespaces, into its cgroup \
+              (sandbox-host's spawn)",
+    },
+    HostCall {
+        name: "setns",
+        why: "the egress proxy's thread entering the command's network namespace",
+    },
+    HostCall {
+        name: "mount",
+        why: "mounts made private, the pid namespace's own /proc, read-only binds",
+    },
+    HostCall {
+        name: "umount2",
+        why: "the copy-on-write layer's staging mounts, and the sweep of a dead host's",
+    },
+    HostCall {
+        name: "open_tree",
+        why: "the writable trees cloned before the root turns read-only; id-mapped mounts",
+    },
+    HostCall {
+        name: "move_mount",
+        why: "attaching those trees, the layer and the /proc masks",
+    },
+    HostCall {
+        name: "mount_setattr",
+        why: "the read-only root, and id-mapped mounts",
+    },
+    HostCall {
+        name: "fsopen",
+        why: "the mode-000 tmpfs that masks a root host's /proc files",
+    },
+    HostCall {
+        name: "fsconfig",
+        why: "configuring that tmpfs",
+    },
+    HostCall {
+        name: "fsmount",
+        why: "mounting that tmpfs",
+    },
 ];
 
 /// The calls denied under `policy`, in [`TABLE`] order.
@@ -800,6 +873,29 @@ mod tests {
         assert_eq!(x86_64_number("getrandom"), Some(libc::SYS_getrandom as u32));
         assert_eq!(x86_64_number("futex_waitv"), Some(449));
         assert_eq!(X86_64_NAMES.len(), 335 + (469 - 424 + 1));
+    }
+
+    /// What the sandbox asks a container to allow it is still denied to the command: every
+    /// host call is a call of the table (by name), once, and denied under every policy.
+    #[test]
+    fn every_host_call_is_denied_to_the_command() {
+        for (i, h) in HOST_CALLS.iter().enumerate() {
+            assert!(
+                HOST_CALLS[..i].iter().all(|e| e.name != h.name),
+                "{} twice",
+                h.name
+            );
+            let d = denial(h.name).unwrap_or_else(|| panic!("{} is not in TABLE", h.name));
+            for (network, mediated) in [
+                (NetworkMode::None, false),
+                (NetworkMode::Full, false),
+                (NetworkMode::Proxy, true),
+            ] {
+                let policy = SyscallPolicy { network, mediated };
+                assert!(d.rule.applies(&policy), "{}", h.name);
+            }
+            assert!(!h.why.is_empty(), "{}", h.name);
+        }
     }
 
     #[test]

@@ -46,6 +46,12 @@ Exit status of `sandbox image`:
   125    an option error, or the image could not be built; one line on stderr gives the
          reason and the remedy";
 
+#[cfg(feature = "host")]
+const CONTAINER_PROFILE_EXIT_STATUS: &str = "\
+Exit status of `sandbox container-profile`:
+  0      the profile was printed
+  125    an option error (an unknown engine), or the profile could not be written";
+
 const COMPLETIONS_EXIT_STATUS: &str = "\
 Exit status of `sandbox completions`:
   0      the script was printed
@@ -106,6 +112,19 @@ pub enum Command {
     /// keys): the rule is the mode bits, not a list of names.
     #[command(after_help = IMAGE_EXIT_STATUS)]
     Image(ImageArgs),
+    /// Print on stdout the seccomp profile (JSON) for running this command inside a
+    /// container on the `strict` lane: the engine's default profile plus exactly the calls
+    /// the sandbox makes to confine a command (namespaces, mounts), allowed without
+    /// `CAP_SYS_ADMIN`. The command is still denied them by the sandbox's own filter.
+    ///
+    /// Docker: `docker run --security-opt seccomp=PROFILE --security-opt
+    /// systempaths=unconfined ...`. Kubernetes: save it in the kubelet's seccomp directory
+    /// (`/var/lib/kubelet/seccomp/sandbox.json`) and name it in the pod's
+    /// `seccompProfile: {type: Localhost, localhostProfile: sandbox.json}`; see
+    /// docs/cluster.md.
+    #[cfg(feature = "host")]
+    #[command(after_help = CONTAINER_PROFILE_EXIT_STATUS)]
+    ContainerProfile(ContainerProfileArgs),
     /// Print the completion script for SHELL on stdout.
     #[command(after_help = COMPLETIONS_EXIT_STATUS)]
     Completions {
@@ -331,6 +350,26 @@ pub struct ImageArgs {
     /// The image's name
     #[arg(long, value_name = "NAME", default_value = HOST_IMAGE_TAG)]
     pub tag: String,
+}
+
+/// `sandbox container-profile`.
+#[cfg(feature = "host")]
+#[derive(Debug, Args)]
+pub struct ContainerProfileArgs {
+    /// The engine that runs the container (both take the same profile format: Kubernetes'
+    /// `Localhost` profiles are read by containerd or CRI-O as Docker's are)
+    #[arg(long, value_enum, value_name = "ENGINE", default_value_t = EngineArg::Docker)]
+    pub engine: EngineArg,
+}
+
+/// `--engine`.
+#[cfg(feature = "host")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    /// Docker Engine (`docker run --security-opt seccomp=PROFILE`)
+    Docker,
+    /// A kubelet's `Localhost` profile
+    Kubernetes,
 }
 
 /// `sandbox doctor`.

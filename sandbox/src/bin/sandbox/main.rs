@@ -1,5 +1,5 @@
 //! The `sandbox` command: `sandbox run`, `sandbox doctor`, `sandbox image`, `sandbox mcp`,
-//! `sandbox completions`.
+//! `sandbox container-profile`, `sandbox completions`.
 //!
 //! Every error of `sandbox` itself, including a flag it does not know, exits 125 with the
 //! reason on stderr before anything runs, so a caller can always tell the program's own
@@ -13,6 +13,8 @@ mod git;
 mod image;
 #[cfg(feature = "mcp")]
 mod mcp;
+#[cfg(feature = "host")]
+mod profile;
 #[cfg(test)]
 mod props;
 mod prove;
@@ -45,6 +47,8 @@ fn main() {
         }
     };
     let code = match cli.command {
+        #[cfg(feature = "host")]
+        Command::ContainerProfile(args) => profile::container_profile(&args),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -280,6 +280,8 @@ pub enum Door {
     Mediated {
         /// The egress proxy, at the address the command dials.
         proxy: Proxy,
+        /// The host's `127.0.0.1` ports reachable by number, through the proxy.
+        host_ports: Vec<u16>,
     },
     /// Secrets the command holds only placeholders for: the proxy terminates TLS for their
     /// hosts under an authority made for the run and puts each value into requests there.
@@ -680,14 +682,19 @@ impl fmt::Display for Door {
                  by the host inside the sandbox's namespace)",
                 list(ports.iter().map(|p| format!("{} at {}", p.port, p.host)))
             ),
-            Self::Mediated { proxy } => write!(
+            Self::Mediated { proxy, host_ports } => write!(
                 f,
                 "network: no namespace of its own; every connect mediated by the sandbox's \
                  supervisor, which reaches only the egress proxy on 127.0.0.1:{} (HTTP \
-                 CONNECT, HTTP, SOCKS5), allowing {}{}; listen, UDP and raw sockets refused",
+                 CONNECT, HTTP, SOCKS5), allowing {}{}{}; listen, UDP and raw sockets refused",
                 proxy.port,
                 list(&proxy.allow),
-                chained(proxy)
+                chained(proxy),
+                if host_ports.is_empty() {
+                    String::new()
+                } else {
+                    format!(", and the host's 127.0.0.1 ports {}", list(host_ports))
+                }
             ),
             Self::Secrets {
                 names,
@@ -1006,6 +1013,7 @@ mod tests {
                     allow: vec!["example.com".into()],
                     upstream: None,
                 },
+                host_ports: vec![5432],
             },
             Door::Published {
                 ports: vec![Published {
@@ -1307,7 +1315,8 @@ mod tests {
                     port: 3128,
                     allow: vec!["a.com".into()],
                     upstream: None,
-                }
+                },
+                host_ports: Vec::new(),
             }),
             "network: no namespace of its own; every connect mediated by the sandbox's \
              supervisor, which reaches only the egress proxy on 127.0.0.1:3128 (HTTP CONNECT, \

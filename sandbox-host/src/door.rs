@@ -70,11 +70,17 @@ pub fn mediate(
     if plan.network != NetworkMode::Proxy && plan.host_ports.is_empty() && plan.publish.is_empty() {
         return Ok(None);
     }
-    let (run, at, expected) = sandbox_proxy::serve_mediated(plan, secrets)?;
-    let dialled = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, PROXY_PORT));
-    let mediation =
-        crate::process::Mediation::new(vec![(dialled, at)], Arc::new(Announced(expected)));
-    Ok(Some((run, Arc::new(mediation))))
+    let served = sandbox_proxy::serve_mediated(plan, secrets)?;
+    let routes = served
+        .routes
+        .iter()
+        .map(|&(port, real)| {
+            let dialled = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+            (dialled, real)
+        })
+        .collect();
+    let mediation = crate::process::Mediation::new(routes, Arc::new(Announced(served.expected)));
+    Ok(Some((served.run, Arc::new(mediation))))
 }
 
 /// The proxy's list of announced connections, as the supervisor announces them.
@@ -90,11 +96,12 @@ impl crate::process::Admissions for Announced {
     }
 }
 
-/// The record of a mediated door: the proxy at the address the command dials, and what it
-/// allows.
+/// The record of a mediated door: the proxy at the address the command dials, what it
+/// allows, and the host ports.
 pub fn mediated_record(plan: &Plan) -> Door {
     Door::Mediated {
         proxy: proxy_record(plan),
+        host_ports: plan.host_ports.clone(),
     }
 }
 

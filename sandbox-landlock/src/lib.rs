@@ -38,7 +38,7 @@
 //!   that in the command's place, and it refuses every other address; `listen`, sockets but
 //!   `AF_UNIX` and TCP, sends to an address of their own and `MSG_FASTOPEN` are denied, and
 //!   landlock denies the command's own TCP, with the same `/proc/net` disclosure recorded.
-//!   Host ports and published ports are refused there. Signals and abstract unix sockets are scoped to the sandbox
+//!   Host ports work the same way (with `proxy`); published ports are refused there. Signals and abstract unix sockets are scoped to the sandbox
 //!   (ABI 6) on every run, so runs that share the host's uid and network cannot signal or
 //!   reach each other.
 //! - **Processes** (on `strict`): a pid namespace of the command's own, with a private
@@ -356,7 +356,9 @@ fn capability(host: &Host) -> Capability {
         } else {
             DoorPlace::Namespace
         },
-        host_ports: host.ns.is_ok(),
+        // Through the mediated door too (with `proxy`): the supervisor connects the
+        // command's `127.0.0.1:PORT` to the proxy's forwarder of that port.
+        host_ports: host.ns.is_ok() || mediated,
         // The child also hands over its network namespace, for the sockets of published
         // ports.
         publish: host.ns.is_ok(),

@@ -464,38 +464,58 @@ fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Serve `plan`'s proxy for a door without a namespace: on a listener of the host's
-/// loopback, for the connections the run's supervisor announces alone. The listener's
-/// address (where the supervisor connects) and the announcements. Host ports and
-/// published ports have no such door (a backend's capability refuses them before).
+/// A door without a namespace, served: the run's proxy and host ports, and where the
+/// supervisor connects the command's connections to them.
+#[derive(Debug)]
+pub struct Mediated {
+    /// The running service.
+    pub run: ProxyRun,
+    /// For each port the command dials on its `127.0.0.1` ([`inside_ports`]: the proxy's,
+    /// then each host port), the listener on the host's loopback that serves it.
+    pub routes: Vec<(u16, SocketAddr)>,
+    /// The connections the supervisor announces; no other is served.
+    pub expected: Expected,
+}
+
+/// Serve `plan`'s proxy and host ports for a door without a namespace: a listener on the
+/// host's loopback for each, serving only the connections the run's supervisor announces.
+/// Published ports have no such door (a backend's capability refuses them before).
 pub fn serve_mediated(
     plan: &sandbox_core::Plan,
     secrets: Option<Arc<Secrets>>,
-) -> Result<(ProxyRun, SocketAddr, Expected), SandboxError> {
-    let Some(config) = config_for(plan, secrets)? else {
-        return Err(SandboxError::invalid(
-            "network",
-            "a mediated door serves network mode `proxy` alone",
-        ));
-    };
-    if !plan.host_ports.is_empty() || !plan.publish.is_empty() {
+) -> Result<Mediated, SandboxError> {
+    if plan.network != sandbox_core::NetworkMode::Proxy || !plan.publish.is_empty() {
         return Err(SandboxError::NotSupported {
             backend: "proxy",
-            feature: "host ports or published ports without a network namespace".into(),
+            feature: "a door without a network namespace for anything but network mode \
+                      `proxy` and its host ports"
+                .into(),
             remedy: "run `sandbox doctor` to see what this host can make".into(),
         });
     }
-    let start = || -> io::Result<(ProxyRun, SocketAddr, Expected)> {
-        let l = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
-        let at = l.local_addr()?;
+    let config = config_for(plan, secrets)?;
+    let start = || -> io::Result<Mediated> {
+        let listeners = inside_ports(plan)
+            .into_iter()
+            .map(|_| std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0)))
+            .collect::<io::Result<Vec<_>>>()?;
+        let routes = inside_ports(plan)
+            .into_iter()
+            .zip(&listeners)
+            .map(|(p, l)| Ok((p, l.local_addr()?)))
+            .collect::<io::Result<Vec<_>>>()?;
         let expected = Expected::default();
         let run = spawn_admitting(
-            Some(config),
-            vec![Role::Proxy],
-            Box::pin(async move { Ok(vec![l]) }),
+            config,
+            roles(plan),
+            Box::pin(async move { Ok(listeners) }),
             Some(expected.clone()),
         )?;
-        Ok((run, at, expected))
+        Ok(Mediated {
+            run,
+            routes,
+            expected,
+        })
     };
     start().map_err(|e| SandboxError::io("starting the egress proxy", e))
 }

@@ -43,6 +43,9 @@ use crate::sys::unotify::{self, Answer, Notification};
 /// `sizeof(struct sockaddr_storage)`: the kernel refuses a longer address.
 const MAX_ADDR: usize = 128;
 
+/// How long the supervisor waits for the proxy's listener to take a connection.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Who is told of a connection the supervisor is about to make, so that it serves that one
 /// and no other (the run's proxy, which listens on the host's loopback where anyone on the
 /// host could reach it).
@@ -264,10 +267,20 @@ fn connect_for(
         .map_err(|_| Refusal::Errno(libc::EAFNOSUPPORT))?;
     let from = SocketAddr::new(canonical(local.ip()), local.port());
     admissions.expect(from);
+    // Bounded: this thread answers every notification of the run, and a listener whose
+    // backlog is full would keep a plain connect retrying for minutes. Cleared after, so
+    // the command's own sends keep the blocking semantics it asked for.
+    use rustix::net::sockopt::{set_socket_timeout, Timeout};
+    set_socket_timeout(&sock, Timeout::Send, Some(CONNECT_TIMEOUT)).map_err(errno)?;
     if let Err(e) = connect(&sock, &as_family(real)) {
         admissions.forget(from);
+        // A blocking connect whose timeout ran out says EINPROGRESS.
+        if e == rustix::io::Errno::INPROGRESS {
+            return Err(Refusal::Errno(libc::ETIMEDOUT));
+        }
         return Err(errno(e));
     }
+    set_socket_timeout(&sock, Timeout::Send, None).map_err(errno)?;
     Ok(sock)
 }
 

@@ -285,8 +285,8 @@ unsafe impl PreExec for Namespaces {
 
     fn pre_exec(&self) -> io::Result<()> {
         let mut flags = 0;
-        // SAFETY: a plain query.
-        if self.pid && unsafe { libc::getpid() } != 1 {
+        // rustix's getpid is the raw system call: callable between fork and exec.
+        if self.pid && rustix::process::getpid().as_raw_nonzero().get() != 1 {
             // Not born the init of a namespace of its own: refuse rather than run the
             // command in the host's pid namespace.
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
@@ -380,7 +380,9 @@ unsafe impl PreExec for Namespaces {
                 for path in &plan.readonly {
                     Self::bind(path, true)?;
                 }
-                check(libc::chdir(self.cwd.as_ptr()))?;
+                // rustix's chdir passes the C string as it is (no copy, no allocation)
+                // to the raw system call.
+                rustix::process::chdir(self.cwd.as_c_str())?;
             }
             if self.net {
                 Self::loopback_up()?;
@@ -640,19 +642,22 @@ impl ProcMask {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ProcessLimit(pub libc::rlim_t);
 
-// SAFETY: one `setrlimit` on a stack value.
+// SAFETY: one `setrlimit` on a stack value (rustix's, the raw system call; its
+// `RLIM_INFINITY` is `u64::MAX` either way).
 unsafe impl PreExec for ProcessLimit {
     fn name(&self) -> &'static str {
         "process limit"
     }
 
     fn pre_exec(&self) -> io::Result<()> {
-        let lim = libc::rlimit {
-            rlim_cur: self.0,
-            rlim_max: self.0,
+        let lim = rustix::process::Rlimit {
+            current: Some(self.0),
+            maximum: Some(self.0),
         };
-        // SAFETY: a system call on a stack value.
-        check(unsafe { libc::setrlimit(libc::RLIMIT_NPROC, &lim) })
+        Ok(rustix::process::setrlimit(
+            rustix::process::Resource::Nproc,
+            lim,
+        )?)
     }
 }
 
@@ -795,7 +800,8 @@ unsafe impl PreExec for RestrictSelf {
         unsafe {
             // Needed by landlock without CAP_SYS_ADMIN; also stops setuid and file
             // capabilities from raising privilege on exec.
-            check(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
+            // rustix's is the raw prctl on a constant: callable between fork and exec.
+            rustix::thread::set_no_new_privs(true)?;
             if self.private_proc {
                 let proc = libc::open(
                     c"/proc".as_ptr(),

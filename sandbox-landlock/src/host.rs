@@ -81,11 +81,12 @@ impl NsMode {
     ) -> Namespaces {
         // uid 0 without capabilities still reads what root owns; another uid does not,
         // but still lists the keys it possesses (the host process's session keyring).
-        // SAFETY: a plain query.
-        let mask = (unsafe { libc::geteuid() } == 0).then(|| match handover {
-            Some(_) => ProcMask::keys_only(),
-            None => ProcMask::of_this_host(),
-        });
+        let mask = rustix::process::geteuid()
+            .is_root()
+            .then(|| match handover {
+                Some(_) => ProcMask::keys_only(),
+                None => ProcMask::of_this_host(),
+            });
         self.build(net, pid, spec, cwd, handover.map(|h| h.trees.clone()), mask)
     }
 
@@ -94,8 +95,9 @@ impl NsMode {
     /// mounts are the same as for the full list, which is then found (a walk of
     /// `/proc/sys`) only when a run keeps uid 0 and needs it.
     pub fn probe_step(&self, pid: bool, spec: &crate::ruleset::Spec, cwd: &Path) -> Namespaces {
-        // SAFETY: a plain query.
-        let mask = (unsafe { libc::geteuid() } == 0).then(ProcMask::keys_only);
+        let mask = rustix::process::geteuid()
+            .is_root()
+            .then(ProcMask::keys_only);
         self.build(true, pid, spec, cwd, None, mask)
     }
 
@@ -232,9 +234,11 @@ impl Host {
     /// Ask this host, taking the namespace probes' answers from `record` where it has
     /// them, and recording the ones that worked.
     pub fn detect(record: &HostRecord) -> Self {
-        // SAFETY: plain queries.
-        let (euid, uid, gid) = unsafe { (libc::geteuid(), libc::getuid(), libc::getgid()) };
-        let is_root = euid == 0;
+        let (uid, gid) = (
+            rustix::process::getuid().as_raw(),
+            rustix::process::getgid().as_raw(),
+        );
+        let is_root = rustix::process::geteuid().is_root();
         // SAFETY: PR_GET_SECCOMP takes no pointer.
         let seccomp = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) } >= 0;
         let last_cap = std::fs::read_to_string("/proc/sys/kernel/cap_last_cap")

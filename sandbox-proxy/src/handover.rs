@@ -8,77 +8,39 @@
 //! command's program starts (between fork and exec for landlock, in bwrap's waiter), so the
 //! command never holds the listener.
 
-use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::io::{self, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+
+use rustix::net::{
+    sockopt, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SocketType,
+};
 
 use sandbox_core::egress::MAX_LISTENERS;
 use tokio::io::Interest;
 
 use crate::ListenerSource;
 
-/// Room for a control message carrying [`MAX_LISTENERS`] descriptors, as 8-byte words so
-/// it is aligned for `cmsghdr`: a 16-byte header and 4 bytes per descriptor, rounded up.
-const CMSG_WORDS: usize = (16 + 4 * MAX_LISTENERS).div_ceil(8) + 1;
-
-fn int_opt(fd: RawFd, opt: libc::c_int) -> io::Result<libc::c_int> {
-    let mut v: libc::c_int = 0;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `v`.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            opt,
-            (&mut v as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(v)
-    }
-}
-
 /// One `recvmsg` (with `flags`, such as `MSG_DONTWAIT`); the descriptors it carried (empty
-/// at end of stream).
-pub(crate) fn recv_fds(sock: RawFd, flags: libc::c_int) -> io::Result<Vec<OwnedFd>> {
+/// at end of stream), each owned at once, so every descriptor received is closed with us.
+pub(crate) fn recv_fds(sock: BorrowedFd<'_>, flags: RecvFlags) -> io::Result<Vec<OwnedFd>> {
     let mut byte = [0u8; 1];
-    let mut iov = libc::iovec {
-        iov_base: byte.as_mut_ptr().cast(),
-        iov_len: 1,
-    };
-    let mut cbuf = [0u64; CMSG_WORDS];
-    // SAFETY: a zeroed msghdr is valid; every pointer set points at a live local buffer of
-    // the length given.
-    unsafe {
-        let mut msg: libc::msghdr = std::mem::zeroed();
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&cbuf);
-        let n = libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC | flags);
-        if n < 0 {
-            return Err(io::Error::last_os_error());
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_LISTENERS))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    rustix::net::recvmsg(
+        sock,
+        &mut [IoSliceMut::new(&mut byte)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC | flags,
+    )?;
+    let mut got = Vec::new();
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = message {
+            got.extend(fds);
         }
-        let mut got = Vec::new();
-        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
-        while !cmsg.is_null() {
-            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
-                let count =
-                    ((*cmsg).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
-                for i in 0..count {
-                    let fd = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<RawFd>().add(i));
-                    // Owned at once, so every descriptor received is closed with us.
-                    got.push(OwnedFd::from_raw_fd(fd));
-                }
-            }
-            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
-        }
-        let _ = n;
-        Ok(got)
     }
+    Ok(got)
 }
 
 /// Wait for `count` listeners on the host's end of the pair, sent in one message. What
@@ -105,7 +67,7 @@ pub fn receive_handover(
         let fds = loop {
             sock.readable().await?;
             match sock.try_io(Interest::READABLE, || {
-                recv_fds(sock.as_raw_fd(), libc::MSG_DONTWAIT)
+                recv_fds(sock.as_fd(), RecvFlags::DONTWAIT)
             }) {
                 Ok(fds) if fds.is_empty() => {
                     return Err(io::Error::new(
@@ -132,9 +94,7 @@ pub fn receive_handover(
         let mut netns = None;
         for (fd, port) in fds.into_iter().zip(ports) {
             if port == 0 {
-                // SAFETY: an ioctl on a descriptor we own, with no argument.
-                let kind = unsafe { libc::ioctl(fd.as_raw_fd(), NS_GET_NSTYPE) };
-                if kind != libc::CLONE_NEWNET {
+                if crate::sys::namespace_type(fd.as_fd()).ok() != Some(libc::CLONE_NEWNET) {
                     return Err(io::Error::new(
                         io::ErrorKind::InvalidData,
                         "what the sandbox handed over is not a network namespace",
@@ -143,10 +103,9 @@ pub fn receive_handover(
                 netns = Some(fd);
                 continue;
             }
-            let raw = fd.as_raw_fd();
-            if int_opt(raw, libc::SO_ACCEPTCONN)? != 1
-                || int_opt(raw, libc::SO_DOMAIN)? != libc::AF_INET
-                || int_opt(raw, libc::SO_TYPE)? != libc::SOCK_STREAM
+            if !sockopt::socket_acceptconn(&fd)?
+                || sockopt::socket_domain(&fd)? != AddressFamily::INET
+                || sockopt::socket_type(&fd)? != SocketType::STREAM
             {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -158,9 +117,6 @@ pub fn receive_handover(
         Ok((listeners, netns))
     })
 }
-
-/// `ioctl(NS_GET_NSTYPE)`: the `CLONE_NEW*` type of a namespace descriptor (Linux 4.11).
-const NS_GET_NSTYPE: libc::c_ulong = 0xb703;
 
 /// [`receive_listeners`] for one.
 pub fn receive_listener(sock: UnixStream) -> ListenerSource {
@@ -205,11 +161,12 @@ pub fn listen_in_namespace(
     std::thread::Builder::new()
         .name("sandbox-netns".into())
         .spawn(move || {
-            // SAFETY: `setns` on a descriptor we own; it changes only this thread's network
-            // namespace, and this thread ends when the listeners are made.
-            if unsafe { libc::setns(theirs.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            // `setns` changes only this thread's network namespace, and this thread ends
+            // when the listeners are made.
+            rustix::thread::move_into_link_name_space(
+                theirs.as_fd(),
+                Some(rustix::thread::LinkNameSpaceType::Network),
+            )?;
             ports
                 .iter()
                 .map(|&p| std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, p)))

@@ -76,6 +76,7 @@ mod relay;
 mod resolve;
 pub mod sni;
 mod socks;
+mod sys;
 pub mod terminate;
 pub mod tls;
 mod upstream;

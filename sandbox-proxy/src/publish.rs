@@ -16,7 +16,7 @@
 
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdListener};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -46,20 +46,17 @@ impl SocketMaker for NetnsSockets {
         std::thread::Builder::new()
             .name("sandbox-netns".into())
             .spawn(move || {
-                // SAFETY: `setns` on a descriptor we own; it moves only this thread, which
-                // ends once the socket is made.
-                if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // SAFETY: a plain system call; the descriptor it returns is owned at once.
-                let fd = unsafe {
-                    libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0)
-                };
-                if fd < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // SAFETY: `fd` is a new descriptor nothing else owns.
-                Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+                // `setns` moves only this thread, which ends once the socket is made.
+                rustix::thread::move_into_link_name_space(
+                    ns.as_fd(),
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                )?;
+                Ok(rustix::net::socket_with(
+                    rustix::net::AddressFamily::INET,
+                    rustix::net::SocketType::STREAM,
+                    rustix::net::SocketFlags::CLOEXEC,
+                    None,
+                )?)
             })?
             .join()
             .map_err(|_| io::Error::other("the thread making a socket panicked"))?
@@ -79,109 +76,22 @@ pub struct ForkedSockets {
     pid: libc::pid_t,
 }
 
-/// `ioctl(NS_GET_USERNS)`: the user namespace owning a namespace (Linux 4.9).
-const NS_GET_USERNS: libc::c_ulong = 0xb701;
-
 impl ForkedSockets {
     /// Fork the helper for network namespace `netns`.
     pub fn spawn(netns: OwnedFd) -> io::Result<Self> {
         use std::os::unix::fs::MetadataExt;
-        // SAFETY: an ioctl on a descriptor we own; it returns a new descriptor or -1.
-        let user = unsafe { libc::ioctl(netns.as_raw_fd(), NS_GET_USERNS) };
-        if user < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `user` is a new descriptor nothing else owns.
-        let user = unsafe { OwnedFd::from_raw_fd(user) };
+        let user = crate::sys::owning_user_namespace(netns.as_fd())?;
         let theirs = std::fs::File::from(user.try_clone()?).metadata()?;
         let ours = std::fs::metadata("/proc/self/ns/user")?;
         let join_user = (theirs.dev(), theirs.ino()) != (ours.dev(), ours.ino());
         let (host, child) = std::os::unix::net::UnixStream::pair()?;
         let (c, n, u) = (child.as_raw_fd(), netns.as_raw_fd(), user.as_raw_fd());
-        // SAFETY: the child makes only async-signal-safe system calls (dup2, close_range,
-        // setns, read, socket, sendmsg, close, _exit) on integers and stack buffers
-        // prepared before the fork, and never returns.
-        let pid = unsafe { libc::fork() };
-        if pid < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        if pid == 0 {
-            // SAFETY: see above.
-            unsafe { helper(c, n, u, join_user) }
-        }
+        let pid = crate::sys::fork_socket_helper(c, n, u, join_user)?;
         drop(child);
         Ok(Self {
             sock: Mutex::new(host),
             pid,
         })
-    }
-}
-
-/// The helper's body: descriptors 0, 1 and 2 become the pair, the network namespace and
-/// its user namespace; every other is closed; it enters the namespaces and answers each
-/// byte read with one new socket (or none, when it cannot make one).
-///
-/// # Safety
-///
-/// Only in a freshly forked child; never returns.
-unsafe fn helper(sock: i32, net: i32, user: i32, join_user: bool) -> ! {
-    // SAFETY: raw system calls on integers and stack buffers, in the forked child only.
-    unsafe {
-        // Up out of the way first, so that no dup2 below closes one not yet moved.
-        let (s, n, u) = (
-            libc::fcntl(sock, libc::F_DUPFD, 1000),
-            libc::fcntl(net, libc::F_DUPFD, 1000),
-            libc::fcntl(user, libc::F_DUPFD, 1000),
-        );
-        if s < 0
-            || n < 0
-            || u < 0
-            || libc::dup2(s, 0) < 0
-            || libc::dup2(n, 1) < 0
-            || libc::dup2(u, 2) < 0
-            || libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) < 0
-        {
-            libc::_exit(120);
-        }
-        if join_user && libc::setns(2, libc::CLONE_NEWUSER) != 0 {
-            libc::_exit(121);
-        }
-        if libc::setns(1, libc::CLONE_NEWNET) != 0 {
-            libc::_exit(122);
-        }
-        libc::close(1);
-        libc::close(2);
-        let mut byte = [0u8; 1];
-        loop {
-            if libc::read(0, byte.as_mut_ptr().cast(), 1) != 1 {
-                libc::_exit(0);
-            }
-            let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
-            let mut cbuf = [0u64; 4];
-            let mut iov = libc::iovec {
-                iov_base: byte.as_mut_ptr().cast(),
-                iov_len: 1,
-            };
-            let mut msg: libc::msghdr = std::mem::zeroed();
-            msg.msg_iov = &mut iov;
-            msg.msg_iovlen = 1;
-            if fd >= 0 {
-                msg.msg_control = cbuf.as_mut_ptr().cast();
-                msg.msg_controllen = libc::CMSG_SPACE(4) as usize;
-                let cmsg = libc::CMSG_FIRSTHDR(&msg);
-                (*cmsg).cmsg_level = libc::SOL_SOCKET;
-                (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-                (*cmsg).cmsg_len = libc::CMSG_LEN(4) as usize;
-                std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<i32>(), fd);
-            }
-            let sent = libc::sendmsg(0, &msg, libc::MSG_NOSIGNAL);
-            if fd >= 0 {
-                libc::close(fd);
-            }
-            if sent < 0 {
-                libc::_exit(0);
-            }
-        }
     }
 }
 
@@ -193,7 +103,7 @@ impl SocketMaker for ForkedSockets {
             .lock()
             .map_err(|_| io::Error::other("the socket helper's lock is poisoned"))?;
         (&*sock).write_all(&[1])?;
-        crate::handover::recv_fds(sock.as_raw_fd(), 0)?
+        crate::handover::recv_fds(sock.as_fd(), rustix::net::RecvFlags::empty())?
             .into_iter()
             .next()
             .ok_or_else(|| {
@@ -207,9 +117,10 @@ impl Drop for ForkedSockets {
         if let Ok(s) = self.sock.lock() {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
-        let mut status = 0;
-        // SAFETY: reaping our own child, which ends at the shutdown above.
-        unsafe { libc::waitpid(self.pid, &mut status, 0) };
+        // Reaping our own child, which ends at the shutdown above.
+        if let Some(pid) = rustix::process::Pid::from_raw(self.pid) {
+            let _ = rustix::process::waitpid(Some(pid), rustix::process::WaitOptions::empty());
+        }
     }
 }
 
@@ -224,8 +135,7 @@ pub fn maker_for(netns: OwnedFd) -> io::Result<Arc<dyn SocketMaker>> {
 }
 
 fn rustix_is_root() -> bool {
-    // SAFETY: a plain system call without arguments.
-    unsafe { libc::geteuid() == 0 }
+    rustix::process::geteuid().is_root()
 }
 
 /// A socket maker still to come (the namespace is handed over once the sandbox starts).
@@ -392,6 +302,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use std::io::{Read, Write};
+    use std::os::fd::FromRawFd;
 
     /// Sockets of this process's own namespace: the forwarder without a sandbox.
     #[derive(Debug)]

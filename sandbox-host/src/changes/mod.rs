@@ -122,4 +122,6 @@ impl PendingLayer for Pending {
 }
 
 #[cfg(test)]
+mod props;
+#[cfg(test)]
 mod tests;

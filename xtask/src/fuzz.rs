@@ -1,8 +1,8 @@
 //! `cargo xtask fuzz [--seconds N]`: the property tests over `Plan::new`, the request-path
-//! canonicaliser, the request rewriter, the policy file and the command line, with many
-//! cases, for half the time; then the `cargo fuzz` targets ([`TARGETS`]: `Plan::new`, the
-//! canonicaliser, the proxy's TLS ClientHello reader) for the other half, shared between
-//! them. Fails on any panic or property violation.
+//! canonicaliser, the request rewriter, the policy file, the command line and the change
+//! set's apply path, with many cases, for half the time; then the `cargo fuzz` targets
+//! ([`TARGETS`]: `Plan::new`, the canonicaliser, the proxy's TLS ClientHello reader) for the
+//! other half, shared between them. Fails on any panic or property violation.
 //!
 //! The property tests draw a new seed on every run, so repeating them explores new
 //! inputs. The fuzz target needs `cargo fuzz` (`cargo install cargo-fuzz`) and the
@@ -43,22 +43,34 @@ fn parse(args: &[String]) -> Result<u64> {
     Ok(seconds)
 }
 
+/// Cases per run of the apply path's property test, which makes, edits and applies a
+/// workspace on disk for each (10 to 20 ms a case in a debug build): a run of 10 to 20 s.
+const APPLY_CASES_PER_RUN: &str = "1024";
+
 fn property_tests() -> Result<()> {
-    for (package, target) in [
-        ("sandbox-core", "--test=plan_props"),
-        ("sandbox-core", "--test=path_props"),
-        ("sandbox-proxy", "--test=rewriter_props"),
-        ("sandbox", "--bin=sandbox"),
+    for (package, target, filter, cases) in [
+        ("sandbox-core", "--test=plan_props", None, CASES_PER_RUN),
+        ("sandbox-core", "--test=path_props", None, CASES_PER_RUN),
+        (
+            "sandbox-proxy",
+            "--test=rewriter_props",
+            None,
+            CASES_PER_RUN,
+        ),
+        ("sandbox", "--bin=sandbox", Some("props::"), CASES_PER_RUN),
+        // Needs root (it skips with a note otherwise), as `scripts/test-all` runs.
+        (
+            "sandbox-host",
+            "--lib",
+            Some("changes::props::"),
+            APPLY_CASES_PER_RUN,
+        ),
     ] {
         let status = Command::new(cargo())
             .current_dir(project_root())
             .args(["test", "--quiet", "-p", package, target])
-            .args(if package == "sandbox" {
-                &["--", "props::"][..]
-            } else {
-                &[][..]
-            })
-            .env("PROPTEST_CASES", CASES_PER_RUN)
+            .args(filter.map(|f| ["--", f]).iter().flatten())
+            .env("PROPTEST_CASES", cases)
             .status()?;
         if !status.success() {
             return Err(format!("property tests of {package} failed ({status})").into());

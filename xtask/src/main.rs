@@ -63,8 +63,9 @@ Tasks:
       --github-matrix: one CI conformance job per backend, as a GitHub Actions matrix.
   fuzz [--seconds N]
       For half of N seconds (default 120), the property tests over Plan::new, the
-      request-path canonicaliser and rewriter, the policy file and the command line, with new
-      seeds (PROPTEST_CASES=4096 a run); for the other half, the cargo-fuzz targets over
+      request-path canonicaliser and rewriter, the policy file, the command line and the
+      change set's apply path (as root), with new seeds (PROPTEST_CASES=4096 a run, 1024
+      for the apply path); for the other half, the cargo-fuzz targets over
       Plan::new and the canonicaliser (needs `cargo install cargo-fuzz`). Fails on a panic,
       an accepted request wider than asked, or a path accepted in a non-canonical form.
   layers

@@ -263,10 +263,12 @@ pub(super) fn stage(
 ) -> Result<Staged, ApplyError> {
     let mut staged = HashMap::new();
     for (i, c) in changes.iter().enumerate() {
-        if !matches!(
-            c.kind,
-            ChangeKind::Added | ChangeKind::Modified | ChangeKind::Symlink { .. }
-        ) {
+        let copied = match c.kind {
+            ChangeKind::Added | ChangeKind::Modified | ChangeKind::Symlink { .. } => true,
+            ChangeKind::ModeChanged => shared_file(real, &c.path).map_err(io_err(&c.path))?,
+            _ => false,
+        };
+        if !copied {
             continue;
         }
         let name = fsx::file_name(&c.path);
@@ -276,7 +278,7 @@ pub(super) fn stage(
             .map_err(io_err(&c.path))?;
         let (slot, rel) = journal.slot(k);
         match &c.kind {
-            ChangeKind::Added | ChangeKind::Modified => {
+            ChangeKind::Added | ChangeKind::Modified | ChangeKind::ModeChanged => {
                 let from = fsx::open_parent(src.as_fd(), &c.path)
                     .map_err(io_err(&c.path))?
                     .ok_or_else(|| io_err(&c.path)(io::Error::from_raw_os_error(libc::ENOENT)))?;
@@ -313,6 +315,18 @@ pub(super) fn stage(
         }
     }
     Ok(staged)
+}
+
+/// Whether `rel` is a regular file of the real workspace with more than one name. Its mode
+/// change is then a copy exchanged in, as a contents change is: a `chmod` of the real inode
+/// would change its other names too, which the change set leaves as they were (in the
+/// layer they are files of their own: a copy, or overlay's copy-up, splits the link).
+fn shared_file(real: BorrowedFd<'_>, rel: &Path) -> io::Result<bool> {
+    let Some(parent) = fsx::open_parent(real, rel)? else {
+        return Ok(false);
+    };
+    Ok(fsx::stat_at(parent.as_fd(), fsx::file_name(rel))?
+        .is_some_and(|st| fsx::kind(&st) == Kind::File && st.st_nlink > 1))
 }
 
 /// Open the regular file `name` of the layer for reading. The layer is the host's own, so
@@ -424,6 +438,11 @@ pub(super) fn write(
             }
             ChangeKind::ModeChanged => match now {
                 Some(st) if fsx::kind(&st) == Kind::Dir => dir_modes.push((c, st.st_mode & 0o7777)),
+                // One name of a file with several (`shared_file`): its copy, with the mode.
+                Some(_) if staged.contains_key(&i) => {
+                    place(journal, parent.as_fd(), c, &staged[&i], true)?;
+                    report.modes += 1;
+                }
                 Some(st) => {
                     journal
                         .record(Step::Mode {

@@ -47,7 +47,10 @@
 //! aside, new entries renamed in, old ones exchanged out, modes) are written in a journal
 //! before each is taken, and one that fails undoes them all: the workspace is as before,
 //! names, contents and modes. A host killed half way leaves the journal, which the next
-//! apply or layered run on the workspace undoes (`journal`).
+//! apply or layered run on the workspace undoes (`journal`). A mode change to a file the
+//! real workspace holds under several names is staged as a copy too: in the layer each
+//! name is a file of its own, so a `chmod` of the shared inode would change names the
+//! change set leaves as they were.
 //!
 //! Dropping the last clone of a [`ChangeSet`] (or calling [`ChangeSet::discard`]) removes
 //! the layer: nothing stays on disk.
@@ -118,5 +121,7 @@ impl PendingLayer for Pending {
     }
 }
 
+#[cfg(test)]
+mod props;
 #[cfg(test)]
 mod tests;

@@ -646,3 +646,32 @@ fn kill_half_way(set: &ChangeSet, ws: &Path) {
     assert!(r.is_err(), "the obstacle did not stop the steps");
     assert!(report.deleted > 0 && report.written > 0, "{report:?}");
 }
+
+#[test]
+fn a_mode_change_to_one_name_of_a_hard_linked_file_leaves_the_others() {
+    // Found by `props`: in the layer (a copy, or overlay's copy-up) `a` and `b` are two
+    // files, so `chmod a` leaves `b` as it was; the apply must too.
+    let (_t, ws) = workspace();
+    fs::hard_link(ws.join("keep"), ws.join("twin")).unwrap();
+    fs::set_permissions(ws.join("keep"), fs::Permissions::from_mode(0o600)).unwrap();
+    settle();
+    let set = copy_set(&ws, |c| {
+        fs::set_permissions(c.join("keep"), fs::Permissions::from_mode(0o755)).unwrap();
+    });
+    assert_eq!(
+        kinds(&set),
+        vec![("keep".to_string(), ChangeKind::ModeChanged)]
+    );
+    let want = tree(&set.layer_dir().unwrap().join("copy"));
+    let report = set.apply(false).unwrap();
+    assert_eq!(report.modes, 1);
+    assert_eq!(tree(&ws), want);
+    let mode = |p: &str| {
+        fs::symlink_metadata(ws.join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!((mode("keep"), mode("twin")), (0o755, 0o600));
+}

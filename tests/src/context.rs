@@ -354,6 +354,12 @@ pub struct Context {
     cap: Capability,
     lane: Lane,
     mode: Mode,
+    /// Held shared by the cases that grant the whole temp dir, exclusively by a case that
+    /// plants thousands of root-only entries in the scratch directory under it: on a root
+    /// host a backend hides each root-only entry it can see (bwrap with a mount each, up to
+    /// the options bwrap reads), so those entries must not exist while the temp dir is
+    /// granted, nor vanish while a launcher binds over them.
+    temp_dir: tokio::sync::RwLock<()>,
 }
 
 impl Context {
@@ -378,7 +384,20 @@ impl Context {
             cap,
             lane,
             mode,
+            temp_dir: tokio::sync::RwLock::new(()),
         })
+    }
+
+    /// For a case that grants the whole temp dir: no case's crowd of root-only entries
+    /// exists under it while the guard lives.
+    pub async fn temp_dir_shared(&self) -> tokio::sync::RwLockReadGuard<'_, ()> {
+        self.temp_dir.read().await
+    }
+
+    /// For a case that plants a crowd of root-only entries under the temp dir: no case
+    /// grants the whole temp dir while the guard lives.
+    pub async fn temp_dir_exclusive(&self) -> tokio::sync::RwLockWriteGuard<'_, ()> {
+        self.temp_dir.write().await
     }
 
     /// The same context with `prefix` between the probe and each subcommand: for a probe

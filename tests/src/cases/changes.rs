@@ -754,6 +754,7 @@ pub async fn another_runs_layer_stays_read_only(ctx: Arc<Context>) -> CaseResult
             ))
         })?;
         let ws_b = ctx.workspace("layer-b")?;
+        let _shared = ctx.temp_dir_shared().await;
         let tmp = std::env::temp_dir().canonicalize()?;
         let reach = tmp.join(format!("reach-{mark}"));
         let script = "echo ok > \"$2\" && echo reached; \
@@ -818,6 +819,7 @@ pub async fn own_layer_stays_read_only(ctx: Arc<Context>) -> CaseResult {
                echo evil > \"$f\" 2>/dev/null && echo \"wrote $f\"; done; fi; done; true"
     );
     let runs = sandbox_core::runs_dir();
+    let _shared = ctx.temp_dir_shared().await;
     let mut o = with_tmp_writable(&ctx, ws.path(), &script, &[&runs])?;
     o.changes = Changes::Review;
     let out = match ctx.run(o).await {

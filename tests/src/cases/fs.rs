@@ -477,6 +477,7 @@ pub async fn control_grants_refused(ctx: Arc<Context>) -> CaseResult {
 /// anything runs with a typed error; it never fails inside the launcher.
 pub async fn large_read_grant_runs_or_is_refused(ctx: Arc<Context>) -> CaseResult {
     let ws = ctx.workspace("large-grant")?;
+    let _alone = ctx.temp_dir_exclusive().await;
     let big = ctx.dir("large-tree", 0o755)?;
     for i in 0..3500 {
         plant(&big.join(format!("secret-{i}")), "s", 0o600)?;
@@ -501,11 +502,8 @@ pub async fn large_read_grant_runs_or_is_refused(ctx: Arc<Context>) -> CaseResul
         }
         Err(e) => return Err(Failure::Broken(format!("neither ran nor refused: {e}"))),
     }
-    // Left for the suite's scratch directory to remove at its end, not removed now: a case
-    // running beside this one with the whole temp dir writable sees these root-only files
-    // and hides each, and a file removed while its launcher binds over it fails that run
-    // before anything ran (bwrap: `Unable to find ... in mount table`).
-    std::mem::forget(big);
+    // Removed while `_alone` still keeps out the cases that grant the whole temp dir.
+    drop(big);
     Ok(())
 }
 

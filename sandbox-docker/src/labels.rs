@@ -39,9 +39,8 @@ pub(crate) use sandbox_host::owner::{label_state as owner_state, OwnerState};
 /// A fresh name for one run's objects: random, so that concurrent runs never collide.
 pub(crate) fn run_id() -> String {
     let mut buf = [0u8; 8];
-    // SAFETY: getrandom writes at most `buf.len()` bytes into the buffer we own.
-    let n = unsafe { libc::getrandom(buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n != buf.len() as isize {
+    let n = rustix::rand::getrandom(&mut buf, rustix::rand::GetRandomFlags::empty());
+    if !matches!(n, Ok(k) if k == buf.len()) {
         // Not expected on Linux >= 3.17; fall back to something unique to this process.
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

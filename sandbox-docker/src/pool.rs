@@ -203,10 +203,10 @@ impl Pool {
             })
             .map_err(|e| format!("writing the waiter: {e}"))?;
         AT_EXIT.call_once(|| {
-            // SAFETY: `remove_idle_at_exit` is an `extern "C" fn()` that never unwinds
-            // into the C caller (it catches panics).
-            unsafe {
-                libc::atexit(remove_idle_at_exit);
+            if let Err(e) = sandbox_host::sys::at_exit(remove_idle_at_exit) {
+                // The pool still removes its containers when dropped; only a host that
+                // never drops it leaves them, for the next run's sweep.
+                tracing::warn!("sandbox-docker: no removal of idle containers at exit: {e}");
             }
         });
         Ok(Self {

@@ -494,3 +494,16 @@ pub unsafe fn raw_write_file(path: &CStr, data: &[u8]) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// Runs `f` when the process exits normally (`exit`, a return from `main`), after the
+/// runtime's threads are gone: where a pool of warm containers is removed when its host
+/// never dropped it. Registered once per call; `f` runs on the exiting thread.
+pub fn at_exit(f: extern "C" fn()) -> io::Result<()> {
+    // SAFETY: `atexit` only stores the pointer. `f` is a Rust `extern "C" fn`, which aborts
+    // rather than unwinds into its C caller, and which the C library calls with no
+    // arguments, as its type says.
+    match unsafe { libc::atexit(f) } {
+        0 => Ok(()),
+        _ => Err(io::Error::other("the C library's table of exit handlers is full")),
+    }
+}

@@ -949,7 +949,8 @@ pub async fn refused_where_not_claimed(ctx: Arc<Context>) -> CaseResult {
 
 /// The bypass client: for each `TARGET SNI BYTES` triple in its arguments, one
 /// connection through `HTTPS_PROXY`: `CONNECT TARGET`, then TLS trusting the run's bundle
-/// (`SSL_CERT_FILE`) with server name `SNI` (`-`: none), then `BYTES` as written (`@TOK@`
+/// (`SSL_CERT_FILE`; its name checked only when `SNI` is the target's) with server name
+/// `SNI` (`-`: none), then `BYTES` as written (`@TOK@`
 /// standing for the placeholder in `TOK`), then everything read until the other side
 /// closes. Each connection's output follows a `@@conn@@` line: the raw response, or
 /// `connect-refused: STATUS` or `tls-refused: ERROR`.
@@ -976,8 +977,9 @@ for i in range(0, len(args) - 2, 3):
         s.close()
         continue
     ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
-    if sni == "-":
-        ctx.check_hostname = False
+    # The chain is always verified; the name only when it is the target's: a command
+    # bent on a bypass takes any certificate the proxy would hand it.
+    ctx.check_hostname = sni == target.rsplit(":", 1)[0]
     try:
         t = ctx.wrap_socket(s, server_hostname=None if sni == "-" else sni)
     except (ssl.SSLError, OSError) as e:

@@ -33,11 +33,18 @@ fn proves(c: &Case) -> bool {
 }
 
 /// Confinement cases that drive a real client the proving image does not hold
-/// ([`PROVE_TOOLS`]): the secrets cases with python and git. The same secrets are proved
-/// through curl by the other `secrets` cases; the suite runs these with its full image.
+/// ([`PROVE_TOOLS`]): the secrets cases with python and git, the bypass classes' raw
+/// client among them. The same secrets and the request rules are proved through curl by
+/// the other `secrets` cases; the suite runs these with its full image.
 const NEEDS_MORE_THAN_PROVE_TOOLS: &[&str] = &[
     "conformance::secrets::python_urllib_gets_the_value_injected",
     "conformance::secrets::git_clone_with_a_token_it_never_sees",
+    "conformance::secrets::ambiguous_paths_refused_canonical_path_passes",
+    "conformance::secrets::request_smuggling_refused",
+    "conformance::secrets::fronted_host_header_refused",
+    "conformance::secrets::mismatched_server_name_refused",
+    "conformance::secrets::relayed_connect_refused",
+    "conformance::secrets::websocket_carries_the_value_h2c_refused",
 ];
 
 /// The image a backend that runs every command in one is proved in: built on its engine

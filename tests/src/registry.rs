@@ -604,6 +604,36 @@ pub fn cases() -> Vec<Case> {
             secrets_tools,
             confinement
         ),
+        case!(
+            secrets::ambiguous_paths_refused_canonical_path_passes,
+            secrets_python,
+            confinement
+        ),
+        case!(
+            secrets::request_smuggling_refused,
+            secrets_python,
+            confinement
+        ),
+        case!(
+            secrets::fronted_host_header_refused,
+            secrets_python,
+            confinement
+        ),
+        case!(
+            secrets::mismatched_server_name_refused,
+            secrets_python,
+            confinement
+        ),
+        case!(
+            secrets::relayed_connect_refused,
+            secrets_python,
+            confinement
+        ),
+        case!(
+            secrets::websocket_carries_the_value_h2c_refused,
+            secrets_python,
+            confinement
+        ),
         case!(proc::no_survivor_after_wait, always),
         case!(proc::helper_survives_the_command, isolated_status),
         case!(proc::no_survivor_after_kill, always),

@@ -57,15 +57,40 @@ struct Files {
     auth: Option<String>,
 }
 
+/// What the bypass cases' WebSocket client sends once upgraded, and the upstream waits
+/// for before echoing it back (so the echo is one piece, whatever the reads cut).
+const WS_FRAME: &str = "frame-bytes";
+
 fn serve(mut s: impl Read + Write, seen: &Seen, files: &Files) {
     let mut got = Vec::new();
+    // One request per connection, except at `/keep` (kept alive, so that what a client
+    // pipelines after it reaches the proxy's judge rather than a closed connection).
+    while let Some((head, rest)) = read_request(&mut s, &mut got, seen) {
+        got = rest;
+        let path = head.split_whitespace().nth(1).unwrap_or("/").to_owned();
+        if path.starts_with("/ws") && head.to_ascii_lowercase().contains("upgrade: websocket") {
+            websocket(&mut s, got);
+            return;
+        }
+        let keep = path.starts_with("/keep");
+        answer(&mut s, &head, &path, files, keep);
+        if !keep {
+            return;
+        }
+    }
+}
+
+/// Read one request (its head and the body its `Content-Length` declares) from `s`,
+/// starting with the bytes already `got`; record it. The head, and what was read past the
+/// request.
+fn read_request(s: &mut impl Read, got: &mut Vec<u8>, seen: &Seen) -> Option<(String, Vec<u8>)> {
     let mut buf = [0u8; 4096];
     let head_end = loop {
         if let Some(i) = got.windows(4).position(|w| w == b"\r\n\r\n") {
             break i + 4;
         }
         match s.read(&mut buf) {
-            Ok(0) | Err(_) => return,
+            Ok(0) | Err(_) => return None,
             Ok(n) => got.extend_from_slice(&buf[..n]),
         }
     };
@@ -82,10 +107,36 @@ fn serve(mut s: impl Read + Write, seen: &Seen, files: &Files) {
             Ok(n) => got.extend_from_slice(&buf[..n]),
         }
     }
+    let end = got.len().min(head_end + length);
     if let Ok(mut seen) = seen.lock() {
-        seen.push(String::from_utf8_lossy(&got).into_owned());
+        seen.push(String::from_utf8_lossy(&got[..end]).into_owned());
     }
-    let path = head.split_whitespace().nth(1).unwrap_or("/");
+    Some((head, got.split_off(end)))
+}
+
+/// Answer a WebSocket upgrade with `101`, then echo the client's first frame bytes
+/// (`echo:` and [`WS_FRAME`]) and close: bytes both ways after the upgrade.
+fn websocket(s: &mut (impl Read + Write), mut got: Vec<u8>) {
+    let _ = s.write_all(
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Accept: s3pPLMBiTxaQ9kYGzzhZRbK+xOo=\r\n\r\n",
+    );
+    let _ = s.flush();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(WS_FRAME.as_bytes()) && got.len() < 4096 {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    let _ = s.write_all(b"echo:");
+    let _ = s.write_all(&got);
+    let _ = s.flush();
+}
+
+/// Answer the request read (`head`, for `path`): `ok`, a file, the head echoed at
+/// `/echo`; with `Connection: close` unless `keep`.
+fn answer(s: &mut impl Write, head: &str, path: &str, files: &Files, keep: bool) {
     let authorized = files.auth.as_ref().is_none_or(|want| {
         head.lines().any(|l| {
             l.split_once(':').is_some_and(|(k, v)| {
@@ -112,13 +163,14 @@ fn serve(mut s: impl Read + Write, seen: &Seen, files: &Files) {
         None if files.root.is_some() && !path.starts_with("/echo") && path != "/" => {
             ("404 Not Found", "", b"not found\n".to_vec())
         }
-        None if path.starts_with("/echo") => ("200 OK", "", head.clone().into_bytes()),
+        None if path.starts_with("/echo") => ("200 OK", "", head.as_bytes().to_vec()),
         None => ("200 OK", "", b"ok\n".to_vec()),
     };
+    let close = if keep { "" } else { "Connection: close\r\n" };
     let _ = s.write_all(
         format!(
             "HTTP/1.1 {status}\r\n{extra}Content-Type: application/octet-stream\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n",
+             Content-Length: {}\r\n{close}\r\n",
             body.len()
         )
         .as_bytes(),
@@ -888,5 +940,610 @@ pub async fn refused_where_not_claimed(ctx: Arc<Context>) -> CaseResult {
         }
     }
     ensure!(!marker.exists(), "the command ran");
+    Ok(())
+}
+
+// The proxy's bypass classes, one case each, with a raw client: what a careless proxy
+// lets through is a request no well-behaved library sends, so the client writes its
+// bytes itself.
+
+/// The bypass client: for each `TARGET SNI BYTES` triple in its arguments, one
+/// connection through `HTTPS_PROXY`: `CONNECT TARGET`, then TLS trusting the run's bundle
+/// (`SSL_CERT_FILE`; its name checked only when `SNI` is the target's) with server name
+/// `SNI` (`-`: none), then `BYTES` as written (`@TOK@`
+/// standing for the placeholder in `TOK`), then everything read until the other side
+/// closes. Each connection's output follows a `@@conn@@` line: the raw response, or
+/// `connect-refused: STATUS` or `tls-refused: ERROR`.
+const PY_BYPASS: &str = r#"
+import os, socket, ssl, sys
+from urllib.parse import urlsplit
+proxy = urlsplit(os.environ["HTTPS_PROXY"])
+tok = os.environ.get("TOK", "")
+args = sys.argv[1:]
+for i in range(0, len(args) - 2, 3):
+    target, sni, data = args[i], args[i + 1], args[i + 2]
+    sys.stdout.write("@@conn@@\n")
+    s = socket.create_connection((proxy.hostname, proxy.port), timeout=20)
+    s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        b = s.recv(1)
+        if not b:
+            break
+        answer += b
+    status = answer.split(b"\r\n")[0].decode("latin-1")
+    if status.split(" ")[1:2] != ["200"]:
+        sys.stdout.write(f"connect-refused: {status}\n")
+        s.close()
+        continue
+    ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+    # The chain is always verified; the name only when it is the target's: a command
+    # bent on a bypass takes any certificate the proxy would hand it.
+    ctx.check_hostname = sni == target.rsplit(":", 1)[0]
+    try:
+        t = ctx.wrap_socket(s, server_hostname=None if sni == "-" else sni)
+    except (ssl.SSLError, OSError) as e:
+        sys.stdout.write(f"tls-refused: {type(e).__name__}: {e}\n")
+        s.close()
+        continue
+    t.sendall(data.replace("@TOK@", tok).encode("latin-1"))
+    out = b""
+    try:
+        while True:
+            b = t.recv(65536)
+            if not b:
+                break
+            out += b
+    except (ssl.SSLError, OSError):
+        pass
+    t.close()
+    sys.stdout.write(out.decode("latin-1") + "\n")
+sys.stdout.flush()
+"#;
+
+/// One connection of the bypass client: the `CONNECT` target, the TLS server name (`-`:
+/// none), the bytes sent.
+struct Conn {
+    target: String,
+    sni: String,
+    bytes: String,
+}
+
+impl Conn {
+    /// `bytes` on a connection to `api.test` with its own name as the server name.
+    fn api(up: &Upstream, bytes: String) -> Self {
+        Self {
+            target: format!("api.test:{}", up.port),
+            sni: "api.test".into(),
+            bytes,
+        }
+    }
+}
+
+/// `GET PATH` to `api.test` with nothing else in its head but `headers` (each ending in
+/// CRLF), the connection closed after it.
+fn get(up: &Upstream, path: &str, headers: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: api.test:{}\r\n{headers}Connection: close\r\n\r\n",
+        up.port
+    )
+}
+
+/// Run the bypass client for `conns` in the setting `s` (secret `TOK` for `api.test`,
+/// `rules` for it); the outcome, and each connection's output in order.
+async fn bypass_run(
+    ctx: &Context,
+    s: &Setup,
+    up: &Upstream,
+    rules: &[&str],
+    conns: &[Conn],
+) -> Result<(SandboxOutcome, Vec<String>), Failure> {
+    let mut opts = s.opts(ctx, up, "")?;
+    let mut argv: Vec<OsString> = vec!["python3".into(), "-c".into(), PY_BYPASS.into()];
+    for c in conns {
+        argv.extend([&c.target, &c.sni, &c.bytes].map(OsString::from));
+    }
+    opts.argv = argv;
+    opts.allow_requests = rules.iter().map(|r| (*r).to_owned()).collect();
+    let o = ctx.run(opts).await?;
+    let out: Vec<String> = o
+        .stdout
+        .text()
+        .split("@@conn@@\n")
+        .skip(1)
+        .map(str::to_owned)
+        .collect();
+    ensure!(
+        o.status.success() && out.len() == conns.len(),
+        "the bypass client did not make its {} connections: {}",
+        conns.len(),
+        crate::context::describe(&o)
+    );
+    Ok((o, out))
+}
+
+/// The requests the upstream read whose request line holds `needle`.
+fn upstream_lines_with(up: &Upstream, needle: &str) -> Vec<String> {
+    up.seen()
+        .into_iter()
+        .filter(|r| r.lines().next().is_some_and(|l| l.contains(needle)))
+        .collect()
+}
+
+/// Whether the record refused something for the reason `why` (a part of it).
+fn refused_for(o: &SandboxOutcome, why: &str) -> bool {
+    refused(o).iter().any(|w| w.contains(why))
+}
+
+/// Every ambiguous path form is refused on a host with request rules, never guessed: `;`
+/// (`/allowed/..;/admin` and `;.`, OpenShell CVE-2026-100971), a fragment, an encoded
+/// slash, an encoded backslash, a double encoding, a NUL. The upstream reads exactly the
+/// canonical path of the one request that passes, and none of the refused ones.
+pub async fn ambiguous_paths_refused_canonical_path_passes(ctx: Arc<Context>) -> CaseResult {
+    let up = Upstream::start(true)?;
+    let s = Setup::new(&ctx, "secrets-paths", &up)?;
+    // Each form, and the reason the proxy must give for it.
+    let forms = [
+        ("/allowed/..;/admin", "a `;` in the path"),
+        ("/allowed/;./admin", "a `;` in the path"),
+        ("/allowed/.%3b/admin", "a `;` in the path"),
+        ("/allowed/x#/../../admin", "a fragment"),
+        ("/allowed/..%2fadmin", "an encoded slash"),
+        ("/allowed/..%5cadmin", "a backslash"),
+        ("/allowed/..%252fadmin", "a double encoding"),
+        ("/allowed/x%00/../../admin", "a NUL"),
+    ];
+    let canonical = ("/allowed//x/./y/../%7Ez", "/allowed/x/~z");
+    let mut conns: Vec<Conn> = forms
+        .iter()
+        .map(|(p, _)| Conn::api(&up, get(&up, p, "")))
+        .collect();
+    conns.push(Conn::api(&up, get(&up, canonical.0, "")));
+    let rule = "GET https://api.test/allowed/**";
+    let (o, out) = bypass_run(&ctx, &s, &up, &[rule], &conns).await?;
+    let passed = out.last().cloned().unwrap_or_default();
+    ensure!(
+        passed.starts_with("HTTP/1.1 200") && passed.contains("ok\n"),
+        "the canonical request did not pass: {passed}; {}",
+        crate::context::describe(&o)
+    );
+    let want = format!("GET {} HTTP/1.1\r\n", canonical.1);
+    ensure!(
+        up.seen().iter().any(|r| r.starts_with(&want)),
+        "the upstream did not read the canonical path {}: {:?}",
+        canonical.1,
+        up.seen()
+    );
+    let mut f = Forbidden::new(&ctx);
+    // Every refused form names `admin`, in whatever reading a server would make of it.
+    for (path, _) in &forms {
+        f.check(
+            &format!("`{path}` reached the upstream"),
+            up.seen()
+                .iter()
+                .any(|r| r.contains(path) || r.contains("admin")),
+            || format!("the upstream read: {:?}", up.seen()),
+        );
+    }
+    f.check(
+        "the upstream read more than the canonical request",
+        up.seen().len() != 1,
+        || format!("it read: {:?}", up.seen()),
+    );
+    f.finish()?;
+    for ((path, why), answer) in forms.iter().zip(&out) {
+        ensure!(
+            answer.starts_with("HTTP/1.1 403") && answer.contains(why),
+            "`{path}` was not refused for {why:?}: {answer}"
+        );
+        ensure!(
+            refused(&o)
+                .iter()
+                .any(|w| w.starts_with("request refused: ") && w.contains(why)),
+            "the record does not refuse {path} for {why:?}: {:?}",
+            refused(&o)
+        );
+    }
+    ensure!(
+        o.connections.entries.iter().any(|c| {
+            c.request.as_ref().is_some_and(|r| r.path == canonical.1)
+                && matches!(&c.decision, Decision::Allowed(r) if r == rule)
+        }),
+        "the record does not allow {} by the rule: {:?}",
+        canonical.1,
+        o.connections.entries
+    );
+    Ok(())
+}
+
+/// A body framed two ways (`Content-Length` and `Transfer-Encoding` both, in either order;
+/// a disguised `Transfer-Encoding`) is refused, and a second request sent in the same
+/// bytes after a body is judged on its own (here refused, a fronted `Host`): the upstream
+/// never reads the smuggled request.
+pub async fn request_smuggling_refused(ctx: Arc<Context>) -> CaseResult {
+    let up = Upstream::start(true)?;
+    let s = Setup::new(&ctx, "secrets-smuggle", &up)?;
+    let host = format!("api.test:{}", up.port);
+    let smuggled = format!("GET /smuggled HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    let chunked_hiding = format!("0\r\n\r\n{smuggled}");
+    let forms = [
+        (
+            "CL.TE",
+            format!(
+                "POST /a HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\
+                 Transfer-Encoding: chunked\r\n\r\n{chunked_hiding}",
+                chunked_hiding.len()
+            ),
+            "both Content-Length and Transfer-Encoding",
+        ),
+        (
+            "TE.CL",
+            format!(
+                "POST /a HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked\r\n\
+                 Content-Length: 4\r\n\r\n{:x}\r\n{smuggled}\r\n0\r\n\r\n",
+                smuggled.len()
+            ),
+            "both Content-Length and Transfer-Encoding",
+        ),
+        (
+            "TE disguised",
+            format!(
+                "POST /a HTTP/1.1\r\nHost: {host}\r\nTransfer-Encoding: chunked, identity\r\n\
+                 \r\n{chunked_hiding}"
+            ),
+            "a Transfer-Encoding other than one `chunked`",
+        ),
+        (
+            "pipelined after a body",
+            format!(
+                "POST /keep HTTP/1.1\r\nHost: {host}\r\nContent-Length: 1\r\n\r\nx\
+                 GET /smuggled HTTP/1.1\r\nHost: other.test:{}\r\n\r\n",
+                up.port
+            ),
+            "a Host header for another host (fronting)",
+        ),
+    ];
+    let conns: Vec<Conn> = forms
+        .iter()
+        .map(|(_, bytes, _)| Conn::api(&up, bytes.clone()))
+        .collect();
+    let (o, out) = bypass_run(&ctx, &s, &up, &[], &conns).await?;
+    ensure!(
+        upstream_lines_with(&up, "POST /keep ")
+            .iter()
+            .any(|r| r.ends_with("\r\n\r\nx")),
+        "the request before the pipelined one did not reach the upstream whole: {:?}; {}",
+        up.seen(),
+        crate::context::describe(&o)
+    );
+    let mut f = Forbidden::new(&ctx);
+    f.check(
+        "the smuggled request reached the upstream",
+        up.seen().iter().any(|r| r.contains("/smuggled")),
+        || format!("the upstream read: {:?}", up.seen()),
+    );
+    f.check(
+        "a request framed two ways reached the upstream",
+        !upstream_lines_with(&up, "POST /a ").is_empty(),
+        || format!("the upstream read: {:?}", up.seen()),
+    );
+    f.finish()?;
+    for ((name, _, why), answer) in forms.iter().zip(&out) {
+        ensure!(
+            answer.contains("HTTP/1.1 403") && answer.contains(why),
+            "{name} was not refused for {why:?}: {answer}"
+        );
+        ensure!(
+            refused_for(&o, why),
+            "the record does not refuse {name}: {:?}",
+            refused(&o)
+        );
+    }
+    ensure!(
+        out[3].starts_with("HTTP/1.1 200"),
+        "the request before the pipelined one was not answered: {}",
+        out[3]
+    );
+    Ok(())
+}
+
+/// A fronted `Host` on a terminated host (another name, a second `Host`, an absolute-form
+/// target for another host) is refused; a `Host` the proxy accepts in another spelling
+/// (capitals, a trailing dot) reaches the upstream as the decided authority, never as the
+/// client wrote it.
+pub async fn fronted_host_header_refused(ctx: Arc<Context>) -> CaseResult {
+    let up = Upstream::start(true)?;
+    let s = Setup::new(&ctx, "secrets-fronted", &up)?;
+    let p = up.port;
+    let fronted = [
+        format!("GET /fronted HTTP/1.1\r\nHost: other.test:{p}\r\nConnection: close\r\n\r\n"),
+        format!(
+            "GET /fronted HTTP/1.1\r\nHost: api.test:{p}\r\nHost: other.test:{p}\r\n\
+             Connection: close\r\n\r\n"
+        ),
+        format!(
+            "GET https://other.test:{p}/fronted HTTP/1.1\r\nHost: api.test:{p}\r\n\
+             Connection: close\r\n\r\n"
+        ),
+    ];
+    let respelt =
+        format!("GET /respelt HTTP/1.1\r\nHost: API.Test.:{p}\r\nConnection: close\r\n\r\n");
+    let mut conns: Vec<Conn> = fronted.iter().map(|b| Conn::api(&up, b.clone())).collect();
+    conns.push(Conn::api(&up, respelt));
+    let (o, out) = bypass_run(&ctx, &s, &up, &[], &conns).await?;
+    let respelt_seen = upstream_lines_with(&up, "GET /respelt ");
+    ensure!(
+        out[3].starts_with("HTTP/1.1 200") && respelt_seen.len() == 1,
+        "the request with a respelt Host did not pass: {}; {}",
+        out[3],
+        crate::context::describe(&o)
+    );
+    let mut f = Forbidden::new(&ctx);
+    f.check(
+        "a fronted request reached the upstream",
+        up.seen().iter().any(|r| r.contains("/fronted")),
+        || format!("the upstream read: {:?}", up.seen()),
+    );
+    f.check(
+        "the client's Host reached the upstream",
+        up.seen()
+            .iter()
+            .any(|r| r.contains("other.test") || r.contains("API.Test")),
+        || format!("the upstream read: {:?}", up.seen()),
+    );
+    f.check(
+        "the upstream's Host is not the decided authority",
+        !respelt_seen[0]
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().starts_with("host:"))
+            .eq([format!("Host: api.test:{p}").as_str()]),
+        || format!("it read: {:?}", respelt_seen[0]),
+    );
+    f.finish()?;
+    let whys = [
+        "a Host header for another host (fronting)",
+        "a Host header for another host (fronting)",
+        "an absolute-form target for another host",
+    ];
+    for (why, answer) in whys.iter().zip(&out) {
+        ensure!(
+            answer.starts_with("HTTP/1.1 403") && answer.contains(why),
+            "not refused for {why:?}: {answer}"
+        );
+        ensure!(
+            refused_for(&o, why),
+            "the record does not say {why:?}: {:?}",
+            refused(&o)
+        );
+    }
+    Ok(())
+}
+
+/// A TLS server name other than the `CONNECT` target is refused: on the terminated host
+/// (another name, none, an address as a client reaching it by IP sends), and on a tunnel
+/// to another allowed host whose hello names the terminated one (fronting past its rules);
+/// the terminated host's address as the target is refused at the `CONNECT`. Only the
+/// matching connection's request reaches the upstream.
+pub async fn mismatched_server_name_refused(ctx: Arc<Context>) -> CaseResult {
+    let up = Upstream::start(true)?;
+    let s = Setup::new(&ctx, "secrets-sni", &up)?;
+    let p = up.port;
+    let bad = get(&up, "/mismatched", "");
+    let via = |target: &str, sni: &str| Conn {
+        target: target.to_owned(),
+        sni: sni.to_owned(),
+        bytes: bad.clone(),
+    };
+    let conns = [
+        via(&format!("api.test:{p}"), "other.test"),
+        via(&format!("api.test:{p}"), "-"),
+        via(&format!("api.test:{p}"), "127.0.0.1"),
+        via(&format!("other.test:{p}"), "api.test"),
+        via(&format!("127.0.0.1:{p}"), "api.test"),
+        Conn::api(&up, get(&up, "/matching", "")),
+    ];
+    let (o, out) = bypass_run(&ctx, &s, &up, &[], &conns).await?;
+    ensure!(
+        out[5].starts_with("HTTP/1.1 200") && upstream_lines_with(&up, "/matching").len() == 1,
+        "the matching connection did not pass: {}; {}",
+        out[5],
+        crate::context::describe(&o)
+    );
+    let mut f = Forbidden::new(&ctx);
+    f.check(
+        "a request on a mismatched connection reached the upstream",
+        !upstream_lines_with(&up, "/mismatched").is_empty(),
+        || format!("the upstream read: {:?}", up.seen()),
+    );
+    for (i, what) in [
+        "another server name on the terminated host",
+        "no server name on the terminated host",
+        "an address as the server name",
+        "the terminated host's name through another host's tunnel",
+    ]
+    .iter()
+    .enumerate()
+    {
+        f.check(what, out[i].contains("HTTP/1.1 200"), || {
+            format!("answered: {}", out[i])
+        });
+    }
+    f.check(
+        "the terminated host's address connected",
+        !out[4].starts_with("connect-refused: HTTP/1.1 403"),
+        || format!("answered: {}", out[4]),
+    );
+    f.finish()?;
+    for (i, answer) in out.iter().take(4).enumerate() {
+        ensure!(
+            answer.starts_with("tls-refused:") || answer.trim().is_empty(),
+            "connection {i} was not refused at its handshake: {answer}"
+        );
+    }
+    let tls_refusals = o
+        .connections
+        .entries
+        .iter()
+        .filter(|c| {
+            c.host == "api.test"
+                && matches!(&c.decision, Decision::Denied(w) if w.starts_with("TLS from the command refused"))
+        })
+        .map(|c| c.count)
+        .sum::<u64>();
+    ensure!(
+        tls_refusals >= 3,
+        "the record does not refuse the three handshakes to api.test: {:?}",
+        o.connections.entries
+    );
+    ensure!(
+        refused_for(
+            &o,
+            "TLS server name api.test is not the tunnel's host (domain fronting)"
+        ),
+        "the record does not refuse the fronted tunnel: {:?}",
+        refused(&o)
+    );
+    ensure!(
+        o.connections
+            .entries
+            .iter()
+            .any(|c| c.host == "127.0.0.1" && !c.decision.is_allowed()),
+        "the record does not refuse the address: {:?}",
+        o.connections.entries
+    );
+    Ok(())
+}
+
+/// A `CONNECT` sent inside the terminated connection (claude-code#87381: a relayed
+/// CONNECT as a second way out) is refused, first or after a request on a kept-alive
+/// connection: the upstream never reads it, and the proxy never connects its target.
+pub async fn relayed_connect_refused(ctx: Arc<Context>) -> CaseResult {
+    let up = Upstream::start(true)?;
+    let s = Setup::new(&ctx, "secrets-relayed", &up)?;
+    let p = up.port;
+    let inner = format!("CONNECT other.test:{p} HTTP/1.1\r\nHost: other.test:{p}\r\n\r\n");
+    let conns = [
+        Conn::api(&up, inner.clone()),
+        Conn::api(
+            &up,
+            format!("GET /keep HTTP/1.1\r\nHost: api.test:{p}\r\n\r\n{inner}"),
+        ),
+    ];
+    let (o, out) = bypass_run(&ctx, &s, &up, &[], &conns).await?;
+    ensure!(
+        out[1].starts_with("HTTP/1.1 200") && upstream_lines_with(&up, "GET /keep ").len() == 1,
+        "the request before the relayed CONNECT did not pass: {}; {}",
+        out[1],
+        crate::context::describe(&o)
+    );
+    let mut f = Forbidden::new(&ctx);
+    f.check(
+        "the relayed CONNECT reached the upstream",
+        up.seen().iter().any(|r| r.contains("CONNECT")),
+        || format!("the upstream read: {:?}", up.seen()),
+    );
+    f.check(
+        "the relayed CONNECT was answered as a tunnel",
+        out.iter().any(|a| a.contains("Connection established")),
+        || format!("answered: {out:?}"),
+    );
+    f.check(
+        "the proxy connected the relayed target",
+        o.connections.entries.iter().any(|c| c.host == "other.test"),
+        || format!("the record: {:?}", o.connections.entries),
+    );
+    f.finish()?;
+    let why = "CONNECT inside a terminated connection";
+    ensure!(
+        out.iter()
+            .all(|a| a.contains("HTTP/1.1 403") && a.contains(why)),
+        "the relayed CONNECT was not refused: {out:?}"
+    );
+    let refusals = o
+        .connections
+        .entries
+        .iter()
+        .filter(|c| matches!(&c.decision, Decision::Denied(w) if w.contains(why)))
+        .map(|c| c.count)
+        .sum::<u64>();
+    ensure!(
+        refusals == 2,
+        "the record does not refuse both: {:?}",
+        o.connections.entries
+    );
+    Ok(())
+}
+
+/// A WebSocket upgrade to the secret's host carries the real value upstream (the
+/// placeholder replaced in its headers) and then bytes both ways; `Upgrade: h2c` is
+/// refused and never reaches the upstream.
+pub async fn websocket_carries_the_value_h2c_refused(ctx: Arc<Context>) -> CaseResult {
+    let up = Upstream::start(true)?;
+    let s = Setup::new(&ctx, "secrets-websocket", &up)?;
+    let p = up.port;
+    let ws = format!(
+        "GET /ws HTTP/1.1\r\nHost: api.test:{p}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\
+         Authorization: Bearer @TOK@\r\n\r\n{WS_FRAME}"
+    );
+    let h2c = format!(
+        "GET /h2c HTTP/1.1\r\nHost: api.test:{p}\r\nUpgrade: h2c\r\n\
+         Connection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\n\
+         Authorization: Bearer @TOK@\r\n\r\n"
+    );
+    let conns = [Conn::api(&up, ws), Conn::api(&up, h2c)];
+    let (o, out) = bypass_run(&ctx, &s, &up, &[], &conns).await?;
+    ensure!(
+        out[0].starts_with("HTTP/1.1 101") && out[0].contains(&format!("echo:{WS_FRAME}")),
+        "the upgrade did not carry bytes both ways: {}; {}",
+        out[0],
+        crate::context::describe(&o)
+    );
+    let upgraded = upstream_lines_with(&up, "GET /ws ");
+    ensure!(
+        upgraded.len() == 1
+            && upgraded[0].contains(&format!("Authorization: Bearer {}\r\n", s.value)),
+        "the upstream did not read the value in the upgrade: {:?}",
+        up.seen()
+    );
+    let mut f = Forbidden::new(&ctx);
+    f.check(
+        "the placeholder reached the upstream",
+        up.seen()
+            .iter()
+            .any(|r| r.contains(sandbox_core::secret::PLACEHOLDER_PREFIX)),
+        || format!("the upstream read: {:?}", up.seen()),
+    );
+    f.check(
+        "the h2c upgrade reached the upstream",
+        !upstream_lines_with(&up, "/h2c").is_empty(),
+        || format!("the upstream read: {:?}", up.seen()),
+    );
+    f.check(
+        "the value back in the outcome",
+        value_in_outcome(&o, &s.value),
+        || "the outcome holds the value".into(),
+    );
+    f.finish()?;
+    let why = "an upgrade other than websocket (h2c is refused)";
+    ensure!(
+        out[1].starts_with("HTTP/1.1 403") && out[1].contains(why),
+        "h2c was not refused: {}",
+        out[1]
+    );
+    ensure!(
+        refused_for(&o, why),
+        "the record does not refuse h2c: {:?}",
+        refused(&o)
+    );
+    ensure!(
+        o.connections.entries.iter().any(|c| c
+            .request
+            .as_ref()
+            .is_some_and(|r| r.path == "/ws" && r.injected == ["TOK"])
+            && c.decision.is_allowed()),
+        "the record does not show TOK injected into the upgrade: {:?}",
+        o.connections.entries
+    );
     Ok(())
 }

@@ -215,7 +215,8 @@ impl Starter for DockerStarter {
             resolve_program: true,
             role: "run",
         };
-        engine::start(&self.config, plan, kind, self.engine.upgrade()).await
+        let cap = capability_in(self.config.workspace_mode);
+        engine::start(&self.config, cap, plan, kind, self.engine.upgrade()).await
     }
 }
 
@@ -262,6 +263,7 @@ async fn preflight(config: &DockerConfig) -> Result<Preflight, SandboxError> {
     let plan = Plan::new(&opts, NAME, &capability())?;
     let handle = engine::start(
         config,
+        capability_in(config.workspace_mode),
         plan,
         RunKind {
             resolve_program: false,

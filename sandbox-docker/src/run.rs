@@ -10,13 +10,13 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bollard::container::LogOutput;
-use bollard::models::ContainerCreateBody;
+use bollard::models::{ContainerCreateBody, ImageInspect};
 use bollard::query_parameters::{
     InspectContainerOptions, KillContainerOptionsBuilder, WaitContainerOptionsBuilder,
 };
@@ -25,14 +25,13 @@ use futures_util::StreamExt;
 use sandbox_core::denial::DenialLog;
 use sandbox_core::record::Container;
 use sandbox_core::run::{
-    ended_before_start, feed_stdin, run_channel, supervise, End, Finished, Job, OutputTap,
-    RunHandle,
+    feed_stdin, run_channel, supervise, End, Finished, Job, OutputTap, RunHandle,
 };
 use sandbox_core::{
-    Changes, EffectivePolicy, EgressRun, Plan, Record, SandboxError, SandboxOutcome, Status, Stdin,
-    StreamKind,
+    Capability, Changes, EffectivePolicy, EgressRun, Plan, Record, SandboxError, SandboxOutcome,
+    Status, Stdin, StreamKind,
 };
-use sandbox_host::process::tree::is_deadline;
+use sandbox_host::pipeline::{self, ContainerStart, ContainerStarter};
 use sandbox_host::HostLayer;
 
 use crate::config::{DockerConfig, WorkspaceMode};
@@ -48,281 +47,421 @@ use sandbox_host::door::{self, InNamespace, ProxyRun, PublishRun};
 /// How long teardown waits for a killed container to stop.
 const TEARDOWN_LIMIT: Duration = Duration::from_secs(30);
 
-/// `caller`'s carve-outs and those that keep this user's runs directory read-only where
-/// the workspace or a writable path holds it, for a command that sees `tree` at the
-/// workspace (see `sandbox_host::owner::runs_dir_carveouts`).
-fn with_runs_carveouts(plan: &Plan, caller: &[PathBuf], tree: &Path) -> Vec<PathBuf> {
-    let mut out = caller.to_vec();
-    for d in sandbox_host::owner::runs_dir_carveouts(tree, &plan.workspace, &plan.writable_paths) {
-        if !out.contains(&d) {
-            out.push(d);
-        }
-    }
-    out
-}
-
-/// Start `plan` in a container; returns once it runs.
+/// Start `plan` in a container through the shared start pipeline; returns once it runs.
+/// `capability`: the backend's for `config`, which the pipeline reads.
 pub(crate) async fn start(
     config: &DockerConfig,
-    mut plan: Plan,
+    capability: Capability,
+    plan: Plan,
     kind: RunKind,
     engine: Option<Arc<Engine>>,
 ) -> Result<RunHandle, SandboxError> {
-    // The run's clock starts before the layer is made: a workspace slow to copy must not
-    // hold the timeout off.
-    let started = Instant::now();
-    let deadline = plan.timeout.map(|t| started + t);
-    let identity = prepare::identity(&plan);
-    let run_id = labels::run_id();
-    let spec_for = |plan: &Plan, handovers: &[Handover]| {
+    let run = OnEngine {
+        config,
+        capability,
+        kind,
+        engine,
+    };
+    pipeline::start_container(&run, plan).await
+}
+
+/// A run on the engine, as the pipeline's container stages see it: the engine's verbs,
+/// with the clock, the host's facts, the secrets, the door's host side and the layer made
+/// by the pipeline (see `sandbox_host::pipeline::start_container`).
+struct OnEngine<'a> {
+    config: &'a DockerConfig,
+    capability: Capability,
+    kind: RunKind,
+    /// The backend's shared state (connection, warm pool); `None` for the preflight.
+    engine: Option<Arc<Engine>>,
+}
+
+/// What the check found: who the command runs as, how each path travels, the body.
+struct Checked {
+    identity: Identity,
+    run_id: String,
+    handovers: Vec<Handover>,
+    body: ContainerCreateBody,
+}
+
+/// The check's findings with the engine reached and the image found.
+struct Connected {
+    checked: Checked,
+    docker: Docker,
+    image: ImageInspect,
+    /// The container runs the pool's waiter: the door makes listeners inside first.
+    waiter: bool,
+}
+
+#[async_trait]
+impl ContainerStarter for OnEngine<'_> {
+    type Checked = Checked;
+    type Connected = Connected;
+
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn capability(&self) -> Capability {
+        self.capability.clone()
+    }
+
+    fn check(&self, plan: &Plan) -> Result<Checked, SandboxError> {
+        let identity = prepare::identity(plan);
+        let run_id = labels::run_id();
+        let handovers = prepare::handovers(self.config, plan, &identity, true, None);
+        let body = self.spec(plan, identity, &run_id, &handovers)?;
+        prepare::copyable(&handovers)?;
+        Ok(Checked {
+            identity,
+            run_id,
+            handovers,
+            body,
+        })
+    }
+
+    async fn connect(
+        &self,
+        plan: &Plan,
+        checked: Checked,
+        door: &InNamespace,
+    ) -> Result<Connected, SandboxError> {
+        // The proxy's listeners are made after the start and before the command: its
+        // container waits for its argv behind the pool's waiter (see `egress.rs`).
+        let waiter = door.needs_listeners();
+        if waiter {
+            self.waiter_available()?;
+        }
+        if plan.changes == Changes::Review && self.config.workspace_mode == WorkspaceMode::Copy {
+            // The capability says so and the plan refuses it first; never run it unlayered.
+            return Err(DockerError::LayerNeedsBind.into());
+        }
+        let docker = match &self.engine {
+            Some(e) => e.connection.get().await?,
+            None => crate::client::connect_inner().await?,
+        };
+        let image = crate::image::ensure(&docker, self.config).await?;
+        Ok(Connected {
+            checked,
+            docker,
+            image,
+            waiter,
+        })
+    }
+
+    async fn create_start(
+        &self,
+        start: ContainerStart<Connected>,
+    ) -> Result<RunHandle, SandboxError> {
+        let ContainerStart {
+            plan,
+            connected,
+            mut layer,
+            door,
+            secrets,
+        } = start;
+        let Connected {
+            mut checked,
+            docker,
+            image,
+            waiter,
+        } = connected;
+        if let Some(l) = &layer {
+            // The layer's copy is bound at the workspace's path: in the runs directory
+            // (which a writable temp dir shows, carved out) it stays read-only with the rest.
+            checked.handovers =
+                prepare::handovers(self.config, &plan, &checked.identity, true, Some(l.tree()));
+            layer_bindable(
+                &checked.handovers,
+                Some(l.tree()),
+                "the layer's owner cannot be read",
+            )?;
+            checked.body =
+                self.spec(&plan, checked.identity, &checked.run_id, &checked.handovers)?;
+        }
+        // From here on the host or the engine holds objects of ours: any error removes them.
+        let mut resources = Resources::new(docker.clone());
+        let mut notes = self
+            .stage(&plan, &mut checked, &mut layer, &mut resources)
+            .await?;
+        let mut policy = report::policy(
+            &plan,
+            self.config,
+            &checked.identity,
+            &checked.handovers,
+            &image,
+        );
+        policy.enforced.append(&mut notes);
+        if let Some(l) = &layer {
+            policy.enforced.push(l.record(plan.changes));
+        }
+        let bundle = secrets.map(|s| {
+            policy.enforced.push(s.record());
+            s.into_keep_alive()
+        });
+        let Checked {
+            identity,
+            run_id,
+            handovers,
+            mut body,
+        } = checked;
+        let mut run = Run {
+            docker,
+            resources,
+            id: String::new(),
+            plan,
+            policy,
+            handovers,
+            uploaded: BTreeMap::new(),
+            refill: None,
+            egress: None,
+            published: None,
+            layer,
+            bundle,
+        };
+        match self.pooled(&run, &body, &image).await? {
+            Pooled::Warm { warm, pool, key } => {
+                // Nothing was staged or layered: every path is bound as it is.
+                return start_warm(run, warm, pool, &key, self.config, &identity, door).await;
+            }
+            Pooled::Cold { refill } => run.refill = refill.map(|r| *r),
+        }
+        if waiter {
+            if let Some(Ok(pool)) = self.engine.as_ref().map(|e| &e.pool) {
+                body = pool.waiting(&body);
+            }
+        }
+        let cold = Cold {
+            body,
+            identity,
+            run_id,
+            waiter,
+            door,
+        };
+        self.start_cold(run, cold).await
+    }
+}
+
+/// A run's warm container, or what a fresh one leaves for the pool.
+enum Pooled<'p> {
+    /// A pooled container for the run, taken (its replacement already asked for).
+    Warm {
+        warm: Warm,
+        pool: &'p Pool,
+        key: String,
+    },
+    /// A fresh run; `refill`: the body to make for the next run once this one is over.
+    Cold { refill: Option<Box<Refill>> },
+}
+
+/// After a fresh run that the pool could have served: the body of a container for the
+/// next, for the pool of this engine, under this key.
+type Refill = (Weak<Engine>, String, ContainerCreateBody);
+
+/// What a fresh container is made from, beside the run.
+struct Cold {
+    body: ContainerCreateBody,
+    identity: Identity,
+    run_id: String,
+    waiter: bool,
+    door: InNamespace,
+}
+
+impl OnEngine<'_> {
+    /// The container's body for `plan` with `handovers`.
+    fn spec(
+        &self,
+        plan: &Plan,
+        identity: Identity,
+        run_id: &str,
+        handovers: &[Handover],
+    ) -> Result<ContainerCreateBody, DockerError> {
         spec::container(&spec::SpecInput {
             plan,
-            config,
+            config: self.config,
             identity,
             handovers,
-            run_id: &run_id,
-            labels: labels::labels(kind.role),
+            run_id,
+            labels: labels::labels(self.kind.role),
         })
-    };
-    // Secrets: the run's authority, made once now, and its bundle named in the plan (a
-    // read-only path, bound like any other, and the bundle variables) before the spec.
-    let secrets = door::prepare_secrets(&mut plan)?;
-    // The sandbox's own run directories, where a writable grant holds them: read-only.
-    let caller_carveouts = plan.readonly_carveouts.clone();
-    let workspace = plan.workspace.clone();
-    plan.readonly_carveouts = with_runs_carveouts(&plan, &caller_carveouts, &workspace);
-    let mut handovers = prepare::handovers(config, &plan, &identity, true, None);
-    // Every input error surfaces here, before anything is made.
-    let mut body = spec_for(&plan, &handovers)?;
-    prepare::copyable(&handovers)?;
-    // The proxy's listeners are made after the start and before the command: its
-    // container waits for its argv behind the pool's waiter (see `egress.rs`).
-    // Published ports: the host's listeners now, so a port in use is refused before
-    // anything is made.
-    let door = InNamespace::bind(&plan, secrets.as_ref().map(door::SecretsReady::secrets))?;
-    let (secrets_record, bundle) = match secrets {
-        Some(s) => (Some(s.record()), Some(s.into_keep_alive())),
-        None => (None, None),
-    };
-    let waiter = door.needs_listeners();
-    if waiter {
-        let missing = match engine.as_ref().map(|e| &e.pool) {
-            Some(Ok(_)) => None,
-            Some(Err(why)) => Some(why.clone()),
-            None => Some("a run without its backend".to_string()),
+    }
+
+    /// The pool's waiter, which a door with listeners inside needs: refused where the
+    /// pool cannot run (or for a run without its backend).
+    fn waiter_available(&self) -> Result<(), SandboxError> {
+        let why = match self.engine.as_ref().map(|e| &e.pool) {
+            Some(Ok(_)) => return Ok(()),
+            Some(Err(why)) => why.clone(),
+            None => "a run without its backend".to_string(),
         };
-        if let Some(why) = missing {
-            return Err(SandboxError::NotSupported {
-                backend: NAME,
-                feature: "the egress proxy and host ports".into(),
-                remedy: format!(
-                    "the container's waiter is unavailable here ({why}); use network mode \
-                     `loopback` or `full`"
-                ),
-            });
-        }
+        Err(SandboxError::NotSupported {
+            backend: NAME,
+            feature: "the egress proxy and host ports".into(),
+            remedy: format!(
+                "the container's waiter is unavailable here ({why}); use network mode \
+                 `loopback` or `full`"
+            ),
+        })
     }
-    let review = plan.changes == Changes::Review;
-    if review && config.workspace_mode == WorkspaceMode::Copy {
-        // The capability says so and the plan refuses it first; never run it unlayered.
-        return Err(DockerError::LayerNeedsBind.into());
-    }
-    // A snapshot in bind mode runs on the same layer, thrown away after: core's copy keeps
-    // a sparse file's holes and stops at its cap, where the engine unpacking an upload
-    // into a volume writes every hole out.
-    let layered = review
-        || (plan.changes == Changes::Discard && config.workspace_mode == WorkspaceMode::Bind);
-    let docker = match &engine {
-        Some(e) => e.connection.get().await?,
-        None => crate::client::connect_inner().await?,
-    };
-    let image = crate::image::ensure(&docker, config).await?;
 
-    // A review or a snapshot runs on core's layer, made on the host and bound at the
-    // workspace's path.
-    let mut layer = if layered {
-        match HostLayer::prepare(&plan.workspace, deadline).await {
-            Ok(l) => Some(l),
-            Err(SandboxError::Io { source, .. }) if is_deadline(&source) => {
-                return Ok(ended_before_start(
-                    NAME,
-                    &plan,
-                    sandbox_core::Status::TimedOut,
-                    started.elapsed(),
-                ));
-            }
-            Err(e) => return Err(e),
+    /// The idmapped staging mounts where a handover asks for one; where they cannot be
+    /// made, the same trees handed over by copy instead, and the note that says so.
+    async fn stage(
+        &self,
+        plan: &Plan,
+        checked: &mut Checked,
+        layer: &mut Option<HostLayer>,
+        resources: &mut Resources,
+    ) -> Result<Record, SandboxError> {
+        let mut notes = Record::new();
+        let idmapped = |h: &Handover| matches!(h.via, Via::IdmappedBind { .. });
+        if !checked.handovers.iter().any(idmapped) {
+            return Ok(notes);
         }
-    } else {
-        None
-    };
-    if let Some(d) = deadline {
-        plan.timeout = Some(d.saturating_duration_since(Instant::now()));
-    }
-    if layer.is_some() {
-        // The layer's copy is bound at the workspace's path: in the runs directory (which
-        // a writable temp dir shows, carved out above) it stays read-only with the rest.
+        let staged = prepare::stage_idmapped(
+            &checked.run_id,
+            &checked.handovers,
+            &checked.identity,
+            resources,
+        )
+        .await;
+        let Err(e) = staged else {
+            return Ok(notes);
+        };
+        if let Err(cleanup) = resources.remove_all().await {
+            tracing::error!("sandbox-docker: removing staging mounts: {cleanup}");
+        }
+        // Not a weaker confinement: the same trees, handed over by copy instead. A
+        // snapshot's layer would travel by copy too: the workspace goes into a volume as
+        // it did before layers (holes filled, charged at full length).
+        if plan.changes != Changes::Review {
+            if let Some(l) = layer.take() {
+                l.discard().await;
+            }
+        }
         let tree = layer.as_ref().map(|l| l.tree());
-        handovers = prepare::handovers(config, &plan, &identity, true, tree);
-        layer_bindable(&handovers, tree, "the layer's owner cannot be read")?;
-        body = spec_for(&plan, &handovers)?;
+        checked.handovers = prepare::handovers(self.config, plan, &checked.identity, false, tree);
+        layer_bindable(&checked.handovers, tree, &e.to_string())?;
+        notes.push(Container::CopiedWithoutIdmap { why: e.to_string() });
+        prepare::copyable(&checked.handovers)?;
+        checked.body = self.spec(plan, checked.identity, &checked.run_id, &checked.handovers)?;
+        Ok(notes)
     }
 
-    // From here on the host or the engine holds objects of ours: any error removes them.
-    let mut resources = Resources::new(docker.clone());
-    let mut notes = Record::new();
-    if handovers
-        .iter()
-        .any(|h| matches!(h.via, Via::IdmappedBind { .. }))
-    {
-        if let Err(e) =
-            prepare::stage_idmapped(&run_id, &handovers, &identity, &mut resources).await
-        {
-            if let Err(cleanup) = resources.remove_all().await {
-                tracing::error!("sandbox-docker: removing staging mounts: {cleanup}");
-            }
-            // Not a weaker confinement: the same trees, handed over by copy instead. A
-            // snapshot's layer would travel by copy too: the workspace goes into a volume
-            // as it did before layers (holes filled, charged at full length).
-            if !review {
-                if let Some(l) = layer.take() {
-                    l.discard().await;
+    /// The warm pool serves runs whose every path is bound as it is: a copy, a layer or
+    /// a staging mount is made per run, after a pooled container's binds were fixed.
+    async fn pooled(
+        &self,
+        run: &Run,
+        body: &ContainerCreateBody,
+        image: &ImageInspect,
+    ) -> Result<Pooled<'_>, SandboxError> {
+        let cold = Pooled::Cold { refill: None };
+        let (Some(e), Some(image_id)) = (&self.engine, &image.id) else {
+            return Ok(cold);
+        };
+        let Ok(pool) = &e.pool else {
+            return Ok(cold);
+        };
+        let servable = self.kind.resolve_program
+            && !run.plan.argv.is_empty()
+            && run.handovers.iter().all(Handover::bound_as_is);
+        if !servable {
+            return Ok(cold);
+        }
+        let (pooled, key) = pool.body(body, image_id)?;
+        if let Some(warm) = pool.take(&key).await {
+            pool.refill(key.clone(), pooled);
+            return Ok(Pooled::Warm { warm, pool, key });
+        }
+        let refill = pool
+            .seen_before(&key)
+            .then(|| Box::new((Arc::downgrade(e), key, pooled)));
+        Ok(Pooled::Cold { refill })
+    }
+
+    /// Make a fresh container, start its door's listeners and published ports, then the
+    /// command; any error removes what was made.
+    async fn start_cold(&self, mut run: Run, cold: Cold) -> Result<RunHandle, SandboxError> {
+        let Cold {
+            body,
+            identity,
+            run_id,
+            waiter,
+            door,
+        } = cold;
+        let Run {
+            docker,
+            resources,
+            plan,
+            policy,
+            handovers,
+            ..
+        } = &mut run;
+        let setup = Setup {
+            docker,
+            config: self.config,
+            plan,
+            handovers,
+            identity: &identity,
+            run_id: &run_id,
+            kind: self.kind,
+            waiter,
+        };
+        let started = async {
+            let made = create::make(&setup, resources, body).await?;
+            // The command waits for its argv: its proxy first.
+            let egress = match waiter {
+                true => egress::start(docker, &made.id, plan, &door).await?,
+                false => None,
+            };
+            let published = egress::publish(docker, &made.id, plan, door, policy).await?;
+            Ok::<_, SandboxError>((made, egress, published))
+        };
+        let (made, egress, published) = match started.await {
+            Ok(x) => x,
+            Err(e) => {
+                if let Err(cleanup) = run.resources.remove_all().await {
+                    tracing::error!("sandbox-docker: removing a failed run: {cleanup}");
                 }
+                return Err(e);
             }
-            let tree = layer.as_ref().map(|l| l.tree());
-            handovers = prepare::handovers(config, &plan, &identity, false, tree);
-            layer_bindable(&handovers, tree, &e.to_string())?;
-            notes.push(Container::CopiedWithoutIdmap { why: e.to_string() });
-            prepare::copyable(&handovers)?;
-            body = spec_for(&plan, &handovers)?;
+        };
+        if egress.is_some() {
+            run.policy.enforced.push(door::record(&run.plan));
         }
-    }
-    let mut policy = report::policy(&plan, config, &identity, &handovers, &image);
-    policy.enforced.append(&mut notes);
-    if let Some(l) = &layer {
-        policy.enforced.push(l.record(plan.changes));
-    }
-    if let Some(r) = secrets_record {
-        policy.enforced.push(r);
-    }
+        let Made {
+            id,
+            uploaded,
+            output,
+            input,
+            mut notes,
+        } = made;
+        run.policy.enforced.append(&mut notes);
+        (run.id, run.uploaded, run.egress, run.published) = (id, uploaded, egress, published);
 
-    // The warm pool serves runs whose every path is bound as it is: a copy or a staging
-    // mount is made per run.
-    let mut refill = None;
-    if let (Some(e), Some(image_id)) = (&engine, &image.id) {
-        if let (Ok(pool), true) = (&e.pool, kind.resolve_program && !plan.argv.is_empty()) {
-            // A pooled container's binds were fixed before this run's layer or staging
-            // mounts existed: only a run whose every path is bound as it is can use one.
-            if handovers.iter().all(Handover::bound_as_is) {
-                let (pooled, key) = pool.body(&body, image_id)?;
-                if let Some(warm) = pool.take(&key).await {
-                    pool.refill(key.clone(), pooled);
-                    let run = Run {
-                        docker: docker.clone(),
-                        resources: Resources::new(docker),
-                        id: String::new(),
-                        plan,
-                        policy,
-                        handovers,
-                        uploaded: BTreeMap::new(),
-                        refill: None,
-                        egress: None,
-                        published: None,
-                        layer: None,
-                        bundle,
-                    };
-                    return start_warm(run, warm, pool, &key, config, &identity, door).await;
-                }
-                if pool.seen_before(&key) {
-                    refill = Some((Arc::downgrade(e), key, pooled));
-                }
+        let (handle, control) = run_channel(run.plan.output_limit);
+        let reader = tokio::spawn(pump(output, control.tap(run.plan.output_sink.clone())));
+        if waiter {
+            // The argv, then the command's own input (end-of-file at once for `Null`).
+            let argv: Vec<Vec<u8>> = run
+                .plan
+                .argv
+                .iter()
+                .map(|a| a.as_bytes().to_vec())
+                .collect();
+            let mut bytes = crate::pool::frame(&argv);
+            if let Stdin::Bytes(b) = &run.plan.stdin {
+                bytes.extend_from_slice(b);
             }
+            feed_stdin(input, bytes);
+        } else if let Stdin::Bytes(bytes) = &run.plan.stdin {
+            feed_stdin(input, bytes.clone());
         }
+        let timeout = run.plan.timeout;
+        supervise(run, control, vec![reader], Instant::now(), timeout);
+        Ok(handle)
     }
-
-    if waiter {
-        if let Some(Ok(pool)) = engine.as_ref().map(|e| &e.pool) {
-            body = pool.waiting(&body);
-        }
-    }
-    let setup = Setup {
-        docker: &docker,
-        config,
-        plan: &plan,
-        handovers: &handovers,
-        identity: &identity,
-        run_id: &run_id,
-        kind,
-        waiter,
-    };
-    let made = create::make(&setup, &mut resources, body)
-        .await
-        .map_err(SandboxError::from);
-    // The command waits for its argv: its proxy first.
-    let started = match made {
-        Ok(m) if waiter => egress::start(&docker, &m.id, &plan, &door)
-            .await
-            .map(|e| (m, e)),
-        Ok(m) => Ok((m, None)),
-        Err(e) => Err(e),
-    };
-    let started = match started {
-        Ok((m, e)) => egress::publish(&docker, &m.id, &plan, door, &mut policy)
-            .await
-            .map(|p| (m, e, p)),
-        Err(e) => Err(e),
-    };
-    let (made, egress, published) = match started {
-        Ok(x) => x,
-        Err(e) => {
-            if let Err(cleanup) = resources.remove_all().await {
-                tracing::error!("sandbox-docker: removing a failed run: {cleanup}");
-            }
-            return Err(e);
-        }
-    };
-    if egress.is_some() {
-        policy.enforced.push(door::record(&plan));
-    }
-    let Made {
-        id,
-        uploaded,
-        output,
-        input,
-        mut notes,
-    } = made;
-    policy.enforced.append(&mut notes);
-
-    let (handle, control) = run_channel(plan.output_limit);
-    let reader = tokio::spawn(pump(output, control.tap(plan.output_sink.clone())));
-    if waiter {
-        // The argv, then the command's own input (end-of-file at once for `Null`).
-        let argv: Vec<Vec<u8>> = plan.argv.iter().map(|a| a.as_bytes().to_vec()).collect();
-        let mut bytes = crate::pool::frame(&argv);
-        if let Stdin::Bytes(b) = &plan.stdin {
-            bytes.extend_from_slice(b);
-        }
-        feed_stdin(input, bytes);
-    } else if let Stdin::Bytes(bytes) = &plan.stdin {
-        feed_stdin(input, bytes.clone());
-    }
-    let timeout = plan.timeout;
-    let run = Run {
-        docker,
-        resources,
-        id,
-        plan,
-        policy,
-        handovers,
-        uploaded,
-        refill,
-        egress,
-        published,
-        layer,
-        bundle,
-    };
-    supervise(run, control, vec![reader], Instant::now(), timeout);
-    Ok(handle)
 }
 
 /// Run the plan in a pooled container: look its program up (once per image and policy),
@@ -464,7 +603,7 @@ struct Run {
     handovers: Vec<Handover>,
     uploaded: BTreeMap<usize, BTreeSet<PathBuf>>,
     /// After a fresh run that the pool could have served: make a container for the next.
-    refill: Option<(Weak<Engine>, String, ContainerCreateBody)>,
+    refill: Option<Refill>,
     /// The egress proxy and host ports, served from the host on listeners in the
     /// container's namespace; finished once the container has stopped.
     egress: Option<ProxyRun>,

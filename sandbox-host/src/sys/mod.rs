@@ -504,6 +504,8 @@ pub fn at_exit(f: extern "C" fn()) -> io::Result<()> {
     // arguments, as its type says.
     match unsafe { libc::atexit(f) } {
         0 => Ok(()),
-        _ => Err(io::Error::other("the C library's table of exit handlers is full")),
+        _ => Err(io::Error::other(
+            "the C library's table of exit handlers is full",
+        )),
     }
 }

@@ -78,7 +78,8 @@ pub const NOTE: &str = "Without namespaces (a pod's condition): a worker process
                         Not a container: the engine's seccomp profile is absent (the \
                         backend's own filter is applied either way) and `/proc` is not \
                         masked (only `strict` reads it, and it is refused there). The \
-                        launcher baseline is `sandbox-bench-launch` run by the worker; the \
+                        launcher baseline is `sandbox-bench-launch` run by the worker, held \
+                        once it has built the launch and timed from the go; the \
                         connection set-up is timed by the command inside the sandbox.";
 
 /// What the worker says first: where it stands.
@@ -396,10 +397,11 @@ async fn rows(
     match (no_launcher, samples.get(2)) {
         (None, Some(launch)) => rows.push(row(
             launch,
-            "`sandbox-bench-launch` spawned in the same condition: a process of its own that \
-             builds the same launch with the backend's own functions (the same landlock \
-             ruleset and seccomp filter, the same steps between fork and exec), applies it \
-             and execs; no runtime, cgroup or supervisor",
+            "`sandbox-bench-launch` in the same condition, a process of its own that builds \
+             the same launch with the backend's own functions (the same landlock ruleset and \
+             seccomp filter, the same steps between fork and exec), held once built and timed \
+             from the go: applying it, execve of `/bin/true`, its exit; no runtime, cgroup or \
+             supervisor",
             Some(VS_LAUNCHER),
         )),
         (why, _) => rows.push(Row::not_measured(
@@ -556,7 +558,7 @@ pub async fn worker(name: &str, launcher: Option<PathBuf>) -> ExitCode {
             ["bare"] => runs::bare_spawn(&bare_argv).await,
             ["run"] => no_namespace_run(&s, opts.clone()).await,
             ["launch"] => match &launcher {
-                Some(l) => runs::whole_process(l, &launcher_args).await,
+                Some(l) => held_launch(l, &launcher_args).await,
                 None => Err(BenchError::wrong("the launcher", "none given")),
             },
             ["connect", port] => match port.parse::<u16>() {
@@ -580,6 +582,47 @@ fn say_line(s: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{s}");
     let _ = out.flush();
+}
+
+/// `sandbox-bench-launch` held once it has built the launch (`SANDBOX_BENCH_LAUNCH_HOLD`),
+/// timed from the go to its exit: applying the launch and running the command, not
+/// building it (the library builds its launch from caches, the launcher from nothing).
+async fn held_launch(launcher: &Path, args: &[OsString]) -> Result<Duration, BenchError> {
+    let what = "the held launcher";
+    let io = |e| BenchError::io(what, e);
+    let mut child = tokio::process::Command::new(launcher)
+        .args(args)
+        .env("SANDBOX_BENCH_LAUNCH_HOLD", "1")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(io)?;
+    let (Some(mut stdin), Some(stderr)) = (child.stdin.take(), child.stderr.take()) else {
+        return Err(BenchError::wrong(what, "its pipes were not made"));
+    };
+    let mut lines = BufReader::new(stderr).lines();
+    match lines.next_line().await.map_err(io)? {
+        Some(l) if l == "prepared" => {}
+        other => return Err(BenchError::wrong(what, format!("said {other:?}"))),
+    }
+    let start = Instant::now();
+    stdin.write_all(b"g").await.map_err(io)?;
+    drop(stdin);
+    let status = child.wait().await.map_err(io)?;
+    let took = start.elapsed();
+    if !status.success() {
+        let mut rest = Vec::new();
+        while let Ok(Some(l)) = lines.next_line().await {
+            rest.push(l);
+        }
+        return Err(BenchError::wrong(
+            what,
+            format!("{status}: {}", rest.join(" ")),
+        ));
+    }
+    Ok(took)
 }
 
 /// A library run that must have made no namespace: its record says `none` was held

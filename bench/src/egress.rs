@@ -33,9 +33,9 @@ use crate::stats::{fmt_duration, fmt_ratio, gib_per_sec, Samples};
 use crate::subject::Subject;
 use crate::table::{Row, Verdict};
 
-const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+pub(crate) const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// The name the sandboxed command asks for.
-const NAME: &str = "bench.test";
+pub(crate) const NAME: &str = "bench.test";
 
 /// Start-up with `proxy` against `loopback`: at most 1.2×.
 const STARTUP: Target = Target::AtMost(1.2);
@@ -49,8 +49,9 @@ const SETUP_ADDED: Duration = Duration::from_millis(1);
 
 /// An HTTP server on `127.0.0.1`: `GET /bytes/N` answers N zero bytes, anything else `ok`.
 /// Stopped when dropped.
-struct Server {
-    port: u16,
+pub(crate) struct Server {
+    /// Its port on `127.0.0.1`.
+    pub(crate) port: u16,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -95,7 +96,7 @@ async fn serve_one(mut s: TcpStream) -> std::io::Result<()> {
 }
 
 impl Server {
-    async fn start() -> Result<Self, BenchError> {
+    pub(crate) async fn start() -> Result<Self, BenchError> {
         let l = TcpListener::bind((LO, 0))
             .await
             .map_err(|e| BenchError::io("the egress bench's server", e))?;

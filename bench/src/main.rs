@@ -17,6 +17,10 @@
 //! - Start-up over a 1 GiB workspace with the copy-on-write layer against a plain run.
 //! - Network mode `proxy` (see [`egress`]): start-up against `loopback`, a download
 //!   through the proxy against a direct one, and the connection set-up it adds.
+//! - Where no namespace can be made (see [`pod`]: a default container or pod, made on the
+//!   host as the landlock backend's tests make it): start-up on `fast` against a launcher
+//!   that applies the same ruleset and filter and execs, and a connect mediated by the
+//!   supervisor against the network-namespace door.
 //!
 //! # Honesty
 //!
@@ -43,6 +47,7 @@ mod flood;
 mod layer;
 mod machine;
 mod measure;
+mod pod;
 mod runs;
 mod startup;
 mod stats;
@@ -105,6 +110,10 @@ enum Only {
     Egress,
     /// Kept-alive requests on terminated TLS against a tunnel (in `egress` too).
     Terminated,
+    /// Where no namespace can be made (a default container or pod): start-up on `fast`
+    /// against a launcher with the same ruleset and filter, and the mediated connect
+    /// against the namespace door.
+    Pod,
 }
 
 #[derive(Debug, Subcommand)]
@@ -115,15 +124,45 @@ enum Cmd {
         /// How many bytes.
         bytes: u64,
     },
+    /// Connect through `http_proxy` to HOST:PORT and print the nanoseconds the set-up took
+    /// (the connection probe run in sandboxes).
+    #[command(hide = true)]
+    ProxyConnect {
+        /// The target for `CONNECT`.
+        target: String,
+    },
+    /// The worker of the pod rows, started by the bench where no namespace can be made.
+    #[command(hide = true)]
+    PodWorker {
+        /// The backend.
+        backend: String,
+        /// `sandbox-bench-launch`, for the baseline.
+        launcher: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
-    if let Some(Cmd::Flood { bytes }) = args.cmd {
-        return match flood::flood(bytes) {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(_) => ExitCode::FAILURE,
-        };
+    let mut args = Args::parse();
+    match &args.cmd {
+        Some(Cmd::Flood { bytes }) => {
+            return match flood::flood(*bytes) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::FAILURE,
+            };
+        }
+        Some(Cmd::ProxyConnect { target }) => {
+            return match pod::proxy_connect(target) {
+                Ok(took) => {
+                    println!("{}", took.as_nanos());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("sandbox-bench proxy-connect: {e}");
+                    ExitCode::FAILURE
+                }
+            };
+        }
+        _ => {}
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -135,6 +174,9 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(Cmd::PodWorker { backend, launcher }) = args.cmd.take() {
+        return runtime.block_on(pod::worker(&backend, launcher));
+    }
     runtime.block_on(bench(args))
 }
 
@@ -216,6 +258,7 @@ fn notes(budget: &Budget) -> Vec<String> {
              directly with the backend's argv. The other is shown for information.",
             budget.cli.warmup, budget.cli.runs, budget.cli_slow.warmup, budget.cli_slow.runs
         ),
+        pod::NOTE.into(),
         "Lane: the strictest lane the library accepts for these options on that backend \
          (decided by the library's own checks). All runs use the library's defaults \
          otherwise: network none, 8 MiB output cap, 512-process cap."
@@ -321,6 +364,14 @@ async fn bench(args: Args) -> ExitCode {
             eprintln!("sandbox-bench: {name}: egress through the proxy");
             let r = egress::measure(&s, &budget).await;
             failed |= record(&mut report.rows, name, "egress through the proxy", r);
+        }
+        // Where no namespace can be made: for a backend that launches a host process (one
+        // that runs an image has no engine in a pod).
+        if wanted(Only::Pod) && matches!(s.direct, Some(subject::Direct::Launch { .. })) {
+            eprintln!("sandbox-bench: {name}: without namespaces (the pod case)");
+            let launcher = launcher_bin(&args);
+            let r = pod::measure(&s, launcher.as_deref(), &budget).await;
+            failed |= record(&mut report.rows, name, "without namespaces", r);
         }
         if !wanted(Only::Cli) {
             continue;

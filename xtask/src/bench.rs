@@ -21,8 +21,9 @@ pub const HELP: &str = "\
 cargo xtask bench [--backend NAME]... [--quick] [--as-user UID]
 
 Measure each sandbox backend (start-up of /bin/true, 1 GiB of stdout, 64 sandboxes at
-once, the `sandbox` command as a whole process) as ratios against baselines taken in the
-same run, and print a markdown table.
+once, the `sandbox` command as a whole process, a run where no namespace can be made as in
+a default pod) as ratios against baselines taken in the same run, and print a markdown
+table.
 
   --backend NAME   measure only this backend (repeatable; default: every backend in the
                    registry, `sandbox/src/registry.rs`);

@@ -19,11 +19,16 @@
 //! this process's own standard output): what `sandbox run` adds on top of the mechanism
 //! is what the bench's ratio shows.
 //!
+//! With `SANDBOX_BENCH_LAUNCH_HOLD` set it stops once the launch is built, says
+//! `prepared` on standard error and goes on at a byte on standard input: the pod rows time
+//! only applying the launch and the command.
+//!
 //! A launch that needs a host side alive while the command runs (a proxy, a temp dir) cannot
 //! be applied by a process that becomes the command: refused, exit 2.
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsString};
+use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::PathBuf;
@@ -52,6 +57,11 @@ impl FactStore for HandedFacts {
     fn save(&self, _: &str, _: &str, _: &Facts) {}
     fn forget(&self, _: &str) {}
 }
+
+/// Set: stop once the launch is prepared, print `prepared` on standard error and apply it
+/// only after a byte on standard input (the environment the command gets is the launch's
+/// own, without it).
+const HOLD: &str = "SANDBOX_BENCH_LAUNCH_HOLD";
 
 fn fail(what: &str) -> ! {
     eprintln!("sandbox-bench-launch: {what}");
@@ -136,6 +146,15 @@ fn main() {
     envp_p.push(std::ptr::null());
     let cwd = c_string(launch.cwd.as_os_str().as_bytes());
 
+    // Held (the bench's pod rows): everything is built; say so and wait for the go, so the
+    // span the bench times is applying the launch and the command, not building it.
+    if std::env::var_os(HOLD).is_some() {
+        eprintln!("prepared");
+        let mut go = [0u8; 1];
+        if !matches!(std::io::stdin().read(&mut go), Ok(1)) {
+            fail("held, and no go came on standard input");
+        }
+    }
     // What the launch hands over crosses the exec; so do the read ends of the pipes its
     // helper reports on (a pipe without a reader would fail the helper's writes), which
     // nobody reads here: this process becomes the command.

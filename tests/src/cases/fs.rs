@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sandbox_core::record::{Enforced, Landlock};
 use sandbox_core::{SandboxError, SandboxOpts};
 use serde_json::Value;
 
@@ -355,7 +356,9 @@ pub async fn writes_outside_denied(ctx: Arc<Context>) -> CaseResult {
 }
 
 /// Read-only carve-outs hold: `.git/config` and `.git/hooks` cannot be changed, removed
-/// or moved away, while the rest of the workspace stays writable.
+/// or moved away, while the rest of the workspace stays writable (where the record says
+/// the carve-out is held by split rules, the workspace root is fixed: its files stay
+/// writable, nothing new is made in it).
 pub async fn readonly_carveouts(ctx: Arc<Context>) -> CaseResult {
     let ws = ctx.workspace("carveout")?;
     let git = ws.join(".git");
@@ -383,11 +386,40 @@ pub async fn readonly_carveouts(ctx: Arc<Context>) -> CaseResult {
     let p = ctx
         .probe_run(with_carveout(&["write", "ok.txt", "fine"]))
         .await?;
-    ensure!(
-        p.succeeded() && host_read(&ws.join("ok.txt")).as_deref() == Some("fine"),
-        "with a carve-out, the rest of the workspace is not writable: {}",
-        p.describe()
-    );
+    let fixed = fixed_dirs(&p.outcome);
+    if fixed.iter().any(|d| same_dir(d, ws.path())) {
+        // Split rules (landlock without a mount namespace, in a pod): the workspace root
+        // is recorded as fixed, so a new entry there is refused, stricter than asked, and
+        // the rest must be as the record says: its existing files and everything below a
+        // child that is not on the way to the carve-out stay writable.
+        ensure!(
+            !p.succeeded() && p.field("errno").and_then(Value::as_i64) == Some(13),
+            "the workspace root is recorded as fixed ({fixed:?}), yet a new entry in it was \
+             not refused with EACCES: {}",
+            p.describe()
+        );
+        plant(&ws.join("existing.txt"), "before", 0o644)?;
+        std::fs::create_dir_all(ws.join("sub"))?;
+        for (path, what) in [
+            ("existing.txt", "an existing file in the fixed root"),
+            ("sub/ok.txt", "a new file below a writable child"),
+        ] {
+            let p = ctx
+                .probe_run(with_carveout(&["write", path, "fine"]))
+                .await?;
+            ensure!(
+                p.succeeded() && host_read(&ws.join(path)).as_deref() == Some("fine"),
+                "with a carve-out by split rules, {what} is not writable: {}",
+                p.describe()
+            );
+        }
+    } else {
+        ensure!(
+            p.succeeded() && host_read(&ws.join("ok.txt")).as_deref() == Some("fine"),
+            "with a carve-out, the rest of the workspace is not writable: {}",
+            p.describe()
+        );
+    }
     let p = ctx
         .probe_run(with_carveout(&["read", ".git/config"]))
         .await?;
@@ -429,6 +461,25 @@ pub async fn readonly_carveouts(ctx: Arc<Context>) -> CaseResult {
         });
     }
     checks.finish()
+}
+
+/// The directories a backend recorded as fixed by split rules (no entry created, removed
+/// or renamed directly in them): the one way a carve-out may be held stricter than asked.
+fn fixed_dirs(o: &sandbox_core::SandboxOutcome) -> Vec<PathBuf> {
+    o.policy
+        .enforced
+        .iter()
+        .filter_map(|e| match e {
+            Enforced::Landlock(Landlock::CarveoutsFixed { dirs }) => Some(dirs.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+/// `a` and `b` name the same directory (the record may hold the resolved path).
+fn same_dir(a: &Path, b: &Path) -> bool {
+    a == b || matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
 }
 
 /// Grants that would undo the policy (cgroupfs, sysfs, procfs, devtmpfs, a container

@@ -62,6 +62,57 @@ async fn denied_calls_are_reported_by_name_and_still_fail_with_eperm() {
     );
 }
 
+/// A refused socket names its family and type (issue 33: a bare `socket (seccomp)` read as
+/// the command reaching for the network where it was glibc's UDP probe while ordering
+/// addresses): with network `none`, an AF_INET datagram socket and a netlink one are
+/// refused with EPERM and each reported as what it was.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_socket_is_reported_with_its_family_and_type() {
+    let kinds = backend().sandbox().capability().reports_denials;
+    if !kinds.syscall {
+        eprintln!("skipped: this kernel has no seccomp user notification");
+        return;
+    }
+    let ws = tempdir();
+    let o = python(
+        ws.path(),
+        &format!(
+            "sc('udp', {s}, {inet}, {dgram}, 0)\nsc('netlink', {s}, {nl}, {raw}, 0)",
+            s = libc::SYS_socket,
+            inet = libc::AF_INET,
+            dgram = libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            nl = libc::AF_NETLINK,
+            raw = libc::SOCK_RAW,
+        ),
+        |_| {},
+    )
+    .await;
+    assert_ok(&o);
+    assert_eq!(
+        results(&o),
+        [
+            ("udp".to_string(), libc::EPERM),
+            ("netlink".to_string(), libc::EPERM)
+        ],
+        "stderr: {}",
+        err(&o)
+    );
+    for target in [
+        "socket(AF_INET, SOCK_DGRAM)",
+        "socket(AF_NETLINK, SOCK_RAW)",
+    ] {
+        let d = find(&o, target).unwrap_or_else(|| panic!("{target} not in {:?}", o.denials));
+        assert_eq!((d.mechanism, d.count), (DenialMechanism::Seccomp, 1));
+    }
+    assert!(
+        o.denials
+            .summary()
+            .is_some_and(|s| s.contains("socket(AF_INET, SOCK_DGRAM) (seccomp)")),
+        "{:?}",
+        o.denials.summary()
+    );
+}
+
 /// Allowed operations (reads, writes in the workspace, processes, an allowed socket)
 /// never appear as denials.
 #[tokio::test(flavor = "multi_thread")]

@@ -131,8 +131,9 @@ fn serve(listener: &OwnedFd, stop: &OwnedFd, log: &SharedLog, mediation: Option<
             continue;
         }
         let name = call_name(n.nr);
+        let target = call_target(name, &n.args);
         if let Ok(mut l) = log.lock() {
-            l.record(kind_of_call(name), name, DenialMechanism::Seccomp);
+            l.record(kind_of_call(name), &target, DenialMechanism::Seccomp);
         }
         // ENOENT when the caller died meanwhile: nothing to answer then.
         let _ = unotify::answer(listener.as_fd(), n.id, unotify::Answer::Fail(libc::EPERM));
@@ -146,6 +147,40 @@ fn call_name(nr: libc::c_int) -> &'static str {
         .iter()
         .find(|d| d.nr == Some(nr as i64))
         .map_or("unknown system call", |d| d.name)
+}
+
+/// What a denial names: the call, and for `socket` and `socketpair` the family and type
+/// asked for. A C library opens sockets for itself (glibc's `getaddrinfo` connects a UDP
+/// socket to each address it found, to order them; its interface query opens a netlink
+/// one), and `socket(AF_INET, SOCK_DGRAM)` tells a person which of those was refused where
+/// a bare `socket` reads as the command reaching for the network.
+fn call_target(name: &'static str, args: &[u64; 6]) -> std::borrow::Cow<'static, str> {
+    if !matches!(name, "socket" | "socketpair") {
+        return name.into();
+    }
+    // Only the low 32 bits are the C `int` arguments; the flags ride on the type.
+    let (domain, kind) = (args[0] as u32 as libc::c_int, args[1] as u32 as libc::c_int);
+    let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+    let family = match domain {
+        libc::AF_UNIX => "AF_UNIX".into(),
+        libc::AF_INET => "AF_INET".into(),
+        libc::AF_INET6 => "AF_INET6".into(),
+        libc::AF_NETLINK => "AF_NETLINK".into(),
+        libc::AF_PACKET => "AF_PACKET".into(),
+        libc::AF_VSOCK => "AF_VSOCK".into(),
+        libc::AF_BLUETOOTH => "AF_BLUETOOTH".into(),
+        libc::AF_ALG => "AF_ALG".into(),
+        libc::AF_XDP => "AF_XDP".into(),
+        other => std::borrow::Cow::Owned(format!("family {other}")),
+    };
+    let kind = match kind & !flags {
+        libc::SOCK_STREAM => "SOCK_STREAM".into(),
+        libc::SOCK_DGRAM => "SOCK_DGRAM".into(),
+        libc::SOCK_RAW => "SOCK_RAW".into(),
+        libc::SOCK_SEQPACKET => "SOCK_SEQPACKET".into(),
+        other => std::borrow::Cow::<str>::Owned(format!("type {other}")),
+    };
+    format!("{name}({family}, {kind})").into()
 }
 
 /// The one descriptor the child sends on `sock`, or `None` when it closed without sending
@@ -196,6 +231,32 @@ fn recv_fd(sock: &OwnedFd) -> std::io::Result<Option<OwnedFd>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_socket_names_its_family_and_type_and_other_calls_their_name() {
+        let args = |d: libc::c_int, t: libc::c_int| [d as u64, t as u64, 0, 0, 0, 0];
+        let dgram = libc::SOCK_DGRAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK;
+        assert_eq!(
+            call_target("socket", &args(libc::AF_INET, dgram)),
+            "socket(AF_INET, SOCK_DGRAM)"
+        );
+        assert_eq!(
+            call_target("socket", &args(libc::AF_NETLINK, libc::SOCK_RAW)),
+            "socket(AF_NETLINK, SOCK_RAW)"
+        );
+        assert_eq!(
+            call_target("socketpair", &args(1234, 77)),
+            "socketpair(family 1234, type 77)"
+        );
+        // The upper half of a register is not part of the C `int`.
+        let mut high = args(libc::AF_INET6, libc::SOCK_STREAM);
+        high[0] |= 0xffff_ffff_0000_0000;
+        assert_eq!(
+            call_target("socket", &high),
+            "socket(AF_INET6, SOCK_STREAM)"
+        );
+        assert_eq!(call_target("ptrace", &args(0, 0)), "ptrace");
+    }
 
     fn seccomp_threads() -> usize {
         std::fs::read_dir("/proc/self/task")

@@ -444,13 +444,7 @@ impl OnEngine<'_> {
         let reader = tokio::spawn(pump(output, control.tap(run.plan.output_sink.clone())));
         if waiter {
             // The argv, then the command's own input (end-of-file at once for `Null`).
-            let argv: Vec<Vec<u8>> = run
-                .plan
-                .argv
-                .iter()
-                .map(|a| a.as_bytes().to_vec())
-                .collect();
-            let mut bytes = crate::pool::frame(&argv);
+            let mut bytes = crate::pool::frame(&argv_bytes(&run.plan));
             if let Stdin::Bytes(b) = &run.plan.stdin {
                 bytes.extend_from_slice(b);
             }
@@ -462,6 +456,11 @@ impl OnEngine<'_> {
         supervise(run, control, vec![reader], Instant::now(), timeout);
         Ok(handle)
     }
+}
+
+/// The plan's argv as the waiter reads it: each argument's bytes, as given.
+fn argv_bytes(plan: &Plan) -> Vec<Vec<u8>> {
+    plan.argv.iter().map(|a| a.as_bytes().to_vec()).collect()
 }
 
 /// Run the plan in a pooled container: look its program up (once per image and policy),
@@ -477,12 +476,7 @@ async fn start_warm(
 ) -> Result<RunHandle, SandboxError> {
     run.id = warm.id.clone();
     run.resources.container(warm.id.clone());
-    let argv: Vec<Vec<u8>> = run
-        .plan
-        .argv
-        .iter()
-        .map(|a| a.as_bytes().to_vec())
-        .collect();
+    let argv = argv_bytes(&run.plan);
     let started = async {
         if !pool.program_known(key, &argv[0]) {
             let looked =
